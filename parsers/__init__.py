@@ -1,0 +1,1 @@
+"""Input-format parsers (installed as `tracekit.parsers`): one module per format, plus detection."""

@@ -1,0 +1,1 @@
+"""Cross-rank analyses: pure functions from tables to tables."""

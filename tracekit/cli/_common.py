@@ -1,0 +1,31 @@
+"""Helpers shared by the CLI commands: error translation and shared option decorators."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from tracekit.errors import TracekitError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Turn library errors into one-line click errors (exit code 1) instead of tracebacks."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TracekitError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def json_option(fn: F) -> F:
+    """`--json`: print machine-readable JSON instead of tables."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)

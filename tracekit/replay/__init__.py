@@ -1,0 +1,1 @@
+"""Topology model, flow decomposition and the numba flow simulator."""

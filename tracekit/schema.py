@@ -1,0 +1,271 @@
+"""Arrow schemas for every tracekit table: the contract between ingest, analysis, replay and viz.
+
+Times are int64 nanoseconds since the epoch on the rank's own clock; `ranks.clock_offset_ns`
+maps them onto the run's common clock (common = own + offset). Repeated strings are
+dictionary-encoded. Column names are the contract: columns may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+
+KINDS = ("compute", "comm", "memcpy", "memset", "cpu_op", "runtime", "annotation", "sync")
+OPS = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "send", "recv", "barrier", "gather", "scatter", "other",
+)
+DIMS = ("DP", "PP", "EP", "TP", "CP", "WORLD", "OTHER")
+STATES = ("completed", "started", "scheduled", "unknown")
+CHANNEL_PATTERNS = ("ring", "tree", "p2p", "nvls", "collnet")
+TRANSPORTS = ("P2P", "SHM", "NET", "NVLS", "COLLNET")
+COUNTER_METRICS = (
+    "tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "xmit_wait", "pfc_pause", "ecn_marked",
+    "discards", "errors", "speed_bps",
+)
+NODE_KINDS = ("gpu", "nic", "nvswitch", "leaf", "spine", "core")
+MEDIA = ("nvlink", "pcie", "ib", "roce", "eth")
+LINK_FLAGS = ("wrapped", "saturated", "reset", "gap")
+
+DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+
+def _schema(name: str, fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata={"tracekit.table": name, "tracekit.schema_version": SCHEMA_VERSION})
+
+
+RANKS = _schema("ranks", [
+    pa.field("rank", pa.int32(), nullable=False),
+    pa.field("world_size", pa.int32()),
+    pa.field("host", pa.string()),
+    pa.field("pid", pa.int64()),
+    pa.field("local_device", pa.int32()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_format", DICT_STR),
+    pa.field("clock_offset_ns", pa.int64()),
+    pa.field("backend", DICT_STR),
+    pa.field("device_name", pa.string()),
+    pa.field("nccl_version", pa.string()),
+])
+
+GROUPS = _schema("groups", [
+    pa.field("group", pa.string(), nullable=False),
+    pa.field("desc", pa.string()),
+    pa.field("backend", DICT_STR),
+    pa.field("ranks", pa.list_(pa.int32())),
+    pa.field("size", pa.int32()),
+    pa.field("dims", pa.list_(pa.string())),
+    pa.field("ranks_complete", pa.bool_()),
+])
+
+EVENTS = _schema("events", [
+    pa.field("rank", pa.int32(), nullable=False),
+    pa.field("lane", DICT_STR),
+    pa.field("kind", DICT_STR),
+    pa.field("name", DICT_STR),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("dur_ns", pa.int64()),
+    pa.field("step", pa.int32()),
+    pa.field("correlation", pa.int64()),
+    pa.field("coll_id", pa.int64()),
+    pa.field("cat", DICT_STR),
+    pa.field("external_id", pa.int64()),
+    pa.field("sync_lane", DICT_STR),
+    pa.field("sync_correlation", pa.int64()),
+])
+
+COLLECTIVES = _schema("collectives", [
+    pa.field("coll_id", pa.int64(), nullable=False),
+    pa.field("rank", pa.int32(), nullable=False),
+    pa.field("group", DICT_STR),
+    pa.field("seq", pa.int64()),
+    pa.field("op", DICT_STR),
+    pa.field("dtype", DICT_STR),
+    pa.field("in_bytes", pa.int64()),
+    pa.field("out_bytes", pa.int64()),
+    pa.field("nranks", pa.int32()),
+    pa.field("peer", pa.int32()),
+    pa.field("in_splits", pa.list_(pa.int64())),
+    pa.field("out_splits", pa.list_(pa.int64())),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("dur_ns", pa.int64()),
+    pa.field("state", DICT_STR),
+    pa.field("algo", DICT_STR),
+    pa.field("proto", DICT_STR),
+    pa.field("source", DICT_STR),
+    pa.field("instance", pa.int64()),
+    pa.field("dim", DICT_STR),
+    pa.field("seq_explicit", pa.bool_()),
+    pa.field("name", DICT_STR),
+    pa.field("lane", DICT_STR),
+    pa.field("step", pa.int32()),
+    pa.field("comms_id", pa.string()),
+    pa.field("dim_hint", DICT_STR),
+])
+
+CHANNELS = _schema("channels", [
+    pa.field("group", DICT_STR),
+    pa.field("rank", pa.int32()),
+    pa.field("channel", pa.int32()),
+    pa.field("pattern", DICT_STR),
+    pa.field("peer_rank", pa.int32()),
+    pa.field("direction", DICT_STR),
+    pa.field("transport", DICT_STR),
+    pa.field("detail", pa.string()),
+    pa.field("nic", pa.string()),
+    pa.field("proxy_rank", pa.int32()),
+])
+
+COUNTERS = _schema("counters", [
+    pa.field("ts_ns", pa.int64()),
+    pa.field("device", DICT_STR),
+    pa.field("port", DICT_STR),
+    pa.field("metric", DICT_STR),
+    pa.field("value", pa.float64()),
+    pa.field("kind", DICT_STR),
+    pa.field("bits", pa.int32()),
+    pa.field("source_format", DICT_STR),
+])
+
+LINK_SAMPLES = _schema("link_samples", [
+    pa.field("link", DICT_STR),
+    pa.field("device", DICT_STR),
+    pa.field("port", DICT_STR),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("interval_ns", pa.int64()),
+    pa.field("tx_bytes", pa.float64()),
+    pa.field("rx_bytes", pa.float64()),
+    pa.field("tx_util", pa.float64()),
+    pa.field("rx_util", pa.float64()),
+    pa.field("flags", pa.list_(pa.string())),
+    pa.field("origin", DICT_STR),
+])
+
+TOPOLOGY_NODES = _schema("topology_nodes", [
+    pa.field("node", pa.string(), nullable=False),
+    pa.field("kind", DICT_STR),
+    pa.field("host", pa.string()),
+    pa.field("rank", pa.int32()),
+])
+
+TOPOLOGY_LINKS = _schema("topology_links", [
+    pa.field("link", pa.string(), nullable=False),
+    pa.field("src", pa.string()),
+    pa.field("dst", pa.string()),
+    pa.field("gbps", pa.float64()),
+    pa.field("latency_ns", pa.int64()),
+    pa.field("medium", DICT_STR),
+    pa.field("plane", pa.int32()),
+])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "ranks": RANKS,
+    "groups": GROUPS,
+    "events": EVENTS,
+    "collectives": COLLECTIVES,
+    "channels": CHANNELS,
+    "counters": COUNTERS,
+    "link_samples": LINK_SAMPLES,
+    "topology_nodes": TOPOLOGY_NODES,
+    "topology_links": TOPOLOGY_LINKS,
+}
+
+VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("events", "kind"): KINDS,
+    ("collectives", "op"): OPS,
+    ("collectives", "dim"): DIMS,
+    ("collectives", "state"): STATES,
+    ("channels", "pattern"): CHANNEL_PATTERNS,
+    ("channels", "transport"): TRANSPORTS,
+    ("counters", "metric"): COUNTER_METRICS,
+    ("topology_nodes", "kind"): NODE_KINDS,
+    ("topology_links", "medium"): MEDIA,
+}
+
+
+class SchemaError(ValueError):
+    """A table does not match its tracekit schema."""
+
+
+def empty(name: str) -> pa.Table:
+    """An empty table with the named schema."""
+    return SCHEMAS[name].empty_table()
+
+
+def conform(name: str, data: pa.Table | Mapping[str, Iterable] | None) -> pa.Table:
+    """Cast `data` to the named schema: order columns, add missing ones as nulls, keep extras last.
+
+    Accepts an Arrow table or a mapping of column name to values (lists or arrays).
+    """
+    schema = SCHEMAS[name]
+    if data is None:
+        return empty(name)
+    if not isinstance(data, pa.Table):
+        data = pa.table({k: _as_array(v) for k, v in data.items()})
+    n = data.num_rows
+    columns, fields = [], []
+    for field in schema:
+        if field.name in data.column_names:
+            col = data.column(field.name)
+            if col.type != field.type:
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(f"{name}.{field.name}: cannot cast {col.type} to {field.type}: {exc}") from exc
+        else:
+            if not field.nullable:
+                raise SchemaError(f"{name}: required column {field.name!r} is missing")
+            col = pa.nulls(n, field.type)
+        columns.append(col)
+        fields.append(field)
+    for extra in data.column_names:
+        if extra not in schema.names:
+            columns.append(data.column(extra))
+            fields.append(data.schema.field(extra))
+    out = pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=schema.metadata))
+    return out
+
+
+def _as_array(values: Iterable) -> pa.Array | pa.ChunkedArray:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    return pa.array(values if isinstance(values, list) else list(values))
+
+
+def validate(name: str, table: pa.Table) -> list[str]:
+    """Return a list of problems (empty when the table conforms to the named schema)."""
+    problems: list[str] = []
+    schema = SCHEMAS.get(name)
+    if schema is None:
+        return [f"unknown table {name!r}"]
+    for field in schema:
+        if field.name not in table.column_names:
+            problems.append(f"{name}: missing column {field.name!r}")
+            continue
+        actual = table.schema.field(field.name).type
+        if actual != field.type:
+            problems.append(f"{name}.{field.name}: type {actual}, expected {field.type}")
+        elif not field.nullable and table.column(field.name).null_count:
+            problems.append(f"{name}.{field.name}: {table.column(field.name).null_count} nulls in a required column")
+    for (table_name, column), vocab in VOCABULARIES.items():
+        if table_name != name or column not in table.column_names:
+            continue
+        seen = {v for v in table.column(column).to_pylist() if v is not None}
+        unknown = sorted(seen - set(vocab))
+        if unknown:
+            problems.append(f"{name}.{column}: values outside the vocabulary: {unknown[:5]}")
+    meta = table.schema.metadata or {}
+    if meta.get(b"tracekit.schema_version") != SCHEMA_VERSION.encode():
+        problems.append(f"{name}: schema_version metadata missing or not {SCHEMA_VERSION}")
+    return problems
+
+
+def check(name: str, table: pa.Table) -> pa.Table:
+    """Raise SchemaError when the table does not conform; return it unchanged otherwise."""
+    problems = validate(name, table)
+    if problems:
+        raise SchemaError("; ".join(problems))
+    return table

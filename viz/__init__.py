@@ -1,0 +1,1 @@
+"""Figures and the standalone HTML report (installed as `tracekit.viz`)."""
