@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401
+import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema

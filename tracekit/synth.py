@@ -528,3 +528,89 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
     if truth is not None:
         (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
     return run
+
+
+_KINETO_COLLECTIVE_NAMES = {"all_reduce": "allreduce", "all_to_all": "all_to_allv", "send": "send", "recv": "recv",
+                            "all_gather": "_allgather_base", "reduce_scatter": "_reduce_scatter_base"}
+_BASE_GRID_NS = 7_889_238_000_000_000
+
+
+def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = True) -> list[Path]:
+    """Write the run as one PyTorch-profiler (Kineto) Chrome trace per rank, in the 2024+ format.
+
+    Timestamps are float microseconds relative to `baseTimeNanoseconds`; comm kernels carry the
+    collective args that Kineto copies from `record_param_comms` (split sizes in rows).
+    """
+    import gzip as gz
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ranks = tables["ranks"].to_pylist()
+    groups = tables["groups"].to_pylist()
+    pg_config = [{"pg_name": g["group"], "pg_desc": g["desc"], "backend_config": "cuda:nccl",
+                  "pg_size": g["size"], "ranks": g["ranks"]} for g in groups]
+    group_by_name = {g["group"]: g for g in groups}
+    coll_by_id = {c["coll_id"]: c for c in tables["collectives"].to_pylist()}
+    events = tables["events"].to_pylist()
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for e in events:
+        by_rank.setdefault(e["rank"], []).append(e)
+    row_bytes = None
+    paths = []
+    for info in ranks:
+        r = info["rank"]
+        rank_events = by_rank.get(r, [])
+        base = (min(e["ts_ns"] for e in rank_events) // _BASE_GRID_NS) * _BASE_GRID_NS if rank_events else 0
+        trace_events: list[dict[str, Any]] = []
+        for e in rank_events:
+            ts = round((e["ts_ns"] - base) / 1000, 3)
+            dur = round(e["dur_ns"] / 1000, 3)
+            if e["kind"] == "annotation":
+                trace_events.append({"ph": "X", "cat": "user_annotation", "name": e["name"], "pid": 10_000 + r,
+                                     "tid": 1, "ts": ts, "dur": dur, "args": {"External id": e["correlation"]}})
+                continue
+            stream = int(str(e["lane"]).rsplit("stream", 1)[-1])
+            args: dict[str, Any] = {"device": info["local_device"], "stream": stream,
+                                    "correlation": e["correlation"], "External id": e["correlation"]}
+            if e["coll_id"] is not None:
+                c = coll_by_id[e["coll_id"]]
+                g = group_by_name[c["group"]]
+                elem = 2
+                if c["op"] == "all_to_all":
+                    rows = sum(c["in_splits"])
+                    row_bytes = c["in_bytes"] // max(rows, 1) if rows else row_bytes
+                    rb = row_bytes or 1
+                    in_split = str([s // rb for s in c["in_splits"]])
+                    out_split = str([s // rb for s in c["out_splits"]])
+                else:
+                    in_split = out_split = "[]"
+                args.update({
+                    "Collective name": _KINETO_COLLECTIVE_NAMES.get(c["op"], c["op"]),
+                    "In msg nelems": c["in_bytes"] // elem, "Out msg nelems": c["out_bytes"] // elem,
+                    "Group size": c["nranks"], "dtype": "BFloat16", "In split size": in_split,
+                    "Out split size": out_split, "Process Group Name": c["group"],
+                    "Process Group Description": g["desc"], "Process Group Ranks": str(g["ranks"]),
+                    "Seq": c["seq"],
+                })
+                if c["op"] == "send":
+                    args["Dst Rank"] = c["peer"]
+                elif c["op"] == "recv":
+                    args["Src Rank"] = c["peer"]
+            trace_events.append({"ph": "X", "cat": "kernel", "name": e["name"], "pid": info["local_device"],
+                                 "tid": stream, "ts": ts, "dur": dur, "args": args})
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": info["local_device"], "name": "NVIDIA H100 80GB HBM3"}],
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": info["world_size"],
+                                "pg_count": len(pg_config), "pg_config": pg_config, "nccl_version": "2.27.5"},
+            "hostname": info["host"],
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": base,
+            "traceEvents": trace_events,
+            "traceName": f"rank{r}.pt.trace.json",
+        }
+        payload = json.dumps(doc).encode()
+        path = out / f"rank{r}.pt.trace.json{'.gz' if gzip else ''}"
+        path.write_bytes(gz.compress(payload, compresslevel=5, mtime=0) if gzip else payload)
+        paths.append(path)
+    return paths

@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from tracekit import schema
+from tracekit.store import Run, RunError, SourceSink, SourceStats, remove_stale_sources, write_manifest
+
+
+def _make(tmp_path):
+    sink = SourceSink(tmp_path, "src1", row_group_size=2)
+    sink.add_events({"rank": [1, 0, 1], "name": ["a", "b", "c"], "ts_ns": [3, 1, 2], "kind": ["compute"] * 3})
+    sink.add_events({"rank": [0], "name": ["d"], "ts_ns": [9], "kind": ["comm"]})
+    sink.add("collectives", {"coll_id": [7], "rank": [0], "op": ["all_reduce"]})
+    parts = sink.close()
+    write_manifest(tmp_path, {"sources": [{"key": "src1", "parts": parts}]})
+    return Run(tmp_path), parts
+
+
+def test_events_are_partitioned_by_rank(tmp_path):
+    run, parts = _make(tmp_path)
+    assert set(parts["events"]) == {"0", "1"}
+    assert parts["rows"] == {"events": 4, "collectives": 1}
+    assert run.events(ranks=[1]).column("name").to_pylist() == ["a", "c"]
+    assert run.events().num_rows == 4
+    assert run.scan("events").collect().height == 4
+
+
+def test_tables_round_trip_with_schema(tmp_path):
+    run, _ = _make(tmp_path)
+    assert (tmp_path / "sources" / "src1" / "collectives.parquet").exists()
+    run.write_table("collectives", schema.conform("collectives", {"coll_id": [7], "rank": [0], "op": ["all_reduce"]}))
+    table = run.table("collectives")
+    assert schema.validate("collectives", table) == []
+    assert run.table("channels").num_rows == 0
+    assert run.has("collectives") and not run.has("channels")
+
+
+def test_results_json(tmp_path):
+    run, _ = _make(tmp_path)
+    run.write_json("analysis", {"x": {1, 2}})
+    assert run.read_json("analysis") == {"x": [1, 2]}
+    assert run.read_json("missing") is None
+
+
+def test_not_a_run(tmp_path):
+    with pytest.raises(RunError, match="not a tracekit run"):
+        Run(tmp_path)
+    (tmp_path / "manifest.json").write_text("{broken")
+    with pytest.raises(RunError, match="unreadable"):
+        Run(tmp_path)
+
+
+def test_stale_sources_are_removed(tmp_path):
+    _make(tmp_path)
+    remove_stale_sources(tmp_path, keep=set())
+    assert not list((tmp_path / "events").glob("**/*.parquet"))
+    assert not (tmp_path / "sources" / "src1").exists()
+
+
+def test_source_stats_balance():
+    stats = SourceStats()
+    stats.store(3)
+    stats.skip("metadata", 2)
+    assert stats.balanced and stats.read == 5
+    assert json.loads(json.dumps(stats.to_dict()))["skipped"] == {"metadata": 2}

@@ -1,0 +1,41 @@
+"""`tracekit synth`: make a synthetic DP x PP x EP run with known injected facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tracekit.cli._common import user_errors
+
+
+@click.command()
+@click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (a run directory, or a folder of Kineto traces with --format kineto).")
+@click.option("--hosts", default=2, show_default=True, help="Number of hosts.")
+@click.option("--gpus", "gpus_per_host", default=4, show_default=True, help="GPUs per host.")
+@click.option("--tp", default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--pp", default=2, show_default=True, help="Pipeline stages.")
+@click.option("--ep", default=2, show_default=True, help="Expert-parallel group size (divides DP).")
+@click.option("--steps", default=2, show_default=True, help="Training steps.")
+@click.option("--seed", default=0, show_default=True, help="Random seed.")
+@click.option("--straggler", "straggler_rank", type=int, default=1, show_default=True,
+              help="Rank that stalls at the start of --straggler-step (-1 for none).")
+@click.option("--straggler-step", default=1, show_default=True, help="Step in which the straggler stalls.")
+@click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
+              help="Write a run directory, or one Kineto Chrome trace per rank.")
+@user_errors
+def synth(out: Path, fmt: str, straggler_rank: int, **params: int) -> None:
+    """Make a synthetic DP x PP x EP run (with clock skew, a straggler and EP skew) and its truth.json."""
+    from tracekit.synth import make_run_tables, write_kineto, write_run
+
+    tables, truth = make_run_tables(straggler_rank=None if straggler_rank < 0 else straggler_rank, **params)
+    if fmt == "kineto":
+        paths = write_kineto(tables, out)
+        (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+        click.echo(f"wrote {len(paths)} Kineto traces and truth.json to {out}")
+    else:
+        write_run(tables, out, truth=truth)
+        click.echo(f"wrote run {out}: {tables['ranks'].num_rows} ranks, {tables['events'].num_rows} events, "
+                   f"{tables['collectives'].num_rows} collective calls")
