@@ -1,1 +1,19 @@
-"""Cross-rank analyses: pure functions from tables to tables."""
+"""Cross-rank analyses: pure functions from tables to tables.
+
+`prepare` matches collectives into instances, aligns clocks and classifies dims; `analyze` adds
+the per rank and step breakdown, stalls and stragglers, EP load, PP bubbles, bandwidth and
+findings in words. See docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+from tracekit.analysis.classify import classify, parse_dims
+from tracekit.analysis.clocks import align_clocks
+from tracekit.analysis.core import AnalysisResult, analyze, prepare
+from tracekit.analysis.findings import fmt_ns
+from tracekit.analysis.matching import match_collectives
+
+__all__ = [
+    "AnalysisResult", "align_clocks", "analyze", "classify", "fmt_ns", "match_collectives",
+    "parse_dims", "prepare",
+]

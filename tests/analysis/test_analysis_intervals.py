@@ -1,0 +1,180 @@
+"""The numba kernels against slow, obviously correct twins, and interval-algebra properties."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit.analysis import _kernels
+
+
+def union(iv):
+    out = []
+    for s, e in sorted(iv):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def length(iv):
+    return sum(e - s for s, e in union(iv))
+
+
+def intersect(a, b):
+    out = []
+    for s1, e1 in union(a):
+        for s2, e2 in union(b):
+            s, e = max(s1, s2), min(e1, e2)
+            if e > s:
+                out.append((s, e))
+    return out
+
+
+def naive_sweep(intervals, n_seg, n_cat, compute_cat, comm_mask):
+    """intervals: list of (seg, cat, s, e)."""
+    length_ = np.zeros((n_seg, n_cat), np.int64)
+    overlap = np.zeros((n_seg, n_cat), np.int64)
+    busy = np.zeros(n_seg, np.int64)
+    comm_any = np.zeros(n_seg, np.int64)
+    comm_ov = np.zeros(n_seg, np.int64)
+    for g in range(n_seg):
+        by_cat = {c: [(s, e) for sg, cc, s, e in intervals if sg == g and cc == c] for c in range(n_cat)}
+        comp = by_cat[compute_cat]
+        for c in range(n_cat):
+            length_[g, c] = length(by_cat[c])
+            overlap[g, c] = length(intersect(by_cat[c], comp))
+        busy[g] = length([iv for c in range(n_cat) for iv in by_cat[c]])
+        comm = [iv for c in range(n_cat) if comm_mask[c] for iv in by_cat[c]]
+        comm_any[g] = length(comm)
+        comm_ov[g] = length(intersect(comm, comp))
+    return length_, overlap, busy, comm_any, comm_ov
+
+
+def run_sweep(intervals, n_seg, n_cat, compute_cat, comm_mask):
+    if not intervals:
+        seg = cat = s = e = np.zeros(0, np.int64)
+    else:
+        seg, cat, s, e = (np.array(x, np.int64) for x in zip(*intervals, strict=True))
+    t = np.concatenate([s, e])
+    seg2 = np.concatenate([seg, seg])
+    delta = np.concatenate([np.ones(len(s), np.int64), -np.ones(len(s), np.int64)])
+    order = np.lexsort((t, seg2))
+    return _kernels.sweep(seg2[order], t[order], delta[order], np.concatenate([cat, cat])[order],
+                          n_seg, n_cat, compute_cat, np.array(comm_mask))
+
+
+interval = st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 100), st.integers(1, 40)).map(
+    lambda x: (x[0], x[1], x[2], x[2] + x[3]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(interval, max_size=25))
+def test_sweep_matches_naive_twin(intervals):
+    mask = [False, False, True, True]
+    got = run_sweep(intervals, 3, 4, 0, mask)
+    want = naive_sweep(intervals, 3, 4, 0, mask)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(interval, max_size=25))
+def test_interval_algebra_properties(intervals):
+    mask = [False, False, True, True]
+    length_, overlap, busy, comm_any, comm_ov = run_sweep(intervals, 3, 4, 0, mask)
+    for g in range(3):
+        for c in range(4):
+            raw = sum(e - s for sg, cc, s, e in intervals if sg == g and cc == c)
+            assert length_[g, c] <= raw  # a union is never larger than the sum
+            assert overlap[g, c] <= min(length_[g, c], length_[g, 0])  # overlap never exceeds either side
+            exposed = length_[g, c] - overlap[g, c]
+            assert exposed >= 0 and exposed + overlap[g, c] == length_[g, c]
+        assert busy[g] <= length_[g].sum()
+        assert comm_any[g] <= length_[g, 2] + length_[g, 3]
+        assert comm_ov[g] <= min(comm_any[g], length_[g, 0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(0, 30)), max_size=15),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(1, 30)), max_size=15))
+def test_encloses_matches_naive(ops, comms):
+    ops = sorted((k, s, s + d) for k, s, d in ops)
+    comms = sorted((k, s, s + d) for k, s, d in comms)
+    arr = lambda xs, i: np.array([x[i] for x in xs], np.int64)  # noqa: E731
+    got = _kernels.encloses(arr(ops, 0), arr(ops, 1), arr(ops, 2), arr(comms, 0), arr(comms, 1), arr(comms, 2))
+    want = [any(ck == k and cs >= s and ce <= e for ck, cs, ce in comms) for k, s, e in ops]
+    assert got.tolist() == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 4)), max_size=20))
+def test_components_match_naive(edges):
+    a = np.array([x for x, _ in edges], np.int64)
+    b = np.array([y for _, y in edges], np.int64)
+    got = _kernels.components(a, b, 7, 5)
+    label = list(range(7))
+    changed = True
+    while changed:
+        changed = False
+        for x, y in edges:
+            for x2, y2 in edges:
+                if y2 == y and label[x2] != min(label[x], label[x2]):
+                    label[x2] = label[x] = min(label[x], label[x2])
+                    changed = True
+    assert got.tolist() == label
+
+
+def test_segment_median():
+    values = np.array([3.0, 1.0, 2.0, 10.0, 20.0])
+    starts = np.array([0, 3, 5])
+    assert _kernels.segment_median(values, starts).tolist() == [2.0, 15.0]
+
+
+def test_normal_equations_match_dense_least_squares():
+    rng = np.random.default_rng(0)
+    r = np.array([0, 1, 2, 0, 2, 1, 3])
+    inst = np.array([0, 0, 0, 1, 1, 2, 2])
+    e = rng.normal(size=7)
+    w = rng.uniform(0.5, 2, size=7)
+    lap, b = _kernels.normal_equations(r, np.array([0, 3, 5, 7]), w, e, 4)
+    # brute force: unknowns o (4) and c (3); pin o[0] = 0
+    a = np.zeros((7, 7))
+    for k in range(7):
+        a[k, r[k]] = 1
+        a[k, 4 + inst[k]] = -1
+    sw = np.sqrt(w)
+    x, *_ = np.linalg.lstsq((a * sw[:, None])[:, 1:], -e * sw, rcond=None)
+    lap[0, 0] += 1e9
+    o = np.linalg.solve(lap, b)
+    np.testing.assert_allclose(o[1:], x[:3], atol=1e-6)
+
+
+def test_python_twins_of_the_kernels_agree():
+    """The kernels' own Python bodies (numba's py_func) give the same answers: coverage sees them."""
+
+    def py(f):
+        return getattr(f, "py_func", f)
+
+    intervals = [(0, 0, 0, 10), (0, 2, 5, 15), (1, 3, 2, 4), (1, 0, 0, 3), (0, 1, 12, 20)]
+    mask = [False, False, True, True]
+    seg, cat, s, e = (np.array(x, np.int64) for x in zip(*intervals, strict=True))
+    t = np.concatenate([s, e])
+    seg2 = np.concatenate([seg, seg])
+    delta = np.concatenate([np.ones(5, np.int64), -np.ones(5, np.int64)])
+    order = np.lexsort((t, seg2))
+    args = (seg2[order], t[order], delta[order], np.concatenate([cat, cat])[order], 2, 4, 0, np.array(mask))
+    for got, want in zip(py(_kernels.sweep)(*args), _kernels.sweep(*args), strict=True):
+        np.testing.assert_array_equal(got, want)
+    a, b = np.array([0, 1, 2], np.int64), np.array([0, 0, 1], np.int64)
+    assert py(_kernels.components)(a, b, 3, 2).tolist() == _kernels.components(a, b, 3, 2).tolist()
+    k, s0, e0 = np.array([0, 0]), np.array([0, 5]), np.array([10, 6])
+    assert py(_kernels.encloses)(k, s0, e0, k[:1], s0[:1] + 1, e0[:1] - 1).tolist() == [True, False]
+    lap, rhs = py(_kernels.normal_equations)(a, np.array([0, 2, 3]), np.ones(3), np.arange(3.0), 3)
+    lap2, rhs2 = _kernels.normal_equations(a, np.array([0, 2, 3]), np.ones(3), np.arange(3.0), 3)
+    np.testing.assert_allclose(lap, lap2)
+    np.testing.assert_allclose(rhs, rhs2)
+    vals = np.array([1.0, 3.0, 2.0])
+    assert py(_kernels.segment_median)(vals, np.array([0, 3])).tolist() == [2.0]

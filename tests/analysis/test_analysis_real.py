@@ -1,0 +1,74 @@
+"""Real traces through the Kineto ingest: the project's gloo MoE sample and PARAM's DLRM run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit.analysis import analyze
+
+REPO = Path(__file__).resolve().parents[2]
+DLRM = REPO.parent / "shared" / "real_traces" / "kineto" / "param_dlrm_kineto_8rank"
+GLOO = REPO / "sample_traces" / "gloo_moe_8rank"
+
+
+def _ingest(paths: list[Path], out: Path):
+    ingest = pytest.importorskip("tracekit.ingest").ingest
+    ingest([str(p) for p in paths], out)
+    return analyze(out, write=False)
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory):
+    if not DLRM.is_dir():
+        pytest.skip(f"{DLRM} not present")
+    return _ingest(sorted(DLRM.glob("*.json")), tmp_path_factory.mktemp("dlrm"))
+
+
+@pytest.fixture(scope="module")
+def gloo(tmp_path_factory):
+    files = sorted(GLOO.glob("rank*.pt.trace.json.gz"))
+    if not files or not (GLOO / "truth.json").is_file():
+        pytest.skip(f"{GLOO} not present")
+    return _ingest(files, tmp_path_factory.mktemp("gloo")), json.loads((GLOO / "truth.json").read_text())
+
+
+def test_dlrm_ranks_share_one_clock(dlrm):
+    # one host: the end-time skew of its collectives is 1-7 us, so offsets stay at the us level
+    offsets = pl.from_arrow(dlrm.ranks)["clock_offset_ns"].to_list()
+    assert len(offsets) == 8 and max(abs(o) for o in offsets) < 20_000
+    assert dlrm.alignment["residual_ns"]["p90"] < 10_000
+    assert dlrm.alignment["raw_spread_ns"]["max"] < 10_000
+
+
+def test_dlrm_rank7_arrives_last_in_the_sendrecv(dlrm):
+    inst = pl.from_arrow(dlrm.instances)
+    assert inst.height == 8 and inst["participants"].to_list() == [8] * 8
+    worst = inst.sort("max_wait_ns", descending=True).row(0, named=True)
+    assert worst["last_rank"] == 7 and 5e6 < worst["max_wait_ns"] < 9e6
+    assert pl.from_arrow(dlrm.stragglers).row(0, named=True)["rank"] == 7
+    assert dlrm.findings[0].startswith("rank 7 was last in ")
+
+
+def test_gloo_straggler(gloo):
+    result, truth = gloo
+    want = truth["injected"]["straggler"]
+    top = pl.from_arrow(result.stragglers).row(0, named=True)
+    assert top["rank"] == want["rank"] and top["steps"][0] == want["step"]
+    assert top["excess_ns"] >= 0.5 * want["sleep_ms"] * 1e6
+
+
+def test_gloo_dims_and_hot_experts(gloo):
+    result, truth = gloo
+    coll = pl.from_arrow(result.collectives)
+    if coll["group"].null_count() == coll.height:
+        pytest.skip("the Kineto parser does not yet give gloo collectives a process group")
+    dims = result.to_json()["dims"]
+    for g in truth["layout"]["groups"]:
+        if dims.get(g["pg_name"]):
+            assert dims[g["pg_name"]] == [g["dim"].upper()], g
+    hot = {e["hot_rank"] for e in result.to_json()["ep"]}
+    assert hot == set(truth["injected"]["skewed_routing"]["hot_expert_ranks"])

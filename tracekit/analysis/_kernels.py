@@ -1,0 +1,151 @@
+"""numba kernels for the analyses: numpy arrays in, numpy arrays out, no module globals."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+jit = njit(cache=True, nogil=True)
+
+
+@jit
+def sweep(seg, t, delta, cat, n_seg, n_cat, compute_cat, comm_mask):  # pragma: no cover - jitted
+    """Interval algebra by a sweep line over +1/-1 boundary events.
+
+    Inputs are sorted by (seg, t). Returns, per segment: the union length of each category
+    (`length[seg, cat]`), its intersection with the compute category (`overlap[seg, cat]`), the
+    union of all categories (`busy`), the union of the comm categories (`comm_any`) and that
+    union's intersection with compute (`comm_any_overlap`).
+    """
+    length = np.zeros((n_seg, n_cat), np.int64)
+    overlap = np.zeros((n_seg, n_cat), np.int64)
+    busy = np.zeros(n_seg, np.int64)
+    comm_any = np.zeros(n_seg, np.int64)
+    comm_any_overlap = np.zeros(n_seg, np.int64)
+    active = np.zeros(n_cat, np.int64)
+    n = t.shape[0]
+    i = 0
+    while i < n:
+        s = seg[i]
+        active[:] = 0
+        j = i
+        while j < n and seg[j] == s:
+            if j > i:
+                dt = t[j] - t[j - 1]
+                if dt > 0:
+                    any_on = False
+                    comm_on = False
+                    comp_on = active[compute_cat] > 0
+                    for c in range(n_cat):
+                        if active[c] > 0:
+                            any_on = True
+                            length[s, c] += dt
+                            if comp_on:
+                                overlap[s, c] += dt
+                            if comm_mask[c]:
+                                comm_on = True
+                    if any_on:
+                        busy[s] += dt
+                    if comm_on:
+                        comm_any[s] += dt
+                        if comp_on:
+                            comm_any_overlap[s] += dt
+            active[cat[j]] += delta[j]
+            j += 1
+        i = j
+    return length, overlap, busy, comm_any, comm_any_overlap
+
+
+@jit
+def components(a, b, n_a, n_b):  # pragma: no cover - jitted
+    """Connected components of a bipartite graph given as edges (a[k], b[k]); labels for side a.
+
+    The label of a node is the smallest side-a index in its component; isolated a-nodes keep
+    their own index.
+    """
+    parent = np.arange(n_a + n_b)
+    for k in range(a.shape[0]):
+        x = a[k]
+        y = n_a + b[k]
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        while parent[y] != y:
+            parent[y] = parent[parent[y]]
+            y = parent[y]
+        if x != y:
+            if x < y:
+                parent[y] = x
+            else:
+                parent[x] = y
+    out = np.empty(n_a, np.int64)
+    for i in range(n_a):
+        x = i
+        while parent[x] != x:
+            x = parent[x]
+        out[i] = x
+    return out
+
+
+@jit
+def segment_median(values, starts):  # pragma: no cover - jitted
+    """Median of each segment values[starts[k]:starts[k + 1]] (values grouped by segment; NaN if empty)."""
+    n = starts.shape[0] - 1
+    out = np.empty(n, np.float64)
+    for k in range(n):
+        if starts[k + 1] > starts[k]:
+            out[k] = np.median(values[starts[k]:starts[k + 1]])
+        else:
+            out[k] = np.nan
+    return out
+
+
+@jit
+def encloses(op_key, op_start, op_end, c_key, c_start, c_end):  # pragma: no cover - jitted
+    """For each op interval, whether some c interval with the same key lies inside it.
+
+    Ops and c intervals are each sorted by (key, start).
+    """
+    n_c = c_start.shape[0]
+    suffix_min_end = np.empty(n_c, np.int64)
+    for k in range(n_c - 1, -1, -1):
+        if k == n_c - 1 or c_key[k + 1] != c_key[k]:
+            suffix_min_end[k] = c_end[k]
+        else:
+            suffix_min_end[k] = min(c_end[k], suffix_min_end[k + 1])
+    out = np.zeros(op_start.shape[0], np.bool_)
+    j = 0
+    for i in range(op_start.shape[0]):
+        while j < n_c and (c_key[j] < op_key[i] or (c_key[j] == op_key[i] and c_start[j] < op_start[i])):
+            j += 1
+        if j < n_c and c_key[j] == op_key[i] and suffix_min_end[j] <= op_end[i]:
+            out[i] = True
+    return out
+
+
+@jit
+def normal_equations(r, starts, w, e, n_r):  # pragma: no cover - jitted
+    """Normal equations of min sum_k w_k (e_k + o[r_k] - c_i)^2 with each instance's common
+    value c_i eliminated. Rows are grouped by instance (`starts`); returns the dense rank
+    Laplacian L and right-hand side b (L o = b)."""
+    lap = np.zeros((n_r, n_r))
+    b = np.zeros(n_r)
+    for k in range(starts.shape[0] - 1):
+        s0 = starts[k]
+        s1 = starts[k + 1]
+        tot = 0.0
+        acc = 0.0
+        for a in range(s0, s1):
+            tot += w[a]
+            acc += w[a] * e[a]
+        if tot <= 0.0:
+            continue
+        mean = acc / tot
+        for a in range(s0, s1):
+            ra = r[a]
+            lap[ra, ra] += w[a]
+            b[ra] -= w[a] * (e[a] - mean)
+            f = w[a] / tot
+            for c in range(s0, s1):
+                lap[ra, r[c]] -= f * w[c]
+    return lap, b

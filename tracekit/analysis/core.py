@@ -1,0 +1,225 @@
+"""The front door: `prepare` (match, align, classify) and `analyze` (everything, with findings)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from tracekit.analysis import breakdown, ep, pp, stalls, steps
+from tracekit.analysis._frames import frame, table
+from tracekit.analysis.classify import Overrides, classify
+from tracekit.analysis.clocks import align_clocks
+from tracekit.analysis.matching import match_collectives
+from tracekit.store import Run
+
+RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
+JSON_SCHEMA = "tracekit.analysis/1"
+_TABLES = ("ranks", "groups", "collectives", "events")
+
+
+def _load(source: RunLike) -> tuple[Run | None, dict[str, Any]]:
+    if isinstance(source, Mapping):
+        return None, {name: source.get(name) for name in _TABLES}
+    run = source if isinstance(source, Run) else Run(source)
+    tables: dict[str, Any] = {name: run.table(name) for name in _TABLES if name != "events"}
+    tables["events"] = run.scan("events").collect() if run.has("events") else None
+    return run, tables
+
+
+def _prepared(source: RunLike, dims: str | Overrides | None, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Match, align, classify and find steps; Arrow small tables, the events as a polars frame."""
+    run, t = _load(source)
+    coll, mismatches = match_collectives(t["collectives"])
+    ranks, align = align_clocks(coll, t["ranks"])
+    coll, groups = classify(coll, t["groups"], ranks, overrides=dims)
+    ev = frame(t["events"], "events")
+    c = frame(coll, "collectives")
+    windows = steps.step_windows(ev, c)
+    c = steps.assign_step(c, windows)
+    coll = table(c, "collectives")
+    if run is not None and write:
+        for name, tab in (("collectives", coll), ("ranks", ranks), ("groups", groups)):
+            run.write_table(name, tab)
+    extra = {"alignment": align, "mismatches": mismatches, "windows": windows, "events": ev,
+             "events_in": t["events"], "collectives": c}
+    return {"ranks": ranks, "groups": groups, "collectives": coll}, extra
+
+
+def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool = True) -> dict[str, pa.Table]:
+    """Match, align and classify: the tables every later step needs.
+
+    `source` is a run directory (path or `Run`) or a dict of tables. Returns "ranks" (with
+    clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step) and
+    "events" (as stored). With a run and `write=True`, the three small tables are written back.
+    """
+    out, extra = _prepared(source, dims, write)
+    events = extra["events_in"]
+    out["events"] = events if isinstance(events, pa.Table) else table(extra["events"], "events")
+    return out
+
+
+@dataclass
+class AnalysisResult:
+    """Every analysis table (Arrow) plus the alignment report and findings in words."""
+
+    ranks: pa.Table
+    groups: pa.Table
+    collectives: pa.Table
+    mismatches: pa.Table
+    steps: pa.Table
+    per_rank_step: pa.Table
+    per_rank_step_dim: pa.Table
+    instances: pa.Table
+    stragglers: pa.Table
+    ep_instances: pa.Table
+    ep_groups: pa.Table
+    ep_traffic: pa.Table
+    pp_bubbles: pa.Table
+    alignment: dict[str, Any]
+    findings: list[str] = field(default_factory=list)
+    top: int = 10
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The result tables by name."""
+        return {k: v for k, v in self.__dict__.items() if isinstance(v, pa.Table)}
+
+    def stalls(self, n: int | None = None) -> pl.DataFrame:
+        """Instances by longest wait, longest first."""
+        df = pl.from_arrow(self.instances)
+        assert isinstance(df, pl.DataFrame)
+        df = df.filter(pl.col("max_wait_ns") > 0).sort(["max_wait_ns", "instance"], descending=[True, False])
+        return df.head(n or self.top)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; its layout is documented in docs/analysis.md."""
+        return _to_json(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True, default=_default)
+
+
+def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
+            compute: str | Sequence[str] = "auto", write: bool = True) -> AnalysisResult:
+    """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
+
+    `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
+    `write=True`, the prepared tables and results/analysis.json are written into the run.
+    """
+    run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
+    t, extra = _prepared(run if run is not None else source, dims, write)
+    ev: pl.DataFrame = extra["events"]
+    coll: pl.DataFrame = extra["collectives"]
+    rk = frame(t["ranks"], "ranks")
+    grp = frame(t["groups"], "groups")
+    windows: pl.DataFrame = extra["windows"]
+    wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
+    parts = stalls.participants(coll, rk)
+    inst = stalls.instances(parts) if parts.height else _empty_instances()
+    strag = stalls.stragglers(inst, parts) if parts.height else pl.DataFrame(
+        schema={"rank": pl.Int32, "times_last": pl.UInt32, "instances": pl.UInt32, "delay_ns": pl.Int64,
+                "caused_ns": pl.Int64, "excess_ns": pl.Int64, "worst_wait_ns": pl.Int64, "steps": pl.List(pl.Int32),
+                "groups": pl.List(pl.String)})
+    pairs = ep.ep_pairs(coll, grp)
+    ep_inst, ep_groups, ep_traffic = ep.ep_summary(pairs, rk)
+    bubbles = pp.pp_bubbles(parts, inst, grp, wide)
+    result = AnalysisResult(
+        ranks=t["ranks"], groups=t["groups"], collectives=t["collectives"], mismatches=extra["mismatches"],
+        steps=table(windows), per_rank_step=table(wide), per_rank_step_dim=table(long),
+        instances=table(inst), stragglers=table(strag), ep_instances=table(ep_inst),
+        ep_groups=table(ep_groups), ep_traffic=table(ep_traffic), pp_bubbles=table(bubbles),
+        alignment=extra["alignment"], top=top,
+    )
+    from tracekit.analysis.findings import findings
+
+    result.findings = findings(result)
+    if run is not None and write:
+        run.write_json("analysis", result.to_json())
+    return result
+
+
+def _empty_instances() -> pl.DataFrame:
+    return pl.DataFrame(schema={
+        "instance": pl.Int64, "group": pl.String, "seq": pl.Int64, "op": pl.String, "dim": pl.String,
+        "step": pl.Int32, "participants": pl.UInt32, "nranks": pl.Int32, "dtype": pl.String,
+        "bytes": pl.Int64, "first_arrival_ns": pl.Int64, "last_arrival_ns": pl.Int64,
+        "last_end_ns": pl.Int64, "mean_wait_ns": pl.Float64, "src": pl.Int32, "dst": pl.Int32,
+        "last_rank": pl.Int32, "max_wait_ns": pl.Int64, "duration_ns": pl.Int64, "caused_ns": pl.Int64,
+        "algbw_gbps": pl.Float64, "busbw_gbps": pl.Float64, "slot": pl.Int64,
+        "lead_ns": pl.Int64, "baseline_lead_ns": pl.Int64, "excess_ns": pl.Int64})
+
+
+def _pl(t: pa.Table) -> pl.DataFrame:
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def _to_json(r: AnalysisResult) -> dict[str, Any]:
+    rk = _pl(r.ranks)
+    wide = _pl(r.per_rank_step)
+    long = _pl(r.per_rank_step_dim)
+    inst = _pl(r.instances)
+    per_dim: dict[tuple[int, int], dict[str, dict[str, int]]] = {}
+    for row in long.iter_rows(named=True):
+        d = per_dim.setdefault((row["rank"], row["step"]), {"comm_ns": {}, "exposed_ns": {}, "overlap_ns": {}})
+        d["comm_ns"][row["dim"]] = row["comm_ns"]
+        d["exposed_ns"][row["dim"]] = row["exposed_ns"]
+        d["overlap_ns"][row["dim"]] = row["overlap_ns"]
+    prs = []
+    for row in wide.iter_rows(named=True):
+        d = per_dim.get((row["rank"], row["step"]), {"comm_ns": {}, "exposed_ns": {}, "overlap_ns": {}})
+        prs.append({
+            "rank": row["rank"], "step": row["step"], "span_ns": row["span_ns"], "compute_ns": row["compute_ns"],
+            "comm_ns": d["comm_ns"], "exposed_ns": d["exposed_ns"], "overlap_ns": d["overlap_ns"],
+            "overlap": d["overlap_ns"], "comm_total_ns": row["comm_ns"], "exposed_total_ns": row["exposed_ns"],
+            "idle_ns": row["idle_ns"],
+        })
+    stall_cols = ["instance", "group", "seq", "op", "dim", "step", "last_rank", "max_wait_ns", "caused_ns",
+                  "excess_ns",
+                  "participants", "bytes", "duration_ns", "busbw_gbps"]
+    groups = _pl(r.groups)
+    stalls_rows = (r.stalls().join(groups.select("group", "desc"), on="group", how="left", maintain_order="left")
+                   .select(*stall_cols, "desc").to_dicts() if inst.height else [])
+    bw = (inst.filter(pl.col("busbw_gbps").is_not_null())
+          .group_by("dim", "op", "group")
+          .agg(pl.len().alias("instances"), pl.col("bytes").median().alias("bytes_median"),
+               pl.col("duration_ns").median().alias("duration_median_ns"),
+               pl.col("algbw_gbps").median().alias("algbw_median_gbps"),
+               pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
+               pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
+          .sort("dim", "op", "group", nulls_last=True))
+    return {
+        "schema": JSON_SCHEMA,
+        "summary": {
+            "ranks": rk.height, "groups": groups.height, "steps": sorted(set(wide.get_column("step").to_list())),
+            "collective_calls": r.collectives.num_rows, "instances": inst.height,
+            "mismatches": r.mismatches.num_rows,
+        },
+        "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
+        "alignment_residual_ns": r.alignment["residual_ns"],
+        "alignment": r.alignment,
+        "dims": {g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
+        "per_rank_step": prs,
+        "stalls": stalls_rows,
+        "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
+        "ep": _pl(r.ep_groups).to_dicts(),
+        "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
+        "bandwidth": bw.to_dicts(),
+        "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
+        "findings": list(r.findings),
+    }
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

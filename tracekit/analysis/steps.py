@@ -1,0 +1,134 @@
+"""Training steps: per-rank step windows, and the step each timed row falls into."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.analysis._frames import P2P_OPS
+
+STEP_RE = r"^ProfilerStep#(\d+)$"
+WINDOW_SCHEMA = {"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                 "source": pl.String}
+
+
+def step_windows(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, the [start_ns, end_ns) window of each step on the rank's own clock.
+
+    Sources, by rank, first that applies: `ProfilerStep#N` annotations ("annotation"); the
+    extent of the events carrying `events.step` ("events.step"); the cadence of the least
+    frequent repeated collective, DP preferred ("cadence": step k ends when its k-th call ends);
+    else one step 0 spanning everything ("whole"). Windows of a rank never overlap.
+    """
+    ev = events.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    ann = (
+        ev.with_columns(pl.col("name").str.extract(STEP_RE, 1).cast(pl.Int32).alias("_s"))
+        .filter(pl.col("_s").is_not_null())
+        .group_by("rank", "_s").agg(pl.col("ts_ns").min().alias("start_ns"),
+                                    (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"))
+        .rename({"_s": "step"}).with_columns(pl.lit("annotation").alias("source"))
+    )
+    parts = [ann]
+    done = set(ann.get_column("rank").to_list())
+    by_step = (
+        ev.filter(pl.col("step").is_not_null() & ~pl.col("rank").is_in(list(done)))
+        .group_by("rank", "step").agg(pl.col("ts_ns").min().alias("start_ns"),
+                                      (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"))
+        .with_columns(pl.lit("events.step").alias("source"))
+    )
+    parts.append(by_step)
+    done |= set(by_step.get_column("rank").to_list())
+    extents = _extents(ev, collectives)
+    rest = extents.filter(~pl.col("rank").is_in(list(done)))
+    if rest.height:
+        cad = _cadence(collectives.filter(pl.col("rank").is_in(rest.get_column("rank").to_list())), rest)
+        parts.append(cad)
+        done |= set(cad.get_column("rank").to_list())
+        whole = rest.filter(~pl.col("rank").is_in(list(done))).with_columns(
+            pl.lit(0).alias("step"), pl.lit("whole").alias("source"))
+        parts.append(whole.select("rank", "step", "start_ns", "end_ns", "source"))
+    out = pl.concat([p.select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA) for p in parts])
+    out = out.sort("rank", "start_ns", "step").with_columns(
+        pl.min_horizontal("end_ns", pl.col("start_ns").shift(-1).over("rank")).fill_null(pl.col("end_ns"))
+        .alias("end_ns"))
+    return out.filter(pl.col("end_ns") > pl.col("start_ns"))
+
+
+def _extents(ev: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
+    cols = [pl.col("rank").cast(pl.Int32), pl.col("ts_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e")]
+    both = pl.concat([
+        ev.select(cols),
+        coll.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()).select(cols),
+    ])
+    return both.group_by("rank").agg(pl.col("ts_ns").min().alias("start_ns"), pl.col("e").max().alias("end_ns"))
+
+
+def _cadence(coll: pl.DataFrame, extents: pl.DataFrame) -> pl.DataFrame:
+    empty = pl.DataFrame(schema=WINDOW_SCHEMA)
+    c = coll.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
+                    & ~pl.col("op").is_in(P2P_OPS))
+    if c.height == 0:
+        return empty
+    if "dim" in c.columns and c.filter(pl.col("dim") == "DP").height:
+        c = c.filter(pl.col("dim") == "DP")
+    sig = ["group", "op", "in_bytes"]
+    counts = (c.group_by([*sig, "rank"]).len()
+              .group_by(sig).agg(pl.col("len").median().alias("n"))
+              .filter(pl.col("n") >= 2).sort(["n", "in_bytes"], descending=[False, True], nulls_last=True))
+    if counts.height == 0:
+        return empty
+    chosen = counts.row(0, named=True)
+    marks = c.filter((pl.col("group") == chosen["group"]) & (pl.col("op") == chosen["op"])
+                     & (pl.col("in_bytes").eq_missing(chosen["in_bytes"])))
+    ends = (marks.select(pl.col("rank").cast(pl.Int32), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))
+            .sort("rank", "e").group_by("rank", maintain_order=True).agg(pl.col("e")))
+    rows = []
+    span = {r: (s, e) for r, s, e in extents.iter_rows()}
+    for r, e in ends.iter_rows():
+        start, stop = span[r]
+        bounds = [start, *e[:-1], max(stop, e[-1])]
+        for k in range(len(bounds) - 1):
+            rows.append((r, k, bounds[k], bounds[k + 1], "cadence"))
+    return pl.DataFrame(rows, schema=WINDOW_SCHEMA, orient="row")
+
+
+def split_by_step(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Cut intervals (rank, s, e, ...) at step boundaries; adds `step`, keeps pieces inside windows."""
+    if windows.group_by("rank").len().get_column("len").max() == 1:
+        iv = intervals.with_columns(pl.col("rank").cast(pl.Int32)).join(
+            windows.select(pl.col("rank").cast(pl.Int32), "step", "start_ns", "end_ns"), on="rank")
+        iv = iv.with_columns(pl.max_horizontal("s", "start_ns").alias("s"),
+                             pl.min_horizontal("e", "end_ns").alias("e"))
+        return iv.filter(pl.col("e") > pl.col("s")).drop("start_ns", "end_ns")
+    w = windows.sort("rank", "start_ns").with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("_k"))
+    keys = w.select(pl.col("rank").cast(pl.Int32), "start_ns", "_k").sort("start_ns")
+    iv = intervals.with_columns(pl.col("rank").cast(pl.Int32)).with_row_index("_i")
+    first = (iv.select("_i", "rank", "s").sort("s")
+             .join_asof(keys, left_on="s", right_on="start_ns", by="rank", strategy="backward",
+                        check_sortedness=False)
+             .select("_i", pl.col("_k").fill_null(0).alias("_k0")))
+    last = (iv.select("_i", "rank", (pl.col("e") - 1).alias("_e1")).sort("_e1")
+            .join_asof(keys, left_on="_e1", right_on="start_ns", by="rank", strategy="backward",
+                       check_sortedness=False)
+            .select("_i", pl.col("_k").alias("_k1")))
+    iv = (iv.join(first, on="_i").join(last, on="_i").filter(pl.col("_k1").is_not_null())
+          .with_columns(pl.int_ranges("_k0", pl.col("_k1") + 1).alias("_k")).explode("_k"))
+    iv = iv.join(w.select(pl.col("rank").cast(pl.Int32), "_k", "step", "start_ns", "end_ns"),
+                 on=["rank", "_k"])
+    iv = iv.with_columns(pl.max_horizontal("s", "start_ns").alias("s"),
+                         pl.min_horizontal("e", "end_ns").alias("e"))
+    return iv.filter(pl.col("e") > pl.col("s")).drop("_i", "_k0", "_k1", "_k", "start_ns", "end_ns")
+
+
+def assign_step(df: pl.DataFrame, windows: pl.DataFrame, *, ts: str = "ts_ns") -> pl.DataFrame:
+    """Fill a null `step` column from the window that contains each row's `ts` (by rank)."""
+    keys = windows.select(pl.col("rank").cast(pl.Int32), "start_ns", "end_ns",
+                          pl.col("step").alias("_ws")).sort("start_ns")
+    tmp = df.with_row_index("_r").with_columns(pl.col("rank").cast(pl.Int32))
+    found = (tmp.filter(pl.col(ts).is_not_null()).select("_r", "rank", ts).sort(ts)
+             .join_asof(keys, left_on=ts, right_on="start_ns", by="rank", strategy="backward",
+                        check_sortedness=False)
+             .select("_r", pl.when(pl.col(ts) < pl.col("end_ns")).then(pl.col("_ws")).alias("_ws")))
+    out = tmp.join(found, on="_r", how="left", maintain_order="left")
+    step = pl.col("step").fill_null(pl.col("_ws")) if "step" in df.columns else pl.col("_ws")
+    return out.with_columns(step.cast(pl.Int32).alias("step")).drop("_r", "_ws")
