@@ -260,6 +260,8 @@ class _Builder:
                 self.all_to_all(ranks, step, f"{phase}_mb{mb}_l{layer}_combine")
 
     def _dp_buckets(self, stage_ranks: list[int], step: int) -> None:
+        """Gradient buckets become ready during the backward pass (as in DDP), so each all-reduce is
+        issued after its share of this step's backward compute and overlaps the rest of it."""
         spec = self.spec
         groups: dict[str, list[int]] = {}
         for r in stage_ranks:
@@ -267,23 +269,24 @@ class _Builder:
         for group, members in groups.items():
             if len(members) < 2:
                 continue
-            for b in range(spec.dp_buckets):
-                n = len(members)
+            n = len(members)
+            keys = []
+            for _ in range(spec.dp_buckets):
                 dur = _transfer_ns(2 * (n - 1) / n * spec.dp_bucket_bytes, self._intra(tuple(members)))
-                key = self.instance(group, "all_reduce", "DP", dict.fromkeys(members, spec.dp_bucket_bytes),
-                                    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", step, dur_ns=dur)
-                for r in members:
-                    # async: the bucket is issued after the last backward block of this step
-                    self.programs[r].insert(self._last_index(r, "bwd") + 1 + b,
-                                            ("coll", key, False,
-                                             f"gpu{self.layout['coords'][r]['device']}/stream13"))
+                keys.append(self.instance(group, "all_reduce", "DP", dict.fromkeys(members, spec.dp_bucket_bytes),
+                                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", step, dur_ns=dur))
+            for r in members:
+                backward = self._step_backward_indices(r)
+                lane = f"gpu{self.layout['coords'][r]['device']}/stream13"
+                for b in reversed(range(spec.dp_buckets)):
+                    ready = backward[max(int((b + 1) / spec.dp_buckets * len(backward)) - 1, 0)]
+                    self.programs[r].insert(ready + 1, ("coll", keys[b], False, lane))
 
-    def _last_index(self, rank: int, prefix: str) -> int:
+    def _step_backward_indices(self, rank: int) -> list[int]:
         prog = self.programs[rank]
-        for i in range(len(prog) - 1, -1, -1):
-            if prog[i][0] == "compute" and str(prog[i][1]).startswith(prefix):
-                return i
-        return len(prog) - 1
+        begin = max((i for i, op in enumerate(prog) if op[0] == "step_begin"), default=0)
+        found = [i for i in range(begin, len(prog)) if prog[i][0] == "compute" and str(prog[i][1]).startswith("bwd")]
+        return found or [len(prog) - 1]
 
 
 def _play(builder: _Builder) -> dict[int, list[tuple]]:
