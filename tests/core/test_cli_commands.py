@@ -38,3 +38,12 @@ def test_synth_bad_shape_is_a_clean_error(tmp_path):
     result = CliRunner().invoke(main, ["synth", "-o", str(tmp_path / "x"), "--hosts", "1", "--gpus", "6", "--pp", "4"])
     assert result.exit_code == 1
     assert "divisible" in result.output and "Traceback" not in result.output
+
+
+def test_cli_reference_is_current():
+    from pathlib import Path
+
+    from tracekit.cli._docs import cli_reference
+
+    doc = Path(__file__).parents[2] / "docs" / "cli.md"
+    assert doc.read_text() == cli_reference(), "regenerate: python -m tracekit.cli._docs > docs/cli.md"

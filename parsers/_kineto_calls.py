@@ -1,0 +1,705 @@
+"""Collectives from Kineto traces: communication markers -> calls -> one row per rank per call.
+
+A call is the set of host markers nested on one thread (`c10d::<op>`, `record_param_comms`,
+`nccl:<op>`/`gloo:<op>`) plus the communication kernels launched inside them; gloo's split
+`c10d::`/`gloo:` pairs are joined by order. Sizes come from collective args, else from
+`record_shapes`; groups from the args, `pg_config`, or (gloo) inference.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from tracekit.parsers.kineto import Args, _Identity, _Pass1, _Steps
+    from tracekit.store import SourceStats
+
+SOURCE = "kineto"
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
+    "bfloat16": 2, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2,
+    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8,
+    "complexdouble": 16, "complexhalf": 4, "uint16": 2, "uint32": 4, "uint64": 8,
+}
+
+COLLECTIVE_OPS = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
+    "_all_gather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+    "all_gather_into_tensor": "all_gather", "allgather_coalesced": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_base": "reduce_scatter",
+    "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all", "all_to_all_single": "all_to_all", "alltoallv": "all_to_all",
+    "send": "send", "recv": "recv", "recvanysource": "recv", "recv_any_source": "recv",
+    "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
+    "gather": "gather", "scatter": "scatter", "coalesced": "other",
+}
+NOT_A_CALL = frozenset({"wait", "work_wait", "abort", "shutdown"})
+
+_KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+KERNEL_OPS = {
+    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "other", "Send": "send",
+    "Recv": "recv", "AllToAll": "all_to_all", "AllToAllPivot": "all_to_all",
+    "AllToAllv": "all_to_all", "Gather": "gather", "Scatter": "scatter",
+}
+_INTS = re.compile(r"-?\d+")
+
+
+@dataclass(slots=True)
+class Marker:
+    """A communication-related event kept in memory for collective extraction."""
+
+    ordinal: int
+    lane: str
+    kind: str
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    corr: int | None
+    ext: int | None
+    args: Args | None
+    gpu: bool
+
+
+def as_int(v: Any) -> int | None:
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    if type(v) is str:
+        s = v.strip()
+        if s.lstrip("-").isdigit():
+            return int(s)
+    return None
+
+
+def _jv(raw: msgspec.Raw) -> Any:
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _comms_id(raw: msgspec.Raw) -> str | None:
+    if not raw:
+        return None
+    v = _jv(raw)
+    if v is None:
+        return None
+    return str(v) if not isinstance(v, float) else repr(v)
+
+
+def parse_rank_list(value: Any) -> tuple[list[int], bool]:
+    """Ranks from a JSON list or a (possibly truncated, "[0, ..., 28, ..., 299]") string."""
+    if isinstance(value, list):
+        out = [as_int(v) for v in value]
+        return [v for v in out if v is not None], all(v is not None for v in out)
+    if isinstance(value, str):
+        complete = "..." not in value
+        return [int(x) for x in _INTS.findall(value)], complete
+    return [], False
+
+
+@functools.lru_cache(maxsize=4096)
+def op_from_name(name: str | None) -> str | None:
+    """The op vocabulary entry for a collective name (`allreduce`, `nccl:all_to_all`, ...)."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    for prefix in ("nccl:", "gloo:", "c10d::", "ucc:", "mpi:"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    key = key.rstrip("_") if key not in ("_allgather_base", "_reduce_scatter_base") else key
+    if key.startswith("_") and key not in COLLECTIVE_OPS:
+        key = key.lstrip("_")
+    return COLLECTIVE_OPS.get(key)
+
+
+def kernel_op(name: str) -> tuple[str, str | None]:
+    """(op, dim_hint) for a communication kernel name."""
+    m = _KERNEL_OP.search(name)
+    if m:
+        coll = m.group(1)
+        for k in sorted(KERNEL_OPS, key=len, reverse=True):
+            if coll.startswith(k):
+                return KERNEL_OPS[k], None
+        return "other", None
+    if "dpsk::ep::" in name or "deep_ep::" in name:
+        return ("all_to_all" if re.search(r"dispatch|combine", name) else "other"), "EP"
+    if "all_reduce" in name or "cross_device_reduce" in name:
+        return "all_reduce", None
+    return "other", None
+
+
+def dtype_bytes(dtype: str | None) -> int | None:
+    """Bytes per element of a c10 dtype name (Float 4, BFloat16 2, Float8_* 1, ...)."""
+    if not dtype:
+        return None
+    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.")
+    if key.startswith("float8"):
+        return 1
+    if key.startswith("float4"):
+        return 1
+    return DTYPE_BYTES.get(key)
+
+
+_UNSET: Any = object()
+
+
+@dataclass(slots=True)
+class _Call:
+    kernels: list[Marker] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    args_cache: Any = _UNSET
+    op_cache: Any = _UNSET
+
+
+def _collect_calls(p1: _Pass1) -> list[_Call]:
+    """Group markers into calls: CPU markers nested on one lane form a cluster; kernels join the
+    cluster of their CPU op (External id) or launch (correlation); one call per cluster."""
+    cpu = [m for m in p1.markers if not m.gpu and _is_call_marker(m)]
+    kernels = [m for m in p1.markers if m.kind == "comm"]
+    by_lane: dict[str, list[Marker]] = defaultdict(list)
+    for m in cpu:
+        by_lane[m.lane].append(m)
+    clusters: list[_Call] = []
+    lane_index: dict[str, tuple[list[int], list[int], list[int]]] = {}
+    ext_to_cluster: dict[int, int] = {}
+    for lane, ms in by_lane.items():
+        ms.sort(key=lambda m: (m.ts, -m.dur, m.ordinal))
+        starts: list[int] = []
+        ends: list[int] = []
+        ids: list[int] = []
+        for m in ms:
+            if ends and m.ts <= ends[-1] and m.ts + m.dur <= ends[-1]:
+                cid = ids[-1]
+            else:
+                cid = len(clusters)
+                clusters.append(_Call())
+                starts.append(m.ts)
+                ends.append(m.ts + m.dur)
+                ids.append(cid)
+            clusters[cid].markers.append(m)
+            if m.ext is not None:
+                ext_to_cluster.setdefault(m.ext, cid)
+        lane_index[lane] = (starts, ends, ids)
+    launches = _launch_index(p1, {k.corr for k in kernels if k.corr is not None})
+    calls_for_kernels: list[_Call] = []
+    for k in sorted(kernels, key=lambda m: (m.ts, m.ordinal)):
+        cid = None
+        if k.corr is not None and k.corr in launches:
+            lane, t = launches[k.corr]
+            idx = lane_index.get(lane)
+            if idx is not None:
+                j = bisect.bisect_right(idx[0], t) - 1
+                if j >= 0 and t <= idx[1][j]:
+                    cid = idx[2][j]
+        elif k.ext is not None and k.ext != k.corr:
+            cid = ext_to_cluster.get(k.ext)
+        if cid is None:
+            calls_for_kernels.append(_Call(kernels=[k]))
+        else:
+            clusters[cid].kernels.append(k)
+    calls = [c for c in clusters if c.kernels or _cluster_op(c) is not None]
+    return _pair_split_calls(calls) + calls_for_kernels
+
+
+def _pair_split_calls(calls: list[_Call]) -> list[_Call]:
+    """Join a `c10d::` op with its `gloo:`/`nccl:` event when they sit on different threads
+    (gloo runs the work on worker threads): per op, the k-th of each, in time order."""
+    ops: dict[str, tuple[list[_Call], list[_Call]]] = defaultdict(lambda: ([], []))
+    rest: list[_Call] = []
+    for c in calls:
+        if c.kernels:
+            rest.append(c)
+            continue
+        has_c10d = has_ann = False
+        for m in c.markers:
+            if m.name.startswith("c10d::"):
+                has_c10d = True
+            elif m.name.startswith(("nccl:", "gloo:")):
+                has_ann = True
+        op = _cluster_op(c)
+        if has_c10d == has_ann or op is None or _args_with_coll(c) is not None:
+            rest.append(c)
+        else:
+            ops[op][0 if has_c10d else 1].append(c)
+    for c10d, anns in ops.values():
+        c10d.sort(key=lambda c: min(m.ts for m in c.markers))
+        anns.sort(key=lambda c: min(m.ts for m in c.markers))
+        i = 0
+        for a in anns:
+            t = min(m.ts for m in a.markers)
+            if i < len(c10d) and min(m.ts for m in c10d[i].markers) <= t:
+                rest.append(_Call(kernels=[], markers=c10d[i].markers + a.markers))
+                i += 1
+            else:
+                rest.append(a)
+        rest.extend(c10d[i:])
+    return rest
+
+
+def _is_call_marker(m: Marker) -> bool:
+    if m.name == "record_param_comms":
+        coll = _jv(m.args.coll) if m.args is not None else None
+        return not (isinstance(coll, str) and coll.lower() in NOT_A_CALL)
+    if m.name.startswith("c10d::"):
+        return op_from_name(m.name) is not None
+    return True
+
+
+def _launch_index(p1: _Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
+    if not wanted or not p1.runtime:
+        return {}
+    rt = pa.concat_tables(p1.runtime)
+    mask = pc.is_in(rt.column("correlation"), value_set=pa.array(sorted(wanted), pa.int64()))
+    sub = rt.filter(mask)
+    out: dict[int, tuple[str, int]] = {}
+    for c, t, lane in zip(sub.column("correlation").to_pylist(), sub.column("ts").to_pylist(),
+                          sub.column("lane").to_pylist(), strict=True):
+        out.setdefault(c, (lane, t))
+    return out
+
+
+def _args_with_coll(call: _Call) -> Args | None:
+    if call.args_cache is not _UNSET:
+        return call.args_cache
+    found = None
+    for group in (call.kernels, [m for m in call.markers if m.name == "record_param_comms"],
+                  call.markers):
+        found = next((m.args for m in group if m.args is not None and m.args.coll), None)
+        if found is not None:
+            break
+    if found is None:
+        found = next((m.args for m in call.markers
+                      if m.args is not None and (m.args.pg_name or m.args.pg_id)), None)
+    call.args_cache = found
+    return found
+
+
+def _cluster_op(call: _Call) -> str | None:
+    if call.op_cache is _UNSET:
+        call.op_cache = _find_op(call)
+    return call.op_cache
+
+
+def _find_op(call: _Call) -> str | None:
+    args = _args_with_coll(call)
+    if args is not None:
+        op = op_from_name(_str(_jv(args.coll)))
+        if op is not None:
+            return op
+    for prefix in ("nccl:", "gloo:", "c10d::"):
+        for m in call.markers:
+            if m.name.startswith(prefix):
+                op = op_from_name(m.name)
+                if op is not None:
+                    return op
+    return None
+
+
+def _str(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v if isinstance(v, str) else str(v)
+
+
+def _splits(raw: msgspec.Raw) -> list[int]:
+    return _splits_text(_jv(raw))
+
+
+def _bytes_per_peer(rows: list[int], total: int | None) -> list[int] | None:
+    if not rows:
+        return None
+    s = sum(rows)
+    if total is None or s <= 0:
+        return None
+    per_row = total // s if total % s == 0 else total / s
+    return [round(r * per_row) for r in rows]
+
+
+_CPP_DTYPES = {
+    "float": "Float", "double": "Double", "c10::half": "Half", "c10::bfloat16": "BFloat16",
+    "long int": "Long", "long": "Long", "int64_t": "Long", "long long": "Long", "int": "Int",
+    "unsigned char": "Byte", "signed char": "Char", "char": "Char", "bool": "Bool",
+    "short int": "Short", "short": "Short", "c10::complex<float>": "ComplexFloat",
+    "c10::complex<double>": "ComplexDouble", "c10::float8_e4m3fn": "Float8_e4m3fn",
+    "c10::float8_e5m2": "Float8_e5m2",
+}
+
+
+def torch_dtype(cpp: Any) -> str | None:
+    """c10 dtype name for a record_shapes "Input type" (C++ type name): "float" -> "Float"."""
+    if not isinstance(cpp, str) or not cpp:
+        return None
+    return _CPP_DTYPES.get(cpp.strip().lower())
+
+
+def _numel(dims: Any) -> int | None:
+    """Elements in a shape ([24, 32]) or a tensor list ([[24, 32], [8]])."""
+    if not isinstance(dims, list):
+        return None
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+    if all(isinstance(d, list) for d in dims):
+        parts = [_numel(d) for d in dims]
+        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+    return None
+
+
+def _row_elems(dims: Any) -> int | None:
+    if isinstance(dims, list) and dims and all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims[1:]:
+            n *= d
+        return n
+    return None
+
+
+def _shape_sizes(call: _Call, op: str) -> dict[str, Any]:
+    """Sizes from record_shapes args of the `c10d::` op (and dtype from the gloo/nccl event)."""
+    out: dict[str, Any] = {"dtype": None, "in_bytes": None, "out_bytes": None, "in_rows": None,
+                           "out_rows": None, "peer_local": None}
+    c10d = next((m for m in call.markers if m.name.startswith("c10d::") and m.args is not None), None)
+    ann = next((m for m in call.markers if m.name.startswith(("nccl:", "gloo:")) and m.args is not None), None)
+    ann_type = _jv(ann.args.input_type) if ann is not None else None
+    dtype = torch_dtype(ann_type[0]) if isinstance(ann_type, list) and ann_type else None
+    if c10d is None:
+        if ann is not None and op in ("all_reduce", "broadcast", "reduce"):
+            dims = _jv(ann.args.input_dims)
+            n = _numel(dims[0]) if isinstance(dims, list) and dims else None
+            width = dtype_bytes(dtype)
+            if n is not None and width:
+                out["in_bytes"] = out["out_bytes"] = n * width
+        out["dtype"] = dtype
+        return out
+    dims = _jv(c10d.args.input_dims)
+    types = _jv(c10d.args.input_type)
+    concrete = _jv(c10d.args.concrete)
+    dims = dims if isinstance(dims, list) else []
+    types = types if isinstance(types, list) else []
+    concrete = concrete if isinstance(concrete, list) else []
+    if dtype is None:
+        dtype = next((torch_dtype(t) for t in types if torch_dtype(t)), None)
+    width = dtype_bytes(dtype)
+    out["dtype"] = dtype
+    if width is None or not dims:
+        return out
+    two_tensor = op in ("all_to_all", "all_gather", "reduce_scatter") and len(dims) >= 2 \
+        and _numel(dims[0]) is not None and _numel(dims[1]) is not None \
+        and all(isinstance(d, int) for d in dims[0])
+    if two_tensor:
+        out["out_bytes"] = _numel(dims[0]) * width  # type: ignore[operator]
+        out["in_bytes"] = _numel(dims[1]) * width  # type: ignore[operator]
+        if op == "all_to_all" and len(concrete) >= 5:
+            out["out_rows"] = (_splits_text(concrete[3]), _row_elems(dims[0]), width)
+            out["in_rows"] = (_splits_text(concrete[4]), _row_elems(dims[1]), width)
+        return out
+    n = _numel(dims[0]) if dims[0] != [] else None
+    if n is None and ann is not None:
+        ann_dims = _jv(ann.args.input_dims)
+        if isinstance(ann_dims, list) and ann_dims and ann_dims[0] != []:
+            n = _numel(ann_dims[0])
+    if n is None:
+        return out
+    if op == "send":
+        out["in_bytes"], out["out_bytes"] = n * width, 0
+    elif op == "recv":
+        out["in_bytes"], out["out_bytes"] = 0, n * width
+    else:
+        out["in_bytes"] = out["out_bytes"] = n * width
+    if op in ("send", "recv") and len(concrete) >= 3:
+        out["peer_local"] = as_int(concrete[2])
+    return out
+
+
+def _splits_text(v: Any) -> list[int]:
+    if isinstance(v, str):
+        return [int(x) for x in _INTS.findall(v)]
+    if isinstance(v, list):
+        return [x for x in (as_int(i) for i in v) if x is not None]
+    return []
+
+
+def _finish_p2p_and_splits(row: dict[str, Any], group: dict[str, Any] | None) -> None:
+    """Global peer from a group-local one; split rows to bytes per peer (equal when "[]")."""
+    if row["peer"] is None and row["_peer_local"] is not None and group is not None:
+        local = row["_peer_local"]
+        if group["ranks_complete"] and 0 <= local < len(group["ranks"]):
+            row["peer"] = group["ranks"][local]
+    for key, total_key in (("_in_rows", "in_bytes"), ("_out_rows", "out_bytes")):
+        spec = row[key]
+        if spec is None or row[key.replace("_rows", "_splits")[1:]] is not None:
+            continue
+        rows_, per_row, width = spec
+        total = row[total_key]
+        if rows_ and per_row is not None:
+            row[key.replace("_rows", "_splits")[1:]] = [r * per_row * width for r in rows_]
+        elif not rows_ and total is not None and row["nranks"]:
+            n = row["nranks"]
+            if total % n == 0:
+                row[key.replace("_rows", "_splits")[1:]] = [total // n] * n
+
+
+def _lane_tid(lane: str) -> int:
+    m = re.search(r"(-?\d+)$", lane)
+    return int(m.group(1)) if m else 0
+
+
+def _infer_groups(rows: list[dict[str, Any]], ident: _Identity,
+                  groups: dict[str, dict[str, Any]]) -> None:
+    """Groups for calls that do not name theirs (gloo): p2p -> this rank's only 2-rank group;
+    collectives -> each PG runs on its own worker threads, created in PG order, so thread sets
+    (grouped by op mix, ordered by thread id) map onto the rank's larger groups in name order."""
+    member = [g for g in groups.values() if ident.rank in g["ranks"]]
+    pairs = [g for g in member if g["size"] == 2]
+    todo = [r for r in rows if r["group"] is None]
+    for r in todo:
+        if r["op"] in ("send", "recv") and len(pairs) == 1:
+            r["group"] = pairs[0]["group"]
+    coll = [r for r in todo if r["group"] is None and r["op"] not in ("send", "recv")]
+    if not coll:
+        return
+    lanes: dict[str, set[str]] = defaultdict(set)
+    for r in coll:
+        lanes[r["lane"]].add(r["op"])
+    sigs: dict[frozenset[str], list[str]] = defaultdict(list)
+    for lane, ops in lanes.items():
+        sigs[frozenset(ops)].append(lane)
+    lane_sets = sorted(sigs.values(), key=lambda ls: min(_lane_tid(x) for x in ls))
+    cands = sorted((g for g in member if (g["size"] or 0) > 2), key=lambda g: _group_order(g["group"]))
+    if len(cands) > len(lane_sets):
+        cands = [g for g in cands if g["group"] != "0" and g["desc"] != "default_pg"]
+    if len(cands) != len(lane_sets):
+        return
+    lane_group = {lane: g for ls, g in zip(lane_sets, cands, strict=True) for lane in ls}
+    for r in coll:
+        g = lane_group[r["lane"]]
+        spec = r["_in_rows"]
+        if spec is not None and spec[0] and len(spec[0]) != g["size"]:
+            continue
+        r["group"] = g["group"]
+
+
+def _group_order(name: str) -> tuple[int, int, str]:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
+                       groups: dict[str, dict[str, Any]], stats: SourceStats
+                       ) -> tuple[dict[str, list[Any]], dict[int, int]]:
+    calls = _collect_calls(p1)
+    rows: list[dict[str, Any]] = []
+    default_group = None
+    if not groups:
+        default_group = "0"
+    elif len(groups) == 1:
+        default_group = next(iter(groups))
+    assumed = False
+    for call in calls:
+        args = _args_with_coll(call)
+        op = None
+        coll_name = _str(_jv(args.coll)) if args is not None else None
+        if coll_name:
+            op = op_from_name(coll_name)
+        if op is None:
+            op = _cluster_op(call)
+        dim_hint = None
+        if call.kernels:
+            kop, dim_hint = kernel_op(call.kernels[0].name)
+            if op is None:
+                op = kop
+        op = op or "other"
+        anchor_cpu = min(call.markers, key=lambda m: (m.ts, m.ordinal)) if call.markers else None
+        if call.kernels:
+            ks = sorted(call.kernels, key=lambda m: (m.ts, m.ordinal))
+            ts = ks[0].ts
+            end = max(k.ts + k.dur for k in ks)
+            lane, name = ks[0].lane, ks[0].name
+            issue = anchor_cpu.ts if anchor_cpu else ts
+        else:
+            named = [m for m in call.markers if m.name.startswith(("nccl:", "gloo:"))]
+            a = named[0] if named else anchor_cpu
+            assert a is not None
+            ts, end, lane, name, issue = a.ts, a.ts + a.dur, a.lane, a.name, a.ts
+        group = desc = None
+        ranks: list[int] = []
+        complete = False
+        size = None
+        dtype = in_b = out_b = peer = seq = None
+        in_splits = out_splits = None
+        comms_id = None
+        if args is not None:
+            group = _str(_jv(args.pg_name)) or _str(_jv(args.pg_id))
+            desc = _str(_jv(args.pg_desc))
+            ranks, complete = parse_rank_list(_jv(args.pg_ranks))
+            size = as_int(_jv(args.group_size))
+            dtype = _str(_jv(args.dtype))
+            width = dtype_bytes(dtype)
+            in_n = as_int(_jv(args.in_nelems))
+            if in_n is None:
+                in_n = as_int(_jv(args.in_size))
+            out_n = as_int(_jv(args.out_nelems))
+            if out_n is None:
+                out_n = as_int(_jv(args.out_size))
+            if width is not None:
+                in_b = in_n * width if in_n is not None else None
+                out_b = out_n * width if out_n is not None else None
+            in_splits = _bytes_per_peer(_splits(args.in_split), in_b)
+            out_splits = _bytes_per_peer(_splits(args.out_split), out_b)
+            if op == "send":
+                peer = as_int(_jv(args.dst_rank))
+            elif op == "recv":
+                peer = as_int(_jv(args.src_rank))
+            seq = as_int(_jv(args.seq))
+            comms_id = _comms_id(args.comms_id)
+        peer_local = None
+        if args is None or in_b is None:
+            shape = _shape_sizes(call, op)
+            dtype = dtype or shape["dtype"]
+            in_b = in_b if in_b is not None else shape["in_bytes"]
+            out_b = out_b if out_b is not None else shape["out_bytes"]
+            in_rows, out_rows = shape["in_rows"], shape["out_rows"]
+            peer_local = shape["peer_local"]
+        else:
+            in_rows = out_rows = None
+        rows.append({
+            "group": group, "seq": seq, "op": op, "dtype": dtype, "in_bytes": in_b,
+            "out_bytes": out_b, "nranks": size, "peer": peer, "in_splits": in_splits,
+            "out_splits": out_splits, "ts": ts, "dur": end - ts, "name": name, "lane": lane,
+            "comms_id": comms_id, "dim_hint": dim_hint, "_issue": issue,
+            "_gpu": bool(call.kernels), "_kcorr": call.kernels[0].corr if call.kernels else None,
+            "_ordinals": [m.ordinal for m in call.kernels + call.markers],
+            "_desc": desc, "_ranks": ranks, "_complete": complete, "_in_rows": in_rows,
+            "_out_rows": out_rows, "_peer_local": peer_local,
+        })
+    if len(groups) > 1:
+        _infer_groups(rows, ident, groups)
+    for row in rows:
+        group = row["group"]
+        if group is None and default_group is not None:
+            group = row["group"] = default_group
+            assumed = assumed or not groups
+        if group is None:
+            continue
+        g = groups.setdefault(group, {"group": group, "desc": None, "backend": ident.backend,
+                                      "ranks": [], "size": None, "ranks_complete": False})
+        if row["_desc"] and not g["desc"]:
+            g["desc"] = row["_desc"]
+        if row["_ranks"] and not g["ranks_complete"]:
+            if row["_complete"]:
+                g["ranks"], g["ranks_complete"] = row["_ranks"], True
+            else:
+                g["ranks"] = sorted(set(g["ranks"]) | set(row["_ranks"]))
+        if row["nranks"] is not None and g["size"] is None:
+            g["size"] = row["nranks"]
+    for row in rows:
+        g = groups.get(row["group"]) if row["group"] is not None else None
+        if row["nranks"] is None and g is not None:
+            row["nranks"] = g["size"]
+        _finish_p2p_and_splits(row, g)
+    if assumed:
+        stats.warnings.append("no process-group info in the trace: collectives assigned to the "
+                              "default group '0'")
+        g = groups["0"]
+        if g["desc"] is None:
+            g["desc"] = "default_pg (assumed)"
+        if not g["ranks"] and ident.world_size:
+            g["ranks"], g["ranks_complete"] = list(range(ident.world_size)), True
+        if g["size"] is None:
+            g["size"] = ident.world_size
+        for row in rows:
+            if row["group"] == "0" and row["nranks"] is None:
+                row["nranks"] = g["size"]
+    rows.sort(key=lambda r: (r["_issue"], r["ts"], r["_ordinals"][0]))
+    per_group: Counter[str | None] = Counter()
+    ordinal_map: dict[int, int] = {}
+    base = ident.rank * 2**32
+    for i, row in enumerate(rows):
+        row["coll_id"] = base + i
+        row["seq_explicit"] = row["seq"] is not None
+        if row["seq"] is None:
+            row["seq"] = per_group[row["group"]]
+        per_group[row["group"]] += 1
+        for o in row["_ordinals"]:
+            ordinal_map.setdefault(o, row["coll_id"])
+    n = len(rows)
+    ts = np.array([r["ts"] for r in rows], np.int64)
+    gpu = np.array([r["_gpu"] for r in rows], bool)
+    corr = np.array([r["_kcorr"] if r["_kcorr"] is not None else -1 for r in rows], np.int64)
+    step = steps.assign(ts, gpu, corr, corr >= 0) if n else np.empty(0, np.int64)
+    cols: dict[str, list[Any]] = {
+        "coll_id": [r["coll_id"] for r in rows],
+        "rank": [ident.rank] * n,
+        "group": [r["group"] for r in rows],
+        "seq": [r["seq"] for r in rows],
+        "op": [r["op"] for r in rows],
+        "dtype": [r["dtype"] for r in rows],
+        "in_bytes": [r["in_bytes"] for r in rows],
+        "out_bytes": [r["out_bytes"] for r in rows],
+        "nranks": [r["nranks"] for r in rows],
+        "peer": [r["peer"] for r in rows],
+        "in_splits": [r["in_splits"] for r in rows],
+        "out_splits": [r["out_splits"] for r in rows],
+        "ts_ns": [r["ts"] + ident.base_ns for r in rows],
+        "dur_ns": [r["dur"] for r in rows],
+        "state": ["completed"] * n,
+        "source": [SOURCE] * n,
+        "seq_explicit": [r["seq_explicit"] for r in rows],
+        "name": [r["name"] for r in rows],
+        "lane": [r["lane"] for r in rows],
+        "step": [int(s) if s >= 0 else None for s in step],
+        "comms_id": [r["comms_id"] for r in rows],
+        "dim_hint": [r["dim_hint"] for r in rows],
+    }
+    return cols, ordinal_map
+
+
+def _backend(cfg: Any) -> str | None:
+    if not isinstance(cfg, str) or not cfg:
+        return None
+    names = {part.split(":", 1)[-1] for part in cfg.split(",") if part}
+    return ",".join(sorted(names)) if names else None
+
+
+def groups_from_config(ident: _Identity) -> dict[str, dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    for g in ident.pg_config:
+        name = _str(g.get("pg_name"))
+        if name is None:
+            continue
+        ranks, complete = parse_rank_list(g.get("ranks"))
+        size = as_int(g.get("pg_size"))
+        if size is not None and len(ranks) != size:
+            complete = False
+        desc = g.get("pg_desc")
+        if desc is None and "uid" in g:
+            desc = f"uid {g['uid']}"
+        groups[name] = {"group": name, "desc": _str(desc),
+                        "backend": _backend(g.get("backend_config")) or ident.backend,
+                        "ranks": ranks, "size": size if size is not None else len(ranks) or None,
+                        "ranks_complete": complete and bool(ranks)}
+    return groups

@@ -1,0 +1,44 @@
+"""Input format detection by content (the first kilobytes, gunzipped transparently), never by name."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tracekit.parsers._stream import peek
+
+KINETO = "kineto"
+NCCL_LOG = "nccl_log"
+FLIGHT_RECORDER = "flight_recorder"
+NCCL_INSPECTOR = "nccl_inspector"
+NCCL_TESTS = "nccl_tests"
+PROMETHEUS = "prometheus"
+
+#: Every format name tracekit knows.
+FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, PROMETHEUS)
+#: Formats that can be ingested today: format -> parser module (with `parse` and PARSER_VERSION).
+PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder"}
+
+PEEK_BYTES = 65536
+_KINETO_KEYS = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
+
+
+def detect_bytes(head: bytes) -> str | None:
+    """The format of a file whose first (decompressed) bytes are `head`, or None."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{") and _KINETO_KEYS.search(text):
+        return KINETO
+    from tracekit.parsers import flight_recorder
+
+    if flight_recorder.sniff(head):
+        return FLIGHT_RECORDER
+    return None
+
+
+def detect_format(path: str | os.PathLike[str]) -> str | None:
+    """Detect a file's format from its content; None when unknown or unreadable."""
+    try:
+        head = peek(path, PEEK_BYTES)
+    except OSError:
+        return None
+    return detect_bytes(head)

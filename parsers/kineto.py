@@ -1,0 +1,734 @@
+"""Streaming parser for PyTorch-profiler (Kineto) Chrome traces, every era from 2021 to 2026.
+
+Pass 1 streams `traceEvents` in batches (see `_stream.ChromeTraceReader`), turns each batch into
+columns and spools them to an Arrow IPC file next to the source's parts; only small things are
+kept in memory (launch correlations, step windows, communication markers). Pass 2 resolves
+what needs the whole file (rank, base time, steps, collective ids) and writes the events.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from tracekit.errors import InputError
+from tracekit.parsers._kineto_calls import (
+    COLLECTIVE_OPS,
+    DTYPE_BYTES,
+    KERNEL_OPS,
+    Marker,
+    as_int,
+    build_collectives,
+    dtype_bytes,
+    groups_from_config,
+    kernel_op,
+    op_from_name,
+    parse_rank_list,
+    torch_dtype,
+)
+from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
+from tracekit.store import SourceSink, SourceStats
+
+__all__ = [
+    "COLLECTIVE_OPS", "DEFAULT_COMM_PATTERNS", "DTYPE_BYTES", "FORMAT", "KERNEL_OPS", "PARSER_VERSION",
+    "Args", "Event", "KinetoResult", "compile_patterns", "dtype_bytes", "kernel_op", "op_from_name",
+    "parse", "parse_rank_list", "rank_from_name", "torch_dtype",
+]
+
+FORMAT = "kineto"
+PARSER_VERSION = "1"
+
+#: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
+DEFAULT_COMM_PATTERNS: tuple[str, ...] = (
+    r"\bnccl(?:Dev)?Kernel_",
+    r"\brccl",
+    r"dpsk::ep::",
+    r"deep_ep::",
+    r"multimem_all_reduce",
+    r"cross_device_reduce",
+)
+
+_RAW0 = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, gc=False):
+    """The event args tracekit reads; every other key is skipped by the decoder."""
+
+    external_id: int | float | str | None = msgspec.field(name="External id", default=None)
+    correlation: int | float | str | None = None
+    device: int | float | str | None = None
+    wait_on_stream: int | float | str | None = None
+    wait_corr: int | float | str | None = msgspec.field(
+        name="wait_on_cuda_event_record_corr_id", default=None)
+    coll: msgspec.Raw = msgspec.field(name="Collective name", default=_RAW0)
+    in_nelems: msgspec.Raw = msgspec.field(name="In msg nelems", default=_RAW0)
+    out_nelems: msgspec.Raw = msgspec.field(name="Out msg nelems", default=_RAW0)
+    in_size: msgspec.Raw = msgspec.field(name="In msg size", default=_RAW0)
+    out_size: msgspec.Raw = msgspec.field(name="Out msg size", default=_RAW0)
+    group_size: msgspec.Raw = msgspec.field(name="Group size", default=_RAW0)
+    dtype: msgspec.Raw = msgspec.field(name="dtype", default=_RAW0)
+    in_split: msgspec.Raw = msgspec.field(name="In split size", default=_RAW0)
+    out_split: msgspec.Raw = msgspec.field(name="Out split size", default=_RAW0)
+    pg_name: msgspec.Raw = msgspec.field(name="Process Group Name", default=_RAW0)
+    pg_desc: msgspec.Raw = msgspec.field(name="Process Group Description", default=_RAW0)
+    pg_ranks: msgspec.Raw = msgspec.field(name="Process Group Ranks", default=_RAW0)
+    pg_id: msgspec.Raw = msgspec.field(name="Process Group ID", default=_RAW0)
+    src_rank: msgspec.Raw = msgspec.field(name="Src Rank", default=_RAW0)
+    dst_rank: msgspec.Raw = msgspec.field(name="Dst Rank", default=_RAW0)
+    seq: msgspec.Raw = msgspec.field(name="Seq", default=_RAW0)
+    comms_id: msgspec.Raw = msgspec.field(name="Comms Id", default=_RAW0)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_RAW0)
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=_RAW0)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_RAW0)
+
+
+class Event(msgspec.Struct, gc=False):
+    """One Chrome-trace event as the decoder sees it (unknown keys are skipped)."""
+
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    ts: msgspec.Raw = _RAW0
+    dur: msgspec.Raw = _RAW0
+    args: Args | None = None
+
+
+EVENT_DECODER = msgspec.json.Decoder(list[Event])
+
+_CAT_KIND = {
+    "kernel": "compute", "Kernel": "compute",
+    "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
+    "gpu_memset": "memset", "Memset": "memset",
+    "cpu_op": "cpu_op", "Operator": "cpu_op", "python_function": "cpu_op",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime", "Driver": "runtime",
+    "overhead": "runtime", "mtia_runtime": "runtime", "xpu_runtime": "runtime",
+    "xpu_driver": "runtime", "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime",
+    "user_annotation": "annotation", "gpu_user_annotation": "annotation", "Trace": "annotation",
+    "cuda_profiler_range": "annotation", "mtia_ccp_events": "compute",
+    "cuda_sync": "sync", "cuda_event": "sync",
+    "collective_comm": "comm",
+}
+_GPU_CATS = frozenset({
+    "kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "gpu_user_annotation",
+    "cuda_sync", "cuda_event", "mtia_ccp_events", "collective_comm",
+})
+_RUNTIME_CATS = frozenset({"cuda_runtime", "Runtime", "cuda_driver", "Driver", "xpu_runtime",
+                           "privateuse1_runtime", "mtia_runtime"})
+_PHASE_REASON = {
+    "M": "metadata", "s": "flow", "t": "flow", "f": "flow", "i": "instant", "I": "instant",
+    "C": "counter", "b": "async", "e": "async", "n": "async", "B": "begin_end", "E": "begin_end",
+    "O": "object", "N": "object", "D": "object", "P": "sample", "R": "mark", "c": "clock_sync",
+}
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.I)
+_TB_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
+
+
+_KINDS = ("compute", "comm", "memcpy", "memset", "cpu_op", "runtime", "annotation", "sync")
+_KINDS_ARR = pa.array(_KINDS, pa.string())
+_KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+_COMPUTE, _COMM, _SYNC = _KIND_CODE["compute"], _KIND_CODE["comm"], _KIND_CODE["sync"]
+_D = pa.dictionary(pa.int32(), pa.string())
+STAGE_SCHEMA = pa.schema([
+    ("lane", _D), ("kind", _D), ("name", _D), ("cat", _D),
+    ("ts", pa.int64()), ("dur", pa.int64()), ("correlation", pa.int64()),
+    ("external_id", pa.int64()), ("sync_lane", pa.string()), ("sync_correlation", pa.int64()),
+    ("gpu", pa.bool_()),
+])
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass
+class KinetoResult:
+    """What one Kineto source produced."""
+
+    stats: SourceStats
+    rank: int
+    events: int = 0
+    collectives: int = 0
+    groups: int = 0
+    steps: list[int] = field(default_factory=list)
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+
+
+def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:
+    """One regex from comm-kernel patterns (the defaults when None)."""
+    pats = list(DEFAULT_COMM_PATTERNS if patterns is None else patterns)
+    if not pats:
+        return re.compile(r"(?!)")
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in pats))
+    except re.error as exc:
+        raise ValueError(f"invalid comm pattern: {exc}") from exc
+
+
+class _Pass1:
+    """Columns of one batch of events at a time, spooled to an IPC stream; small state kept."""
+
+    def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
+        self.spool_path = spool
+        self._writer: ipc.RecordBatchStreamWriter | None = None
+        self._sink: Any = None
+        self.comm = comm
+        self.stats = stats
+        self.rows = 0
+        self.lane_cache: dict[tuple[Any, ...], str] = {}
+        self.comm_cache: dict[str, bool] = {}
+        self.mark_cache: dict[str, int] = {}
+        self.markers: list[Marker] = []
+        self.cpu_steps: list[tuple[int, int, int]] = []
+        self.gpu_steps: list[tuple[int, int, int]] = []
+        self.runtime: list[pa.Table] = []
+        self.cpu_pid: int | None = None
+        self.gpu_device: int | None = None
+        self.ts_min: int | None = None
+        self.ts_max: int | None = None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = None
+
+    def add(self, events: list[Event]) -> None:
+        xs = [e for e in events if e.ph == "X"]
+        if len(xs) != len(events):
+            for ph, n in Counter([e.ph for e in events if e.ph != "X"]).items():
+                self.stats.skip(_PHASE_REASON.get(ph, "unsupported_phase"), n)
+        n = len(xs)
+        if not n:
+            return
+        cat_arr = pa.array([e.cat for e in xs], pa.string()).dictionary_encode()
+        cat_vals = cat_arr.dictionary.to_pylist()
+        cat_idx = pc.fill_null(cat_arr.indices, len(cat_vals)).to_numpy(zero_copy_only=False)
+        cat_kind = np.array([_KIND_CODE.get(_CAT_KIND.get(c), -1) for c in cat_vals] + [-2], np.int8)
+        cat_gpu = np.array([c in _GPU_CATS for c in cat_vals] + [False], bool)
+        kind = cat_kind[cat_idx]
+        gpu = cat_gpu[cat_idx]
+        name_arr = pa.array([e.name for e in xs], pa.string()).dictionary_encode()
+        name_vals = name_arr.dictionary.to_pylist()
+        name_idx = name_arr.indices.to_numpy(zero_copy_only=False)
+        cc, mc, search = self.comm_cache, self.mark_cache, self.comm.search
+        comm_flags = np.zeros(len(name_vals), bool)
+        mark_flags = np.zeros(len(name_vals), np.int8)
+        for i, nm in enumerate(name_vals):
+            v = cc.get(nm)
+            if v is None:
+                v = cc[nm] = search(nm) is not None
+            comm_flags[i] = v
+            m = mc.get(nm)
+            if m is None:
+                m = mc[nm] = _marker_class(nm)
+            mark_flags[i] = m
+        kind = np.where((kind == _COMPUTE) & comm_flags[name_idx], _COMM, kind)
+        pids = [e.pid for e in xs]
+        tids = [e.tid for e in xs]
+        lanes = self._lanes(pids, tids, gpu)
+        ts = _ns_column(b"\n".join([e.ts for e in xs]), n)
+        dur = pc.fill_null(_ns_column(b"\n".join([e.dur for e in xs]), n), 0)
+        argss = [e.args for e in xs]
+        corr = _int_column([a.correlation if a is not None else None for a in argss])
+        ext = _int_column([a.external_id if a is not None else None for a in argss])
+        sync_lane: list[str | None] = [None] * n
+        sync_corr: list[int | None] = [None] * n
+        for i in np.flatnonzero(kind == _SYNC).tolist():
+            a = argss[i]
+            if a is None:
+                continue
+            ws = as_int(a.wait_on_stream)
+            if ws is not None and ws >= 0:
+                dev = as_int(a.device)
+                sync_lane[i] = f"gpu{_fmt(dev if dev is not None else xs[i].pid)}/stream{ws}"
+            wc = as_int(a.wait_corr)
+            if wc is not None and wc >= 0:
+                sync_corr[i] = wc
+        keep = kind >= 0
+        if ts.null_count:
+            keep &= ~np.asarray(ts.is_null().to_numpy(zero_copy_only=False), bool)
+        n_keep = int(keep.sum())
+        if n_keep != n:
+            no_cat = kind == -2
+            unknown = kind == -1
+            bad_ts = ~keep & ~no_cat & ~unknown
+            for reason, mask in (("no_category", no_cat), ("unknown_category", unknown),
+                                 ("missing_or_bad_ts", bad_ts)):
+                c = int(mask.sum())
+                if c:
+                    self.stats.skip(reason, c)
+        kind_arr = pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0).astype(np.int32)), _KINDS_ARR)
+        table = pa.table({
+            "lane": pa.array(lanes, pa.string()).dictionary_encode(), "kind": kind_arr,
+            "name": name_arr, "cat": cat_arr, "ts": ts, "dur": dur, "correlation": corr,
+            "external_id": ext, "sync_lane": pa.array(sync_lane, pa.string()),
+            "sync_correlation": pa.array(sync_corr, pa.int64()), "gpu": pa.array(gpu, pa.bool_()),
+        }, schema=STAGE_SCHEMA)
+        if n_keep != n:
+            table = table.filter(pa.array(keep))
+        new_index = np.cumsum(keep) - 1
+        marks = mark_flags[name_idx]
+        hits = np.flatnonzero(keep & ((marks > 0) | (kind == _COMM)))
+        if len(hits):
+            ts_np = ts.to_numpy(zero_copy_only=False)
+            dur_np = dur.to_numpy(zero_copy_only=False)
+            for i in hits.tolist():
+                t, d = int(ts_np[i]), int(dur_np[i])
+                if marks[i] == 2:
+                    step = int(_STEP.match(xs[i].name).group(1))  # type: ignore[union-attr]
+                    (self.gpu_steps if gpu[i] else self.cpu_steps).append((t, t + d, step))
+                    continue
+                a = argss[i]
+                self.markers.append(Marker(
+                    ordinal=self.rows + int(new_index[i]), lane=lanes[i], kind=_KINDS[kind[i]],
+                    name=xs[i].name, cat=cat_vals[cat_idx[i]] if cat_idx[i] < len(cat_vals) else "",
+                    ts=t, dur=d, corr=as_int(a.correlation) if a is not None else None,
+                    ext=as_int(a.external_id) if a is not None else None,
+                    args=a if a is not None and _has_call_args(a) else None, gpu=bool(gpu[i])))
+        rt = keep & np.isin(cat_idx, [i for i, c in enumerate(cat_vals) if c in _RUNTIME_CATS])
+        if rt.any():
+            self.runtime.append(pa.table({
+                "correlation": corr.filter(pa.array(rt)), "ts": ts.filter(pa.array(rt)),
+                "lane": pa.array([lanes[i] for i in np.flatnonzero(rt).tolist()], pa.string()),
+            }))
+        if table.num_rows:
+            lo = pc.min(table.column("ts")).as_py()
+            hi = pc.max(pc.add(table.column("ts"), table.column("dur"))).as_py()
+            self.ts_min = lo if self.ts_min is None else min(self.ts_min, lo)
+            self.ts_max = hi if self.ts_max is None else max(self.ts_max, hi)
+        if self.gpu_device is None:
+            self.gpu_device = _first_int(pids, np.flatnonzero(keep & gpu))
+        if self.cpu_pid is None:
+            self.cpu_pid = _first_int(pids, np.flatnonzero(keep & ~gpu))
+        self._write(table)
+
+    def _lanes(self, pids: list[Any], tids: list[Any], gpu: np.ndarray) -> list[str]:
+        """Lane names: "gpu{pid}/stream{tid}" for GPU events, "cpu/thread{tid}" otherwise."""
+        lc = self.lane_cache
+        lanes = []
+        append = lanes.append
+        get = lc.get
+        for key in zip(gpu.tolist(), pids, tids, strict=True):
+            lane = get(key)
+            if lane is None:
+                g, pid, tid = key
+                lane = lc[key] = f"gpu{_fmt(pid)}/stream{_fmt(tid)}" if g else f"cpu/thread{_fmt(tid)}"
+            append(lane)
+        return lanes
+
+    def _write(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        if self._writer is None:
+            self._sink = pa.OSFile(str(self.spool_path), "wb")
+            self._writer = ipc.new_stream(self._sink, STAGE_SCHEMA)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+        self.stats.store(table.num_rows)
+
+
+def _has_call_args(a: Args) -> bool:
+    return bool(a.coll or a.pg_name or a.pg_id or a.input_dims or a.input_type or a.concrete)
+
+
+def _first_int(values: list[Any], candidates: np.ndarray) -> int | None:
+    for i in candidates[:64].tolist():
+        if type(values[i]) is int:
+            return values[i]
+    return None
+
+
+def _marker_class(name: str) -> int:
+    if name == "record_param_comms" or name.startswith(("nccl:", "gloo:", "c10d::")):
+        return 1
+    if name.startswith("ProfilerStep#") and _STEP.match(name):
+        return 2
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    if type(v) is float and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _int_column(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        clean = []
+        for v in values:
+            iv = as_int(v)
+            clean.append(iv if iv is not None and _I64_MIN <= iv <= _I64_MAX else None)
+        return pa.array(clean, pa.int64())
+
+
+_DEC = pa.decimal128(24, 3)
+
+
+def _ns_column(joined: bytes, n: int) -> pa.Array:
+    """Chrome µs numbers (as raw JSON text, newline-joined) to int64 ns, exactly; nulls if bad."""
+    text = pa.array([joined], pa.large_binary()).cast(pa.large_string())
+    parts = pc.split_pattern(text, "\n").flatten()
+    if len(parts) != n:
+        return _ns_slow(joined.split(b"\n"), n)
+    if b"." not in joined and b"e" not in joined and b"E" not in joined:
+        try:
+            ints = parts.cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            ints = None
+        if ints is not None and not ints.null_count:
+            try:
+                return pc.multiply_checked(ints, 1000)
+            except pa.ArrowInvalid:
+                return _ns_slow(joined.split(b"\n"), n)
+    try:
+        dec = parts.cast(_DEC)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _ns_slow(joined.split(b"\n"), n)
+    if dec.null_count:
+        return _ns_slow(joined.split(b"\n"), n)
+    words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset:2 * (dec.offset + n):2]
+    return pa.array(words.copy(), pa.int64())
+
+
+def _ns_slow(parts: list[bytes], n: int) -> pa.Array:
+    out: list[int | None] = []
+    for p in parts[:n]:
+        s = p.strip().strip(b'"')
+        try:
+            v = round(Decimal(s.decode("ascii")) * 1000)
+        except (InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
+            v = None
+        out.append(v if v is not None and _I64_MIN <= v <= _I64_MAX else None)
+    out.extend([None] * (n - len(out)))
+    return pa.array(out, pa.int64())
+
+
+def rank_from_name(path: str | os.PathLike[str]) -> int | None:
+    """A rank spelled in a file name: rank-3, rank3, rank_3, worker3, _rank3 ..."""
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None,
+          comm_patterns: Sequence[str] | None = None, chunk_size: int = 1 << 21) -> KinetoResult:
+    """Parse one Kineto trace into `sink`; raise InputError when the file cannot be used."""
+    path = os.fspath(path)
+    stats = SourceStats()
+    comm = compile_patterns(comm_patterns)
+    spool = sink.part_dir / "_events.arrows"
+    p1 = _Pass1(spool, comm, stats)
+    try:
+        with ByteStream(path, chunk_size=chunk_size) as stream:
+            reader = ChromeTraceReader(stream.chunks(), EVENT_DECODER.decode)
+            try:
+                for kind, item in reader:
+                    if kind == "batch":
+                        p1.add(item)
+                    else:
+                        stats.skip("invalid_event")
+                    item = None  # free this batch before the reader decodes the next one
+            except ChromeFormatError as exc:
+                if stream.corrupt:
+                    raise InputError(path, stream.corrupt) from exc
+                if stream.truncated_gzip:
+                    raise InputError(path, "truncated before any trace event") from exc
+                raise InputError(path, f"not a Kineto trace: {exc}") from exc
+            _finish_read(path, reader, stream, stats)
+        p1.close()
+        meta = reader.metadata
+        identity = _identity(path, meta, rank, p1)
+        result = _pass2(path, sink, p1, meta, identity, stats)
+    finally:
+        p1.close()
+        spool.unlink(missing_ok=True)
+    return result
+
+
+def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
+                 stats: SourceStats) -> None:
+    if not reader.saw_events:
+        if stream.corrupt or stream.truncated_gzip or not reader.finished:
+            raise InputError(path, "truncated or corrupt before any trace event")
+        raise InputError(path, "not a Kineto trace: no traceEvents array")
+    if reader.bad_metadata:
+        stats.warnings.append(f"undecodable top-level keys skipped: {sorted(reader.bad_metadata)[:5]}")
+    cut = not reader.finished
+    if cut:
+        tail = reader.truncated_tail.strip()
+        if not reader.events_closed and tail:
+            stats.skip("truncated", 1)
+        why = stream.corrupt or ("gzip stream cut short" if stream.truncated_gzip else "JSON cut short")
+        where = "inside traceEvents" if not reader.events_closed else "after traceEvents"
+        stats.warnings.append(
+            f"truncated file ({why}, {where}): salvaged {stats.stored} events up to the last "
+            "complete one; top-level keys after the cut are missing")
+
+
+@dataclass
+class _Identity:
+    rank: int
+    world_size: int | None
+    backend: str | None
+    nccl_version: str | None
+    host: str | None
+    pid: int | None
+    device: int | None
+    device_name: str | None
+    base_ns: int
+    pg_config: list[dict[str, Any]]
+
+
+def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> _Identity:
+    dist = meta.get("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    r = as_int(dist.get("rank"))
+    if r is None:
+        r = rank
+    if r is None:
+        r = rank_from_name(path)
+    if r is None:
+        raise InputError(path, "no rank: distributedInfo has no rank and the file name names none; "
+                               "pass --rank")
+    if not (0 <= r < 2**31):
+        raise InputError(path, f"rank {r} out of range")
+    host = None
+    for key in ("hostname", "host", "host_name"):
+        v = meta.get(key)
+        if isinstance(v, str) and v:
+            host = v
+            break
+    if host is None:
+        m = _TB_NAME.match(Path(path).name)
+        if m and p1.cpu_pid is not None and int(m.group("pid")) == p1.cpu_pid:
+            host = m.group("host")
+    props = meta.get("deviceProperties")
+    device_name = None
+    if isinstance(props, list):
+        named = [p for p in props if isinstance(p, dict) and isinstance(p.get("name"), str)]
+        match = [p for p in named if as_int(p.get("id")) == p1.gpu_device]
+        if match:
+            device_name = match[0]["name"]
+        elif named and len({p["name"] for p in named}) == 1:
+            device_name = named[0]["name"]
+    base = as_int(meta.get("baseTimeNanoseconds")) or 0
+    pg = _decode_text(dist.get("pg_config"))
+    pg_config = [g for g in pg if isinstance(g, dict)] if isinstance(pg, list) else []
+    nv = dist.get("nccl_version")
+    backend = dist.get("backend")
+    return _Identity(
+        rank=r, world_size=as_int(dist.get("world_size")),
+        backend=backend if isinstance(backend, str) else None,
+        nccl_version=str(nv) if nv is not None else None, host=host, pid=p1.cpu_pid,
+        device=p1.gpu_device, device_name=device_name, base_ns=base, pg_config=pg_config)
+
+
+def _decode_text(value: Any) -> Any:
+    """A JSON (or Python-repr, quotes swapped; never evaluated) document given as a string."""
+    if not isinstance(value, str):
+        return value
+    for text in (value, value.replace("'", '"')):
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class _Steps:
+    """ProfilerStep windows: steps of CPU timestamps, and of GPU ones via their launch."""
+
+    def __init__(self, p1: _Pass1) -> None:
+        self.cpu = _windows(p1.cpu_steps)
+        self.gpu = _windows(p1.gpu_steps)
+        if p1.runtime:
+            rt = pa.concat_tables(p1.runtime)
+            corr = rt.column("correlation").to_numpy(zero_copy_only=False)
+            ts = rt.column("ts").to_numpy(zero_copy_only=False)
+            ok = ~np.isnan(corr) if corr.dtype.kind == "f" else np.ones(len(corr), bool)
+            corr = corr[ok].astype(np.int64)
+            ts = ts[ok].astype(np.int64)
+            order = np.argsort(corr, kind="stable")
+            self.rt_corr, self.rt_ts = corr[order], ts[order]
+        else:
+            self.rt_corr = self.rt_ts = np.empty(0, np.int64)
+
+    def launch_ts(self, corr: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(self.rt_corr):
+            return np.zeros(len(corr), np.int64), np.zeros(len(corr), bool)
+        idx = np.searchsorted(self.rt_corr, corr)
+        idx = np.minimum(idx, len(self.rt_corr) - 1)
+        found = has & (self.rt_corr[idx] == corr)
+        return self.rt_ts[idx], found
+
+    def assign(self, ts: np.ndarray, gpu: np.ndarray, corr: np.ndarray, has_corr: np.ndarray) -> np.ndarray:
+        out = _lookup(self.cpu, ts)
+        if gpu.any():
+            lts, found = self.launch_ts(corr, has_corr & gpu)
+            via_launch = _lookup(self.cpu, lts)
+            by_time = _lookup(self.gpu, ts) if self.gpu is not None else out
+            out = np.where(gpu, np.where(found, via_launch, by_time), out)
+        return out
+
+
+def _windows(items: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    if not items:
+        return None
+    items = sorted(items)
+    arr = np.array(items, dtype=np.int64)
+    return arr[:, 0], arr[:, 1], arr[:, 2]
+
+
+def _lookup(win: tuple[np.ndarray, np.ndarray, np.ndarray] | None, ts: np.ndarray) -> np.ndarray:
+    if win is None:
+        return np.full(len(ts), -1, np.int64)
+    starts, ends, nums = win
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    ok = idx >= 0
+    idxc = np.maximum(idx, 0)
+    ok &= ts <= ends[idxc]
+    return np.where(ok, nums[idxc], -1)
+
+
+WRITE_ROWS = 65_536
+
+
+def _coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterable[pa.RecordBatch]:
+    """Regroup record batches into batches of about `rows` rows (small ones are merged)."""
+    pending: list[pa.RecordBatch] = []
+    n = 0
+    for b in batches:
+        pending.append(b)
+        n += b.num_rows
+        if n >= rows:
+            yield _merge_batches(pending)
+            pending, n = [], 0
+    if pending:
+        yield _merge_batches(pending)
+
+
+def _merge_batches(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).unify_dictionaries().combine_chunks().to_batches()[0]
+
+
+def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident: _Identity,
+           stats: SourceStats) -> KinetoResult:
+    steps = _Steps(p1)
+    groups = groups_from_config(ident)
+    coll_cols, ordinal_map = build_collectives(p1, ident, steps, groups, stats)
+    if ordinal_map:
+        keys = np.array(sorted(ordinal_map), np.int64)
+        vals = np.array([ordinal_map[k] for k in keys.tolist()], np.int64)
+    else:
+        keys = vals = np.empty(0, np.int64)
+    offset = 0
+    step_set: set[int] = set()
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracekit-write")
+    pending: list[Future[None]] = []
+    if p1.rows:
+        with pa.OSFile(str(p1.spool_path), "rb") as src:
+            for batch in _coalesce(ipc.open_stream(src), WRITE_ROWS):
+                n = batch.num_rows
+                ts = batch.column("ts").to_numpy(zero_copy_only=False)
+                gpu = batch.column("gpu").to_numpy(zero_copy_only=False)
+                corr_arr = batch.column("correlation")
+                has_corr = ~np.asarray(corr_arr.is_null().to_numpy(zero_copy_only=False), bool)
+                corr = pc.fill_null(corr_arr, -1).to_numpy(zero_copy_only=False)
+                step = steps.assign(ts, gpu, corr, has_corr)
+                step_set.update(np.unique(step[step >= 0]).tolist())
+                coll = None
+                if len(keys):
+                    ords = np.arange(offset, offset + n, dtype=np.int64)
+                    idx = np.minimum(np.searchsorted(keys, ords), len(keys) - 1)
+                    hit = keys[idx] == ords
+                    if hit.any():
+                        coll = pa.array(vals[idx], pa.int64(), mask=~hit)
+                offset += n
+                for f in [f for f in pending if f.done()]:
+                    f.result()
+                    pending.remove(f)
+                while len(pending) >= 2:
+                    pending.pop(0).result()
+                pending.append(writer.submit(sink.add_events, {
+                    "rank": pa.array(np.full(n, ident.rank, np.int32)),
+                    "lane": batch.column("lane"), "kind": batch.column("kind"),
+                    "name": batch.column("name"),
+                    "ts_ns": pc.add(batch.column("ts"), ident.base_ns) if ident.base_ns else batch.column("ts"),
+                    "dur_ns": batch.column("dur"),
+                    "step": pa.array(step.astype(np.int32), pa.int32(), mask=step < 0),
+                    "correlation": corr_arr,
+                    "coll_id": coll if coll is not None else pa.nulls(n, pa.int64()),
+                    "cat": batch.column("cat"), "external_id": batch.column("external_id"),
+                    "sync_lane": batch.column("sync_lane"),
+                    "sync_correlation": batch.column("sync_correlation"),
+                }))
+    try:
+        for f in pending:
+            f.result()
+    finally:
+        writer.shutdown(wait=True)
+    group_rows = sorted(groups.values(), key=lambda g: g["group"])
+    sink.add("groups", {
+        "group": [g["group"] for g in group_rows], "desc": [g["desc"] for g in group_rows],
+        "backend": [g["backend"] for g in group_rows],
+        "ranks": pa.array([g["ranks"] for g in group_rows], pa.list_(pa.int32())),
+        "size": pa.array([g["size"] for g in group_rows], pa.int32()),
+        "dims": pa.array([[] for _ in group_rows], pa.list_(pa.string())),
+        "ranks_complete": [g["ranks_complete"] for g in group_rows],
+    })
+    if coll_cols["coll_id"]:
+        sink.add("collectives", {
+            **coll_cols,
+            "in_splits": pa.array(coll_cols["in_splits"], pa.list_(pa.int64())),
+            "out_splits": pa.array(coll_cols["out_splits"], pa.list_(pa.int64())),
+            "group": pa.array(coll_cols["group"], pa.string()),
+            "dtype": pa.array(coll_cols["dtype"], pa.string()),
+            "dim_hint": pa.array(coll_cols["dim_hint"], pa.string()),
+            "comms_id": pa.array(coll_cols["comms_id"], pa.string()),
+            "in_bytes": pa.array(coll_cols["in_bytes"], pa.int64()),
+            "out_bytes": pa.array(coll_cols["out_bytes"], pa.int64()),
+            "nranks": pa.array(coll_cols["nranks"], pa.int32()),
+            "peer": pa.array(coll_cols["peer"], pa.int32()),
+            "step": pa.array(coll_cols["step"], pa.int32()),
+            "seq": pa.array(coll_cols["seq"], pa.int64()),
+        })
+    sink.add("ranks", {
+        "rank": pa.array([ident.rank], pa.int32()),
+        "world_size": pa.array([ident.world_size], pa.int32()),
+        "host": pa.array([ident.host], pa.string()), "pid": pa.array([ident.pid], pa.int64()),
+        "local_device": pa.array([ident.device], pa.int32()),
+        "source_file": [path], "source_format": [FORMAT],
+        "clock_offset_ns": pa.nulls(1, pa.int64()),
+        "backend": pa.array([ident.backend], pa.string()),
+        "device_name": pa.array([ident.device_name], pa.string()),
+        "nccl_version": pa.array([ident.nccl_version], pa.string()),
+    })
+    lo = p1.ts_min + ident.base_ns if p1.ts_min is not None else None
+    hi = p1.ts_max + ident.base_ns if p1.ts_max is not None else None
+    return KinetoResult(stats=stats, rank=ident.rank, events=p1.rows,
+                        collectives=len(coll_cols["coll_id"]), groups=len(group_rows),
+                        steps=sorted(step_set), ts_min_ns=lo, ts_max_ns=hi)

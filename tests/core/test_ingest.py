@@ -1,0 +1,173 @@
+"""tracekit.ingest: expansion, detection, cache, per-source errors, merging, determinism."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracekit import SCHEMA_VERSION, __version__, schema
+from tracekit.errors import TracekitError
+from tracekit.ingest import describe_run, ingest
+from tracekit.store import Run
+
+REAL = Path(__file__).parents[2] / ".." / "shared" / "real_traces" / "kineto"
+DLRM = REAL / "param_dlrm_kineto_8rank"
+
+
+@pytest.fixture(scope="module")
+def dlrm() -> list[Path]:
+    if not DLRM.is_dir():
+        pytest.skip(f"real traces not present at {DLRM}")
+    return sorted(DLRM.resolve().glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def dlrm_run(dlrm: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dlrm") / "run"
+    report = ingest([DLRM], out)
+    assert len(report.ingested) == 8 and not report.failed
+    return out
+
+
+def test_dlrm_eight_ranks_line_up(dlrm_run: Path) -> None:
+    run = Run(dlrm_run)
+    ranks = run.table("ranks").to_pylist()
+    assert [r["rank"] for r in ranks] == list(range(8))
+    coll = run.table("collectives").to_pylist()
+    assert len(coll) == 64
+    by_rank: dict[int, list[dict]] = {}
+    for row in coll:
+        by_rank.setdefault(row["rank"], []).append(row)
+    ops = {r: [c["op"] for c in sorted(rows, key=lambda c: c["seq"])] for r, rows in by_rank.items()}
+    assert len({tuple(v) for v in ops.values()}) == 1
+    assert ops[0] == ["all_to_all"] * 4 + ["all_reduce", "all_to_all", "all_reduce", "all_reduce"]
+    for seq in range(8):
+        ends = [c["ts_ns"] + c["dur_ns"] for c in coll if c["seq"] == seq]
+        assert len(ends) == 8 and max(ends) - min(ends) < 50_000
+    assert run.scan("events").select("rank").collect().height == sum(
+        s["stored"] for s in run.manifest["sources"])
+
+
+def test_manifest_contents(dlrm_run: Path, dlrm: list[Path]) -> None:
+    m = json.loads((dlrm_run / "manifest.json").read_text())
+    assert m["tracekit_version"] == __version__ and m["schema_version"] == SCHEMA_VERSION
+    assert [s["path"] for s in m["sources"]] == [str(p) for p in dlrm]
+    for s in m["sources"]:
+        assert s["format"] == "kineto" and s["error"] is None and len(s["sha256"]) == 64
+        assert s["read"] == s["stored"] + sum(s["skipped"].values())
+        assert s["size"] == Path(s["path"]).stat().st_size
+    assert m["tables"]["collectives"] == 64 and m["ranks"] == list(range(8))
+    for name in ("ranks", "groups", "collectives"):
+        table = pq.read_table(dlrm_run / f"{name}.parquet")
+        assert schema.validate(name, table) == []
+
+
+def test_cache_hit_and_option_change(dlrm: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = ingest(dlrm[:2], out)
+    assert [s.cached for s in first.sources] == [False, False]
+    before = (out / "collectives.parquet").read_bytes()
+    again = ingest(dlrm[:2], out)
+    assert [s.cached for s in again.sources] == [True, True]
+    assert [s.stored for s in again.sources] == [s.stored for s in first.sources]
+    assert (out / "collectives.parquet").read_bytes() == before
+    changed = ingest(dlrm[:2], out, comm_patterns=[r"^ncclKernel_AllReduce"])
+    assert [s.cached for s in changed.sources] == [False, False]
+    assert changed.tables["collectives"] == 2 * 8
+    fewer = ingest(dlrm[:1], out)
+    assert [r["rank"] for r in Run(out).table("ranks").to_pylist()] == [0]
+    assert len(list((out / "sources").iterdir())) == 1
+    assert fewer.sources[0].cached is False
+
+
+def test_errors_are_per_source(dlrm: list[Path], tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    shutil.copy(dlrm[0], inputs / "good.json")
+    (inputs / "notes.txt").write_text("hello")
+    (inputs / "broken.json").write_bytes(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1')
+    (inputs / "norank.json").write_text(json.dumps({"traceEvents": []}))
+    report = ingest([inputs, tmp_path / "missing.json"], tmp_path / "run")
+    status = {Path(s.path).name: s.error for s in report.sources}
+    assert status["good.json"] is None
+    assert "unknown format" in status["notes.txt"]
+    assert "no rank" in status["norank.json"] and "--rank" in status["norank.json"]
+    assert "no such file" in status["missing.json"]
+    broken = next(s for s in report.sources if s.path.endswith("broken.json"))
+    assert broken.error and "broken.json" in broken.error
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert sum(1 for s in m["sources"] if s["error"]) == 4
+    assert report.ranks == [0]
+
+
+def test_globs_rank_option_and_out_dir_inside_input(tmp_path: Path) -> None:
+    if not REAL.is_dir():
+        pytest.skip("real traces absent")
+    src = REAL / "hta_edge_cases"
+    inputs = tmp_path / "traces"
+    shutil.copytree(src, inputs)
+    report = ingest([str(inputs / "rank_not_found*.gz"), str(inputs / "rank-34*")],
+                    inputs / "run", rank=11)
+    assert sorted(report.ranks) == [11, 34]
+    again = ingest([inputs], inputs / "run", rank=11)
+    assert not any("run" in Path(s.path).parts[-2:-1] for s in again.sources)
+    assert sum(s.cached for s in again.sources) == 2
+
+
+def test_refuses_foreign_output_dir(tmp_path: Path, dlrm: list[Path]) -> None:
+    (tmp_path / "keep.txt").write_text("precious")
+    with pytest.raises(TracekitError, match="not a tracekit run"):
+        ingest(dlrm[:1], tmp_path)
+    with pytest.raises(TracekitError, match="invalid comm pattern"):
+        ingest(dlrm[:1], tmp_path / "r", comm_patterns=["("])
+
+
+def test_parallel_jobs_match_serial(dlrm: list[Path], tmp_path: Path) -> None:
+    a = ingest(dlrm[:3], tmp_path / "a", jobs=1)
+    b = ingest(dlrm[:3], tmp_path / "b", jobs=2)
+    assert [s.stored for s in a.sources] == [s.stored for s in b.sources]
+    for name in ("ranks", "groups", "collectives"):
+        ta, tb = pq.read_table(tmp_path / "a" / f"{name}.parquet"), pq.read_table(tmp_path / "b" / f"{name}.parquet")
+        if name == "ranks":
+            assert ta.drop_columns(["source_file"]).equals(tb.drop_columns(["source_file"]))
+        else:
+            assert ta.equals(tb)
+
+
+def test_byte_identical_outputs(dlrm: list[Path], tmp_path: Path) -> None:
+    ingest(dlrm[:3], tmp_path / "a")
+    ingest(list(reversed(dlrm[:3])), tmp_path / "b")
+    for rel in ("ranks.parquet", "groups.parquet", "collectives.parquet", "manifest.json"):
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+    ev_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / "events").rglob("*.parquet"))
+    ev_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / "events").rglob("*.parquet"))
+    assert ev_a == ev_b
+    for rel in ev_a:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(4)))
+def test_file_order_does_not_matter(dlrm: list[Path], tmp_path_factory: pytest.TempPathFactory,
+                                    order: list[int]) -> None:
+    base = tmp_path_factory.mktemp("base")
+    ref = ingest(dlrm[:4], base / "run")
+    out = tmp_path_factory.mktemp("perm") / "run"
+    ingest([dlrm[i] for i in order], out)
+    for name in ("ranks", "groups", "collectives"):
+        assert pq.read_table(out / f"{name}.parquet").equals(pq.read_table(base / "run" / f"{name}.parquet"))
+    assert ref.ranks == [0, 1, 2, 3]
+
+
+def test_describe_run(dlrm_run: Path) -> None:
+    doc = describe_run(dlrm_run)
+    assert doc["ranks"] == list(range(8)) and doc["world_sizes"] == [8]
+    assert doc["steps"] == [10] and doc["formats"] == {"kineto": 8}
+    assert doc["groups"][0]["collectives"] == 64
+    assert doc["span"]["duration_s"] and doc["span"]["duration_s"] < 1

@@ -1,0 +1,459 @@
+"""Ingest trace files into a run directory: expand paths, detect formats, parse in parallel,
+reuse unchanged sources from the cache, merge the small tables, write the manifest."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib
+import json
+import multiprocessing
+import os
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracekit import schema
+from tracekit.errors import InputError, TracekitError
+from tracekit.parsers import detect
+from tracekit.store import MANIFEST, SMALL_TABLES, SourceSink, remove_stale_sources, write_manifest
+
+SOURCE_RECORD = "source.json"
+#: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
+PARALLEL_MIN_BYTES = 16 << 20
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass
+class SourceReport:
+    """What happened to one input file."""
+
+    path: str
+    size: int | None = None
+    sha256: str | None = None
+    format: str | None = None
+    key: str | None = None
+    cached: bool = False
+    error: str | None = None
+    read: int = 0
+    stored: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    events: int = 0
+    collectives: int = 0
+    groups: int = 0
+    steps: list[int] = field(default_factory=list)
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+    parser_version: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class IngestReport:
+    """The outcome of one `ingest` call: one SourceReport per input file, plus run warnings."""
+
+    run_dir: Path
+    sources: list[SourceReport]
+    warnings: list[str] = field(default_factory=list)
+    tables: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ingested(self) -> list[SourceReport]:
+        return [s for s in self.sources if s.ok]
+
+    @property
+    def failed(self) -> list[SourceReport]:
+        return [s for s in self.sources if not s.ok]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({r for s in self.ingested for r in s.ranks})
+
+
+ProgressFn = Callable[[SourceReport, int, int], None]
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]], *, exclude: Path | None = None
+                 ) -> tuple[list[Path], list[SourceReport]]:
+    """Files named by paths, directories (recursive) and globs, sorted and de-duplicated;
+    plus an error report for every path that matches nothing."""
+    files: list[Path] = []
+    missing: list[SourceReport] = []
+    excl = exclude.resolve() if exclude is not None else None
+    for raw in paths:
+        text = os.fspath(raw)
+        p = Path(text)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file())
+        elif p.is_file():
+            found = [p]
+        elif _GLOB_CHARS & set(text):
+            found = []
+            for m in sorted(glob.glob(text, recursive=True)):
+                mp = Path(m)
+                found.extend(sorted(f for f in mp.rglob("*") if f.is_file()) if mp.is_dir() else [mp])
+            if not found:
+                missing.append(SourceReport(path=text, error=f"{text}: no file matches"))
+        else:
+            missing.append(SourceReport(path=text, error=f"{text}: no such file or directory"))
+            continue
+        for f in found:
+            r = f.resolve()
+            if excl is not None and (r == excl or excl in r.parents):
+                continue
+            if r.name.startswith(".") or any(part.startswith(".") for part in f.parts[-2:-1]):
+                continue
+            files.append(r)
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        if f not in seen:
+            seen.add(f)
+            unique.append(f)
+    return unique, missing
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(chunk)
+            if not data:
+                break
+            h.update(data)
+    return h.hexdigest()
+
+
+def _parser(fmt: str) -> Any | None:
+    name = detect.PARSERS.get(fmt)
+    return importlib.import_module(name) if name else None
+
+
+def _parser_version(fmt: str) -> str:
+    module = _parser(fmt)
+    return module.PARSER_VERSION if module is not None else "0"
+
+
+def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | None) -> str:
+    comm = list(patterns) if patterns is not None and fmt == detect.KINETO else None
+    opts = json.dumps({"sha": sha, "fmt": fmt, "v": _parser_version(fmt), "rank": rank,
+                       "comm": comm,
+                       "schema": schema.SCHEMA_VERSION}, sort_keys=True)
+    return hashlib.sha256(opts.encode()).hexdigest()[:20]
+
+
+def _clear_parts(run_dir: Path, key: str) -> None:
+    shutil.rmtree(run_dir / "sources" / key, ignore_errors=True)
+    for p in (run_dir / "events").glob(f"rank=*/{key}.parquet"):
+        p.unlink()
+
+
+def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
+               patterns: Sequence[str] | None) -> dict[str, Any]:
+    """Parse one source into its parts (runs in a worker process); never raises."""
+    run = Path(run_dir)
+    _clear_parts(run, key)
+    try:
+        module = _parser(fmt)
+        if module is None:
+            raise InputError(path, f"format {fmt!r} is recognised but not supported yet")
+        sink = SourceSink(run, key)
+        try:
+            if fmt == detect.KINETO:
+                res = module.parse(path, sink, rank=rank, comm_patterns=patterns)
+            else:
+                res = module.parse(path, sink, rank=rank)
+        finally:
+            parts = sink.close()
+        if not res.stats.balanced:
+            raise InputError(path, f"internal accounting error: {res.stats.to_dict()}")
+        record = {
+            "key": key, "format": fmt, "parser_version": module.PARSER_VERSION, "parts": parts,
+            **res.stats.to_dict(), "ranks": [res.rank], "events": res.events,
+            "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
+            "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
+        }
+        tmp = run / "sources" / key / (SOURCE_RECORD + ".tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True))
+        tmp.replace(run / "sources" / key / SOURCE_RECORD)
+        return record
+    except (TracekitError, ValueError, OSError, MemoryError) as exc:
+        _clear_parts(run, key)
+        msg = str(exc) if isinstance(exc, InputError) else f"{path}: {exc}"
+        return {"key": key, "error": msg}
+    except Exception as exc:
+        _clear_parts(run, key)
+        return {"key": key, "error": f"{path}: internal error ({type(exc).__name__}: {exc})"}
+
+
+def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
+    path = run_dir / "sources" / key / SOURCE_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    for rel in record.get("parts", {}).get("events", {}).values():
+        if not (run_dir / rel).is_file():
+            return None
+    return record
+
+
+def _apply(report: SourceReport, record: dict[str, Any]) -> None:
+    report.error = record.get("error")
+    if report.error:
+        return
+    report.parser_version = record.get("parser_version")
+    for name in ("read", "stored", "skipped", "warnings", "ranks", "events", "collectives",
+                 "groups", "steps", "ts_min_ns", "ts_max_ns"):
+        if name in record:
+            setattr(report, name, record[name])
+
+
+def _prepare_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise TracekitError(f"{out}: exists and is not a directory")
+    if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise TracekitError(f"{out}: exists, is not empty and is not a tracekit run directory")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+           jobs: int | None = None, rank: int | None = None,
+           comm_patterns: Sequence[str] | None = None,
+           progress: ProgressFn | None = None) -> IngestReport:
+    """Ingest trace files, directories and globs into the run directory `out`.
+
+    Per-source failures are recorded in the report and the manifest; the other files still
+    ingest. Unchanged sources (same sha256, parser version and options) are cache hits.
+    """
+    run_dir = Path(out)
+    _prepare_out(run_dir)
+    if comm_patterns is not None:
+        from tracekit.parsers.kineto import compile_patterns
+        try:
+            compile_patterns(comm_patterns)
+        except ValueError as exc:
+            raise TracekitError(str(exc)) from exc
+    files, reports = expand_paths(paths, exclude=run_dir)
+    todo: list[tuple[SourceReport, str]] = []
+    keys_seen: dict[str, str] = {}
+    for f in files:
+        rep = SourceReport(path=str(f))
+        reports.append(rep)
+        try:
+            rep.size = f.stat().st_size
+            rep.sha256 = sha256_file(f)
+        except OSError as exc:
+            rep.error = f"{f}: cannot read ({exc.strerror or exc})"
+            continue
+        fmt = detect.detect_format(f)
+        rep.format = fmt
+        if fmt is None:
+            rep.error = f"{f}: unknown format (not a Kineto/Chrome trace or another supported format)"
+            continue
+        key = _source_key(rep.sha256, fmt, rank, comm_patterns)
+        rep.key = key
+        if key in keys_seen:
+            rep.error = f"{f}: same content as {keys_seen[key]}; ingested once"
+            continue
+        keys_seen[key] = str(f)
+        cached = _cached_record(run_dir, key)
+        if cached is not None:
+            rep.cached = True
+            _apply(rep, cached)
+        else:
+            todo.append((rep, fmt))
+    total = len(reports)
+    done = 0
+    for rep in reports:
+        if rep.cached or rep.error:
+            done += 1
+            if progress is not None:
+                progress(rep, done, total)
+    n_jobs = max(1, min(jobs or (os.cpu_count() or 1), len(todo) or 1))
+    small = sum(rep.size or 0 for rep, _ in todo) < PARALLEL_MIN_BYTES
+    if n_jobs == 1 or len(todo) <= 1 or (jobs is None and small):
+        for rep, fmt in todo:
+            _apply(rep, _parse_one(rep.path, str(run_dir), rep.key or "", fmt, rank, comm_patterns))
+            done += 1
+            if progress is not None:
+                progress(rep, done, total)
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_parse_one, rep.path, str(run_dir), rep.key or "", fmt, rank,
+                                   comm_patterns): rep for rep, fmt in todo}
+            for fut in as_completed(futures):
+                rep = futures[fut]
+                try:
+                    _apply(rep, fut.result())
+                except Exception as exc:
+                    rep.error = f"{rep.path}: worker failed ({type(exc).__name__}: {exc})"
+                done += 1
+                if progress is not None:
+                    progress(rep, done, total)
+    keep = {r.key for r in reports if r.ok and r.key}
+    remove_stale_sources(run_dir, keep)
+    reports.sort(key=lambda r: r.path)
+    report = IngestReport(run_dir=run_dir, sources=reports)
+    report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
+    _write_manifest(run_dir, report, rank=rank, comm_patterns=comm_patterns)
+    return report
+
+
+def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
+    path = run_dir / "sources" / key / f"{name}.parquet"
+    if not path.is_file():
+        return None
+    return schema.conform(name, pq.read_table(path))
+
+
+def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> dict[str, int]:
+    """Merge the per-source small tables into RUN/<table>.parquet (deterministic order)."""
+    by_rank: dict[int, list[str]] = {}
+    for s in sources:
+        for r in s.ranks:
+            by_rank.setdefault(r, []).append(s.path)
+    for r, paths in sorted(by_rank.items()):
+        if len(paths) > 1:
+            warnings.append(f"rank {r} appears in {len(paths)} sources: {', '.join(paths)}")
+    counts: dict[str, int] = {}
+    order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
+    for name in SMALL_TABLES:
+        parts = []
+        for s in order:
+            t = _read_part(run_dir, s.key or "", name)
+            if t is None:
+                continue
+            if name == "ranks":
+                t = t.set_column(t.schema.get_field_index("source_file"), "source_file",
+                                 pa.array([s.path] * t.num_rows, pa.string()))
+            parts.append(t)
+        path = run_dir / f"{name}.parquet"
+        if not parts:
+            path.unlink(missing_ok=True)
+            continue
+        table = pa.concat_tables(parts, promote_options="permissive")
+        table = table.unify_dictionaries().combine_chunks()
+        if name == "groups":
+            table = _merge_groups(table, warnings)
+        elif name == "ranks":
+            table = table.sort_by([("rank", "ascending"), ("source_file", "ascending")])
+        elif name == "collectives":
+            table = table.sort_by([("rank", "ascending"), ("ts_ns", "ascending"),
+                                   ("coll_id", "ascending")])
+        table = schema.conform(name, table).combine_chunks()
+        tmp = path.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        tmp.replace(path)
+        counts[name] = table.num_rows
+    counts["events"] = sum(s.events for s in sources)
+    return counts
+
+
+def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
+    merged: dict[str, dict[str, Any]] = {}
+    for row in table.to_pylist():
+        g = merged.get(row["group"])
+        if g is None:
+            merged[row["group"]] = {**row, "ranks": list(row["ranks"] or []),
+                                    "dims": sorted(set(row["dims"] or []))}
+            continue
+        if not g["desc"] and row["desc"]:
+            g["desc"] = row["desc"]
+        if not g["backend"] and row["backend"]:
+            g["backend"] = row["backend"]
+        if row["size"] is not None and (g["size"] is None or row["size"] > g["size"]):
+            g["size"] = row["size"]
+        g["dims"] = sorted(set(g["dims"]) | set(row["dims"] or []))
+        ranks = list(row["ranks"] or [])
+        if row["ranks_complete"]:
+            if g["ranks_complete"] and g["ranks"] != ranks:
+                msg = f"group {row['group']!r}: ranks differ between sources; kept the first"
+                if msg not in warnings:
+                    warnings.append(msg)
+            elif not g["ranks_complete"]:
+                g["ranks"], g["ranks_complete"] = ranks, True
+        elif not g["ranks_complete"]:
+            g["ranks"] = sorted(set(g["ranks"]) | set(ranks))
+    rows = [merged[k] for k in sorted(merged, key=_group_sort_key)]
+    return pa.Table.from_pylist(rows, schema=pa.schema(
+        [f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f for f in schema.GROUPS],
+        metadata=schema.GROUPS.metadata))
+
+
+def _group_sort_key(name: str) -> tuple[int, int, str]:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
+                    comm_patterns: Sequence[str] | None) -> None:
+    from tracekit import __version__
+    manifest = {
+        "tracekit_version": __version__,
+        "schema_version": schema.SCHEMA_VERSION,
+        "options": {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None},
+        "sources": [s.to_dict() for s in report.sources],
+        "tables": report.tables,
+        "ranks": report.ranks,
+        "warnings": report.warnings,
+    }
+    write_manifest(run_dir, manifest)
+
+
+def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A plain summary of a run directory (for `tracekit info`)."""
+    from tracekit.store import Run
+
+    run = Run(run_dir)
+    m = run.manifest
+    ranks = run.table("ranks").to_pylist()
+    groups = run.table("groups").to_pylist()
+    coll = run.table("collectives")
+    per_group: dict[str, int] = {}
+    if coll.num_rows:
+        import pyarrow.compute as pc
+        counts = pc.value_counts(coll.column("group").cast(pa.string())).to_pylist()
+        per_group = {c["values"]: c["counts"] for c in counts if c["values"] is not None}
+    sources = m.get("sources", [])
+    ok = [s for s in sources if not s.get("error")]
+    starts = [s["ts_min_ns"] for s in ok if s.get("ts_min_ns") is not None]
+    ends = [s["ts_max_ns"] for s in ok if s.get("ts_max_ns") is not None]
+    formats: dict[str, int] = {}
+    for s in ok:
+        formats[s["format"]] = formats.get(s["format"], 0) + 1
+    return {
+        "run": str(run.path),
+        "tracekit_version": m.get("tracekit_version"),
+        "schema_version": m.get("schema_version"),
+        "ranks": sorted({r["rank"] for r in ranks}),
+        "world_sizes": sorted({r["world_size"] for r in ranks if r["world_size"] is not None}),
+        "hosts": sorted({r["host"] for r in ranks if r["host"]}),
+        "devices": sorted({r["device_name"] for r in ranks if r["device_name"]}),
+        "formats": formats,
+        "steps": sorted({st for s in ok for st in s.get("steps", [])}),
+        "span": {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
+                 "duration_s": (max(ends) - min(starts)) / 1e9 if starts and ends else None},
+        "tables": m.get("tables", {}),
+        "groups": [{**g, "dims": list(g["dims"] or []), "ranks": list(g["ranks"] or []),
+                    "collectives": per_group.get(g["group"], 0)} for g in groups],
+        "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
+                                            "warnings", "error", "cached")} for s in sources],
+        "warnings": m.get("warnings", []),
+    }
