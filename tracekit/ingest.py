@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
@@ -70,6 +71,7 @@ class IngestReport:
     sources: list[SourceReport]
     warnings: list[str] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
+    ignored: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def ingested(self) -> list[SourceReport]:
@@ -125,6 +127,15 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]], *, exclude: Path | Non
             seen.add(f)
             unique.append(f)
     return unique, missing
+
+
+def _is_compressed(path: Path) -> bool:
+    """A gzip file we could not read is a broken trace, not a stray file to ignore."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return True
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -251,6 +262,8 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         except ValueError as exc:
             raise TracekitError(str(exc)) from exc
     files, reports = expand_paths(paths, exclude=run_dir)
+    named = {Path(p).resolve() for p in paths if Path(p).is_file()}
+    ignored: list[dict[str, str]] = []
     todo: list[tuple[SourceReport, str]] = []
     keys_seen: dict[str, str] = {}
     for f in files:
@@ -264,6 +277,10 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
             continue
         fmt = detect.detect_format(f)
         rep.format = fmt
+        if fmt is None and f not in named and not _is_compressed(f):
+            reports.remove(rep)
+            ignored.append({"path": str(f), "reason": "unknown format (found in a directory or glob)"})
+            continue
         if fmt is None:
             rep.error = f"{f}: unknown format (not a Kineto/Chrome trace or another supported format)"
             continue
@@ -311,7 +328,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     keep = {r.key for r in reports if r.ok and r.key}
     remove_stale_sources(run_dir, keep)
     reports.sort(key=lambda r: r.path)
-    report = IngestReport(run_dir=run_dir, sources=reports)
+    report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
     report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
     _write_manifest(run_dir, report, rank=rank, comm_patterns=comm_patterns)
     return report
@@ -324,15 +341,45 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
     return schema.conform(name, pq.read_table(path))
 
 
-def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> dict[str, int]:
-    """Merge the per-source small tables into RUN/<table>.parquet (deterministic order)."""
-    by_rank: dict[int, list[str]] = {}
+#: Which source describes a rank's collectives and events when several do: lower wins.
+FORMAT_PRIORITY = {detect.KINETO: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2}
+#: Formats whose files are snapshots of the same history (keep one per rank), not windows of it.
+SNAPSHOT_FORMATS = {detect.FLIGHT_RECORDER}
+PER_RANK_TABLES = ("ranks", "collectives", "channels")
+
+
+def primary_sources(sources: Sequence[SourceReport]) -> dict[int, list[str]]:
+    """For each rank, the source keys whose rows count: every file of the best format for that
+    rank (several Kineto windows of one rank all count), but one snapshot (Flight Recorder dumps
+    given as both pickle and JSON are the same history)."""
+    by_rank: dict[int, list[SourceReport]] = {}
     for s in sources:
         for r in s.ranks:
-            by_rank.setdefault(r, []).append(s.path)
-    for r, paths in sorted(by_rank.items()):
-        if len(paths) > 1:
-            warnings.append(f"rank {r} appears in {len(paths)} sources: {', '.join(paths)}")
+            by_rank.setdefault(r, []).append(s)
+    chosen: dict[int, list[str]] = {}
+    for r, cands in by_rank.items():
+        best = min(FORMAT_PRIORITY.get(c.format or "", 99) for c in cands)
+        keep = sorted((c for c in cands if FORMAT_PRIORITY.get(c.format or "", 99) == best),
+                      key=lambda c: (-c.collectives, -c.events, c.path))
+        if keep[0].format in SNAPSHOT_FORMATS:
+            keep = keep[:1]
+        chosen[r] = sorted(c.key or "" for c in keep)
+    return chosen
+
+
+def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> dict[str, int]:
+    """Merge the per-source small tables into RUN/<table>.parquet (deterministic order)."""
+    primary = primary_sources(sources)
+    aside: dict[str, int] = {}
+    for r, keys in primary.items():
+        for s in sources:
+            if r in s.ranks and (s.key or "") not in keys:
+                aside[s.format or "?"] = aside.get(s.format or "?", 0) + 1
+    if aside:
+        kept = sorted({s.format or "?" for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks)})
+        warnings.append("ranks covered by several sources: collectives and events come from "
+                        f"{', '.join(kept)}; set aside (still in the run's sources/): "
+                        + ", ".join(f"{n} {fmt} rank-source(s)" for fmt, n in sorted(aside.items())))
     counts: dict[str, int] = {}
     order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
     for name in SMALL_TABLES:
@@ -341,6 +388,9 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
             t = _read_part(run_dir, s.key or "", name)
             if t is None:
                 continue
+            if name in PER_RANK_TABLES and t.num_rows:
+                ranks_here = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
+                t = t.filter(pa.compute.is_in(t.column("rank"), pa.array(ranks_here, t.column("rank").type)))
             if name == "ranks":
                 t = t.set_column(t.schema.get_field_index("source_file"), "source_file",
                                  pa.array([s.path] * t.num_rows, pa.string()))
@@ -363,7 +413,7 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
         pq.write_table(table, tmp, compression="zstd")
         tmp.replace(path)
         counts[name] = table.num_rows
-    counts["events"] = sum(s.events for s in sources)
+    counts["events"] = sum(s.events for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks))
     return counts
 
 
@@ -413,6 +463,9 @@ def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
         "tables": report.tables,
         "ranks": report.ranks,
         "warnings": report.warnings,
+        "ignored": report.ignored,
+        "primary_sources": {str(r): keys for r, keys in
+                            sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
     }
     write_manifest(run_dir, manifest)
 

@@ -172,11 +172,14 @@ class Run:
         if not root.is_dir():
             return []
         wanted = None if ranks is None else {int(r) for r in ranks}
+        primary = self.manifest.get("primary_sources")
         files = []
         for part in sorted(root.glob("rank=*"), key=lambda p: int(p.name.split("=", 1)[1])):
-            if wanted is not None and int(part.name.split("=", 1)[1]) not in wanted:
+            rank = int(part.name.split("=", 1)[1])
+            if wanted is not None and rank not in wanted:
                 continue
-            files.extend(sorted(part.glob("*.parquet")))
+            keys = None if primary is None else set(primary.get(str(rank), []))
+            files.extend(f for f in sorted(part.glob("*.parquet")) if keys is None or f.stem in keys)
         return files
 
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:

@@ -96,13 +96,17 @@ def test_errors_are_per_source(dlrm: list[Path], tmp_path: Path) -> None:
     report = ingest([inputs, tmp_path / "missing.json"], tmp_path / "run")
     status = {Path(s.path).name: s.error for s in report.sources}
     assert status["good.json"] is None
-    assert "unknown format" in status["notes.txt"]
+    assert "notes.txt" not in status
+    assert [Path(i["path"]).name for i in report.ignored] == ["notes.txt"]
     assert "no rank" in status["norank.json"] and "--rank" in status["norank.json"]
     assert "no such file" in status["missing.json"]
     broken = next(s for s in report.sources if s.path.endswith("broken.json"))
     assert broken.error and "broken.json" in broken.error
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert sum(1 for s in m["sources"] if s["error"]) == 4
+    assert sum(1 for s in m["sources"] if s["error"]) == 3
+    assert [Path(i["path"]).name for i in m["ignored"]] == ["notes.txt"]
+    named = ingest([inputs / "notes.txt"], tmp_path / "run2")
+    assert "unknown format" in (named.sources[0].error or "")
     assert report.ranks == [0]
 
 

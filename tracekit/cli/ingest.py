@@ -84,3 +84,8 @@ def _print(report) -> None:
     if report.ingested or len(report.failed) > 1:
         for s in report.failed:
             err.print(f"error: {s.error}", markup=False)
+    if report.ignored:
+        names = ", ".join(Path(i["path"]).name for i in report.ignored[:5])
+        more = f" and {len(report.ignored) - 5} more" if len(report.ignored) > 5 else ""
+        err.print(f"note: ignored {len(report.ignored)} file(s) of unknown format found in directories: "
+                  f"{names}{more}", markup=False)
