@@ -1,1 +1,24 @@
-"""Topology model, flow decomposition and the numba flow simulator."""
+"""Topology model, flow decomposition and the numba flow simulator.
+
+`replay(tables, topologies)` re-times a run's communication on network models; `parse_spec`,
+`build` and `describe` handle topology specs. See docs/replay.md.
+"""
+
+from __future__ import annotations
+
+from tracekit.replay.engine import ReplayError, ReplayResult, TopologyResult, open_run, replay, replay_run
+from tracekit.replay.topology import (
+    Topology,
+    TopologyError,
+    TopologySpec,
+    build,
+    describe,
+    parse_spec,
+    presets,
+    sized,
+)
+
+__all__ = [
+    "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
+    "build", "describe", "open_run", "parse_spec", "presets", "replay", "replay_run", "sized",
+]

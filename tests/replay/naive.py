@@ -1,0 +1,63 @@
+"""A slow, obviously correct twin of the fluid simulator: full progressive filling at every event."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def progressive_filling(paths: dict[int, list[int]], cap: np.ndarray) -> dict[int, float]:
+    """Max-min fair rates of the flows `paths` (flow -> resources) on capacities `cap`."""
+    rates: dict[int, float] = {}
+    unfrozen = set(paths)
+    remaining = {r: float(cap[r]) for p in paths.values() for r in p}
+    while unfrozen:
+        share = {}
+        for r, c in remaining.items():
+            n = sum(1 for f in unfrozen if r in paths[f])
+            if n:
+                share[r] = max(c, 0.0) / n
+        r_min = min(share, key=lambda r: (share[r], r))
+        inc = share[r_min]
+        for f in unfrozen:
+            rates[f] = rates.get(f, 0.0) + inc
+            for r in paths[f]:
+                remaining[r] -= inc
+        saturated = {r for r, c in remaining.items() if c <= 1e-9 * cap[r]}
+        saturated.add(r_min)
+        unfrozen = {f for f in unfrozen if not saturated.intersection(paths[f])}
+    return rates
+
+
+def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps=1e-9):
+    """Finish time of every flow (ns)."""
+    n = len(nbytes)
+    paths = {f: [int(r) for r in res[indptr[f]:indptr[f + 1]]] for f in range(n)}
+    latency = [lat_mult[f] * sum(res_lat[r] for r in paths[f]) for f in range(n)]
+    finish = np.full(n, np.nan)
+    rem = {f: float(nbytes[f]) for f in range(n)}
+    pending = sorted(range(n), key=lambda f: (release[f], f))
+    active: dict[int, float] = {}
+    t = -math.inf
+    while pending or active:
+        t_rel = release[pending[0]] if pending else math.inf
+        t_fin = min((t + rem[f] / r for f, r in active.items()), default=math.inf)
+        now = min(t_rel, t_fin)
+        for f, r in active.items():
+            rem[f] -= r * (now - t)
+        tol = rel_eps * abs(now) + 1e-6
+        for f in list(active):
+            if rem[f] <= tol * active[f]:
+                finish[f] = now + latency[f]
+                del active[f]
+        while pending and release[pending[0]] <= now + tol:
+            f = pending.pop(0)
+            if rem[f] <= 0 or not paths[f]:
+                finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0 else math.inf)
+                continue
+            active[f] = 0.0
+        if active:
+            active = progressive_filling({f: paths[f] for f in active}, cap)
+        t = now
+    return finish

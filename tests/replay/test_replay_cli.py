@@ -1,0 +1,48 @@
+import json
+
+from click.testing import CliRunner
+
+from tracekit.cli import main
+from tracekit.synth import make_run_tables, write_run
+
+
+def test_topology_summary():
+    result = CliRunner().invoke(main, ["topology", "dgx-h100-superpod"])
+    assert result.exit_code == 0, result.output
+    assert "GPUs          256 (32 hosts x 8, NVLink domain 8)" in result.output
+    assert "leaf-spine" in result.output and "bisection     51.2 Tb/s" in result.output
+    assert "oversubscription leaf 1:1" in result.output
+
+
+def test_topology_json_and_hosts():
+    result = CliRunner().invoke(main, ["topology", "fat-tree:gpus=1,leaf_radix=8", "--hosts", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["gpus"] == 16
+
+
+def test_topology_bad_field_exits_1():
+    result = CliRunner().invoke(main, ["topology", "rail-optimized:oversub=0.5"])
+    assert result.exit_code == 1
+    assert "'oversub'" in result.output and "Traceback" not in result.output
+
+
+def test_replay_run_dir(tmp_path):
+    tables, truth = make_run_tables(steps=1)
+    run = write_run(tables, tmp_path / "run", truth=truth)
+    result = CliRunner().invoke(main, ["replay", str(run.path), "--topology", "rail-optimized:gpus=4",
+                                       "--topology", "rail-optimized:gpus=4,nic_gbps=100"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("baseline rail-optimized:gpus=4: replay error per instance median")
+    assert lines[1].split()[:2] == ["topology", "step"]
+    assert "(+0.0%)" in lines[2]
+    assert (tmp_path / "run" / "results" / "replay.json").is_file()
+    result = CliRunner().invoke(main, ["replay", str(run.path), "--topology", "rail-optimized:gpus=4", "--json",
+                                       "--no-write"])
+    doc = json.loads(result.output)
+    assert doc["topologies"] == ["rail-optimized:gpus=4"]
+
+
+def test_replay_needs_a_topology(tmp_path):
+    result = CliRunner().invoke(main, ["replay", str(tmp_path)])
+    assert result.exit_code == 2

@@ -1,0 +1,147 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tracekit.replay.engine import ReplayError, replay
+from tracekit.synth import make_run_tables
+
+T0 = 1_700_000_000_000_000_000
+
+
+def _hand_tables(comm_ns=1_000_000, nbytes=50_000_000):
+    """Two ranks on two hosts: compute, a DP all-reduce, then compute that waits for it."""
+    ev = {"rank": [], "lane": [], "kind": [], "name": [], "ts_ns": [], "dur_ns": [], "step": [],
+          "coll_id": []}
+
+    def add(rank, lane, kind, ts, dur, coll=None):
+        for k, v in zip(ev, [rank, lane, kind, kind, T0 + ts, dur, 0, coll], strict=True):
+            ev[k].append(v)
+
+    for r in (0, 1):
+        arrive = 100_000 if r == 0 else 300_000
+        add(r, "gpu/s7", "compute", 0, arrive)
+        add(r, "gpu/s20", "comm", arrive, 300_000 + comm_ns - arrive, coll=r)
+        add(r, "gpu/s7", "compute", 300_000 + comm_ns + 1_000, 200_000)
+    coll = {"coll_id": [0, 1], "rank": [0, 1], "group": ["dp", "dp"], "seq": [0, 0],
+            "op": ["all_reduce"] * 2, "in_bytes": [nbytes] * 2, "out_bytes": [nbytes] * 2,
+            "nranks": [2, 2], "instance": [0, 0], "dim": ["DP", "DP"]}
+    ranks = {"rank": [0, 1], "host": ["a", "b"], "local_device": [0, 0], "clock_offset_ns": [0, 0]}
+    groups = {"group": ["dp"], "ranks": [[0, 1]], "size": [2]}
+    return {"events": pa.table(ev), "collectives": pa.table(coll), "ranks": pa.table(ranks),
+            "groups": pa.table(groups)}
+
+
+def test_baseline_reproduces_the_trace():
+    res = replay(_hand_tables(), ["single-switch:gpus=1"])
+    r = res.results[0]
+    assert r.replay_error["median"] < 1e-6
+    assert r.step_ns["0"] == pytest.approx(r.traced_step_ns["0"], rel=1e-6)
+    inst = r.instances[0]
+    assert inst["traced_ns"] == 1_000_000 and inst["replayed_ns"] == pytest.approx(1_000_000, rel=1e-6)
+
+
+def test_faster_network_shortens_the_step_by_the_exposed_comm():
+    res = replay(_hand_tables(), ["single-switch:gpus=1,pcie_gbps=2000",
+                                  "single-switch:gpus=1,nic_gbps=800,pcie_gbps=2000"])
+    base, fast = res.results
+    saved = base.instances[0]["replayed_ns"] - fast.instances[0]["replayed_ns"]
+    assert saved == pytest.approx(500_000, rel=1e-2)
+    assert base.step_ns["0"] - fast.step_ns["0"] == pytest.approx(saved, rel=1e-3)
+    assert fast.exposed_ns["DP"] < base.exposed_ns["DP"]
+
+
+def test_json_shape_is_exact():
+    doc = replay(_hand_tables(), ["single-switch:gpus=1"]).to_json()
+    assert list(doc) == ["topologies", "results"]
+    r = doc["results"][0]
+    assert list(r) == ["topology", "step_ns", "traced_step_ns", "comm_ns", "exposed_ns", "instances",
+                       "hot_links", "replay_error"]
+    assert list(r["instances"][0]) == ["group", "seq", "op", "dim", "traced_ns", "replayed_ns"]
+    assert list(r["hot_links"][0]) == ["link", "peak_util", "mean_util", "bytes"]
+    assert list(r["replay_error"]) == ["median", "p90"]
+    json.dumps(doc)
+
+
+def test_needs_instances():
+    tables = _hand_tables()
+    tables["collectives"] = tables["collectives"].drop_columns(["instance"])
+    with pytest.raises(ReplayError, match="instances"):
+        replay(tables, ["single-switch"])
+
+
+@pytest.fixture(scope="module")
+def synth_result():
+    tables, _ = make_run_tables()
+    return replay(tables, ["rail-optimized:gpus=4", "rail-optimized:gpus=4,nic_gbps=100",
+                           "rail-optimized:gpus=4,nic_gbps=1600"])
+
+
+def test_synth_calibrated_baseline_is_close(synth_result):
+    base = synth_result.results[0]
+    assert base.replay_error["median"] < 0.05 and base.replay_error["p90"] < 0.1
+    for step, ns in base.step_ns.items():
+        assert ns == pytest.approx(base.traced_step_ns[step], rel=0.01)
+
+
+def test_synth_bandwidth_orders_step_times(synth_result):
+    base, slow, fast = synth_result.results
+    for step in base.step_ns:
+        assert slow.step_ns[step] >= base.step_ns[step] >= fast.step_ns[step]
+    assert slow.exposed_ns["PP"] > base.exposed_ns["PP"]
+
+
+def test_link_samples_cover_every_link(synth_result):
+    for r in synth_result.results:
+        samples = r.link_samples
+        assert set(samples.column("link").to_pylist()) == set(r.topology_links.column("link").to_pylist())
+        assert set(samples.column("origin").to_pylist()) == {f"replay:{r.topology}"}
+        total = np.nansum(samples.column("tx_bytes").to_numpy()) + np.nansum(samples.column("rx_bytes").to_numpy())
+        assert total == pytest.approx(r.link_bytes.sum(), rel=1e-6)
+        assert r.hot_links and r.hot_links[0]["peak_util"] <= 1.0 + 1e-6
+
+
+def test_deterministic():
+    tables, _ = make_run_tables(steps=1)
+    a = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).to_json()
+    b = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).to_json()
+    assert json.dumps(a) == json.dumps(b)
+
+
+def _with_gap(sync: bool):
+    """The compute after the all-reduce starts 50 µs after it (too late for the adjacency rule);
+    only a sync event ties it to the comm."""
+    tables = _hand_tables()
+    ev = tables["events"].to_pydict()
+    n = len(ev["rank"])
+    ev["correlation"] = list(range(n))
+    ev["sync_lane"] = [None] * n
+    ev["sync_correlation"] = [None] * n
+    for i in range(n):
+        if ev["kind"][i] == "compute" and ev["ts_ns"][i] > T0 + 300_000:
+            ev["ts_ns"][i] += 50_000
+    if sync:
+        for r, comm in ((0, 1), (1, 4)):
+            for k in ev:
+                ev[k].append({"rank": r, "lane": "gpu/s7", "kind": "sync", "name": "sync",
+                              "ts_ns": T0 + 1_300_000, "dur_ns": 0, "step": 0, "coll_id": None,
+                              "correlation": None, "sync_lane": "gpu/s20", "sync_correlation": comm}[k])
+    tables["events"] = pa.table(ev)
+    return tables
+
+
+def test_sync_events_are_dependencies():
+    specs = ["single-switch:gpus=1,pcie_gbps=2000", "single-switch:gpus=1,nic_gbps=800,pcie_gbps=2000"]
+    with_sync = replay(_with_gap(True), specs).results
+    without = replay(_with_gap(False), specs).results
+    assert with_sync[0].step_ns["0"] == pytest.approx(with_sync[0].traced_step_ns["0"], rel=1e-6)
+    assert with_sync[0].step_ns["0"] - with_sync[1].step_ns["0"] == pytest.approx(500_000, rel=1e-2)
+    assert without[0].step_ns["0"] - without[1].step_ns["0"] == pytest.approx(0, abs=1)
+
+
+def test_topology_sized_from_the_run():
+    tables, _ = make_run_tables(steps=1)
+    res = replay(tables, ["rail-optimized", "rail-optimized:hosts=1,gpus=2"])
+    gpus = [sum(k == "gpu" for k in r.topology_nodes.column("kind").to_pylist()) for r in res.results]
+    assert gpus == [16, 8]

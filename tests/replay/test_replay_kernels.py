@@ -1,0 +1,143 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from naive import progressive_filling, simulate_naive
+
+from tracekit.replay import _kernels
+from tracekit.replay.decompose import Instance, decompose
+from tracekit.replay.simulate import Flows, resource_bytes, route, simulate
+from tracekit.replay.topology import build, parse_spec
+
+
+def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0):
+    lat_mult = np.ones(len(nbytes)) if lat_mult is None else lat_mult
+    return _kernels.simulate_flows(np.asarray(indptr, np.int64), np.asarray(ids, np.int64),
+                                   np.asarray(nbytes, np.float64), np.asarray(release, np.float64),
+                                   np.asarray(lat_mult, np.float64), np.asarray(cap, np.float64),
+                                   np.asarray(lat, np.float64), n_windows, window_ns, 0.0, 1e-9, 0.0)
+
+
+@st.composite
+def cases(draw):
+    n_res = draw(st.integers(1, 5))
+    n_flows = draw(st.integers(1, 10))
+    cap = draw(st.lists(st.floats(0.5, 20), min_size=n_res, max_size=n_res))
+    lat = draw(st.lists(st.sampled_from([0.0, 1.0, 7.5]), min_size=n_res, max_size=n_res))
+    paths = draw(st.lists(st.sets(st.integers(0, n_res - 1), min_size=1), min_size=n_flows,
+                          max_size=n_flows))
+    nbytes = draw(st.lists(st.one_of(st.sampled_from([0.0, 10.0, 64.0]), st.floats(1, 1e4)),
+                           min_size=n_flows, max_size=n_flows))
+    release = draw(st.lists(st.one_of(st.sampled_from([0.0, 5.0]), st.floats(0, 500)),
+                            min_size=n_flows, max_size=n_flows))
+    paths = [sorted(p) for p in paths]
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    ids = np.array([r for p in paths for r in p], np.int64)
+    return indptr, ids, np.array(nbytes), np.array(release), np.array(cap), np.array(lat)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_kernel_matches_naive_twin(case):
+    indptr, ids, nbytes, release, cap, lat = case
+    fast, _ = _run(indptr, ids, nbytes, release, cap, lat)
+    slow = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat)
+    np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.floats(1.0, 8.0))
+def test_more_bandwidth_is_never_slower(case, factor):
+    indptr, ids, nbytes, release, cap, lat = case
+    base, _ = _run(indptr, ids, nbytes, release, cap, lat)
+    fast, _ = _run(indptr, ids, nbytes, release, cap * factor, lat)
+    assert np.all(fast <= base * (1 + 1e-9) + 1e-6)
+
+
+def test_progressive_filling_textbook_case():
+    rates = progressive_filling({0: [0], 1: [0, 1], 2: [1], 3: [1]}, np.array([1.0, 3.0]))
+    assert rates == pytest.approx({0: 0.5, 1: 0.5, 2: 1.25, 3: 1.25})
+
+
+def test_windows_conserve_bytes_and_are_deterministic():
+    rng = np.random.default_rng(3)
+    n_res, n_flows = 6, 200
+    paths = [sorted(set(rng.integers(0, n_res, 3).tolist())) for _ in range(n_flows)]
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    ids = np.array([r for p in paths for r in p], np.int64)
+    nbytes = rng.uniform(1, 1e4, n_flows)
+    release = rng.uniform(0, 1e4, n_flows)
+    cap = rng.uniform(1, 10, n_res)
+    a, win = _run(indptr, ids, nbytes, release, cap, np.zeros(n_res), n_windows=4000, window_ns=100.0)
+    b, win2 = _run(indptr, ids, nbytes, release, cap, np.zeros(n_res), n_windows=4000, window_ns=100.0)
+    assert np.array_equal(a, b) and np.array_equal(win, win2)
+    np.testing.assert_allclose(win.sum(axis=1), resource_bytes(n_res, indptr, ids, nbytes), rtol=1e-9)
+    assert np.all(win <= cap[:, None] * 100.0 * (1 + 1e-9))
+
+
+def _single_switch(n, **extra):
+    params = ",".join(f"{k}={v}" for k, v in extra.items())
+    return build(parse_spec(f"single-switch:hosts={n},gpus=1" + ("," + params if params else "")))
+
+
+def test_one_flow_alone():
+    topo = _single_switch(2)
+    flows = Flows.from_lists([0], [1], [1e8])
+    ip, ids = route(topo, flows)
+    out = simulate(topo, ip, ids, flows)
+    expected = 1e8 / (400 / 8) + 2 * 600
+    assert out.finish[0] == pytest.approx(expected, rel=1e-2)
+
+
+def test_n_flows_on_one_link_take_n_times_as_long():
+    topo = _single_switch(2, latency_ns=0)
+    one = Flows.from_lists([0], [1], [1e8])
+    five = Flows.from_lists([0] * 5, [1] * 5, [1e8] * 5)
+    t1 = simulate(topo, *route(topo, one), one).finish.max()
+    t5 = simulate(topo, *route(topo, five), five).finish
+    np.testing.assert_allclose(t5, 5 * t1, rtol=1e-2)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_all_reduce_closed_form(n):
+    topo = _single_switch(n)
+    size = 256e6
+    flows = decompose([Instance(0, "all_reduce", list(range(n)), size)], topo, np.arange(n))
+    out = simulate(topo, *route(topo, flows), flows)
+    bw = 400 / 8
+    expected = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * (2 * 600)
+    assert out.finish.max() == pytest.approx(expected, rel=1e-2)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_all_to_all_inter_leaf_scales_with_oversubscription(k):
+    def inter_leaf_time(oversub):
+        topo = build(parse_spec(f"fat-tree:hosts=16,gpus=1,leaf_radix=8,routing=spray,"
+                                f"latency_ns=0,oversub={oversub}"))
+        src, dst = np.divmod(np.arange(256), 16)
+        keep = src // 4 != dst // 4
+        flows = Flows.from_lists(src[keep], dst[keep], np.full(keep.sum(), 1e6))
+        return simulate(topo, *route(topo, flows), flows).finish.max()
+
+    assert inter_leaf_time(k) == pytest.approx(k * inter_leaf_time(1), rel=1e-2)
+
+
+def test_conservation_on_a_topology():
+    topo = build(parse_spec("rail-optimized:hosts=4,gpus=4"))
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 16, 300)
+    dst = rng.integers(0, 16, 300)
+    flows = Flows.from_lists(src, dst, rng.uniform(1e3, 1e6, 300), release=rng.uniform(0, 1e5, 300))
+    ip, ids = route(topo, flows)
+    per_res = resource_bytes(topo.cap.size, ip, ids, flows.nbytes)
+    tiers = np.repeat(np.array(topo.links.column("tier").to_pylist()), 2)
+    first = ids[ip[:-1][np.diff(ip) > 0]]
+    last = ids[ip[1:][np.diff(ip) > 0] - 1]
+    assert np.all(np.isin(first % 2, [0])) and np.all(last % 2 == 1)
+    leaving = per_res[:2 * topo.n_cables][0::2][tiers[0::2] == "nvlink"].sum() + \
+        per_res[:2 * topo.n_cables][0::2][tiers[0::2] == "pcie"].sum()
+    arriving = per_res[:2 * topo.n_cables][1::2][tiers[1::2] == "nvlink"].sum() + \
+        per_res[:2 * topo.n_cables][1::2][tiers[1::2] == "pcie"].sum()
+    assert leaving == pytest.approx(arriving)
+    out = simulate(topo, ip, ids, flows, n_windows=100, window_ns=1e4)
+    np.testing.assert_allclose(out.windows.sum(axis=1), per_res, rtol=1e-9, atol=1e-6)

@@ -1,0 +1,93 @@
+import pytest
+
+from tracekit.errors import TracekitError
+from tracekit.replay.topology import (
+    TopologyError,
+    build,
+    describe,
+    format_description,
+    parse_spec,
+    presets,
+    sized,
+)
+from tracekit.schema import validate
+
+
+def test_preset_string_parameters():
+    spec = parse_spec("rail-optimized:hosts=2,gpus=8,nic_gbps=400,oversub=2")
+    assert (spec.kind, spec.hosts, spec.gpus, spec.nic_gbps, spec.oversub) == (
+        "rail-optimized", 2, 8, 400.0, 2.0)
+
+
+def test_dgx_h100_superpod_matches_reference_architecture():
+    info = describe(parse_spec("dgx-h100-superpod"))
+    assert info["gpus"] == 256
+    assert info["leaves"] == 8 and info["spines"] == 4
+    tiers = info["links_per_tier"]
+    assert tiers["nic-leaf"]["cables"] == 256
+    assert tiers["leaf-spine"]["cables"] == 256
+    assert info["oversubscription"] == {"leaf": 1.0}
+    assert info["bisection_gbps"] == pytest.approx(128 * 400)
+
+
+def test_tables_conform_to_schema():
+    topo = build(parse_spec("fat-tree:hosts=8,tiers=3,leaf_radix=16"))
+    assert validate("topology_nodes", topo.nodes) == []
+    assert validate("topology_links", topo.links) == []
+    assert topo.links.column("link").to_pylist() == sorted(set(topo.links.column("link").to_pylist()),
+                                                           key=topo.links.column("link").to_pylist().index)
+    assert topo.cap.size == 2 * topo.n_cables + int((topo.res_cable_ptr.size - 1) - 2 * topo.n_cables)
+
+
+def test_oversubscription_halves_leaf_uplinks():
+    full = describe(parse_spec("fat-tree:hosts=16,gpus=1,leaf_radix=8"))
+    half = describe(parse_spec("fat-tree:hosts=16,gpus=1,leaf_radix=8,oversub=2"))
+    assert half["links_per_tier"]["leaf-spine"]["gbps"] == pytest.approx(
+        full["links_per_tier"]["leaf-spine"]["gbps"] / 2)
+    assert half["bisection_gbps"] == pytest.approx(full["bisection_gbps"] / 2)
+    assert half["oversubscription"]["leaf"] == 2.0
+
+
+@pytest.mark.parametrize("text, field", [
+    ("rail-optimized:oversub=0.5", "oversub"),
+    ("rail-optimized:gpus=zero", "gpus"),
+    ("rail-optimized:bogus=1", "bogus"),
+    ("rail-optimized:routing=random", "routing"),
+    ("rail-optimized:tiers=4", "tiers"),
+    ("rail-optimized:hosts=0", "hosts"),
+    ("no-such-preset", "preset"),
+    ("fat-tree:nic_gbps=-1", "nic_gbps"),
+    ("fat-tree:sharp=maybe", "sharp"),
+])
+def test_invalid_specs_name_the_field(text, field):
+    with pytest.raises(TopologyError) as info:
+        parse_spec(text)
+    assert info.value.field == field
+    assert repr(field) in str(info.value)
+    assert isinstance(info.value, TracekitError)
+
+
+def test_yaml_file(tmp_path):
+    path = tmp_path / "net.yaml"
+    path.write_text("preset: dgx-h100-superpod\nhosts: 4\noversub: 2\nrouting: spray\n")
+    spec = parse_spec(str(path))
+    assert (spec.hosts, spec.oversub, spec.routing, spec.name) == (4, 2.0, "spray", "net")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [1, 2]\n")
+    with pytest.raises(TopologyError, match="'hosts'"):
+        parse_spec(str(bad))
+
+
+def test_sized_from_run():
+    spec = parse_spec("rail-optimized")
+    assert sized(spec, hosts=4, gpus=8).hosts == 4
+    small = parse_spec("rail-optimized:hosts=1")
+    assert sized(small, hosts=3, gpus=8).hosts == 3
+    assert sized(parse_spec("dgx-h100-superpod"), hosts=2, gpus=8).hosts == 32
+
+
+def test_every_preset_builds_and_formats():
+    for name in presets():
+        spec = parse_spec(name)
+        text = format_description(describe(sized(spec, hosts=spec.hosts or 2)))
+        assert "GPUs" in text and "bisection" in text

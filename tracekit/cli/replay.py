@@ -1,0 +1,101 @@
+"""`tracekit replay`: replay a run's communication on other networks and compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli._common import json_option, user_errors
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="RUN|PATH...")
+@click.option("--topology", "topologies", multiple=True, metavar="SPEC",
+              help="A network to replay on (preset string or YAML file); repeat to compare.")
+@click.option("--baseline", default=None, metavar="SPEC",
+              help="The observed network, used to calibrate (default: the first --topology).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the HTML report with the replay tab to this file.")
+@click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where raw trace paths are ingested (default: a temp directory keyed by the paths).")
+@click.option("--algo", type=click.Choice(["auto", "ring", "tree"]), default="auto", show_default=True,
+              help="Collective algorithm for all-reduce (auto: as traced, else ring).")
+@click.option("--merge", type=click.FloatRange(min=0, max=0.1), default=0.0, show_default=True,
+              help="Let flows finish early by up to this fraction of their age to merge events "
+                   "(faster, approximate; 0: exact).")
+@click.option("--no-write", is_flag=True, help="Do not store results/replay.json and link samples in the run.")
+@json_option
+@user_errors
+def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | None,
+           report_path: Path | None, cache: Path | None, algo: str, merge: float, no_write: bool,
+           as_json: bool) -> None:
+    """Replay the communication of RUN (a run directory, or raw trace paths) on each --topology
+    and compare step time, exposed communication per dim and the hottest link with the baseline."""
+    from tracekit.errors import TracekitError
+    from tracekit.replay.engine import open_run, replay_run
+
+    if not topologies and baseline is None:
+        raise click.UsageError("give at least one --topology")
+    run = open_run(list(paths), cache=cache)
+    result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
+                        merge=merge)
+    if as_json:
+        click.echo(result.dumps())
+    else:
+        click.echo(format_comparison(result.to_json(), result.efficiency))
+    if report_path is not None:
+        try:
+            from tracekit.viz.report import write_report
+        except ImportError as exc:
+            raise TracekitError("--report needs tracekit.viz.report, which is not available") from exc
+        info = write_report(run, report_path, replay=result)
+        click.echo(f"report: {getattr(info, 'path', report_path)}")
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _delta(value: float, base: float) -> str:
+    if not base:
+        return ""
+    return f" ({(value - base) / base:+.1%})"
+
+
+def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None = None) -> str:
+    """The comparison table: per topology, step time, exposed comm per dim and the hottest link,
+    each against the baseline (the first result)."""
+    results = doc["results"]
+    base = results[0]
+    dims = sorted({d for r in results for d in r["exposed_ns"]})
+    lines = []
+    err = base["replay_error"]
+    lines.append(f"baseline {base['topology']}: replay error per instance median {err['median']:.1%}, "
+                 f"p90 {err['p90']:.1%}")
+    header = ["topology", "step (mean)"] + [f"exposed {d}" for d in dims] + ["hottest link"]
+    rows = []
+    base_step = _mean(base["step_ns"])
+    for r in results:
+        step = _mean(r["step_ns"])
+        row = [r["topology"], _ms(step) + _delta(step, base_step)]
+        for d in dims:
+            v = r["exposed_ns"].get(d, 0)
+            row.append(_ms(v) + _delta(v, base["exposed_ns"].get(d, 0)))
+        hot = r["hot_links"][0] if r["hot_links"] else None
+        row.append(f"{hot['link']} peak {hot['peak_util']:.0%}" if hot else "-")
+        rows.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))
+    lines.append(f"traced step (mean) {_ms(_mean(base['traced_step_ns']))}")
+    if efficiency:
+        lines.append("calibration (traced / modelled): " + ", ".join(
+            f"{k} x{v:.2f}" for k, v in sorted(efficiency.items())))
+    return "\n".join(lines)
+
+
+def _mean(values: dict[str, int]) -> float:
+    return sum(values.values()) / len(values) if values else 0.0

@@ -1,0 +1,768 @@
+"""numba kernels for replay: routing to CSR paths, the max-min fair fluid simulator, and the
+dependency scheduler. Kernels see numpy arrays and scalars only and read no module globals."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+njit = numba.njit(cache=True, nogil=True)
+njit_inline = numba.njit(cache=True, nogil=True, inline="always")  # small helpers of hot loops
+
+# Flow modes understood by `route_flows` (passed in as plain ints by the callers).
+# 0 gpu->gpu, 1 gpu->its leaf (in-network reduction up), 2 leaf->gpu (down), 3 leaf->spine tier,
+# 4 spine tier->leaf, 5 gpu->NVSwitch (NVLS up), 6 NVSwitch->gpu (NVLS down).
+
+
+@njit
+def flow_hash(a: int, b: int, c: int, d: int) -> int:
+    """A deterministic 63-bit mix of four integers (xorshift rounds; no overflowing multiplies)."""
+    x = np.uint64(0x9E3779B97F4A7C15)
+    for v in (a, b, c, d):
+        x = x ^ np.uint64(v & 0x7FFFFFFFFFFFFFFF)
+        for _ in range(3):
+            x = x ^ (x << np.uint64(13))
+            x = x ^ (x >> np.uint64(7))
+            x = x ^ (x << np.uint64(17))
+    x = x ^ (x >> np.uint64(31)) ^ (x >> np.uint64(47))
+    return np.int64(x >> np.uint64(1))
+
+
+@njit
+def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per_gpu, planes,
+               domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up, leaf_nic_down,
+               leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up, core_spine_down,
+               leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn, write):
+    n = 0
+    j = channel % nics_per_gpu
+    p = (channel // nics_per_gpu) % planes
+    n_sp = leaf_spine_up.shape[1]
+    if mode == 5 or mode == 6:
+        r = nvl_up[src] if mode == 5 else nvl_down[src]
+        if r >= 0:
+            if write:
+                out[pos] = r
+            n += 1
+        return n
+    if mode == 1 or mode == 2:
+        nic = src * nics_per_gpu + j
+        if write:
+            if mode == 1:
+                out[pos] = pcie_up[nic]
+                out[pos + 1] = nic_leaf_up[nic, p]
+            else:
+                out[pos] = leaf_nic_down[nic, p]
+                out[pos + 1] = pcie_down[nic]
+        return 2
+    if mode == 3 or mode == 4:
+        if leaf_spine_up[src, 0] < 0:
+            return 0
+        if write:
+            if spray:
+                out[pos] = leaf_up_agg[src] if mode == 3 else leaf_down_agg[src]
+            else:
+                s = fhash % n_sp
+                out[pos] = leaf_spine_up[src, s] if mode == 3 else spine_leaf_down[src, s]
+        return 1
+    if src == dst:
+        return 0
+    if domain > 1 and src // domain == dst // domain:
+        if write:
+            out[pos] = nvl_up[src]
+            out[pos + 1] = nvl_down[dst]
+        return 2
+    sender = src
+    if pxn and domain > 1:
+        proxy = src - src % gpus_per_host + dst % gpus_per_host
+        if proxy != src and proxy // domain == src // domain:
+            if write:
+                out[pos] = nvl_up[src]
+                out[pos + 1] = nvl_down[proxy]
+            n += 2
+            sender = proxy
+    ns = sender * nics_per_gpu + j
+    nd = dst * nics_per_gpu + j
+    ls = nic_leaf[ns, p]
+    ld = nic_leaf[nd, p]
+    if write:
+        out[pos + n] = pcie_up[ns]
+        out[pos + n + 1] = nic_leaf_up[ns, p]
+    n += 2
+    if ls != ld:
+        ps = leaf_pod[ls]
+        pd = leaf_pod[ld]
+        if ps == pd:
+            if write:
+                if spray:
+                    out[pos + n] = leaf_up_agg[ls]
+                    out[pos + n + 1] = leaf_down_agg[ld]
+                else:
+                    s = fhash % n_sp
+                    out[pos + n] = leaf_spine_up[ls, s]
+                    out[pos + n + 1] = spine_leaf_down[ld, s]
+            n += 2
+        else:
+            if write:
+                if spray:
+                    out[pos + n] = leaf_up_agg[ls]
+                    out[pos + n + 1] = pod_up_agg[ps]
+                    out[pos + n + 2] = pod_down_agg[pd]
+                    out[pos + n + 3] = leaf_down_agg[ld]
+                else:
+                    n_core = spine_core_up.shape[2]
+                    s = fhash % n_sp
+                    c = (fhash // n_sp) % n_core
+                    out[pos + n] = leaf_spine_up[ls, s]
+                    out[pos + n + 1] = spine_core_up[ps, s, c]
+                    out[pos + n + 2] = core_spine_down[pd, s, c]
+                    out[pos + n + 3] = spine_leaf_down[ld, s]
+            n += 4
+    if write:
+        out[pos + n] = leaf_nic_down[nd, p]
+        out[pos + n + 1] = pcie_down[nd]
+    n += 2
+    return n
+
+
+@njit
+def route_flows(mode, src, dst, channel, fhash, gpus_per_host, nics_per_gpu, planes, domain,
+                nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up, leaf_nic_down,
+                leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up, core_spine_down,
+                leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn):
+    """Paths of all flows as CSR (indptr, resource ids)."""
+    f_count = src.size
+    indptr = np.zeros(f_count + 1, np.int64)
+    dummy = np.zeros(1, np.int64)
+    for f in range(f_count):
+        indptr[f + 1] = indptr[f] + _route_one(
+            mode[f], src[f], dst[f], channel[f], fhash[f], dummy, 0, gpus_per_host, nics_per_gpu,
+            planes, domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up,
+            leaf_nic_down, leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up,
+            core_spine_down, leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn, False)
+    ids = np.empty(indptr[f_count], np.int64)
+    for f in range(f_count):
+        _route_one(mode[f], src[f], dst[f], channel[f], fhash[f], ids, indptr[f], gpus_per_host,
+                   nics_per_gpu, planes, domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf,
+                   nic_leaf_up, leaf_nic_down, leaf_pod, leaf_spine_up, spine_leaf_down,
+                   spine_core_up, core_spine_down, leaf_up_agg, leaf_down_agg, pod_up_agg,
+                   pod_down_agg, spray, pxn, True)
+    return indptr, ids
+
+
+# --------------------------------------------------------------------------------------------
+# Binary min-heaps on parallel arrays; callers keep the size.
+
+
+@njit_inline
+def _heap_push(hk, hi, ht, size, key, item, tag):
+    """Push onto a min-heap whose arrays have room; returns the new size."""
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] <= key:
+            break
+        hk[i] = hk[parent]
+        hi[i] = hi[parent]
+        ht[i] = ht[parent]
+        i = parent
+    hk[i] = key
+    hi[i] = item
+    ht[i] = tag
+    return size + 1
+
+
+@njit_inline
+def _heap_pop(hk, hi, ht, size):
+    """Remove the top; the caller reads it before calling. Returns the new size."""
+    size -= 1
+    if size == 0:
+        return 0
+    key = hk[size]
+    item = hi[size]
+    tag = ht[size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i] = hk[c]
+        hi[i] = hi[c]
+        ht[i] = ht[c]
+        i = c
+    hk[i] = key
+    hi[i] = item
+    ht[i] = tag
+    return size
+
+
+@njit_inline
+def _iheap_sift(hk, hi, hpos, size, i):
+    key = hk[i]
+    item = hi[i]
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] <= key:
+            break
+        hk[i] = hk[parent]
+        hi[i] = hi[parent]
+        hpos[hi[i]] = i
+        i = parent
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i] = hk[c]
+        hi[i] = hi[c]
+        hpos[hi[i]] = i
+        i = c
+    hk[i] = key
+    hi[i] = item
+    hpos[item] = i
+
+
+@njit_inline
+def _iheap_set(hk, hi, hpos, size, item, key):
+    """Insert `item` or change its key in an indexed min-heap; returns the new size."""
+    i = hpos[item]
+    if i < 0:
+        i = size
+        size += 1
+        hi[i] = item
+    hk[i] = key
+    _iheap_sift(hk, hi, hpos, size, i)
+    return size
+
+
+@njit_inline
+def _iheap_pop(hk, hi, hpos, size):
+    """Remove the top of an indexed min-heap; returns the new size."""
+    hpos[hi[0]] = -1
+    size -= 1
+    if size > 0:
+        hk[0] = hk[size]
+        hi[0] = hi[size]
+        hpos[hi[0]] = 0
+        _iheap_sift(hk, hi, hpos, size, 0)
+    return size
+
+
+# --------------------------------------------------------------------------------------------
+# Max-min fair fluid simulation.
+
+
+@njit_inline
+def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin):
+    """Spread the bytes a flow sent at `rate` over [t0, t1] onto the windows of its resources."""
+    n_win = win.shape[1]
+    if n_win == 0 or t1 <= t0 or rate <= 0.0:
+        return
+    w0 = int((t0 - t_origin) // window_ns)
+    w1 = int((t1 - t_origin) // window_ns)
+    for w in range(max(w0, 0), min(w1, n_win - 1) + 1):
+        a = max(t0, t_origin + w * window_ns)
+        b = min(t1, t_origin + (w + 1) * window_ns)
+        if b > a:
+            amount = rate * (b - a)
+            for k in range(indptr[f], indptr[f + 1]):
+                win[res[k], w] += amount
+
+
+@njit
+def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, new_rate, links, cnt,
+               fill, members, resid, nun, used, ver, hk, hi, ht, frozen):
+    """Max-min rates of the flows in S given every other flow's current rate (progressive filling
+    from the residual capacities). Writes new_rate[i] for S member i. The remaining arguments are
+    scratch arrays (sized for all resources, incidences and flows)."""
+    n_loc = 0
+    for i in range(s_n):
+        f = s_list[i]
+        frozen[i] = False
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            if lmark[r] != stamp:
+                lmark[r] = stamp
+                lmap[r] = n_loc
+                links[n_loc] = r
+                cnt[n_loc + 1] = 0
+                n_loc += 1
+            cnt[lmap[r] + 1] += 1
+    cnt[0] = 0
+    for j in range(n_loc):
+        cnt[j + 1] += cnt[j]
+        fill[j] = cnt[j]
+        resid[j] = cap[links[j]] - load[links[j]]
+        used[j] = 0.0
+        ver[j] = 0
+        nun[j] = cnt[j + 1] - cnt[j]
+    for i in range(s_n):
+        f = s_list[i]
+        for k in range(indptr[f], indptr[f + 1]):
+            loc = lmap[res[k]]
+            members[fill[loc]] = i
+            fill[loc] += 1
+            resid[loc] += rate[f]
+    hn = 0
+    for j in range(n_loc):
+        x = max(resid[j], 0.0) / nun[j]
+        hn = _heap_push(hk, hi, ht, hn, x, j, 0)
+    level = 0.0
+    while hn > 0:
+        x = hk[0]
+        j = hi[0]
+        tag = ht[0]
+        hn = _heap_pop(hk, hi, ht, hn)
+        if tag != ver[j] or nun[j] == 0:
+            continue
+        if x > level:
+            level = x
+        for m in range(cnt[j], cnt[j + 1]):
+            i = members[m]
+            if frozen[i]:
+                continue
+            frozen[i] = True
+            f = s_list[i]
+            new_rate[i] = level
+            for k in range(indptr[f], indptr[f + 1]):
+                loc = lmap[res[k]]
+                nun[loc] -= 1
+                used[loc] += level
+                ver[loc] += 1
+                if nun[loc] > 0:
+                    y = max(resid[loc] - used[loc], 0.0) / nun[loc]
+                    hn = _heap_push(hk, hi, ht, hn, y, loc, ver[loc])
+
+
+@njit_inline
+def _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr, maxr_ok, rel_eps,
+                rchg, skip):
+    """A saturated resource of flow h on which no flow is faster, or -1. Resources with
+    rchg == skip (this event's changed ones, when skip >= 0) are not considered."""
+    tol = 1e3 * rel_eps
+    for k in range(indptr[h], indptr[h + 1]):
+        r = res[k]
+        if rchg[r] == skip or load[r] < cap[r] * (1.0 - tol):
+            continue
+        if not maxr_ok[r]:
+            maxr_ok[r] = True
+            m = 0.0
+            for q in range(lstart[r], lstart[r] + lcnt[r]):
+                m = max(m, rate[inc_flow[pool[q]]])
+            maxr[r] = m
+        if rate[h] >= maxr[r] * (1.0 - tol):
+            return r
+    return -1
+
+
+@njit_inline
+def _set_bott(f, r, bott, bpool, lstart, bcnt, bpos):
+    """Move flow f to the bottleneck list of resource r (-1: none)."""
+    old = bott[f]
+    if old == r:
+        return
+    if old >= 0:
+        i = bpos[f]
+        last = bpool[lstart[old] + bcnt[old] - 1]
+        bpool[lstart[old] + i] = last
+        bpos[last] = i
+        bcnt[old] -= 1
+    if r >= 0:
+        bpool[lstart[r] + bcnt[r]] = f
+        bpos[f] = bcnt[r]
+        bcnt[r] += 1
+    bott[f] = r
+
+
+@njit_inline
+def _list_add(pool, lstart, lcnt, ipos, r, k):
+    pool[lstart[r] + lcnt[r]] = k
+    ipos[k] = lcnt[r]
+    lcnt[r] += 1
+
+
+@njit_inline
+def _list_remove(pool, lstart, lcnt, ipos, r, k):
+    i = ipos[k]
+    last = pool[lstart[r] + lcnt[r] - 1]
+    pool[lstart[r] + i] = last
+    ipos[last] = i
+    lcnt[r] -= 1
+
+
+@njit
+def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
+                   t_origin, rel_eps, merge):
+    """Event-driven fluid simulation with max-min fair sharing, exact at every arrival and finish.
+
+    Flows: CSR paths (indptr, res), bytes, release time (ns) and a latency multiplier (the flow's
+    latency is lat_mult * sum of its resources' latencies, added at the end). Resources: capacity
+    in bytes/ns and latency in ns. Returns (finish time per flow, bytes per resource per window).
+    `merge` > 0 lets a flow finish early, together with the current event, when its finish is
+    within `merge` x its age (0: exact).
+
+    At each event (all arrivals and finishes at one time) only the affected flows are re-solved:
+    S starts as the flows on the touched resources, is water-filled on the residual capacities,
+    and grows until every flow next to a changed resource has a bottleneck (a saturated resource
+    on which its rate is the largest), which is the max-min fairness condition.
+    """
+    n_flows = nbytes.size
+    n_res = cap.size
+    finish = np.full(n_flows, np.nan)
+    win = np.zeros((n_res, n_windows), np.float64)
+    if n_flows == 0:
+        return finish, win
+    inc_flow = np.empty(res.size, np.int64)
+    static = np.zeros(n_res, np.int64)
+    latency = np.zeros(n_flows, np.float64)
+    for f in range(n_flows):
+        lat = 0.0
+        for k in range(indptr[f], indptr[f + 1]):
+            inc_flow[k] = f
+            static[res[k]] += 1
+            lat += res_lat[res[k]]
+        latency[f] = lat * lat_mult[f]
+    lstart = np.zeros(n_res, np.int64)
+    for r in range(1, n_res):
+        lstart[r] = lstart[r - 1] + static[r - 1]
+    pool = np.empty(res.size, np.int64)
+    lcnt = np.zeros(n_res, np.int64)
+    ipos = np.empty(res.size, np.int64)
+    load = np.zeros(n_res, np.float64)
+    rate = np.zeros(n_flows, np.float64)
+    rem = nbytes.astype(np.float64).copy()
+    tlast = np.zeros(n_flows, np.float64)
+    active = np.zeros(n_flows, np.bool_)
+    bott = np.full(n_flows, -1, np.int64)
+    bpool = np.empty(res.size, np.int64)
+    bcnt = np.zeros(n_res, np.int64)
+    bpos = np.zeros(n_flows, np.int64)
+    cand = np.empty(n_flows, np.int64)
+    thr = np.zeros(n_res, np.float64)
+    marked = np.empty(n_res, np.int64)
+    w_links = np.empty(n_res, np.int64)
+    w_cnt = np.zeros(n_res + 1, np.int64)
+    w_fill = np.empty(n_res, np.int64)
+    w_members = np.empty(res.size, np.int64)
+    w_resid = np.empty(n_res, np.float64)
+    w_nun = np.empty(n_res, np.int64)
+    w_used = np.empty(n_res, np.float64)
+    w_ver = np.empty(n_res, np.int64)
+    w_hk = np.empty(n_res + res.size + 1, np.float64)
+    w_hi = np.empty(n_res + res.size + 1, np.int64)
+    w_ht = np.empty(n_res + res.size + 1, np.int64)
+    w_frozen = np.empty(n_flows, np.bool_)
+    in_s = np.full(n_flows, -1, np.int64)
+    orig = np.zeros(n_flows, np.float64)
+    checked = np.full(n_flows, -1, np.int64)
+    rchg = np.full(n_res, -1, np.int64)
+    maxr_ok = np.zeros(n_res, np.bool_)
+    maxr = np.zeros(n_res, np.float64)
+    lmap = np.zeros(n_res, np.int64)
+    lmark = np.full(n_res, -1, np.int64)
+    s_list = np.empty(n_flows, np.int64)
+    new_rate = np.empty(n_flows, np.float64)
+    chg_links = np.empty(n_res, np.int64)
+    bad = np.empty(n_flows, np.int64)
+    order = np.argsort(release, kind="mergesort")
+    hk = np.empty(n_flows, np.float64)
+    hi = np.empty(n_flows, np.int64)
+    hpos = np.full(n_flows, -1, np.int64)
+    hn = 0
+    nxt = 0
+    event = 0
+    wstamp = 0
+    while True:
+        t_rel = release[order[nxt]] if nxt < n_flows else np.inf
+        t_fin = hk[0] if hn > 0 else np.inf
+        if t_rel == np.inf and t_fin == np.inf:
+            break
+        now = min(t_rel, t_fin)
+        tol = rel_eps * abs(now) + 1e-6
+        event += 1
+        s_n = 0
+        n_chg = 0
+        while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
+            f = hi[0]
+            t_proj = hk[0]
+            tf = t_proj if t_proj <= now + tol else now
+            hn = _iheap_pop(hk, hi, hpos, hn)
+            _account(f, tlast[f], t_proj, rate[f], indptr, res, win, window_ns, t_origin)
+            rem[f] = 0.0
+            finish[f] = tf + latency[f]
+            active[f] = False
+            _set_bott(f, -1, bott, bpool, lstart, bcnt, bpos)
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                _list_remove(pool, lstart, lcnt, ipos, r, k)
+                load[r] -= rate[f]
+                if rate[f] >= maxr[r]:
+                    maxr_ok[r] = False
+                if lcnt[r] == 0:
+                    load[r] = 0.0
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+            rate[f] = 0.0
+        arrivals = False
+        while nxt < n_flows and release[order[nxt]] <= now + tol:
+            f = order[nxt]
+            nxt += 1
+            if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
+                finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
+                continue
+            active[f] = True
+            arrivals = True
+            tlast[f] = now
+            rate[f] = 0.0
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                _list_add(pool, lstart, lcnt, ipos, r, k)
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+        # S0: the flows on a touched resource that arrived now or were bottlenecked there
+        for c in range(n_chg):
+            r = chg_links[c]
+            if arrivals:
+                for q in range(lstart[r], lstart[r] + lcnt[r]):
+                    g = inc_flow[pool[q]]
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+            else:
+                for q in range(lstart[r], lstart[r] + bcnt[r]):
+                    g = bpool[q]
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+        if not arrivals:
+            # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
+            kept = 0
+            for i in range(s_n):
+                g = s_list[i]
+                b = _bottleneck(g, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, event)
+                if b >= 0:
+                    _set_bott(g, b, bott, bpool, lstart, bcnt, bpos)
+                    in_s[g] = -1
+                else:
+                    s_list[kept] = g
+                    kept += 1
+            s_n = kept
+        while s_n > 0:
+            wstamp += 1
+            _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
+                       w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver, w_hk, w_hi,
+                       w_ht, w_frozen)
+            for i in range(s_n):
+                g = s_list[i]
+                d = new_rate[i] - rate[g]
+                if d != 0.0:
+                    big = abs(d) > rel_eps * max(rate[g], new_rate[i])
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        load[r] += d
+                        if d > 0.0:
+                            if new_rate[i] > maxr[r]:
+                                maxr[r] = new_rate[i]
+                        elif rate[g] >= maxr[r]:
+                            maxr_ok[r] = False
+                        if big and rchg[r] != event:
+                            rchg[r] = event
+                            chg_links[n_chg] = r
+                            n_chg += 1
+                    rate[g] = new_rate[i]
+            # verify: every flow in S or on a changed resource needs a bottleneck
+            wstamp += 1
+            n_bad = 0
+            for i in range(s_n):
+                h = s_list[i]
+                checked[h] = wstamp
+                b = _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, -2)
+                _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
+                if b < 0:
+                    bad[n_bad] = h
+                    n_bad += 1
+            n_cand = 0
+            for c in range(n_chg):
+                r = chg_links[c]
+                for q in range(lstart[r], lstart[r] + bcnt[r]):
+                    h = bpool[q]
+                    if checked[h] != wstamp:
+                        checked[h] = wstamp
+                        cand[n_cand] = h
+                        n_cand += 1
+            for i in range(n_cand):
+                h = cand[i]
+                b = _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, -2)
+                _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
+                if b < 0:
+                    bad[n_bad] = h
+                    n_bad += 1
+            if n_bad == 0:
+                break
+            grew = False
+            wstamp += 1
+            n_mark = 0
+            for i in range(n_bad):
+                h = bad[i]
+                if in_s[h] != event:
+                    in_s[h] = event
+                    orig[h] = rate[h]
+                    s_list[s_n] = h
+                    s_n += 1
+                    grew = True
+                for kk in range(indptr[h], indptr[h + 1]):
+                    rr = res[kk]
+                    if load[rr] < cap[rr] * (1.0 - 1e3 * rel_eps):
+                        continue
+                    if lmark[rr] != wstamp:
+                        lmark[rr] = wstamp
+                        thr[rr] = rate[h]
+                        marked[n_mark] = rr
+                        n_mark += 1
+                    elif rate[h] < thr[rr]:
+                        thr[rr] = rate[h]
+            for i in range(n_mark):
+                rr = marked[i]
+                limit = thr[rr] * (1.0 - 1e3 * rel_eps)
+                for qq in range(lstart[rr], lstart[rr] + lcnt[rr]):
+                    g = inc_flow[pool[qq]]
+                    if in_s[g] != event and rate[g] >= limit:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+                        grew = True
+            if not grew:
+                break
+        for i in range(s_n):
+            g = s_list[i]
+            if rate[g] == orig[g]:
+                continue
+            if orig[g] > 0.0:
+                _account(g, tlast[g], now, orig[g], indptr, res, win, window_ns, t_origin)
+                rem[g] -= orig[g] * (now - tlast[g])
+                if rem[g] < 0.0:
+                    rem[g] = 0.0
+            tlast[g] = now
+            r_g = rate[g] if rate[g] > 0.0 else 1e-300
+            hn = _iheap_set(hk, hi, hpos, hn, g, now + rem[g] / r_g)
+    return finish, win
+
+
+# --------------------------------------------------------------------------------------------
+# Trace-driven schedule.
+
+
+@njit
+def schedule(prev, nxt, dep_ptr, dep_ids, slack, tr_start, dur, inst, inst_ptr, inst_ids, inst_dur,
+             order_by_start):
+    """Replayed start/end of every event and start of every instance.
+
+    An event starts when its lane predecessor and its cross-lane dependencies (`dep_ids[dep_ptr[i]:
+    dep_ptr[i+1]]` lists the events that wait on i) have ended, plus its traced slack (host-bound
+    gap). An event without predecessors keeps its traced start. Events of instance k (>= 0) arrive
+    at that time; the instance starts when the last participant arrives and all end together
+    after `inst_dur[k]`. Cycles (inconsistent traces) are broken at the earliest traced event.
+    """
+    n = prev.size
+    n_inst = inst_dur.size
+    indeg = np.zeros(n, np.int64)
+    for i in range(n):
+        if prev[i] >= 0:
+            indeg[i] += 1
+        for q in range(dep_ptr[i], dep_ptr[i + 1]):
+            indeg[dep_ids[q]] += 1
+    ready = np.full(n, -np.inf)
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    arrived = np.zeros(n, np.bool_)
+    pending = np.zeros(n_inst, np.int64)
+    for k in range(n_inst):
+        pending[k] = inst_ptr[k + 1] - inst_ptr[k]
+    inst_ready = np.full(n_inst, -np.inf)
+    inst_start = np.full(n_inst, np.nan)
+    stack = np.empty(n + 1, np.int64)
+    sn = 0
+    fin = np.empty(n + 1, np.int64)
+    for i in range(n):
+        if indeg[i] == 0:
+            stack[sn] = i
+            sn += 1
+    done = 0
+    cursor = 0
+    while done < n:
+        if sn == 0:
+            while cursor < n and arrived[order_by_start[cursor]]:
+                cursor += 1
+            if cursor >= n:
+                break
+            stack[0] = order_by_start[cursor]
+            sn = 1
+        i = stack[sn - 1]
+        sn -= 1
+        if arrived[i]:
+            continue
+        arrived[i] = True
+        done += 1
+        s = tr_start[i] if ready[i] == -np.inf else ready[i] + slack[i]
+        start[i] = s
+        fn = 0
+        k = inst[i]
+        if k < 0:
+            end[i] = s + dur[i]
+            fin[0] = i
+            fn = 1
+        else:
+            if s > inst_ready[k]:
+                inst_ready[k] = s
+            pending[k] -= 1
+            if pending[k] == 0:
+                inst_start[k] = inst_ready[k]
+                for q in range(inst_ptr[k], inst_ptr[k + 1]):
+                    j = inst_ids[q]
+                    end[j] = inst_start[k] + inst_dur[k]
+                    fin[fn] = j
+                    fn += 1
+        for a in range(fn):
+            j = fin[a]
+            succ = nxt[j]
+            if succ >= 0:
+                if end[j] > ready[succ]:
+                    ready[succ] = end[j]
+                indeg[succ] -= 1
+                if indeg[succ] == 0:
+                    stack[sn] = succ
+                    sn += 1
+            for q in range(dep_ptr[j], dep_ptr[j + 1]):
+                d = dep_ids[q]
+                if end[j] > ready[d]:
+                    ready[d] = end[j]
+                indeg[d] -= 1
+                if indeg[d] == 0:
+                    stack[sn] = d
+                    sn += 1
+    for k in range(n_inst):
+        if pending[k] > 0 and inst_ptr[k + 1] > inst_ptr[k]:
+            inst_start[k] = inst_ready[k]
+            for q in range(inst_ptr[k], inst_ptr[k + 1]):
+                j = inst_ids[q]
+                if arrived[j]:
+                    end[j] = inst_start[k] + inst_dur[k]
+    return start, end, inst_start

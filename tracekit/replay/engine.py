@@ -1,0 +1,732 @@
+"""Trace-driven replay of a run's communication on one or more network models.
+
+Compute keeps its traced durations; every matched collective instance becomes flows on the
+topology and gets a new duration from the fluid simulation. Events are re-timed through their
+dependencies (lane order with host-bound gaps, cross-lane waits, collective sync, p2p pairing).
+Release times and durations depend on each other, so the schedule and the simulation alternate
+until the instance start times settle. A per-(op, size) efficiency, fitted so that the baseline
+replay reproduces the traced durations, is applied on every topology.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute
+
+from tracekit import schema
+from tracekit.errors import TracekitError
+from tracekit.replay import _kernels
+from tracekit.replay.decompose import Instance, decompose
+from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
+from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, sized
+from tracekit.store import Run
+
+TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
+DEP_GAP_NS = 5_000
+MAX_ITER = 4
+N_WINDOWS = 200
+HOT_LINKS = 10
+
+
+class ReplayError(TracekitError):
+    """The run cannot be replayed (missing instances, no timed communication, ...)."""
+
+
+@dataclass
+class TopologyResult:
+    """Replay of one topology."""
+
+    topology: str
+    step_ns: dict[str, int]
+    traced_step_ns: dict[str, int]
+    comm_ns: dict[str, int]
+    exposed_ns: dict[str, int]
+    instances: list[dict[str, Any]]
+    hot_links: list[dict[str, Any]]
+    replay_error: dict[str, float]
+    link_samples: pa.Table
+    topology_nodes: pa.Table
+    topology_links: pa.Table
+    link_bytes: np.ndarray
+    n_flows: int
+    step_error: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology, "step_ns": self.step_ns, "traced_step_ns": self.traced_step_ns,
+            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
+            "hot_links": self.hot_links, "replay_error": self.replay_error,
+        }
+
+
+@dataclass
+class ReplayResult:
+    """Results per topology; the first is the baseline (the observed network)."""
+
+    topologies: list[str]
+    results: list[TopologyResult]
+    baseline: str
+    efficiency: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False)
+
+    def result(self, name: str) -> TopologyResult:
+        for r in self.results:
+            if r.topology == name:
+                return r
+        raise KeyError(name)
+
+    def link_samples(self) -> pa.Table:
+        """All topologies' replayed link samples in one table."""
+        return pa.concat_tables([r.link_samples for r in self.results], promote_options="permissive")
+
+
+# ------------------------------------------------------------------------------------------
+# Preparation: tables -> events, instances and placement (topology independent).
+
+
+@dataclass
+class _Inst:
+    group: str
+    seq: int
+    op: str
+    dim: str
+    ranks: list[int]
+    nbytes: float
+    splits: dict[int, list[float]]
+    src: int | None
+    dst: int | None
+    algo: str | None
+    traced_start: float
+    traced_end: float
+    members: list[int]
+
+    @property
+    def traced_ns(self) -> float:
+        return max(self.traced_end - self.traced_start, 1.0)
+
+
+@dataclass
+class _Prepared:
+    t0: int
+    rank: np.ndarray
+    kind: np.ndarray  # 0 compute, 1 comm, 2 other timed
+    start: np.ndarray
+    end: np.ndarray
+    step: np.ndarray
+    inst: np.ndarray
+    prev: np.ndarray
+    nxt: np.ndarray
+    dep_ptr: np.ndarray
+    dep_ids: np.ndarray
+    slack: np.ndarray
+    order_by_start: np.ndarray
+    instances: list[_Inst]
+    inst_ptr: np.ndarray
+    inst_ids: np.ndarray
+    placement: dict[int, tuple[int, int]]  # rank -> (host index, local index)
+    hosts: int
+    gpus_per_host: int
+    rings: dict[str, list[list[int]]]
+    has_steps: bool
+
+
+def _plain(df: pl.DataFrame) -> pl.DataFrame:
+    """Categorical (dictionary) columns as plain strings."""
+    cats = [c for c, t in df.schema.items() if t == pl.Categorical or isinstance(t, pl.Enum)]
+    return df.with_columns([pl.col(c).cast(pl.Utf8) for c in cats]) if cats else df
+
+
+def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
+    for name in ("events", "collectives"):
+        if name not in tables:
+            raise ReplayError(f"replay needs the {name!r} table")
+    ranks = pl.from_arrow(schema.conform("ranks", tables.get("ranks")))
+    coll = pl.from_arrow(schema.conform("collectives", tables["collectives"]))
+    events = pl.from_arrow(schema.conform("events", tables["events"]))
+    groups = pl.from_arrow(schema.conform("groups", tables.get("groups")))
+    channels = pl.from_arrow(schema.conform("channels", tables.get("channels")))
+    events, coll, groups, channels = (_plain(df) for df in (events, coll, groups, channels))
+    if coll.height == 0 or coll.get_column("instance").null_count() == coll.height:
+        raise ReplayError("no matched collective instances: run the analysis step (prepare) first")
+
+    all_ranks = sorted(set(events.get_column("rank").to_list()) | set(coll.get_column("rank").to_list())
+                       | set(ranks.get_column("rank").to_list()))
+    offset = {r: 0 for r in all_ranks}
+    host_of: dict[int, str] = {}
+    local_of: dict[int, int] = {}
+    for row in ranks.iter_rows(named=True):
+        offset[row["rank"]] = int(row["clock_offset_ns"] or 0)
+        if row["host"] is not None:
+            host_of[row["rank"]] = str(row["host"])
+        if row["local_device"] is not None:
+            local_of[row["rank"]] = int(row["local_device"])
+    placement, hosts, per_host = _placement(all_ranks, host_of, local_of)
+
+    offs = pl.DataFrame({"rank": all_ranks, "_off": [offset[r] for r in all_ranks]},
+                        schema={"rank": pl.Int32, "_off": pl.Int64})
+    ev = (events.filter(pl.col("kind").is_in(list(TIMED_KINDS)) & pl.col("ts_ns").is_not_null())
+          .join(offs, on="rank", how="left")
+          .with_columns((pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t"),
+                        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("d")))
+    coll = coll.filter(pl.col("instance").is_not_null())
+    coll_ids = coll.select("coll_id", "instance")
+    # collectives that carry their own timing but have no event: timeline entries of their own
+    linked = set(ev.get_column("coll_id").drop_nulls().to_list())
+    extra = (coll.filter(~pl.col("coll_id").is_in(list(linked)) & pl.col("ts_ns").is_not_null()
+                         & pl.col("dur_ns").is_not_null())
+             .join(offs, on="rank", how="left")
+             .select(pl.col("rank"), pl.col("lane").fill_null("comm").alias("lane"),
+                     pl.lit("comm").alias("kind"), pl.col("step"), pl.col("coll_id"),
+                     (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t"),
+                     pl.col("dur_ns").clip(lower_bound=0).alias("d"),
+                     pl.lit(None, pl.Int64).alias("correlation")))
+    keep = ["rank", "lane", "kind", "step", "coll_id", "t", "d", "correlation"]
+    sync = (events.filter((pl.col("kind") == "sync") & pl.col("ts_ns").is_not_null()
+                          & pl.col("sync_lane").is_not_null())
+            .join(offs, on="rank", how="left")
+            .select("rank", "lane", "sync_lane", "sync_correlation",
+                    (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t")))
+    ev = ev.select([pl.col(c) for c in keep])
+    if extra.height:
+        ev = pl.concat([ev, extra.select([pl.col(c).cast(ev.schema[c]) for c in keep])])
+    if ev.height == 0:
+        raise ReplayError("no timed events to replay")
+    ev = ev.join(coll_ids, on="coll_id", how="left")
+    ev = ev.with_columns(pl.when(pl.col("kind") == "comm").then(pl.col("instance")).otherwise(None)
+                         .alias("instance"))
+    t0 = int(ev.get_column("t").min())
+    ev = ev.with_columns((pl.col("t") - t0).alias("t")).sort(["rank", "lane", "t", "d"])
+    n = ev.height
+    rank = ev.get_column("rank").to_numpy().astype(np.int64)
+    kind_s = ev.get_column("kind").to_numpy()
+    kind = np.where(kind_s == "compute", 0, np.where(kind_s == "comm", 1, 2)).astype(np.int64)
+    start = ev.get_column("t").to_numpy().astype(np.float64)
+    end = start + ev.get_column("d").to_numpy().astype(np.float64)
+    step = ev.get_column("step").fill_null(-1).to_numpy().astype(np.int64)
+    lane_key = (ev.get_column("rank").cast(pl.Utf8) + "|" + ev.get_column("lane").fill_null("")).to_numpy()
+    same = np.zeros(n, bool)
+    same[1:] = lane_key[1:] == lane_key[:-1]
+    prev = np.where(same, np.arange(n) - 1, -1).astype(np.int64)
+    nxt = np.full(n, -1, np.int64)
+    nxt[:-1] = np.where(same[1:], np.arange(1, n), -1)
+
+    # instances
+    inst_raw = ev.get_column("instance").fill_null(-1).to_numpy().astype(np.int64)
+    inst_vals = sorted({int(v) for v in inst_raw if v >= 0})
+    group_ranks = {str(g): [int(x) for x in (rs or [])] for g, rs in zip(
+        groups.get_column("group").to_list(), groups.get_column("ranks").to_list(), strict=False)}
+    by_inst = {k: [] for k in inst_vals}
+    for i, v in enumerate(inst_raw):
+        if v >= 0:
+            by_inst[int(v)].append(i)
+    rows = {int(key[0]): part for key, part in coll.group_by("instance")}
+    instances: list[_Inst] = []
+    inst = np.full(n, -1, np.int64)
+    ptr = [0]
+    ids: list[int] = []
+    for v in inst_vals:
+        members = by_inst[v]
+        part = rows.get(v)
+        if part is None or not members:
+            continue
+        info = _instance_info(part, group_ranks)
+        k = len(instances)
+        info.traced_start = float(start[members].max())
+        info.traced_end = float(end[members].max())
+        info.members = members
+        instances.append(info)
+        inst[members] = k
+        ids.extend(members)
+        ptr.append(len(ids))
+
+    sync_edges = _sync_edges(ev, sync.with_columns(pl.col("t") - t0), start, end)
+    dep_ptr, dep_ids, slack = _dependencies(ev, rank, kind, start, end, prev, sync_edges)
+    order_by_start = np.lexsort((np.arange(n), start)).astype(np.int64)
+    return _Prepared(
+        t0=t0, rank=rank, kind=kind, start=start, end=end, step=step, inst=inst, prev=prev, nxt=nxt,
+        dep_ptr=dep_ptr, dep_ids=dep_ids, slack=slack, order_by_start=order_by_start,
+        instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
+        placement=placement, hosts=hosts, gpus_per_host=per_host, rings=_rings(channels),
+        has_steps=bool((step >= 0).any()))
+
+
+def _placement(all_ranks: list[int], host_of: dict[int, str], local_of: dict[int, int]
+               ) -> tuple[dict[int, tuple[int, int]], int, int]:
+    if not host_of:
+        per = 8 if len(all_ranks) >= 8 else len(all_ranks)
+        return {r: divmod(i, per) for i, r in enumerate(all_ranks)}, math.ceil(len(all_ranks) / per), per
+    hosts: dict[str, list[int]] = {}
+    for r in all_ranks:
+        hosts.setdefault(host_of.get(r, f"?{r}"), []).append(r)
+    order = sorted(hosts, key=lambda h: min(hosts[h]))
+    placement = {}
+    for h_idx, h in enumerate(order):
+        for l_idx, r in enumerate(sorted(hosts[h], key=lambda r: (local_of.get(r, r), r))):
+            placement[r] = (h_idx, l_idx)
+    return placement, len(order), max(len(v) for v in hosts.values())
+
+
+def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _Inst:
+    ops = [o for o in part.get_column("op").to_list() if o]
+    op = ops[0] if ops else "other"
+    if {"send", "recv"} & set(ops):
+        op = "send"
+    group = str(part.get_column("group").to_list()[0])
+    dims = [d for d in part.get_column("dim").to_list() if d]
+    seqs = [s for s in part.get_column("seq").to_list() if s is not None]
+    algos = [a for a in part.get_column("algo").to_list() if a]
+    participants = sorted(set(part.get_column("rank").to_list()))
+    order = group_ranks.get(group) or []
+    ranks = [r for r in order if r in participants] + [r for r in participants if r not in order]
+    in_b = [b for b in part.get_column("in_bytes").to_list() if b is not None]
+    out_b = [b for b in part.get_column("out_bytes").to_list() if b is not None]
+    n = max(len(ranks), int(max(part.get_column("nranks").drop_nulls().to_list() or [1])))
+    nbytes = float(max(in_b or [0]))
+    if op == "all_gather":
+        nbytes = float(max(out_b)) if out_b else nbytes * n
+    elif op == "reduce_scatter" and not in_b:
+        nbytes = float(max(out_b or [0])) * n
+    elif op in ("gather", "scatter"):
+        nbytes = float(max(in_b + out_b or [0]))
+    elif op == "barrier":
+        nbytes = 0.0
+    splits: dict[int, list[float]] = {}
+    src = dst = None
+    for row in part.iter_rows(named=True):
+        if op == "all_to_all" and row["in_splits"]:
+            splits[row["rank"]] = [float(x) for x in row["in_splits"]]
+        if op == "send":
+            b = row["in_bytes"] if row["op"] == "send" else row["out_bytes"]
+            nbytes = max(nbytes, float(b or 0))
+            if row["op"] == "send":
+                src, dst = row["rank"], row["peer"] if row["peer"] is not None else dst
+            elif row["op"] == "recv":
+                dst = row["rank"]
+                if src is None and row["peer"] is not None:
+                    src = row["peer"]
+    if op == "all_to_all" and not splits:
+        recv = {row["rank"]: row["out_splits"] for row in part.iter_rows(named=True) if row["out_splits"]}
+        if recv and len(recv) == len(ranks):
+            for i, r in enumerate(ranks):
+                splits[r] = [float(recv[q][i]) if len(recv[q]) > i else 0.0 for q in ranks]
+    return _Inst(group=group, seq=int(min(seqs)) if seqs else -1, op=op, dim=dims[0] if dims else "OTHER",
+                 ranks=ranks, nbytes=nbytes, splits=splits, src=src, dst=dst,
+                 algo=algos[0] if algos else None, traced_start=0.0, traced_end=0.0, members=[])
+
+
+def _rings(channels: pl.DataFrame) -> dict[str, list[list[int]]]:
+    out: dict[str, list[list[int]]] = {}
+    if channels.height == 0:
+        return out
+    ring = channels.filter(pl.col("pattern").cast(pl.Utf8) == "ring")
+    for (group,), part in ring.group_by("group", maintain_order=True):
+        rings = []
+        for (_,), ch in part.sort("channel").group_by("channel", maintain_order=True):
+            nxt = {}
+            for row in ch.iter_rows(named=True):
+                direction = (row["direction"] or "send")
+                if str(direction).lower() in ("send", "next", "out", "tx") and row["peer_rank"] is not None:
+                    nxt[int(row["rank"])] = int(row["peer_rank"])
+            if not nxt:
+                continue
+            cur = min(nxt)
+            cycle = [cur]
+            while nxt.get(cur) is not None and nxt[cur] != cycle[0] and len(cycle) <= len(nxt):
+                cur = nxt[cur]
+                cycle.append(cur)
+            if len(cycle) == len(nxt):
+                rings.append(cycle)
+        if rings:
+            out[str(group)] = rings
+    return out
+
+
+def _sync_edges(ev: pl.DataFrame, sync: pl.DataFrame, start: np.ndarray, end: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Edges from `sync` events (cuda_sync): the event waited on (on `sync_lane`, found by
+    `sync_correlation`, else the last one ended by the sync) precedes the first event after the
+    sync on the waiting lane, or on every lane of the rank when the waiter is not replayed (a CPU
+    thread)."""
+    if sync.height == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rank = ev.get_column("rank").to_list()
+    lane = ev.get_column("lane").fill_null("").to_list()
+    corr = ev.get_column("correlation").to_list()
+    blocks: dict[tuple[int, str], list[int]] = {}
+    by_corr: dict[tuple[int, str, int], int] = {}
+    for i, (r, ln, c) in enumerate(zip(rank, lane, corr, strict=True)):
+        blocks.setdefault((r, ln), []).append(i)
+        if c is not None:
+            by_corr[r, ln, int(c)] = i
+    lanes_of: dict[int, list[str]] = {}
+    for r, ln in blocks:
+        lanes_of.setdefault(r, []).append(ln)
+    src: list[int] = []
+    dst: list[int] = []
+    for row in sync.iter_rows(named=True):
+        r, t, target_lane = row["rank"], float(row["t"]), str(row["sync_lane"])
+        target = None
+        if row["sync_correlation"] is not None:
+            target = by_corr.get((r, target_lane, int(row["sync_correlation"])))
+        block = blocks.get((r, target_lane))
+        if target is None and block:
+            ends = end[block]
+            done = np.nonzero(ends <= t)[0]
+            target = block[int(done[np.argmax(ends[done])])] if done.size else None
+        if target is None:
+            continue
+        waiters = [str(row["lane"])] if (r, str(row["lane"])) in blocks else lanes_of.get(r, [])
+        for ln in waiters:
+            if ln == target_lane:
+                continue
+            idx = blocks[r, ln]
+            pos = int(np.searchsorted(start[idx], t, side="left"))
+            if pos < len(idx):
+                src.append(target)
+                dst.append(idx[pos])
+    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
+
+
+def _dependencies(ev: pl.DataFrame, rank: np.ndarray, kind: np.ndarray, start: np.ndarray,
+                  end: np.ndarray, prev: np.ndarray, extra: tuple[np.ndarray, np.ndarray]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cross-lane edges (sync events, a comm end directly followed by a compute start on another
+    lane of the same rank, and the reverse for comm waiting on compute) and each event's traced
+    slack."""
+    n = rank.size
+    src_l: list[np.ndarray] = [extra[0]]
+    dst_l: list[np.ndarray] = [extra[1]]
+    lane = ev.get_column("lane").fill_null("").to_numpy()
+    for a_kind, b_kind in ((1, 0), (0, 1)):
+        a = np.nonzero(kind == a_kind)[0]
+        b = np.nonzero(kind == b_kind)[0]
+        if a.size == 0 or b.size == 0:
+            continue
+        a = a[np.lexsort((end[a], rank[a]))]
+        key_a = rank[a].astype(np.float64) * 1e15 + end[a]
+        key_b = rank[b].astype(np.float64) * 1e15 + start[b]
+        pos = np.searchsorted(key_a, key_b, side="right") - 1
+        ok = pos >= 0
+        cand = np.where(ok, a[np.clip(pos, 0, None)], -1)
+        gap = start[b] - end[np.clip(cand, 0, None)]
+        ok &= (cand >= 0) & (rank[np.clip(cand, 0, None)] == rank[b]) & (gap >= 0) & (gap <= DEP_GAP_NS)
+        ok &= lane[np.clip(cand, 0, None)] != lane[b]
+        src_l.append(cand[ok])
+        dst_l.append(b[ok])
+    src = np.concatenate(src_l).astype(np.int64)
+    dst = np.concatenate(dst_l).astype(np.int64)
+    pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if src.size else np.zeros((0, 2), np.int64)
+    src, dst = pairs[:, 0], pairs[:, 1]
+    dep_ptr = np.zeros(n + 1, np.int64)
+    np.add.at(dep_ptr, src + 1, 1)
+    dep_ptr = np.cumsum(dep_ptr)
+    pred_end = np.full(n, -np.inf)
+    has_prev = prev >= 0
+    pred_end[has_prev] = end[prev[has_prev]]
+    if dst.size:
+        np.maximum.at(pred_end, dst, end[src])
+    slack = np.where(np.isfinite(pred_end), start - pred_end, 0.0)
+    return dep_ptr.astype(np.int64), dst.astype(np.int64), slack
+
+
+# ------------------------------------------------------------------------------------------
+# Replay
+
+
+def _gpu_map(prep: _Prepared, spec: TopologySpec) -> dict[int, int]:
+    per = spec.gpus
+    if prep.gpus_per_host <= per:
+        return {r: h * per + local for r, (h, local) in prep.placement.items()}
+    flat = sorted(prep.placement, key=lambda r: prep.placement[r])
+    return {r: i for i, r in enumerate(flat)}
+
+
+def _bucket(op: str, nbytes: float) -> str:
+    b = int(math.log2(max(nbytes, 1.0))) // 2 * 2
+    return f"{op}:2^{b}"
+
+
+class _Net:
+    """One topology with the run's flows decomposed and routed (release times set per call)."""
+
+    def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str) -> None:
+        spec = sized(spec, hosts=prep.hosts, gpus=prep.gpus_per_host)
+        self.topology: Topology = build(spec)
+        gmap = _gpu_map(prep, spec)
+        insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
+                          dst=i.dst, splits=i.splits, group=i.group)
+                 for k, i in enumerate(prep.instances)]
+        self.flows: Flows = decompose(insts, self.topology, gmap, rings=prep.rings, algo=algo)
+        self.indptr, self.ids = route(self.topology, self.flows)
+        self.n_inst = len(prep.instances)
+
+    def run(self, inst_start: np.ndarray, *, n_windows: int = 0, window_ns: float = 1.0,
+            merge: float = 0.0):
+        flows = self.flows
+        rel = inst_start[flows.key] if len(flows) else np.zeros(0)
+        flows = Flows(flows.src, flows.dst, flows.nbytes, np.nan_to_num(rel), flows.lat_mult,
+                      flows.channel, flows.mode, flows.key)
+        out = simulate(self.topology, self.indptr, self.ids, flows, n_windows=n_windows,
+                       window_ns=window_ns, merge=merge)
+        dur = np.zeros(self.n_inst)
+        if len(flows):
+            np.maximum.at(dur, flows.key, out.finish - flows.release)
+        return dur, out
+
+
+def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
+           baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
+           merge: float = 0.0) -> ReplayResult:
+    """Replay the run's communication on each topology; the baseline (default: the first
+    topology) is the observed network, on which the per-(op, size) efficiency is fitted."""
+    specs = [parse_spec(t) for t in topologies]
+    if not specs and baseline is None:
+        raise ReplayError("give at least one topology")
+    base_spec = parse_spec(baseline) if baseline is not None else specs[0]
+    ordered = [base_spec] + [s for s in specs if s != base_spec]
+    names = _unique_names(ordered)
+    prep = _prepare(tables)
+    if not prep.instances:
+        raise ReplayError("no collective instance has a timed event to replay")
+    n_inst = len(prep.instances)
+    traced = np.array([i.traced_ns for i in prep.instances])
+    traced_start = np.array([i.traced_start for i in prep.instances])
+    buckets = [_bucket(i.op, i.nbytes) for i in prep.instances]
+
+    base_net = _Net(prep, base_spec, algo)
+    window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
+    n_windows = 2 * N_WINDOWS + 1
+    raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
+    efficiency: dict[str, float] = {}
+    for b in sorted(set(buckets)):
+        sel = [k for k in range(n_inst) if buckets[k] == b and raw[k] > 0]
+        efficiency[b] = float(np.median(traced[sel] / raw[sel])) if sel else 1.0
+    scale = np.array([efficiency.get(b, 1.0) for b in buckets])
+    no_flow = raw <= 0
+
+    results = []
+    for name, spec in zip(names, ordered, strict=False):
+        net = base_net if spec is base_spec else _Net(prep, spec, algo)
+        first = (raw, raw_out) if net is base_net else None
+        results.append(_replay_one(prep, net, name, scale, no_flow, traced, max_iter, merge, window_ns,
+                                   n_windows, first))
+    base = results[0]
+    for r in results:
+        r.replay_error = dict(base.replay_error)
+        r.step_error = dict(base.step_error)
+    return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=efficiency)
+
+
+def _unique_names(specs: list[TopologySpec]) -> list[str]:
+    names: list[str] = []
+    for s in specs:
+        name = s.name
+        i = 2
+        while name in names:
+            name = f"{s.name}#{i}"
+            i += 1
+        names.append(name)
+    return names
+
+
+def _replay_one(prep: _Prepared, net: _Net, name: str, scale: np.ndarray, no_flow: np.ndarray,
+                traced: np.ndarray, max_iter: int, merge: float, window_ns: float, n_windows: int,
+                first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
+    dur_ev = prep.end - prep.start
+    inst_start = np.array([i.traced_start for i in prep.instances])
+    for it in range(max(1, max_iter)):
+        if it == 0 and first is not None:
+            sim, out = first
+        else:
+            sim, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
+        replayed = np.where(no_flow, traced, sim * scale)
+        start, end, new_start = _kernels.schedule(
+            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, dur_ev,
+            prep.inst, prep.inst_ptr, prep.inst_ids, replayed, prep.order_by_start)
+        new_start = np.nan_to_num(new_start)
+        moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
+        if moved <= 1e-3 * max(1.0, float(np.max(replayed, initial=0.0))):
+            break
+        inst_start = new_start
+    horizon = float(np.nanmax(end)) if end.size else 1.0
+    span = max(horizon, float(np.nanmax(out.finish, initial=0.0)))
+    if span >= n_windows * window_ns:
+        window_ns = max(1000.0, math.ceil(span / N_WINDOWS))
+        n_windows = math.ceil(span / window_ns) + 1
+        _, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
+        span = max(horizon, float(np.nanmax(out.finish, initial=0.0)))
+    out.windows = out.windows[:, :min(n_windows, math.ceil(span / window_ns) + 1)]
+
+    topo = net.topology
+    per_res = resource_bytes(topo.cap.size, net.indptr, net.ids, net.flows.nbytes)
+    cable_bytes = to_cables(topo, per_res)
+    cable_win = to_cables(topo, out.windows)
+    samples, hot = _link_outputs(topo, cable_win, cable_bytes, window_ns, prep.t0, name, horizon)
+
+    step_ns, traced_step = _steps(prep, start, end)
+    comm, exposed = _exposure(prep, start, end)
+    rel = np.abs(replayed - traced) / traced
+    step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
+    instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
+                  "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k])}
+                 for k, i in enumerate(prep.instances)]
+    return TopologyResult(
+        topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,
+        instances=instances, hot_links=hot,
+        replay_error={"median": float(np.median(rel)), "p90": float(np.percentile(rel, 90))},
+        link_samples=samples, topology_nodes=topo.nodes, topology_links=topo.links,
+        link_bytes=cable_bytes, n_flows=len(net.flows),
+        step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
+                    "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0})
+
+
+def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+    keys = prep.step if prep.has_steps else np.zeros(prep.step.size, np.int64)
+    out: dict[str, int] = {}
+    traced: dict[str, int] = {}
+    for s in np.unique(keys):
+        if s < 0:
+            continue
+        sel = keys == s
+        label = str(int(s)) if prep.has_steps else "all"
+        out[label] = round(np.nanmax(end[sel]) - np.nanmin(start[sel]))
+        traced[label] = round(prep.end[sel].max() - prep.start[sel].min())
+    return out, traced
+
+
+def _union_length(a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    if a.size == 0:
+        return 0.0, a, b
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    run_end = np.maximum.accumulate(b)
+    new = np.ones(a.size, bool)
+    new[1:] = a[1:] > run_end[:-1]
+    idx = np.nonzero(new)[0]
+    starts = a[idx]
+    ends = np.maximum.reduceat(b, idx)
+    return float((ends - starts).sum()), starts, ends
+
+
+def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+    dims = np.array([prep.instances[k].dim if k >= 0 else "OTHER" for k in prep.inst], dtype=object)
+    comm_tot: dict[str, float] = {}
+    exp_tot: dict[str, float] = {}
+    ranks = np.unique(prep.rank)
+    for r in ranks:
+        on = prep.rank == r
+        comp = on & (prep.kind == 0)
+        _, cs, ce = _union_length(start[comp], end[comp])
+        for d in sorted(set(dims[on & (prep.kind == 1)])):
+            sel = on & (prep.kind == 1) & (dims == d)
+            length, s, e = _union_length(start[sel], end[sel])
+            comm_tot[d] = comm_tot.get(d, 0.0) + length
+            both, _, _ = _union_length(np.concatenate([s, cs]), np.concatenate([e, ce]))
+            covered = length + float((ce - cs).sum()) - both
+            exp_tot[d] = exp_tot.get(d, 0.0) + length - covered
+    n = max(1, ranks.size)
+    return ({d: round(v / n) for d, v in sorted(comm_tot.items())},
+            {d: round(v / n) for d, v in sorted(exp_tot.items())})
+
+
+def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray, window_ns: float,
+                  t0: int, name: str, horizon: float) -> tuple[pa.Table, list[dict[str, Any]]]:
+    links = topo.links
+    n_c = links.num_rows
+    n_w = cable_win.shape[1] if cable_win.ndim == 2 else 0
+    cap = links.column("gbps").to_numpy() / 8.0 * window_ns  # bytes per window per direction
+    tx = cable_win[0::2]
+    rx = cable_win[1::2]
+    tx_util = tx / cap[:, None]
+    rx_util = rx / cap[:, None]
+    util = np.maximum(tx_util, rx_util)
+    link_names = np.array(links.column("link").to_pylist(), dtype=object)
+    flags = pa.array([["saturated"] if u >= 0.99 else [] for u in util.ravel()], pa.list_(pa.string()))
+    def repeat(column: str) -> pa.Array:
+        return pa.array(np.repeat(np.array(links.column(column).to_pylist(), dtype=object), n_w).tolist(),
+                        pa.string())
+
+    samples = schema.conform("link_samples", {
+        "link": repeat("link"),
+        "device": repeat("src"),
+        "port": repeat("dst"),
+        "ts_ns": pa.array(np.tile(t0 + (np.arange(n_w) * window_ns).astype(np.int64), n_c), pa.int64()),
+        "interval_ns": pa.array(np.full(n_c * n_w, int(window_ns)), pa.int64()),
+        "tx_bytes": pa.array(tx.ravel(), pa.float64()),
+        "rx_bytes": pa.array(rx.ravel(), pa.float64()),
+        "tx_util": pa.array(tx_util.ravel(), pa.float64()),
+        "rx_util": pa.array(rx_util.ravel(), pa.float64()),
+        "flags": flags,
+        "origin": pa.array([f"replay:{name}"] * (n_c * n_w), pa.string()),
+    })
+    total = cable_bytes[0::2] + cable_bytes[1::2]
+    n_active = max(1, math.ceil(horizon / window_ns))
+    peak = util.max(axis=1) if n_w else np.zeros(n_c)
+    mean = util[:, :n_active].sum(axis=1) / n_active if n_w else np.zeros(n_c)
+    order = np.lexsort((link_names.astype(str), -total, -peak))
+    hot = [{"link": str(link_names[i]), "peak_util": round(float(peak[i]), 4),
+            "mean_util": round(float(mean[i]), 4), "bytes": round(total[i])}
+           for i in order[:HOT_LINKS] if total[i] > 0]
+    return samples, hot
+
+
+# ------------------------------------------------------------------------------------------
+# Runs and raw traces
+
+
+def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> Run:
+    """A run directory as is, or raw trace paths ingested into a cache directory."""
+    if len(paths) == 1 and Run.is_run(paths[0]):
+        return Run(paths[0])
+    try:
+        from tracekit.ingest import ingest
+    except ImportError as exc:
+        raise ReplayError("raw trace paths need tracekit.ingest, which is not available") from exc
+    if cache is None:
+        key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
+        cache = Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+    ingest(list(paths), cache)
+    return Run(cache)
+
+
+def replay_run(run: Run, topologies: Sequence[str | TopologySpec], *,
+               baseline: str | TopologySpec | None = None, write: bool = True, **options: Any) -> ReplayResult:
+    """Prepare a run (match, align, classify), replay it, and store results/replay.json and the
+    replayed link samples next to any telemetry."""
+    try:
+        from tracekit.analysis import prepare
+    except ImportError as exc:
+        raise ReplayError("replay needs tracekit.analysis.prepare, which is not available") from exc
+    tables = dict(prepare(run, write=write))
+    for name in ("channels",):
+        if name not in tables and run.has(name):
+            tables[name] = run.table(name)
+    result = replay(tables, topologies, baseline=baseline, **options)
+    if write:
+        run.write_json("replay", result.to_json())
+        old = run.table("link_samples")
+        if old.num_rows:
+            origin = pa.compute.cast(old.column("origin"), pa.string())
+            keep = pa.compute.invert(pa.compute.fill_null(pa.compute.starts_with(origin, "replay:"), False))
+            old = old.filter(keep)
+        merged = pa.concat_tables([schema.conform("link_samples", old), result.link_samples()],
+                                  promote_options="permissive")
+        run.write_table("link_samples", merged)
+    return result

@@ -1,0 +1,553 @@
+"""Network topology specs (YAML file or preset string) built into node/link tables and routing arrays.
+
+A spec describes hosts of `gpus` GPUs joined by an NVLink domain, NICs per GPU, and a leaf/spine/core
+fabric (single switch, fat-tree or rail-optimised) with an oversubscription ratio per tier. `build`
+turns it into a `Topology`: the `topology_nodes` / `topology_links` tables (one row per cable, full
+duplex, `gbps` per direction) and the arrays the router and the simulator use. Every cable is two
+simulator resources (src->dst, dst->src); spray routing adds aggregate resources (all uplinks of a
+leaf or a pod as one pipe), which is exact for ideal spraying and is split evenly back onto the
+cables when reporting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from tracekit import schema
+from tracekit.errors import TracekitError
+
+KINDS = ("single-switch", "fat-tree", "rail-optimized")
+ROUTINGS = ("ecmp", "spray")
+TIER_NAMES = ("nvlink", "pcie", "nic-leaf", "leaf-spine", "spine-core")
+GBPS_TO_BYTES_PER_NS = 1.0 / 8.0
+
+
+class TopologyError(TracekitError):
+    """A topology spec is invalid; the message names the bad field."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        self.field = field_name
+        super().__init__(f"topology field {field_name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A network model. Bandwidths: `nvlink_gbs` in GB/s per GPU per direction, others in Gb/s."""
+
+    name: str = "custom"
+    kind: str = "rail-optimized"
+    hosts: int | None = None
+    gpus: int = 8
+    nvlink_domain: int | None = None
+    nvlink_gbs: float = 450.0
+    nvlink_latency_ns: int = 150
+    pcie_gbps: float = 512.0
+    nics_per_gpu: int = 1
+    nic_gbps: float = 400.0
+    leaf_radix: int = 64
+    tiers: int = 2
+    oversub: float = 1.0
+    core_oversub: float = 1.0
+    planes: int = 1
+    latency_ns: int = 600
+    sharp: bool = False
+    nvls: bool = False
+    routing: str = "ecmp"
+    pxn: bool = True
+
+    @property
+    def domain(self) -> int:
+        return self.nvlink_domain or self.gpus
+
+    def replace(self, **changes: Any) -> TopologySpec:
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "single-switch": {"kind": "single-switch", "tiers": 1},
+    "fat-tree": {"kind": "fat-tree"},
+    "rail-optimized": {"kind": "rail-optimized"},
+    # NVIDIA DGX SuperPOD H100 reference architecture: 8 rails of NDR 400G, 1:1, SU = 32 nodes,
+    # QM9700 (64 ports: 32 down, 32 up).
+    "dgx-h100-superpod": {"kind": "rail-optimized", "hosts": 32, "gpus": 8, "nvlink_gbs": 450.0,
+                          "nics_per_gpu": 1, "nic_gbps": 400.0, "leaf_radix": 64, "tiers": 2,
+                          "oversub": 1.0, "sharp": True, "nvls": True},
+    "dgx-a100-superpod": {"kind": "rail-optimized", "hosts": 20, "gpus": 8, "nvlink_gbs": 300.0,
+                          "nics_per_gpu": 1, "nic_gbps": 200.0, "leaf_radix": 40, "tiers": 2,
+                          "oversub": 1.0, "sharp": True},
+    "dgx-b200-superpod": {"kind": "rail-optimized", "hosts": 32, "gpus": 8, "nvlink_gbs": 900.0,
+                          "nics_per_gpu": 1, "nic_gbps": 400.0, "leaf_radix": 64, "tiers": 2,
+                          "oversub": 1.0, "sharp": True, "nvls": True},
+    "gb200-nvl72": {"kind": "rail-optimized", "hosts": 18, "gpus": 4, "nvlink_domain": 72,
+                    "nvlink_gbs": 900.0, "nics_per_gpu": 1, "nic_gbps": 400.0, "leaf_radix": 64,
+                    "tiers": 2, "nvls": True},
+    "h800-fat-tree": {"kind": "fat-tree", "gpus": 8, "nvlink_gbs": 200.0, "nics_per_gpu": 1,
+                      "nic_gbps": 400.0, "leaf_radix": 64, "tiers": 2},
+    "hpn-dual-plane": {"kind": "rail-optimized", "gpus": 8, "nvlink_gbs": 450.0,
+                       "nics_per_gpu": 1, "nic_gbps": 400.0, "planes": 2, "leaf_radix": 128},
+}
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TopologySpec)}
+_ALIASES = {"gpus_per_host": "gpus", "nvlink_gbps_per_gpu": "nvlink_gbs", "radix": "leaf_radix",
+            "nics": "nics_per_gpu", "latency": "latency_ns", "domain": "nvlink_domain"}
+
+
+def presets() -> list[str]:
+    """Names accepted as a preset string."""
+    return sorted(PRESETS)
+
+
+def parse_spec(text: str | os.PathLike[str] | TopologySpec) -> TopologySpec:
+    """A spec from a preset string (`rail-optimized:hosts=2,oversub=2`) or a YAML file path."""
+    if isinstance(text, TopologySpec):
+        return text
+    raw = os.fspath(text).strip()
+    path = Path(raw)
+    if raw.endswith((".yaml", ".yml")) or path.is_file():
+        return load_yaml(path)
+    base, _, params = raw.partition(":")
+    if base not in PRESETS:
+        raise TopologyError("preset", f"unknown preset {base!r}; choose one of {', '.join(presets())} "
+                            "or give a YAML file")
+    values: dict[str, Any] = dict(PRESETS[base])
+    for item in filter(None, (p.strip() for p in params.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise TopologyError(key.strip(), "expected key=value")
+        values[key.strip()] = value.strip()
+    values.setdefault("name", raw if params else base)
+    return spec_from_mapping(values)
+
+
+def load_yaml(path: str | os.PathLike[str]) -> TopologySpec:
+    """A spec from a YAML mapping; `preset: NAME` starts from a preset."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TopologyError("file", f"{path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise TopologyError("file", f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise TopologyError("file", f"{path}: expected a mapping of fields")
+    values: dict[str, Any] = {}
+    preset = data.pop("preset", None)
+    if preset is not None:
+        if preset not in PRESETS:
+            raise TopologyError("preset", f"unknown preset {preset!r}")
+        values.update(PRESETS[preset])
+    values.update(data)
+    values.setdefault("name", path.stem)
+    return spec_from_mapping(values)
+
+
+def spec_from_mapping(values: dict[str, Any]) -> TopologySpec:
+    """Validate and convert field values (strings from a preset string are parsed)."""
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        name = _ALIASES.get(str(key), str(key))
+        f = _FIELDS.get(name)
+        if f is None:
+            raise TopologyError(str(key), f"unknown field; known: {', '.join(sorted(_FIELDS))}")
+        kwargs[name] = _convert(name, f.type, value)
+    spec = TopologySpec(**kwargs)
+    validate(spec)
+    return spec
+
+
+def _convert(name: str, type_name: Any, value: Any) -> Any:
+    type_name = str(type_name)
+    if value is None:
+        if "None" in type_name:
+            return None
+        raise TopologyError(name, "must not be empty")
+    try:
+        if type_name.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            text = str(value).lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if type_name.startswith("int"):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(str(value)) if isinstance(value, str) else int(value)
+        if type_name.startswith("float"):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        expected = type_name.split(" ")[0].split("|")[0]
+        raise TopologyError(name, f"expected {expected}, got {value!r}") from None
+
+
+def validate(spec: TopologySpec) -> None:
+    """Raise TopologyError naming the first bad field."""
+    if spec.kind not in KINDS:
+        raise TopologyError("kind", f"{spec.kind!r} is not one of {', '.join(KINDS)}")
+    if spec.routing not in ROUTINGS:
+        raise TopologyError("routing", f"{spec.routing!r} is not one of {', '.join(ROUTINGS)}")
+    positive_ints = ("gpus", "nics_per_gpu", "planes", "leaf_radix")
+    for name in positive_ints:
+        if getattr(spec, name) < 1:
+            raise TopologyError(name, f"must be >= 1, got {getattr(spec, name)}")
+    if spec.hosts is not None and spec.hosts < 1:
+        raise TopologyError("hosts", f"must be >= 1, got {spec.hosts}")
+    if spec.nvlink_domain is not None and spec.nvlink_domain < 1:
+        raise TopologyError("nvlink_domain", f"must be >= 1, got {spec.nvlink_domain}")
+    if spec.nvlink_domain is not None and spec.nvlink_domain % spec.gpus and spec.gpus % spec.nvlink_domain:
+        raise TopologyError("nvlink_domain", "must divide or be a multiple of gpus per host")
+    for name in ("nvlink_gbs", "pcie_gbps", "nic_gbps"):
+        if not getattr(spec, name) > 0:
+            raise TopologyError(name, f"must be > 0, got {getattr(spec, name)}")
+    for name in ("oversub", "core_oversub"):
+        if not getattr(spec, name) >= 1:
+            raise TopologyError(name, f"must be >= 1 (k for k:1), got {getattr(spec, name)}")
+    if spec.tiers not in (1, 2, 3):
+        raise TopologyError("tiers", f"must be 1, 2 or 3, got {spec.tiers}")
+    if spec.kind != "single-switch" and spec.leaf_radix < 2:
+        raise TopologyError("leaf_radix", "must be >= 2")
+    for name in ("latency_ns", "nvlink_latency_ns"):
+        if getattr(spec, name) < 0:
+            raise TopologyError(name, "must be >= 0")
+
+
+def sized(spec: TopologySpec, *, hosts: int, gpus: int | None = None) -> TopologySpec:
+    """The spec sized for a run of `hosts` hosts with `gpus` ranks per host, when it needs it.
+
+    A spec without hosts, or with fewer GPUs than the run has ranks, gets enough hosts: the run's
+    hosts when its hosts fit the spec's, else its ranks packed `spec.gpus` per host.
+    """
+    gpus = gpus or spec.gpus
+    needed = hosts if gpus <= spec.gpus else math.ceil(hosts * gpus / spec.gpus)
+    if spec.hosts is not None and spec.hosts >= needed:
+        return spec
+    return spec.replace(hosts=max(needed, 1))
+
+
+@dataclass
+class Topology:
+    """A built topology: tables, simulator resources and routing arrays."""
+
+    spec: TopologySpec
+    nodes: pa.Table
+    links: pa.Table
+    cap: np.ndarray          # bytes/ns per resource
+    res_latency: np.ndarray  # ns per resource
+    res_cable_ptr: np.ndarray  # CSR: resource -> cable-direction slots (2*cable + dir)
+    res_cable_ids: np.ndarray
+    res_cable_frac: np.ndarray
+    route: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def n_gpus(self) -> int:
+        return int(self.route["n_gpus"])
+
+    @property
+    def n_cables(self) -> int:
+        return self.links.num_rows
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.nodes: dict[str, list[Any]] = {"node": [], "kind": [], "host": [], "rank": []}
+        self.links: dict[str, list[Any]] = {k: [] for k in (
+            "link", "src", "dst", "gbps", "latency_ns", "medium", "plane", "tier", "cables")}
+
+    def node(self, name: str, kind: str, host: str | None = None, rank: int | None = None) -> str:
+        for key, value in (("node", name), ("kind", kind), ("host", host), ("rank", rank)):
+            self.nodes[key].append(value)
+        return name
+
+    def cable(self, src: str, dst: str, gbps: float, latency: int, medium: str, plane: int,
+              tier: str, cables: int = 1) -> tuple[int, int]:
+        """Add a full-duplex cable; return its (src->dst, dst->src) resource ids."""
+        i = len(self.links["link"])
+        for key, value in (("link", f"{src}--{dst}"), ("src", src), ("dst", dst), ("gbps", gbps),
+                           ("latency_ns", latency), ("medium", medium), ("plane", plane),
+                           ("tier", tier), ("cables", cables)):
+            self.links[key].append(value)
+        return 2 * i, 2 * i + 1
+
+
+def build(spec: TopologySpec) -> Topology:
+    """Build nodes, links, resources and routing arrays for a spec (which must give hosts)."""
+    validate(spec)
+    if spec.hosts is None:
+        raise TopologyError("hosts", "not given; size the spec from a run first (sized())")
+    b = _Builder()
+    hosts, g_per_host, k = spec.hosts, spec.gpus, spec.nics_per_gpu
+    n_gpus = hosts * g_per_host
+    planes = spec.planes
+    domain = spec.domain
+    n_dom = math.ceil(n_gpus / domain)
+    net_medium = "ib"
+
+    nvl_up = np.full(n_gpus, -1, np.int64)
+    nvl_down = np.full(n_gpus, -1, np.int64)
+    gpu_names = []
+    for g in range(n_gpus):
+        h, local = divmod(g, g_per_host)
+        gpu_names.append(b.node(f"h{h}/gpu{local}", "gpu", host=f"h{h}", rank=g))
+    if domain > 1:
+        for d in range(n_dom):
+            host = f"h{d * domain // g_per_host}" if domain <= g_per_host else None
+            sw = b.node(f"nvl{d}/nvswitch", "nvswitch", host=host)
+            for g in range(d * domain, min(n_gpus, (d + 1) * domain)):
+                nvl_up[g], nvl_down[g] = b.cable(gpu_names[g], sw, spec.nvlink_gbs * 8,
+                                                 spec.nvlink_latency_ns, "nvlink", -1, "nvlink")
+    n_nics = n_gpus * k
+    pcie_up = np.empty(n_nics, np.int64)
+    pcie_down = np.empty(n_nics, np.int64)
+    nic_names = []
+    for n in range(n_nics):
+        g, j = divmod(n, k)
+        h, local = divmod(g, g_per_host)
+        name = b.node(f"h{h}/nic{local * k + j}", "nic", host=f"h{h}")
+        nic_names.append(name)
+        pcie_up[n], pcie_down[n] = b.cable(gpu_names[g], name, spec.pcie_gbps, 0, "pcie", -1, "pcie")
+
+    rails = g_per_host * k
+    if spec.kind == "single-switch":
+        hosts_per_leaf, leaf_groups = hosts, 1
+    elif spec.kind == "fat-tree":
+        hosts_per_leaf = max(1, (spec.leaf_radix // 2) // rails)
+        leaf_groups = math.ceil(hosts / hosts_per_leaf)
+    else:
+        hosts_per_leaf = max(1, spec.leaf_radix // 2)
+        leaf_groups = math.ceil(hosts / hosts_per_leaf)
+    rail_leaves = spec.kind == "rail-optimized"
+    leaves_per_plane = leaf_groups * (rails if rail_leaves else 1)
+    n_leaves = leaves_per_plane * planes
+    nic_gbps = spec.nic_gbps / planes
+    nic_leaf = np.empty((n_nics, planes), np.int64)
+    nic_leaf_up = np.empty((n_nics, planes), np.int64)
+    leaf_nic_down = np.empty((n_nics, planes), np.int64)
+    leaf_names = [b.node(f"p{p}/leaf{i}", "leaf") for p in range(planes) for i in range(leaves_per_plane)]
+    for n in range(n_nics):
+        g, j = divmod(n, k)
+        h, local = divmod(g, g_per_host)
+        group = h // hosts_per_leaf
+        for p in range(planes):
+            leaf = p * leaves_per_plane + (group * rails + local * k + j if rail_leaves else group)
+            nic_leaf[n, p] = leaf
+            nic_leaf_up[n, p], leaf_nic_down[n, p] = b.cable(
+                nic_names[n], leaf_names[leaf], nic_gbps, spec.latency_ns, net_medium, p, "nic-leaf")
+
+    # Spine and core tiers (per plane). Leaf down ports are half the radix; up = down / oversub.
+    down_ports = (hosts_per_leaf * rails if not rail_leaves else hosts_per_leaf) if spec.kind != "single-switch" else 0
+    up_ports = down_ports / spec.oversub if down_ports else 0.0
+    leaf_up_gbps = up_ports * nic_gbps
+    use_spines = spec.tiers >= 2 and leaves_per_plane > 1
+    if use_spines:
+        pod_leaves = leaves_per_plane if spec.tiers == 2 else max(1, spec.leaf_radix // 2)
+        pods_per_plane = math.ceil(leaves_per_plane / pod_leaves)
+        spine_down_radix = spec.leaf_radix if spec.tiers == 2 else spec.leaf_radix // 2
+        n_sp = max(1, math.ceil(min(pod_leaves, leaves_per_plane) * up_ports / spine_down_radix))
+    else:
+        pod_leaves, pods_per_plane, n_sp = max(1, leaves_per_plane), 1, 1
+    n_pods = pods_per_plane * planes
+    leaf_pod = np.array([(i // leaves_per_plane) * pods_per_plane + (i % leaves_per_plane) // pod_leaves
+                         for i in range(n_leaves)], np.int64)
+    leaf_spine_up = np.full((n_leaves, n_sp), -1, np.int64)
+    spine_leaf_down = np.full((n_leaves, n_sp), -1, np.int64)
+    n_core = 1
+    spine_core_up = np.full((n_pods, n_sp, 1), -1, np.int64)
+    core_spine_down = np.full((n_pods, n_sp, 1), -1, np.int64)
+    leaf_up_agg = np.full(n_leaves, -1, np.int64)
+    leaf_down_agg = np.full(n_leaves, -1, np.int64)
+    pod_up_agg = np.full(n_pods, -1, np.int64)
+    pod_down_agg = np.full(n_pods, -1, np.int64)
+    agg_members: list[list[int]] = []
+
+    def agg(resources: list[int]) -> int:
+        agg_members.append(resources)
+        return len(agg_members) - 1
+
+    if use_spines:
+        bundle_gbps = leaf_up_gbps / n_sp
+        bundle_cables = max(1, math.ceil(up_ports / n_sp))
+        spine_names = {}
+        for pod in range(n_pods):
+            p = pod // pods_per_plane
+            for s in range(n_sp):
+                spine_names[pod, s] = b.node(f"p{p}/pod{pod % pods_per_plane}/spine{s}", "spine")
+        for leaf in range(n_leaves):
+            pod = int(leaf_pod[leaf])
+            p = pod // pods_per_plane
+            for s in range(n_sp):
+                leaf_spine_up[leaf, s], spine_leaf_down[leaf, s] = b.cable(
+                    leaf_names[leaf], spine_names[pod, s], bundle_gbps, spec.latency_ns, net_medium, p,
+                    "leaf-spine", bundle_cables)
+            leaf_up_agg[leaf] = agg(list(leaf_spine_up[leaf]))
+            leaf_down_agg[leaf] = agg(list(spine_leaf_down[leaf]))
+        if spec.tiers == 3 and pods_per_plane > 1:
+            leaves_in_pod = min(pod_leaves, leaves_per_plane)
+            spine_up_gbps = leaves_in_pod * bundle_gbps / spec.core_oversub
+            spine_up_ports = spine_up_gbps / nic_gbps
+            n_core = max(1, math.ceil(pods_per_plane * n_sp * spine_up_ports / spec.leaf_radix))
+            spine_core_up = np.full((n_pods, n_sp, n_core), -1, np.int64)
+            core_spine_down = np.full((n_pods, n_sp, n_core), -1, np.int64)
+            cores = {(p, c): b.node(f"p{p}/core{c}", "core") for p in range(planes) for c in range(n_core)}
+            for pod in range(n_pods):
+                p = pod // pods_per_plane
+                for s in range(n_sp):
+                    for c in range(n_core):
+                        spine_core_up[pod, s, c], core_spine_down[pod, s, c] = b.cable(
+                            spine_names[pod, s], cores[p, c], spine_up_gbps / n_core, spec.latency_ns,
+                            net_medium, p, "spine-core", max(1, math.ceil(spine_up_ports / n_core)))
+                pod_up_agg[pod] = agg([int(x) for x in spine_core_up[pod].ravel()])
+                pod_down_agg[pod] = agg([int(x) for x in core_spine_down[pod].ravel()])
+
+    n_cable_res = 2 * len(b.links["link"])
+    gbps = np.asarray(b.links["gbps"], np.float64)
+    lat = np.asarray(b.links["latency_ns"], np.float64)
+    cap = np.repeat(gbps * GBPS_TO_BYTES_PER_NS, 2)
+    res_lat = np.repeat(lat, 2)
+    ptr = [0]
+    ids: list[int] = []
+    frac: list[float] = []
+    for r in range(n_cable_res):
+        ids.append(r)
+        frac.append(1.0)
+        ptr.append(len(ids))
+    agg_cap, agg_lat = [], []
+    for members in agg_members:
+        total = float(sum(cap[m] for m in members))
+        agg_cap.append(total)
+        agg_lat.append(float(res_lat[members[0]]))
+        for m in members:
+            ids.append(int(m))
+            frac.append(float(cap[m] / total))
+        ptr.append(len(ids))
+    for arr in (leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg):
+        arr[arr >= 0] += n_cable_res
+    cap = np.concatenate([cap, np.asarray(agg_cap, np.float64)])
+    res_lat = np.concatenate([res_lat, np.asarray(agg_lat, np.float64)])
+
+    nodes = schema.conform("topology_nodes", {
+        "node": pa.array(b.nodes["node"], pa.string()),
+        "kind": pa.array(b.nodes["kind"], pa.string()),
+        "host": pa.array(b.nodes["host"], pa.string()),
+        "rank": pa.array(b.nodes["rank"], pa.int32()),
+    })
+    links = schema.conform("topology_links", {
+        "link": pa.array(b.links["link"], pa.string()),
+        "src": pa.array(b.links["src"], pa.string()),
+        "dst": pa.array(b.links["dst"], pa.string()),
+        "gbps": pa.array(b.links["gbps"], pa.float64()),
+        "latency_ns": pa.array(b.links["latency_ns"], pa.int64()),
+        "medium": pa.array(b.links["medium"], pa.string()),
+        "plane": pa.array(b.links["plane"], pa.int32()),
+        "tier": pa.array(b.links["tier"], pa.string()),
+        "cables": pa.array(b.links["cables"], pa.int32()),
+    })
+    route = {
+        "n_gpus": n_gpus, "gpus_per_host": g_per_host, "nics_per_gpu": k, "planes": planes,
+        "domain": domain, "nvl_up": nvl_up, "nvl_down": nvl_down, "pcie_up": pcie_up,
+        "pcie_down": pcie_down, "nic_leaf": nic_leaf, "nic_leaf_up": nic_leaf_up,
+        "leaf_nic_down": leaf_nic_down, "leaf_pod": leaf_pod, "leaf_spine_up": leaf_spine_up,
+        "spine_leaf_down": spine_leaf_down, "spine_core_up": spine_core_up,
+        "core_spine_down": core_spine_down, "leaf_up_agg": leaf_up_agg, "leaf_down_agg": leaf_down_agg,
+        "pod_up_agg": pod_up_agg, "pod_down_agg": pod_down_agg,
+        "spray": spec.routing == "spray", "pxn": spec.pxn and spec.kind == "rail-optimized",
+        "n_leaves": n_leaves, "n_spines": n_sp * n_pods if use_spines else 0, "n_core": n_core,
+        "use_spines": use_spines, "leaf_up_gbps": leaf_up_gbps, "down_ports": down_ports,
+        "leaf_groups": leaf_groups,
+    }
+    return Topology(spec=spec, nodes=nodes, links=links, cap=cap, res_latency=res_lat,
+                    res_cable_ptr=np.asarray(ptr, np.int64), res_cable_ids=np.asarray(ids, np.int64),
+                    res_cable_frac=np.asarray(frac, np.float64), route=route)
+
+
+def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
+    """Summary: GPUs, links per tier, bisection bandwidth and oversubscription per tier."""
+    if not isinstance(topology, Topology):
+        spec = parse_spec(topology) if not isinstance(topology, TopologySpec) else topology
+        if spec.hosts is None:
+            spec = spec.replace(hosts=1)
+        topology = build(spec)
+    spec, links = topology.spec, topology.links
+    tiers = links.column("tier").to_pylist()
+    gbps = links.column("gbps").to_numpy()
+    cables = links.column("cables").to_numpy()
+    per_tier: dict[str, dict[str, float]] = {}
+    for tier, g, c in zip(tiers, gbps, cables, strict=False):
+        entry = per_tier.setdefault(tier, {"links": 0, "cables": 0, "gbps": 0.0})
+        entry["links"] += 1
+        entry["cables"] += int(c)
+        entry["gbps"] += float(g)
+    r = topology.route
+    oversub = {"leaf": spec.oversub if r["use_spines"] else 1.0}
+    if "spine-core" in per_tier:
+        oversub["spine"] = spec.core_oversub
+    return {
+        "name": spec.name,
+        "kind": spec.kind,
+        "hosts": spec.hosts,
+        "gpus": topology.n_gpus,
+        "gpus_per_host": spec.gpus,
+        "nvlink_domain": spec.domain,
+        "nics": topology.n_gpus * spec.nics_per_gpu,
+        "leaves": r["n_leaves"],
+        "spines": r["n_spines"],
+        "cores": r["n_core"] if "spine-core" in per_tier else 0,
+        "planes": spec.planes,
+        "links_per_tier": {t: per_tier[t] for t in TIER_NAMES if t in per_tier},
+        "bisection_gbps": bisection_gbps(topology),
+        "oversubscription": oversub,
+        "routing": spec.routing,
+        "pxn": bool(r["pxn"]),
+        "sharp": spec.sharp,
+        "nvls": spec.nvls,
+    }
+
+
+def bisection_gbps(topology: Topology) -> float:
+    """Bandwidth (one direction, Gb/s) across a cut halving the hosts: min of the NIC tier and the
+    fabric above it (NVLink domains spanning hosts are not counted)."""
+    spec, r = topology.spec, topology.route
+    hosts = spec.hosts or 1
+    if hosts < 2:
+        return 0.0
+    half_hosts = hosts // 2
+    nic_side = half_hosts * spec.gpus * spec.nics_per_gpu * spec.nic_gbps
+    if not r["use_spines"] or r["leaf_groups"] < 2:
+        return float(nic_side)
+    leaf_side = r["n_leaves"] / 2 * r["leaf_up_gbps"]
+    return float(min(nic_side, leaf_side))
+
+
+def format_description(info: dict[str, Any]) -> str:
+    """Human-readable lines for `describe` output."""
+    lines = [
+        f"topology      {info['name']} ({info['kind']}, routing {info['routing']}"
+        f"{', PXN' if info['pxn'] else ''}{', SHARP' if info['sharp'] else ''}"
+        f"{', NVLS' if info['nvls'] else ''})",
+        f"GPUs          {info['gpus']} ({info['hosts']} hosts x {info['gpus_per_host']}, "
+        f"NVLink domain {info['nvlink_domain']})",
+        f"switches      {info['leaves']} leaf, {info['spines']} spine, {info['cores']} core, "
+        f"{info['planes']} plane(s)",
+        "links per tier:",
+    ]
+    for tier, entry in info["links_per_tier"].items():
+        lines.append(f"  {tier:<11} {entry['links']:>6} links {entry['cables']:>7} cables "
+                     f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction")
+    lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s")
+    lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
+    return "\n".join(lines)
