@@ -74,7 +74,7 @@ def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None =
     err = base["replay_error"]
     lines.append(f"baseline {base['topology']}: replay error per instance median {err['median']:.1%}, "
                  f"p90 {err['p90']:.1%}")
-    header = ["topology", "step (mean)"] + [f"exposed {d}" for d in dims] + ["hottest link"]
+    header = ["topology", "step (mean)"] + [f"exposed {d}/step" for d in dims] + ["hottest link"]
     rows = []
     base_step = _mean(base["step_ns"])
     for r in results:

@@ -581,7 +581,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, scale: np.ndarray, no_flo
     samples, hot = _link_outputs(topo, cable_win, cable_bytes, window_ns, prep.t0, name, horizon)
 
     step_ns, traced_step = _steps(prep, start, end)
-    comm, exposed = _exposure(prep, start, end)
+    comm, exposed = _exposure(prep, start, end, n_steps=max(1, len(step_ns)))
     rel = np.abs(replayed - traced) / traced
     step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
     instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
@@ -625,7 +625,9 @@ def _union_length(a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray, np.n
     return float((ends - starts).sum()), starts, ends
 
 
-def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, n_steps: int = 1
+              ) -> tuple[dict[str, int], dict[str, int]]:
+    """Per dim, comm time and its part not hidden under compute: mean over ranks, per step."""
     dims = np.array([prep.instances[k].dim if k >= 0 else "OTHER" for k in prep.inst], dtype=object)
     comm_tot: dict[str, float] = {}
     exp_tot: dict[str, float] = {}
@@ -641,7 +643,7 @@ def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> tuple[dict
             both, _, _ = _union_length(np.concatenate([s, cs]), np.concatenate([e, ce]))
             covered = length + float((ce - cs).sum()) - both
             exp_tot[d] = exp_tot.get(d, 0.0) + length - covered
-    n = max(1, ranks.size)
+    n = max(1, ranks.size) * n_steps
     return ({d: round(v / n) for d, v in sorted(comm_tot.items())},
             {d: round(v / n) for d, v in sorted(exp_tot.items())})
 
