@@ -253,7 +253,7 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     s.y_range.range_padding = 0.15
 
     inst = rd["instances"]
-    sc = figure(width=620, height=520, x_axis_type="log", y_axis_type="log",
+    sc = figure(width=900, height=520, x_axis_type="log", y_axis_type="log",
                 title="Per collective: traced vs replayed (dashed: equal)",
                 x_axis_label="traced (ms)", y_axis_label="replayed (ms)", tools="box_zoom,wheel_zoom,reset,save")
     style(sc)
@@ -289,6 +289,7 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                    toolbar_location="right")
         style(e)
         e.xgrid.grid_line_color = None
+        e.xaxis.major_label_orientation = 0.5 if len(topo) > 2 else 0
         data: dict[str, Any] = {"topology": topo}
         for d in dims:
             data[d] = [exposed.get(t, {}).get(d, 0.0) for t in topo]
@@ -301,10 +302,14 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
         figs.append(e)
 
     rows_html = []
+    errors = {(med, p90) for med, p90 in zip(rd["error_median"], rd["error_p90"], strict=True) if med is not None}
     for name, med, p90 in zip(topo, rd["error_median"], rd["error_p90"], strict=True):
         if med is not None:
-            rows_html.append(f"<li>Replay error on <b>{_esc(name)}</b> (replay of the observed network vs the trace): "
+            label = "the baseline replay" if len(errors) == 1 else f"<b>{_esc(name)}</b>"
+            rows_html.append(f"<li>Replay error of {label} (the observed network replayed against the trace): "
                              f"median {100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</li>")
+            if len(errors) == 1:
+                break
     hot = rd.get("hot_links") or []
     text = ""
     if rows_html:
@@ -316,7 +321,7 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                      f"<td class='num'>{100 * float(h.get('peak_util') or 0):.0f}%</td>"
                      f"<td class='num'>{100 * float(h.get('mean_util') or 0):.0f}%</td>"
                      f"<td class='num'>{_esc(D.fmt_bytes(h.get('bytes')))}</td></tr>" for h in hot) + "</table>")
-    parts: list[Any] = [row(*figs)]
+    parts: list[Any] = [row(figs[0], *figs[2:]), figs[1]]
     if text:
         parts.append(html_div(text, width=width))
     return column(*parts)
