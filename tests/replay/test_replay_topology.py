@@ -48,6 +48,14 @@ def test_oversubscription_halves_leaf_uplinks():
     assert half["oversubscription"]["leaf"] == 2.0
 
 
+@pytest.mark.parametrize("kind", ["rail-optimized", "fat-tree"])
+def test_uplinks_follow_the_hosts_attached_not_the_radix(kind):
+    """A leaf with fewer hosts than ports gets uplinks for what is attached, so oversub holds."""
+    info = describe(parse_spec(f"{kind}:hosts=4,gpus=4,nic_gbps=400,oversub=2,leaf_radix=16"))
+    tiers = info["links_per_tier"]
+    assert tiers["leaf-spine"]["gbps"] == pytest.approx(tiers["nic-leaf"]["gbps"] / 2)
+
+
 @pytest.mark.parametrize("text, field", [
     ("rail-optimized:oversub=0.5", "oversub"),
     ("rail-optimized:gpus=zero", "gpus"),

@@ -350,7 +350,8 @@ def build(spec: TopologySpec) -> Topology:
                 nic_names[n], leaf_names[leaf], nic_gbps, spec.latency_ns, net_medium, p, "nic-leaf")
 
     # Spine and core tiers (per plane). Leaf down ports are half the radix; up = down / oversub.
-    down_ports = (hosts_per_leaf * rails if not rail_leaves else hosts_per_leaf) if spec.kind != "single-switch" else 0
+    attached = min(hosts_per_leaf, hosts)
+    down_ports = (attached * rails if not rail_leaves else attached) if spec.kind != "single-switch" else 0
     up_ports = down_ports / spec.oversub if down_ports else 0.0
     leaf_up_gbps = up_ports * nic_gbps
     use_spines = spec.tiers >= 2 and leaves_per_plane > 1
