@@ -486,8 +486,10 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         per_group = {c["values"]: c["counts"] for c in counts if c["values"] is not None}
     sources = m.get("sources", [])
     ok = [s for s in sources if not s.get("error")]
-    starts = [s["ts_min_ns"] for s in ok if s.get("ts_min_ns") is not None]
-    ends = [s["ts_max_ns"] for s in ok if s.get("ts_max_ns") is not None]
+    primary = {k for keys in (m.get("primary_sources") or {}).values() for k in keys}
+    timed = [s for s in ok if not primary or s.get("key") in primary]
+    starts = [s["ts_min_ns"] for s in timed if s.get("ts_min_ns") is not None]
+    ends = [s["ts_max_ns"] for s in timed if s.get("ts_max_ns") is not None]
     formats: dict[str, int] = {}
     for s in ok:
         formats[s["format"]] = formats.get(s["format"], 0) + 1
