@@ -3,7 +3,8 @@
 Workload: EP all-to-all over 64 ranks (16 groups, skewed splits, dispatch + combine per layer),
 DP ring all-reduce buckets (64 groups of 16), and PP send/recv between stage pairs. Prints the
 flow count, routing and simulation time, peak RSS, and the speed ratio to the naive Python twin
-(tests/replay/naive.py) on a 10k-flow case.
+(tests/replay/naive.py) on a 10k-flow case. Target: the exact simulation (merge 0) under 30 s on
+two cores, and at least 50x the naive twin.
 
     python benchmarks/bench_replay.py [--layers 8] [--naive-flows 10000] [--skip-naive]
 """
@@ -94,6 +95,7 @@ def main() -> None:
     print(f"decompose     {t_dec:.2f} s")
     print(f"route         {t_route:.2f} s")
     reference = None
+    t_exact = None
     window = float(np.nanmax(release) / 150 + 1)
     for q in (float(x) for x in args.merge.split(",")):
         t = time.perf_counter()
@@ -104,17 +106,24 @@ def main() -> None:
                 f"makespan {np.nanmax(out.finish) / 1e6:.3f} ms")
         if reference is None:
             reference = fct
+            t_exact = t_sim if q == 0 else None
         else:
             rel = np.abs(fct - reference) / reference
             line += (f", flow completion time vs exact: median {np.median(rel):.1e}, "
                      f"p99 {np.percentile(rel, 99):.1e}, max {rel.max():.1e}")
         print(line, flush=True)
     print(f"peak RSS      {rss_mib():,.0f} MiB")
-    if not args.skip_naive:
-        naive_ratio(args.naive_flows)
+    ratio = None if args.skip_naive else naive_ratio(args.naive_flows)
+    checks = []
+    if t_exact is not None:
+        checks.append(f"exact {t_exact:.1f} s < 30 s: {'ok' if t_exact < 30 else 'MISSED'}")
+    if ratio is not None:
+        checks.append(f"naive ratio {ratio:,.0f}x >= 50x: {'ok' if ratio >= 50 else 'MISSED'}")
+    if checks:
+        print("target        " + "; ".join(checks))
 
 
-def naive_ratio(n: int) -> None:
+def naive_ratio(n: int) -> float:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "replay"))
     from naive import simulate_naive
 
@@ -133,6 +142,7 @@ def naive_ratio(n: int) -> None:
     err = float(np.nanmax(np.abs(fast - slow) / slow))
     print(f"naive twin    {n:,} flows: kernel {t_fast:.3f} s, naive {t_slow:.1f} s, "
           f"ratio {t_slow / t_fast:,.0f}x, max rel diff {err:.1e}")
+    return t_slow / t_fast
 
 
 if __name__ == "__main__":

@@ -154,24 +154,6 @@ def route_flows(mode, src, dst, channel, fhash, gpus_per_host, nics_per_gpu, pla
 
 
 @njit_inline
-def _heap_push(hk, hi, ht, size, key, item, tag):
-    """Push onto a min-heap whose arrays have room; returns the new size."""
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hk[parent] <= key:
-            break
-        hk[i] = hk[parent]
-        hi[i] = hi[parent]
-        ht[i] = ht[parent]
-        i = parent
-    hk[i] = key
-    hi[i] = item
-    ht[i] = tag
-    return size + 1
-
-
-@njit_inline
 def _heap_pop(hk, hi, ht, size):
     """Remove the top; the caller reads it before calling. Returns the new size."""
     size -= 1
@@ -197,6 +179,27 @@ def _heap_pop(hk, hi, ht, size):
     hi[i] = item
     ht[i] = tag
     return size
+
+
+@njit_inline
+def _heap_sift_down(hk, hi, ht, size, i, key, item, tag):
+    """Put (key, item, tag) at slot i, whose subtrees are heaps, and sift it down (i = 0:
+    replace the top)."""
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i] = hk[c]
+        hi[i] = hi[c]
+        ht[i] = ht[c]
+        i = c
+    hk[i] = key
+    hi[i] = item
+    ht[i] = tag
 
 
 @njit_inline
@@ -260,8 +263,9 @@ def _iheap_pop(hk, hi, hpos, size):
 
 @njit_inline
 def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin):
-    """Spread the bytes a flow sent at `rate` over [t0, t1] onto the windows of its resources."""
-    n_win = win.shape[1]
+    """Spread the bytes a flow sent at `rate` over [t0, t1] onto the windows of its resources
+    (`win` is window-major: one row per window, so an event's writes stay in a few rows)."""
+    n_win = win.shape[0]
     if n_win == 0 or t1 <= t0 or rate <= 0.0:
         return
     w0 = int((t0 - t_origin) // window_ns)
@@ -272,16 +276,19 @@ def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin):
         if b > a:
             amount = rate * (b - a)
             for k in range(indptr[f], indptr[f + 1]):
-                win[res[k], w] += amount
+                win[w, res[k]] += amount
 
 
 @njit
-def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, new_rate, links, cnt,
-               fill, members, resid, nun, used, ver, hk, hi, ht, frozen):
+def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, new_rate, froze_at,
+               links, cnt, fill, members, resid, nun, used, ver, hk, hi, ht, frozen, sptr, sloc):
     """Max-min rates of the flows in S given every other flow's current rate (progressive filling
-    from the residual capacities). Writes new_rate[i] for S member i. The remaining arguments are
-    scratch arrays (sized for all resources, incidences and flows)."""
+    from the residual capacities). Writes new_rate[i] for S member i and froze_at[i], the resource
+    that froze it. The remaining arguments are scratch arrays (sized for all resources, incidences
+    and flows); sptr/sloc hold S's paths in local link ids."""
     n_loc = 0
+    p = 0
+    sptr[0] = 0
     for i in range(s_n):
         f = s_list[i]
         frozen[i] = False
@@ -293,7 +300,11 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
                 links[n_loc] = r
                 cnt[n_loc + 1] = 0
                 n_loc += 1
-            cnt[lmap[r] + 1] += 1
+            loc = lmap[r]
+            cnt[loc + 1] += 1
+            sloc[p] = loc
+            p += 1
+        sptr[i + 1] = p
     cnt[0] = 0
     for j in range(n_loc):
         cnt[j + 1] += cnt[j]
@@ -303,24 +314,34 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
         ver[j] = 0
         nun[j] = cnt[j + 1] - cnt[j]
     for i in range(s_n):
-        f = s_list[i]
-        for k in range(indptr[f], indptr[f + 1]):
-            loc = lmap[res[k]]
+        rf = rate[s_list[i]]
+        for k in range(sptr[i], sptr[i + 1]):
+            loc = sloc[k]
             members[fill[loc]] = i
             fill[loc] += 1
-            resid[loc] += rate[f]
-    hn = 0
+            resid[loc] += rf
+    # A link's share only grows as flows freeze (each froze at a level <= its share), so a stale
+    # heap key is a lower bound: on reaching the top it is refreshed and sifted down in place.
     for j in range(n_loc):
-        x = max(resid[j], 0.0) / nun[j]
-        hn = _heap_push(hk, hi, ht, hn, x, j, 0)
+        hk[j] = max(resid[j], 0.0) / nun[j]
+        hi[j] = j
+        ht[j] = 0
+    hn = n_loc
+    for j in range(n_loc // 2 - 1, -1, -1):
+        _heap_sift_down(hk, hi, ht, hn, j, hk[j], hi[j], ht[j])
     level = 0.0
-    while hn > 0:
-        x = hk[0]
+    left = s_n
+    while hn > 0 and left > 0:
         j = hi[0]
-        tag = ht[0]
-        hn = _heap_pop(hk, hi, ht, hn)
-        if tag != ver[j] or nun[j] == 0:
+        if nun[j] == 0:
+            hn = _heap_pop(hk, hi, ht, hn)
             continue
+        if ht[0] != ver[j]:
+            y = max(resid[j] - used[j], 0.0) / nun[j]
+            _heap_sift_down(hk, hi, ht, hn, 0, y, j, ver[j])
+            continue
+        x = hk[0]
+        hn = _heap_pop(hk, hi, ht, hn)
         if x > level:
             level = x
         for m in range(cnt[j], cnt[j + 1]):
@@ -328,33 +349,34 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
             if frozen[i]:
                 continue
             frozen[i] = True
-            f = s_list[i]
+            left -= 1
             new_rate[i] = level
-            for k in range(indptr[f], indptr[f + 1]):
-                loc = lmap[res[k]]
+            froze_at[i] = links[j]
+            for k in range(sptr[i], sptr[i + 1]):
+                loc = sloc[k]
                 nun[loc] -= 1
                 used[loc] += level
                 ver[loc] += 1
-                if nun[loc] > 0:
-                    y = max(resid[loc] - used[loc], 0.0) / nun[loc]
-                    hn = _heap_push(hk, hi, ht, hn, y, loc, ver[loc])
 
 
 @njit_inline
-def _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr, maxr_ok, rel_eps,
-                rchg, skip):
+def _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr, maxr_ok, rel_eps,
+                rchg, skip, hint):
     """A saturated resource of flow h on which no flow is faster, or -1. Resources with
-    rchg == skip (this event's changed ones, when skip >= 0) are not considered."""
+    rchg == skip (this event's changed ones, when skip >= 0) are not considered. `hint` (a
+    resource on h's path, or -1) is tried first."""
     tol = 1e3 * rel_eps
-    for k in range(indptr[h], indptr[h + 1]):
-        r = res[k]
-        if rchg[r] == skip or load[r] < cap[r] * (1.0 - tol):
+    n = indptr[h + 1] - indptr[h]
+    first = 0 if hint < 0 else -1
+    for a in range(first, n):
+        r = hint if a < 0 else res[indptr[h] + a]
+        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol):
             continue
         if not maxr_ok[r]:
             maxr_ok[r] = True
             m = 0.0
             for q in range(lstart[r], lstart[r] + lcnt[r]):
-                m = max(m, rate[inc_flow[pool[q]]])
+                m = max(m, rate[poolf[q]])
             maxr[r] = m
         if rate[h] >= maxr[r] * (1.0 - tol):
             return r
@@ -381,17 +403,20 @@ def _set_bott(f, r, bott, bpool, lstart, bcnt, bpos):
 
 
 @njit_inline
-def _list_add(pool, lstart, lcnt, ipos, r, k):
+def _list_add(pool, poolf, lstart, lcnt, ipos, r, k, f):
     pool[lstart[r] + lcnt[r]] = k
+    poolf[lstart[r] + lcnt[r]] = f
     ipos[k] = lcnt[r]
     lcnt[r] += 1
 
 
 @njit_inline
-def _list_remove(pool, lstart, lcnt, ipos, r, k):
+def _list_remove(pool, poolf, lstart, lcnt, ipos, r, k):
     i = ipos[k]
-    last = pool[lstart[r] + lcnt[r] - 1]
+    j = lstart[r] + lcnt[r] - 1
+    last = pool[j]
     pool[lstart[r] + i] = last
+    poolf[lstart[r] + i] = poolf[j]
     ipos[last] = i
     lcnt[r] -= 1
 
@@ -412,19 +437,40 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     and grows until every flow next to a changed resource has a bottleneck (a saturated resource
     on which its rate is the largest), which is the max-min fairness condition.
     """
+    # Flows are renumbered by release time so that the flows active together (and their path
+    # incidences) sit next to each other in memory; the simulation itself is order-independent.
+    n_flows = nbytes.size
+    order = np.argsort(release, kind="mergesort")
+    indptr2 = np.zeros(n_flows + 1, np.int64)
+    for a in range(n_flows):
+        f = order[a]
+        indptr2[a + 1] = indptr2[a] + indptr[f + 1] - indptr[f]
+    res2 = np.empty(indptr2[n_flows], np.int64)
+    for a in range(n_flows):
+        f = order[a]
+        res2[indptr2[a]:indptr2[a + 1]] = res[indptr[f]:indptr[f + 1]]
+    finish2, win = _simulate_sorted(indptr2, res2, nbytes[order], release[order], lat_mult[order],
+                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge)
+    finish = np.empty(n_flows, np.float64)
+    finish[order] = finish2
+    return finish, win
+
+
+@njit
+def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
+                     t_origin, rel_eps, merge):
+    """`simulate_flows` on flows numbered in release order."""
     n_flows = nbytes.size
     n_res = cap.size
     finish = np.full(n_flows, np.nan)
-    win = np.zeros((n_res, n_windows), np.float64)
+    win = np.zeros((n_windows, n_res), np.float64)
     if n_flows == 0:
-        return finish, win
-    inc_flow = np.empty(res.size, np.int64)
+        return finish, np.zeros((n_res, n_windows), np.float64)
     static = np.zeros(n_res, np.int64)
     latency = np.zeros(n_flows, np.float64)
     for f in range(n_flows):
         lat = 0.0
         for k in range(indptr[f], indptr[f + 1]):
-            inc_flow[k] = f
             static[res[k]] += 1
             lat += res_lat[res[k]]
         latency[f] = lat * lat_mult[f]
@@ -432,6 +478,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     for r in range(1, n_res):
         lstart[r] = lstart[r - 1] + static[r - 1]
     pool = np.empty(res.size, np.int64)
+    poolf = np.empty(res.size, np.int64)
     lcnt = np.zeros(n_res, np.int64)
     ipos = np.empty(res.size, np.int64)
     load = np.zeros(n_res, np.float64)
@@ -458,6 +505,9 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     w_hi = np.empty(n_res + res.size + 1, np.int64)
     w_ht = np.empty(n_res + res.size + 1, np.int64)
     w_frozen = np.empty(n_flows, np.bool_)
+    w_sptr = np.empty(n_flows + 1, np.int64)
+    w_sloc = np.empty(res.size, np.int64)
+    froze_at = np.empty(n_flows, np.int64)
     in_s = np.full(n_flows, -1, np.int64)
     orig = np.zeros(n_flows, np.float64)
     checked = np.full(n_flows, -1, np.int64)
@@ -500,7 +550,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             _set_bott(f, -1, bott, bpool, lstart, bcnt, bpos)
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                _list_remove(pool, lstart, lcnt, ipos, r, k)
+                _list_remove(pool, poolf, lstart, lcnt, ipos, r, k)
                 load[r] -= rate[f]
                 if rate[f] >= maxr[r]:
                     maxr_ok[r] = False
@@ -524,7 +574,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             rate[f] = 0.0
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                _list_add(pool, lstart, lcnt, ipos, r, k)
+                _list_add(pool, poolf, lstart, lcnt, ipos, r, k, f)
                 if rchg[r] != event:
                     rchg[r] = event
                     chg_links[n_chg] = r
@@ -534,7 +584,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             r = chg_links[c]
             if arrivals:
                 for q in range(lstart[r], lstart[r] + lcnt[r]):
-                    g = inc_flow[pool[q]]
+                    g = poolf[q]
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -553,8 +603,8 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             kept = 0
             for i in range(s_n):
                 g = s_list[i]
-                b = _bottleneck(g, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, event)
+                b = _bottleneck(g, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, event, -1)
                 if b >= 0:
                     _set_bott(g, b, bott, bpool, lstart, bcnt, bpos)
                     in_s[g] = -1
@@ -565,8 +615,8 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
         while s_n > 0:
             wstamp += 1
             _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
-                       w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver, w_hk, w_hi,
-                       w_ht, w_frozen)
+                       froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
+                       w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
             for i in range(s_n):
                 g = s_list[i]
                 d = new_rate[i] - rate[g]
@@ -591,8 +641,8 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             for i in range(s_n):
                 h = s_list[i]
                 checked[h] = wstamp
-                b = _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, -2)
+                b = _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, -2, froze_at[i])
                 _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
                 if b < 0:
                     bad[n_bad] = h
@@ -608,8 +658,8 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
                         n_cand += 1
             for i in range(n_cand):
                 h = cand[i]
-                b = _bottleneck(h, indptr, res, cap, load, rate, inc_flow, pool, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, -2)
+                b = _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
+                                maxr_ok, rel_eps, rchg, -2, bott[h])
                 _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
                 if b < 0:
                     bad[n_bad] = h
@@ -642,7 +692,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
                 rr = marked[i]
                 limit = thr[rr] * (1.0 - 1e3 * rel_eps)
                 for qq in range(lstart[rr], lstart[rr] + lcnt[rr]):
-                    g = inc_flow[pool[qq]]
+                    g = poolf[qq]
                     if in_s[g] != event and rate[g] >= limit:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -663,7 +713,11 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
             tlast[g] = now
             r_g = rate[g] if rate[g] > 0.0 else 1e-300
             hn = _iheap_set(hk, hi, hpos, hn, g, now + rem[g] / r_g)
-    return finish, win
+    out = np.empty((n_res, n_windows), np.float64)
+    for w in range(n_windows):
+        for r in range(n_res):
+            out[r, w] = win[w, r]
+    return finish, out
 
 
 # --------------------------------------------------------------------------------------------
