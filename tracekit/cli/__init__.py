@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "tracekit.cli.ingest:ingest",
     "info": "tracekit.cli.info:info",
     "analyze": "tracekit.cli.analyze:analyze",
+    "hang": "tracekit.cli.hang:hang",
     "replay": "tracekit.cli.replay:replay",
     "report": "tracekit.cli.report:report",
     "topology": "tracekit.cli.topology:topology",

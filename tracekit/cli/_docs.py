@@ -13,14 +13,15 @@ from tracekit.cli import COMMANDS, main
 def cli_reference(width: int = 100) -> str:
     """The Markdown CLI reference: one section per command, its help text verbatim."""
     parts = ["# CLI reference", "", "Generated from `--help` by `python -m tracekit.cli._docs`; do not edit.", ""]
-    root = click.Context(main, info_name="tracekit", terminal_width=width, max_content_width=width)
+    root = click.Context(main, info_name="tracekit", terminal_width=width, max_content_width=width,
+                         **main.context_settings)
     parts += ["## tracekit", "", "```", main.get_help(root), "```", ""]
     for name in sorted(COMMANDS):
         command = main.get_command(root, name)
         if command is None:
             continue
         ctx = click.Context(command, info_name=name, parent=root, terminal_width=width,
-                            max_content_width=width)
+                            max_content_width=width, **main.context_settings)
         parts += [f"## tracekit {name}", "", "```", command.get_help(ctx), "```", ""]
     return "\n".join(parts)
 

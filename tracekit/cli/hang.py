@@ -1,0 +1,65 @@
+"""`tracekit hang`: why did the job hang? (Flight Recorder dumps, or a run that holds them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli._common import json_option, user_errors
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@json_option
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Ingest raw dumps into this run directory (kept and reused) instead of a temporary one.")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="Rank for a dump whose content and file name name none.")
+@click.option("--no-write", is_flag=True, help="Do not save results/hang.json in the run directory.")
+@user_errors
+def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | None, no_write: bool) -> None:
+    """Say why a job hung: per process group, the last seq each rank reached, the first seq where
+    the ranks diverge, the ranks that never issued it, and op/dtype/size mismatches.
+
+    PATHS is a run directory, or Flight Recorder dumps (pickle or JSON; files, directories or
+    globs), which are ingested first. A hang is a finding, not an error: the exit code is 0.
+    """
+    from tracekit.hang import hang_from_paths
+
+    result = hang_from_paths(list(paths), out=out, rank=rank, write=not no_write)
+    if as_json:
+        click.echo(result.dumps())
+        return
+    _print(result)
+
+
+def _print(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from tracekit.hang import fmt_ranks
+
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=True, width=160)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
+    console.print("[bold]Verdict[/bold]")
+    for line in result.findings or ["no divergence: every rank reached the same seq in every group."]:
+        console.print(f"  - {line}", markup=False)
+    table = Table(show_edge=False, title="Groups (last seq reached: ranks)", title_justify="left")
+    for col in ("group", "desc", "ranks", "status", "diverges at", "missing", "last seq: ranks"):
+        table.add_column(col, justify="right" if col in ("ranks", "diverges at") else "left", overflow="fold")
+    for g in result.groups:
+        by_seq: dict[int, list[int]] = {}
+        for r, s in g.last_seq.items():
+            by_seq.setdefault(s, []).append(r)
+        spread = " · ".join(f"{s}: {fmt_ranks(rs, limit=8)}" for s, rs in sorted(by_seq.items(), reverse=True))
+        table.add_row(g.group, g.desc or "", str(len(g.ranks)), g.status,
+                      "" if g.first_divergent_seq is None else str(g.first_divergent_seq),
+                      fmt_ranks(g.missing_ranks, limit=8) or "", spread or "-")
+    console.print()
+    console.print(table)

@@ -1,0 +1,618 @@
+"""Why did the job hang? Cross-rank checks of per-group sequence numbers (Flight Recorder, NCCL logs).
+
+Pure functions over the `collectives` and `groups` tables. For every process group:
+
+* the last seq each rank reached (any state) and the last one it completed;
+* the first seq at which the ranks diverge: a rank stopped short of it (it never issued it), or
+  the ranks that issued it disagree on op, dtype or size;
+* who to look at: the ranks that never issued the first divergent seq, or the minority of a
+  mismatch (never "whoever differs from the first rank read": the stock analyzer's habit).
+
+Read order never matters: everything is keyed by (group, seq, rank) and ties are broken by value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_paths", "hang_from_run"]
+
+_STATE_ORDER = {"completed": 3, "started": 2, "scheduled": 1, "unknown": 0}
+#: ops whose input and output sizes must agree on every rank (all_to_all, gather, scatter may differ).
+_SIZE_CHECKED = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"})
+#: rooted ops can complete on some ranks (the root) before every rank joined.
+_ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter", "send", "recv", "other"})
+MAX_MISMATCHES = 10
+_COLS = ("coll_id", "rank", "group", "seq", "op", "dtype", "in_bytes", "out_bytes", "state", "ts_ns",
+         "source", "seq_explicit", "frame", "is_p2p", "peer", "time_created_ns", "op_id")
+
+
+@dataclass(frozen=True)
+class _Row:
+    rank: int
+    seq: int
+    op: str
+    dtype: str | None
+    in_bytes: int | None
+    out_bytes: int | None
+    state: str
+    ts: int | None
+    frame: str | None
+
+    @property
+    def size(self) -> str:
+        return f"in={_b(self.in_bytes)} out={_b(self.out_bytes)}"
+
+
+@dataclass
+class GroupHang:
+    """The verdict on one process group."""
+
+    group: str
+    desc: str | None
+    ranks: list[int]
+    ranks_complete: bool
+    last_seq: dict[int, int]
+    last_completed_seq: dict[int, int | None]
+    first_divergent_seq: int | None
+    missing_ranks: list[int]
+    no_dump_ranks: list[int]
+    mismatches: list[dict[str, Any]]
+    status: str
+    verdict: str
+    suspects: list[int] = field(default_factory=list)
+    first_ts_ns: int | None = None
+    last_p2p_seq: dict[int, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group, "desc": self.desc, "ranks": self.ranks, "ranks_complete": self.ranks_complete,
+            "last_seq": {str(r): s for r, s in sorted(self.last_seq.items())},
+            "last_completed_seq": {str(r): s for r, s in sorted(self.last_completed_seq.items())},
+            "last_p2p_seq": {str(r): s for r, s in sorted(self.last_p2p_seq.items())},
+            "first_divergent_seq": self.first_divergent_seq, "missing_ranks": self.missing_ranks,
+            "no_dump_ranks": self.no_dump_ranks, "mismatches": self.mismatches, "status": self.status,
+            "suspects": self.suspects, "verdict": self.verdict,
+        }
+
+
+@dataclass
+class HangResult:
+    """Per-group verdicts plus the findings, most likely root cause first."""
+
+    groups: list[GroupHang]
+    findings: list[str]
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def hung(self) -> bool:
+        return any(g.status in ("hang", "mismatch") for g in self.groups)
+
+    @property
+    def suspects(self) -> list[int]:
+        """Blamed ranks, from the earliest divergence on."""
+        out: list[int] = []
+        for g in _by_time(self.groups):
+            out.extend(r for r in g.suspects if r not in out)
+        return out
+
+    def last_seq(self) -> dict[str, dict[str, int]]:
+        """{group: {rank: last seq}} (what the report's hang table colours)."""
+        return {g.group: {str(r): s for r, s in sorted(g.last_seq.items())} for g in self.groups}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groups": [g.to_json() for g in self.groups], "findings": list(self.findings),
+                "last_seq": self.last_seq(), "suspects": self.suspects, "source": self.source,
+                "notes": list(self.notes)}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=True)
+
+
+def fmt_ranks(ranks: Iterable[int], *, limit: int = 24) -> str:
+    """"0,2,3", "0-7,9": runs of three or more become a range; long lists are cut."""
+    rs = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{rs[i]}-{rs[j]}")
+        else:
+            parts.extend(str(r) for r in rs[i:j + 1])
+        i = j + 1
+    if len(parts) > limit:
+        return ",".join(parts[:limit]) + f",… ({len(rs)} ranks)"
+    return ",".join(parts)
+
+
+def _b(n: int | None) -> str:
+    return "?" if n is None else f"{n}B"
+
+
+def _rk(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + fmt_ranks(ranks)
+
+
+def _gname(group: str, desc: str | None) -> str:
+    return f"group {group} ({desc})" if desc and desc != group else f"group {group}"
+
+
+_STR_COLS = ("group", "op", "dtype", "state", "source", "frame")
+_DEFAULTS: dict[str, pl.DataType] = {
+    "op": pl.String(), "dtype": pl.String(), "in_bytes": pl.Int64(), "out_bytes": pl.Int64(), "state": pl.String(),
+    "ts_ns": pl.Int64(), "source": pl.String(), "seq_explicit": pl.Boolean(), "frame": pl.String(),
+    "is_p2p": pl.Boolean(), "time_created_ns": pl.Int64(), "op_id": pl.Int64(),
+}
+
+
+def _frame(collectives: pa.Table | Any) -> tuple[pl.DataFrame, str]:
+    """The rows to check (one per group, p2p?, seq, rank) and which source they came from."""
+    if isinstance(collectives, pa.Table):
+        t = collectives.select([c for c in _COLS if c in collectives.column_names])
+        for name in _STR_COLS:
+            if name in t.column_names and pa.types.is_dictionary(t.schema.field(name).type):
+                t = t.set_column(t.schema.get_field_index(name), name, t.column(name).cast(pa.string()))
+        df = pl.from_arrow(t)
+    else:
+        df = collectives.select([c for c in _COLS if c in collectives.columns])
+    assert isinstance(df, pl.DataFrame)
+    for name, dtype in _DEFAULTS.items():
+        if name not in df.columns:
+            df = df.with_columns(pl.lit(None, dtype).alias(name))
+    df = df.with_columns([pl.col(c).cast(pl.String) for c in _STR_COLS if c in df.columns]).filter(
+        pl.col("seq").is_not_null() & pl.col("group").is_not_null() & pl.col("rank").is_not_null())
+    source = "call order within the traced window"
+    if df.height and (df["source"] == "flight_recorder").any():
+        df, source = df.filter(pl.col("source") == "flight_recorder"), "flight_recorder"
+    elif df.height and df["seq_explicit"].fill_null(False).any():
+        df, source = df.filter(pl.col("seq_explicit").fill_null(False)), "explicit sequence numbers"
+    df = df.select(
+        pl.col("group"), pl.col("rank").cast(pl.Int64), pl.col("seq").cast(pl.Int64),
+        (pl.col("is_p2p").fill_null(False) | pl.col("op").is_in(["send", "recv"]).fill_null(False)).alias("p2p"),
+        pl.col("op").fill_null("other"), pl.col("dtype"), pl.col("in_bytes").cast(pl.Int64),
+        pl.col("out_bytes").cast(pl.Int64), pl.col("state").fill_null("unknown"),
+        pl.coalesce(pl.col("time_created_ns").cast(pl.Int64), pl.col("ts_ns").cast(pl.Int64)).alias("ts"),
+        pl.col("frame"), pl.col("op_id").cast(pl.Int64))
+    # one row per (group, seq, rank): a coalesced group (several ops, one seq) is represented by its
+    # first op; a rank read twice (pickle + JSON, or two dumps) keeps its most advanced state
+    df = df.with_columns(pl.col("state").replace_strict(_STATE_ORDER, default=0, return_dtype=pl.Int64)
+                         .alias("_st")).sort(
+        ["group", "p2p", "seq", "rank", "op_id", "_st", "ts", "op", "dtype", "in_bytes", "out_bytes", "frame"],
+        descending=[False, False, False, False, False, True, True, False, False, False, False, False],
+        nulls_last=True,
+    ).unique(subset=["group", "p2p", "seq", "rank"], keep="first", maintain_order=True)
+    # gloo retires work lazily, so a dump can race the bookkeeping: an op followed by a completed
+    # op on the same rank was done
+    done_ts = df.filter(pl.col("state") == "completed").group_by("rank").agg(pl.col("ts").max().alias("_done"))
+    df = df.join(done_ts, on="rank", how="left").with_columns(
+        pl.when((pl.col("state") != "completed") & (pl.col("_done") > pl.col("ts")))
+        .then(pl.lit("completed")).otherwise(pl.col("state")).alias("state")).drop("_done", "_st")
+    return df, source
+
+
+class _Track:
+    """One group's collective (or p2p) sequence: per-rank last/completed seqs, plus the rows fetched
+    for the seqs a verdict needs."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}
+        self.done: dict[int, int | None] = {}
+        self.lowest: int | None = None
+        self.t_low: int | None = None
+        self.candidates: list[int] = []
+        self.rows: dict[int, dict[int, _Row]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.last)
+
+    def at(self, seq: int) -> dict[int, _Row]:
+        return self.rows.get(seq, {})
+
+    def row(self, rank: int, seq: int) -> _Row | None:
+        return self.rows.get(seq, {}).get(rank)
+
+
+def _tracks(df: pl.DataFrame) -> dict[str, dict[bool, _Track]]:
+    """Per group and track: the aggregates in polars; rows only where a verdict will look."""
+    tracks: dict[str, dict[bool, _Track]] = defaultdict(lambda: {False: _Track(), True: _Track()})
+    keys = ["group", "p2p"]
+    lasts = df.group_by([*keys, "rank"]).agg(
+        pl.col("seq").max().alias("last"), pl.col("seq").filter(pl.col("state") == "completed").max().alias("done"))
+    for g, p2p, rank, last, done in lasts.iter_rows():
+        t = tracks[g][p2p]
+        t.last[rank], t.done[rank] = last, done
+    lows = df.group_by(keys).agg(pl.col("seq").min().alias("lowest"))
+    t_low = df.join(lows, on=keys).filter((pl.col("seq") == pl.col("lowest")) & (pl.col("ts") > 0)).group_by(
+        keys).agg(pl.col("ts").min())
+    for g, p2p, lowest in lows.iter_rows():
+        tracks[g][p2p].lowest = lowest
+    for g, p2p, ts in t_low.iter_rows():
+        tracks[g][p2p].t_low = ts
+    size = pl.when(pl.col("op").is_in(list(_SIZE_CHECKED)) & (pl.col("in_bytes").is_not_null()
+                                                              | pl.col("out_bytes").is_not_null())).then(
+        pl.format("in={}B out={}B", pl.col("in_bytes").fill_null(-1), pl.col("out_bytes").fill_null(-1)))
+    cands = df.filter(~pl.col("p2p")).group_by(["group", "seq"]).agg(
+        pl.len().alias("n"), pl.col("op").n_unique().alias("n_op"),
+        pl.col("dtype").drop_nulls().n_unique().alias("n_dt"), size.drop_nulls().n_unique().alias("n_size"),
+    ).filter((pl.col("n") >= 2) & ((pl.col("n_op") > 1) | (pl.col("n_dt") > 1) | (pl.col("n_size") > 1))).sort(
+        ["group", "seq"])
+    for g, seq in cands.select("group", "seq").iter_rows():
+        t = tracks[g][False]
+        if len(t.candidates) < 3 * MAX_MISMATCHES:
+            t.candidates.append(seq)
+    wanted: set[tuple[str, bool, int]] = set()
+    for g, pair in tracks.items():
+        for p2p, t in pair.items():
+            if not t:
+                continue
+            lo, hi = min(t.last.values()), max(t.last.values())
+            for s in {*t.candidates, lo + 1, hi, t.lowest or lo}:
+                wanted.add((g, p2p, s))
+    full = pl.DataFrame(sorted(wanted), schema={"group": pl.String, "p2p": pl.Boolean, "seq": pl.Int64},
+                        orient="row")
+    own = lasts.select("group", "p2p", "rank", pl.col("last").alias("seq"))
+    picked = pl.concat([df.join(full, on=[*keys, "seq"]), df.join(own, on=[*keys, "rank", "seq"])]).unique(
+        subset=[*keys, "seq", "rank"], keep="first", maintain_order=True)
+    for r in picked.iter_rows(named=True):
+        row = _Row(r["rank"], r["seq"], r["op"], r["dtype"], r["in_bytes"], r["out_bytes"], r["state"], r["ts"],
+                   r["frame"])
+        tracks[r["group"]][r["p2p"]].rows.setdefault(r["seq"], {})[r["rank"]] = row
+    return tracks
+
+
+def _group_info(groups: pa.Table | Any | None) -> dict[str, dict[str, Any]]:
+    if groups is None:
+        return {}
+    if not isinstance(groups, pa.Table):
+        groups = groups.to_arrow()
+    info: dict[str, dict[str, Any]] = {}
+    for g in groups.select([c for c in ("group", "desc", "ranks", "ranks_complete")
+                            if c in groups.column_names]).to_pylist():
+        name = g.get("group")
+        if name is None:
+            continue
+        cur = info.setdefault(str(name), {"desc": None, "ranks": set(), "complete": False})
+        cur["desc"] = cur["desc"] or g.get("desc")
+        ranks = set(g.get("ranks") or [])
+        if g.get("ranks_complete"):
+            if not cur["complete"]:
+                cur["ranks"], cur["complete"] = ranks, True
+        elif not cur["complete"]:
+            cur["ranks"] |= ranks
+    return info
+
+
+def find_hangs(collectives: pa.Table | Any, groups: pa.Table | Any | None = None, *,
+               ranks: pa.Table | Any | None = None) -> HangResult:
+    """Per group: last seq per rank, the first divergent seq, missing ranks and op/dtype/size mismatches.
+
+    `collectives` and `groups` are tracekit tables (Arrow or polars); `ranks`, when given, tells
+    which ranks left a dump at all (a member without one cannot be judged). Flight Recorder rows
+    are used when present, else rows with explicit sequence numbers, else all rows.
+    """
+    df, source = _frame(collectives)
+    ginfo = _group_info(groups)
+    dumped: set[int] = set(df["rank"].unique().to_list())
+    if ranks is not None:
+        rt = ranks if isinstance(ranks, pa.Table) else ranks.to_arrow()
+        fmt = rt.column("source_format").cast(pa.string()).to_pylist() if "source_format" in rt.column_names \
+            else [None] * rt.num_rows
+        dumped |= {int(r) for r, f in zip(rt.column("rank").to_pylist(), fmt, strict=True)
+                   if r is not None and (f is None or f == "flight_recorder" or source != "flight_recorder")}
+    window = dict(df.filter(pl.col("ts") > 0).group_by("rank").agg(pl.col("ts").min()).iter_rows())
+    tracks = _tracks(df)
+    results = [_check_group(g, tracks[g], ginfo.get(g, {}), dumped, window) for g in sorted(tracks, key=_gorder)]
+    findings = _findings(results, source)
+    return HangResult(groups=results, findings=findings, source=source)
+
+
+def _gorder(name: str) -> tuple[int, int, str]:
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def _majority(values: Mapping[int, Any]) -> tuple[Any, list[int], dict[Any, list[int]]]:
+    """(majority value, minority ranks, value -> ranks). Ties go to the value held by the lowest rank,
+    so the answer depends on the values only, never on the order they were read in."""
+    by_value: dict[Any, list[int]] = defaultdict(list)
+    for r in sorted(values):
+        by_value[values[r]].append(r)
+    top = sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    major = top[0][0]
+    minority = sorted(r for v, rs in by_value.items() if v != major for r in rs)
+    return major, minority, dict(sorted(by_value.items(), key=lambda kv: kv[1][0]))
+
+
+def _mismatches(track: _Track) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for seq in track.candidates:
+        at = track.at(seq)
+        if len(at) < 2:
+            continue
+        ops = {r: row.op for r, row in at.items()}
+        major_op, minority, values = _majority(ops)
+        if minority:
+            out.append(_mm(seq, "op", major_op, minority, values))
+        same = {r: row for r, row in at.items() if row.op == major_op}
+        dts = {r: row.dtype for r, row in same.items() if row.dtype is not None}
+        if len(set(dts.values())) > 1:
+            out.append(_mm(seq, "dtype", *_majority(dts)))
+        if major_op in _SIZE_CHECKED:
+            sizes = {r: row.size for r, row in same.items() if row.in_bytes is not None or row.out_bytes is not None}
+            if len(set(sizes.values())) > 1:
+                out.append(_mm(seq, "size", *_majority(sizes)))
+        if len({m["seq"] for m in out}) >= MAX_MISMATCHES:
+            break
+    return out
+
+
+def _mm(seq: int, fieldname: str, major: Any, minority: list[int], values: dict[Any, list[int]]) -> dict[str, Any]:
+    return {"seq": seq, "field": fieldname, "majority": major, "minority_ranks": minority,
+            "values": [{"value": v, "ranks": rs} for v, rs in values.items()]}
+
+
+def _check_group(group: str, tracks: dict[bool, _Track], info: Mapping[str, Any],
+                 dumped: set[int], window: Mapping[int, int]) -> GroupHang:
+    coll, p2p = tracks[False], tracks[True]
+    desc = info.get("desc")
+    members = set(info.get("ranks") or ()) | set(coll.last) | set(p2p.last)
+    complete = bool(info.get("complete"))
+    no_dump = sorted(members - dumped)
+    judged = sorted(members & dumped)
+    last: dict[int, int] = {}
+    last_done: dict[int, int | None] = {}
+    wrapped: list[int] = []
+    if coll:
+        lowest = coll.lowest if coll.lowest is not None else min(coll.last.values())
+        for r in judged:
+            if r in coll.last:
+                last[r], last_done[r] = coll.last[r], coll.done.get(r)
+            elif coll.t_low is not None and window.get(r) is not None and window[r] > coll.t_low:
+                wrapped.append(r)  # its buffer starts after the group's earliest visible op: cannot tell
+            else:
+                last[r], last_done[r] = lowest - 1, None
+    last_p2p = dict(sorted(p2p.last.items()))
+    gname = _gname(group, desc)
+    mismatches = _mismatches(coll)
+    first_mm = min((m["seq"] for m in mismatches), default=None)
+    first_missing = min(last.values()) + 1 if last and min(last.values()) < max(last.values()) else None
+    candidates = [s for s in (first_mm, first_missing) if s is not None]
+    first = min(candidates) if candidates else None
+    missing = sorted(r for r, s in last.items() if first is not None and s < first)
+    at_first = coll.at(first) if first is not None else {}
+    first_ts = min((row.ts for row in at_first.values() if row.ts is not None), default=None)
+    suspects: list[int] = []
+    if not coll:
+        status, verdict, suspects = _p2p_verdict(gname, p2p, members)
+    elif first is None:
+        status, verdict = _agreed_verdict(gname, coll, last)
+    else:
+        status, verdict, suspects = _divergent_verdict(gname, first, at_first, missing, coll, mismatches)
+    if wrapped:
+        verdict += (f" {_rk(wrapped)} recorded nothing on this group and their buffers start later: "
+                    "not checked.")
+    if no_dump and complete:
+        verdict += f" No dump from {_rk(no_dump)}: not checked."
+    return GroupHang(group=group, desc=desc, ranks=sorted(members), ranks_complete=complete,
+                     last_seq={r: max(s, 0) for r, s in last.items()}, last_completed_seq=last_done,
+                     first_divergent_seq=first, missing_ranks=missing, no_dump_ranks=no_dump,
+                     mismatches=mismatches, status=status, verdict=verdict.strip(), suspects=suspects,
+                     first_ts_ns=first_ts, last_p2p_seq=last_p2p)
+
+
+def _agreed_verdict(gname: str, coll: _Track, last: dict[int, int]) -> tuple[str, str]:
+    if not last:
+        return "ok", f"{gname}: no rank with a dump to compare."
+    s = max(last.values())
+    judged = sorted(last)
+    rows = {r: row for r, row in coll.at(s).items() if r in last}
+    op = Counter(row.op for row in rows.values()).most_common(1)[0][0] if rows else "?"
+    pending = sorted(r for r, row in rows.items() if row.state != "completed")
+    if not pending:
+        return "ok", f"{gname}: all {len(judged)} ranks reached {op} seq {s} and completed it; no divergence."
+    if len(pending) < len(rows) and op not in _ROOTED:
+        return "ok", (f"{gname}: all {len(judged)} ranks reached {op} seq {s}; it completed on "
+                      f"{_rk(sorted(set(rows) - set(pending)))} and was still finishing on {_rk(pending)} at the dump "
+                      "(it cannot complete anywhere before every rank joined); no divergence.")
+    return "stuck", (f"{gname}: all {len(judged)} ranks issued {op} seq {s}, but it had not completed on "
+                     f"{_rk(pending)} when they dumped. Every rank arrived, so this is no desync: it was in "
+                     "flight, or stuck inside the collective (network, transport, a peer that died).")
+
+
+def _divergent_verdict(gname: str, first: int, at_first: dict[int, _Row], missing: list[int],
+                       coll: _Track, mismatches: list[dict[str, Any]]
+                       ) -> tuple[str, str, list[int]]:
+    parts: list[str] = []
+    suspects: list[int] = []
+    status = "ok"
+    arrived = sorted(at_first)
+    op = Counter(row.op for row in at_first.values()).most_common(1)[0][0] if at_first else "?"
+    here = [m for m in mismatches if m["seq"] == first]
+    if missing:
+        states = [at_first[r].state == "completed" for r in arrived]
+        done = all(states) if op in _ROOTED else any(states)
+        lasts = sorted({coll.last[r] for r in missing if r in coll.last})
+        quiet = [r for r in missing if r not in coll.last]
+        behind = ("nothing recorded on this group" if not lasts else
+                  f"last: {_last_op(coll, missing)}" if len(lasts) == 1 else f"last seqs {lasts[0]}..{lasts[-1]}")
+        if lasts and quiet:
+            behind += f"; {_rk(quiet)} recorded nothing on it"
+        if done:
+            status = "dump_skew"
+            parts.append(f"{gname}: {_rk(missing)} dumped before reaching {op} seq {first} ({behind}), which "
+                         f"completed on {_rk(arrived)} — dump timing, not a hang.")
+        elif len(missing) <= len(arrived):
+            status = "hang"
+            suspects = list(missing)
+            where = _where(at_first, arrived)
+            waiting = " and are waiting in it" if len(arrived) > 1 else " and is waiting in it"
+            parts.append(f"{gname}: {_rk(arrived)} reached {op} seq {first}{where}{waiting}; {_rk(missing)} never "
+                         "issued it "
+                         f"({behind}) — {_rk(missing)} {'is' if len(missing) == 1 else 'are'} the one"
+                         f"{'' if len(missing) == 1 else 's'} to look at.")
+        else:
+            status = "hang"
+            suspects = list(arrived)
+            parts.append(f"{gname}: only {_rk(arrived)} reached {op} seq {first}; {_rk(missing)} (the majority) "
+                         f"never issued it ({behind}) — {_rk(arrived)} ran ahead, or the others are blocked "
+                         "elsewhere: check the other groups.")
+    for m in here:
+        status = "mismatch"
+        minority = m["minority_ranks"]
+        suspects.extend(r for r in minority if r not in suspects)
+        vals = {v["value"]: v["ranks"] for v in m["values"]}
+        major_ranks = vals.get(m["majority"], [])
+        what = {"op": "issued", "dtype": "used dtype", "size": "used sizes"}[m["field"]]
+        others = "; ".join(f"{_rk(rs)} {what} {v}" for v, rs in vals.items() if v != m["majority"])
+        tie = len(major_ranks) == max(len(rs) for v, rs in vals.items() if v != m["majority"])
+        blame = (f"no majority: look at both sides, starting with {_rk(minority)}" if tie else
+                 f"{_rk(minority)} {'is' if len(minority) == 1 else 'are'} the one"
+                 f"{'' if len(minority) == 1 else 's'} to look at")
+        where = _where(at_first, minority)
+        parts.append(f"{gname}: at seq {first} {_rk(major_ranks)} {what} {m['majority']}, {others}{where} — "
+                     f"{blame}.")
+    later = sorted({m["seq"] for m in mismatches if m["seq"] != first})
+    if later:
+        parts.append(f"Also mismatched at seq {', '.join(map(str, later[:5]))}{' ...' if len(later) > 5 else ''}.")
+    return status, " ".join(parts), suspects
+
+
+def _last_op(coll: _Track, ranks: Sequence[int]) -> str:
+    """ "barrier seq 10, completed" for the last op of ranks that stopped at the same seq."""
+    rows = [row for r in ranks if r in coll.last and (row := coll.row(r, coll.last[r])) is not None]
+    if not rows:
+        return "?"
+    ops = sorted({row.op for row in rows})
+    states = sorted({row.state for row in rows})
+    text = f"{ops[0]} seq {rows[0].seq}" if len(ops) == 1 else f"seq {rows[0].seq}"
+    return text + (f", {states[0]}" if len(states) == 1 else "")
+
+
+def _where(at: dict[int, _Row], ranks: Sequence[int]) -> str:
+    frames = sorted({at[r].frame for r in ranks if r in at and at[r].frame})
+    return f" (called from {frames[0]})" if len(frames) == 1 else ""
+
+
+def _p2p_verdict(gname: str, p2p: _Track, members: set[int]) -> tuple[str, str, list[int]]:
+    """Point-to-point only: per-rank p2p counters are comparable only in a 2-rank group."""
+    if not p2p:
+        return "ok", f"{gname}: no entries.", []
+    last = dict(p2p.last)
+    if len(members) != 2 or len(last) < 2 or len(set(last.values())) == 1:
+        n = max(last.values())
+        return "ok", f"{gname}: point-to-point only (last p2p seq {n}); not matched across ranks.", []
+    (ra, sa), (rb, _) = sorted(last.items(), key=lambda kv: (kv[1], kv[0]))
+    row = p2p.row(rb, sa + 1)
+    if row is not None and row.state == "completed":
+        return "dump_skew", (f"{gname}: rank {ra} dumped before p2p seq {sa + 1}, which completed on rank {rb} — "
+                             "dump timing, not a hang."), []
+    what = f"{row.op} " if row is not None else ""
+    return "hang", (f"{gname}: rank {rb} posted {what}p2p seq {sa + 1}; its peer rank {ra} never posted the "
+                    f"matching operation (last p2p seq {sa}) — rank {ra} is the one to look at."), [ra]
+
+
+def _by_time(groups: Iterable[GroupHang]) -> list[GroupHang]:
+    order = {"mismatch": 0, "hang": 0, "stuck": 1, "dump_skew": 2, "ok": 3}
+    return sorted(groups, key=lambda g: (order.get(g.status, 3), g.first_ts_ns if g.first_ts_ns is not None
+                                         else 2**63, _gorder(g.group)))
+
+
+def _findings(groups: list[GroupHang], source: str) -> list[str]:
+    if not groups:
+        return ["No collectives with sequence numbers: nothing to check."]
+    bad = [g for g in _by_time(groups) if g.status != "ok"]
+    out: list[str] = []
+    culprits = [g for g in bad if g.status in ("hang", "mismatch") and g.suspects]
+    if culprits:
+        g = culprits[0]
+        lead = (f"Start with {_rk(g.suspects)}: the earliest divergence is in {_gname(g.group, g.desc)} "
+                f"at seq {g.first_divergent_seq}.")
+        if len(culprits) > 1:
+            lead += (f" {len(culprits) - 1} other group{'s' if len(culprits) > 2 else ''} diverged later "
+                     "(often a consequence).")
+        out.append(lead)
+    out.extend(g.verdict for g in bad)
+    if source != "flight_recorder" and out:
+        out.append(f"Sequence numbers come from {source}, not from Flight Recorder dumps.")
+    return out
+
+
+def _fr_parts(run: Any) -> tuple[pa.Table | None, pa.Table | None]:
+    """Every Flight Recorder source's own collectives and ranks. Ingest keeps one source per rank
+    in the merged tables (Kineto before Flight Recorder, one of a pickle/JSON pair), so a run with
+    both trace kinds has its dumps only under RUN/sources/<key>/."""
+    from tracekit import schema
+
+    keys = [s["key"] for s in run.manifest.get("sources", [])
+            if s.get("format") == "flight_recorder" and not s.get("error") and s.get("key")]
+    parts: dict[str, list[pa.Table]] = {"collectives": [], "ranks": []}
+    for key in sorted(keys):
+        for name, tables in parts.items():
+            path = run.path / "sources" / key / f"{name}.parquet"
+            if path.is_file():
+                tables.append(schema.conform(name, pq.read_table(path)))
+    if not parts["collectives"]:
+        return None, None
+    coll, ranks = (pa.concat_tables(parts[n], promote_options="permissive").unify_dictionaries()
+                   for n in ("collectives", "ranks"))
+    return coll, ranks
+
+
+def hang_from_run(run: Any, *, write: bool = False) -> HangResult:
+    """Run `find_hangs` on a run directory (path or `Run`); optionally save results/hang.json."""
+    from tracekit.store import Run
+
+    r = run if isinstance(run, Run) else Run(run)
+    coll, ranks = _fr_parts(r)
+    if coll is None:
+        coll, ranks = r.table("collectives"), r.table("ranks")
+    result = find_hangs(coll, r.table("groups"), ranks=ranks)
+    if write:
+        r.write_json("hang", result.to_json())
+    return result
+
+
+def hang_from_paths(paths: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str] | None = None,
+                    rank: int | None = None, write: bool = True) -> HangResult:
+    """`find_hangs` on a run directory, or on raw dumps/traces ingested first.
+
+    One path that is a run directory is read as is (and results/hang.json written unless
+    `write` is false). Anything else is ingested into `out` (kept, so a second call is a cache
+    hit) or, without `out`, into a temporary run that is removed afterwards. Sources that fail
+    to ingest are listed in `notes`; nothing ingested at all is a TracekitError.
+    """
+    from tracekit.errors import TracekitError
+    from tracekit.store import Run
+
+    if len(paths) == 1 and Run.is_run(paths[0]):
+        return hang_from_run(paths[0], write=write)
+    from tracekit.ingest import ingest
+
+    with tempfile.TemporaryDirectory(prefix="tracekit-hang-") as tmp:
+        run_dir = Path(out) if out is not None else Path(tmp) / "run"
+        report = ingest(list(paths), run_dir, rank=rank)
+        notes = [s.error for s in report.failed if s.error]
+        if not report.ingested:
+            detail = f": {notes[0]}" if len(notes) == 1 else f" ({len(notes)} sources failed)" if notes else ""
+            raise TracekitError(f"nothing ingested{detail}")
+        result = hang_from_run(run_dir, write=write and out is not None)
+    kinds = Counter(s.format for s in report.ingested)
+    notes.insert(0, "ingested " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+                 + (f" source{'s' if len(report.ingested) > 1 else ''}"))
+    # hang reads every dump itself (see _fr_parts), so ingest's "set aside" notice does not apply
+    result.notes = notes + [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
+    return result
