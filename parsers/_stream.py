@@ -9,9 +9,12 @@ event. Top-level keys before and after `traceEvents` are decoded into `metadata`
 from __future__ import annotations
 
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 import msgspec
@@ -40,8 +43,11 @@ class ByteStream:
         self._fh.seek(0)
         self.gzipped = head == GZIP_MAGIC
         self._z = zlib.decompressobj(wbits=47) if self.gzipped else None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
 
     def close(self) -> None:
+        self._stop_thread()
         self._fh.close()
 
     def __enter__(self) -> ByteStream:
@@ -51,12 +57,16 @@ class ByteStream:
         self.close()
 
     def chunks(self) -> Iterator[bytes]:
+        return self._chunks(self)
+
+    def _chunks(self, out: Any) -> Iterator[bytes]:
+        """The chunks; `out` receives bytes_in, truncated_gzip and corrupt."""
         if self._z is None:
             while True:
                 data = self._fh.read(self.chunk_size)
                 if not data:
                     return
-                self.bytes_in += len(data)
+                out.bytes_in += len(data)
                 yield data
         z = self._z
         while True:
@@ -66,16 +76,16 @@ class ByteStream:
                 data = self._fh.read(self.chunk_size // 4 or 1)
                 if not data:
                     if not z.eof:
-                        self.truncated_gzip = True
+                        out.truncated_gzip = True
                     return
-                self.bytes_in += len(data)
+                out.bytes_in += len(data)
             try:
-                out = z.decompress(data, self.chunk_size)
+                chunk = z.decompress(data, self.chunk_size)
             except zlib.error as exc:
-                self.corrupt = f"corrupt gzip data ({exc})"
+                out.corrupt = f"corrupt gzip data ({exc})"
                 return
-            if out:
-                yield out
+            if chunk:
+                yield chunk
             if z.eof:
                 rest = z.unused_data
                 if rest.strip(b"\x00"):
@@ -83,12 +93,70 @@ class ByteStream:
                         return
                     self._z = z = zlib.decompressobj(wbits=47)
                     self._fh.seek(self._fh.tell() - len(rest))
-                    self.bytes_in -= len(rest)
+                    out.bytes_in -= len(rest)
                     continue
                 if not self._fh.read(1):
                     return
                 self._fh.seek(-1, os.SEEK_CUR)
                 self._z = z = zlib.decompressobj(wbits=47)
+
+    def prefetched(self, depth: int = 4) -> Iterator[bytes]:
+        """chunks() read and decompressed on a background thread (file reads and zlib release
+        the GIL), at most `depth` chunks ahead. The flags (bytes_in, truncated_gzip, corrupt)
+        are set when the consumer reaches the end, exactly as with chunks()."""
+        if self._thread is not None:
+            raise RuntimeError("prefetched() is already running")
+        state = SimpleNamespace(bytes_in=self.bytes_in, truncated_gzip=False, corrupt=None)
+        q: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=max(1, depth))
+        stop = threading.Event()
+
+        def put(item: tuple[int, Any]) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
+            try:
+                for chunk in self._chunks(state):
+                    if not put((0, chunk)):
+                        return
+            except BaseException as exc:  # handed to the consumer, raised there
+                put((2, exc))
+                return
+            put((1, None))
+
+        self._stop = stop
+        self._thread = threading.Thread(target=produce, name="tracekit-gunzip", daemon=True)
+        self._thread.start()
+        return self._consume(q, state)
+
+    def _consume(self, q: queue.Queue[tuple[int, Any]], state: Any) -> Iterator[bytes]:
+        try:
+            while True:
+                tag, item = q.get()
+                if tag == 0:
+                    yield item
+                    continue
+                if tag == 2:
+                    raise item
+                self.bytes_in = state.bytes_in
+                self.truncated_gzip = state.truncated_gzip
+                self.corrupt = state.corrupt
+                return
+        finally:
+            self._stop_thread()
+
+    def _stop_thread(self) -> None:
+        thread, stop = self._thread, self._stop
+        if thread is None or stop is None:
+            return
+        stop.set()
+        thread.join()
+        self._thread = self._stop = None
 
 
 def peek(path: str | os.PathLike[str], n: int = 65536) -> bytes:
@@ -176,7 +244,10 @@ class ChromeTraceReader:
         except StopIteration:
             self.eof = True
             return False
-        self.buf = self.buf[self.pos:] + data
+        if self.pos >= len(self.buf):
+            self.buf = data
+        else:
+            self.buf = b"".join((memoryview(self.buf)[self.pos:], data))
         self.pos = 0
         return True
 
@@ -278,7 +349,7 @@ class ChromeTraceReader:
             if cut is not None:
                 end, nxt, closes = cut
                 try:
-                    decoded = decode(b"[" + buf[pos:end] + b"]")
+                    decoded = decode(b"".join((b"[", memoryview(buf)[pos:end], b"]")))
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     decoded = None
                 if decoded is not None:

@@ -1,22 +1,26 @@
 """Streaming parser for PyTorch-profiler (Kineto) Chrome traces, every era from 2021 to 2026.
 
-Pass 1 streams `traceEvents` in batches (see `_stream.ChromeTraceReader`), turns each batch into
-columns and spools them to an Arrow IPC file next to the source's parts; only small things are
-kept in memory (launch correlations, step windows, communication markers). Pass 2 resolves
+Pass 1 streams `traceEvents` in batches (see `_stream.ChromeTraceReader`; gunzip runs on a
+background thread), decodes each batch by phase (only X events are materialised) and turns it into
+columns, held in memory up to SPOOL_MEMORY bytes and spooled to an Arrow IPC file next to the
+source's parts beyond that; only small things are kept besides (launch correlations, step
+windows, communication markers). Pass 2 resolves
 what needs the whole file (rank, base time, steps, collective ids) and writes the events.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -135,6 +139,40 @@ _PHASE_REASON = {
     "O": "object", "N": "object", "D": "object", "P": "sample", "R": "mark", "c": "clock_sync",
 }
 
+
+class XEvent(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete ("X") event: the fields of `Event`, selected by its `ph` tag."""
+
+    ph: ClassVar[str] = "X"
+    cat: str | None = None
+    name: str = ""
+    pid: int | float | str | None = None
+    tid: int | float | str | None = None
+    ts: msgspec.Raw = _RAW0
+    dur: msgspec.Raw = _RAW0
+    args: Args | None = None
+
+
+def _skipped_event(ph: str) -> type:
+    """An event of a phase tracekit only counts: decoded without materialising any field."""
+    return msgspec.defstruct(f"Skipped_{ph}", [], tag_field="ph", tag=ph, gc=False,
+                             namespace={"ph": ph}, module=__name__)
+
+
+_SKIPPED_EVENTS = tuple(_skipped_event(ph) for ph in _PHASE_REASON)
+#: Decodes a batch by phase: X events in full, the other known phases as empty structs (they
+#: are only counted). A batch it rejects (an unknown or missing `ph`, a wrong type in an X
+#: event) is decoded again with EVENT_DECODER, so such batches are handled as before.
+TAGGED_DECODER = msgspec.json.Decoder(list[Union[(XEvent, *_SKIPPED_EVENTS)]])
+
+
+def decode_events(buf: bytes) -> list[Any]:
+    """One batch (a JSON array of events) as XEvent / Skipped_* / Event structs."""
+    try:
+        return TAGGED_DECODER.decode(buf)
+    except msgspec.ValidationError:
+        return EVENT_DECODER.decode(buf)
+
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.I)
 _TB_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
@@ -152,6 +190,8 @@ STAGE_SCHEMA = pa.schema([
     ("gpu", pa.bool_()),
 ])
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+#: Staged event columns are held in memory up to this many bytes, then spooled to disk (Arrow IPC).
+SPOOL_MEMORY = 128 << 20
 
 
 @dataclass
@@ -180,10 +220,13 @@ def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:
 
 
 class _Pass1:
-    """Columns of one batch of events at a time, spooled to an IPC stream; small state kept."""
+    """Columns of one batch of events at a time, held or spooled to an IPC stream; small state kept."""
 
     def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
         self.spool_path = spool
+        self.spilled = False
+        self._held: list[pa.Table] = []
+        self._held_bytes = 0
         self._writer: ipc.RecordBatchStreamWriter | None = None
         self._sink: Any = None
         self.comm = comm
@@ -208,11 +251,17 @@ class _Pass1:
             self._writer = None
 
     def add(self, events: list[Event]) -> None:
-        xs = [e for e in events if e.ph == "X"]
-        if len(xs) != len(events):
-            for ph, n in Counter([e.ph for e in events if e.ph != "X"]).items():
-                self.stats.skip(_PHASE_REASON.get(ph, "unsupported_phase"), n)
-        n = len(xs)
+        types = Counter(map(type, events))
+        n = types.pop(XEvent, 0)
+        if Event in types:  # a batch the tagged decoder rejected: plain Event structs
+            xs = [e for e in events if e.ph == "X"]
+            phases = Counter([e.ph for e in events if e.ph != "X"])
+            n = len(xs)
+        else:
+            xs = [e for e in events if type(e) is XEvent] if types else events
+            phases = Counter({t.ph: c for t, c in types.items()})
+        for ph, c in phases.items():
+            self.stats.skip(_PHASE_REASON.get(ph, "unsupported_phase"), c)
         if not n:
             return
         cat_arr = pa.array([e.cat for e in xs], pa.string()).dictionary_encode()
@@ -222,7 +271,8 @@ class _Pass1:
         cat_gpu = np.array([c in _GPU_CATS for c in cat_vals] + [False], bool)
         kind = cat_kind[cat_idx]
         gpu = cat_gpu[cat_idx]
-        name_arr = pa.array([e.name for e in xs], pa.string()).dictionary_encode()
+        names = [e.name for e in xs]
+        name_arr = pa.array(names, pa.string()).dictionary_encode()
         name_vals = name_arr.dictionary.to_pylist()
         name_idx = name_arr.indices.to_numpy(zero_copy_only=False)
         cc, mc, search = self.comm_cache, self.mark_cache, self.comm.search
@@ -239,8 +289,7 @@ class _Pass1:
             mark_flags[i] = m
         kind = np.where((kind == _COMPUTE) & comm_flags[name_idx], _COMM, kind)
         pids = [e.pid for e in xs]
-        tids = [e.tid for e in xs]
-        lanes = self._lanes(pids, tids, gpu)
+        lane_arr, lane_vals, lane_idx = self._lane_column(pids, [e.tid for e in xs], gpu)
         ts = _ns_column(b"\n".join([e.ts for e in xs]), n)
         dur = pc.fill_null(_ns_column(b"\n".join([e.dur for e in xs]), n), 0)
         argss = [e.args for e in xs]
@@ -274,37 +323,43 @@ class _Pass1:
                     self.stats.skip(reason, c)
         kind_arr = pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0).astype(np.int32)), _KINDS_ARR)
         table = pa.table({
-            "lane": pa.array(lanes, pa.string()).dictionary_encode(), "kind": kind_arr,
+            "lane": lane_arr, "kind": kind_arr,
             "name": name_arr, "cat": cat_arr, "ts": ts, "dur": dur, "correlation": corr,
             "external_id": ext, "sync_lane": pa.array(sync_lane, pa.string()),
             "sync_correlation": pa.array(sync_corr, pa.int64()), "gpu": pa.array(gpu, pa.bool_()),
         }, schema=STAGE_SCHEMA)
         if n_keep != n:
             table = table.filter(pa.array(keep))
-        new_index = np.cumsum(keep) - 1
         marks = mark_flags[name_idx]
         hits = np.flatnonzero(keep & ((marks > 0) | (kind == _COMM)))
         if len(hits):
-            ts_np = ts.to_numpy(zero_copy_only=False)
+            # exact int64 (a null ts would turn the numpy view into float64)
+            ts_np = pc.fill_null(ts, 0).to_numpy(zero_copy_only=False)
             dur_np = dur.to_numpy(zero_copy_only=False)
-            for i in hits.tolist():
-                t, d = int(ts_np[i]), int(dur_np[i])
-                if marks[i] == 2:
-                    step = int(_STEP.match(xs[i].name).group(1))  # type: ignore[union-attr]
-                    (self.gpu_steps if gpu[i] else self.cpu_steps).append((t, t + d, step))
+            ordinals = (np.cumsum(keep)[hits] - 1 + self.rows).tolist()
+            n_cats = len(cat_vals)
+            for i, o, t, d, mk, k, g, ci, li in zip(
+                    hits.tolist(), ordinals, ts_np[hits].tolist(), dur_np[hits].tolist(),
+                    marks[hits].tolist(), kind[hits].tolist(), gpu[hits].tolist(),
+                    cat_idx[hits].tolist(), lane_idx[hits].tolist(), strict=True):
+                if mk == 2:
+                    step = int(_STEP.match(names[i]).group(1))  # type: ignore[union-attr]
+                    (self.gpu_steps if g else self.cpu_steps).append((t, t + d, step))
                     continue
                 a = argss[i]
-                self.markers.append(Marker(
-                    ordinal=self.rows + int(new_index[i]), lane=lanes[i], kind=_KINDS[kind[i]],
-                    name=xs[i].name, cat=cat_vals[cat_idx[i]] if cat_idx[i] < len(cat_vals) else "",
-                    ts=t, dur=d, corr=as_int(a.correlation) if a is not None else None,
-                    ext=as_int(a.external_id) if a is not None else None,
-                    args=a if a is not None and _has_call_args(a) else None, gpu=bool(gpu[i])))
+                if a is None:
+                    corr_i = ext_i = call_args = None
+                else:
+                    corr_i, ext_i = as_int(a.correlation), as_int(a.external_id)
+                    call_args = _detach(a) if _has_call_args(a) else None
+                self.markers.append(Marker(  # positional: ordinal lane kind name cat ts dur corr ext args gpu
+                    o, lane_vals[li], _KINDS[k], names[i], cat_vals[ci] if ci < n_cats else "", t, d,
+                    corr_i, ext_i, call_args, g))
         rt = keep & np.isin(cat_idx, [i for i, c in enumerate(cat_vals) if c in _RUNTIME_CATS])
         if rt.any():
             self.runtime.append(pa.table({
                 "correlation": corr.filter(pa.array(rt)), "ts": ts.filter(pa.array(rt)),
-                "lane": pa.array([lanes[i] for i in np.flatnonzero(rt).tolist()], pa.string()),
+                "lane": pa.array([lane_vals[i] for i in lane_idx[rt].tolist()], pa.string()),
             }))
         if table.num_rows:
             lo = pc.min(table.column("ts")).as_py()
@@ -316,6 +371,63 @@ class _Pass1:
         if self.cpu_pid is None:
             self.cpu_pid = _first_int(pids, np.flatnonzero(keep & ~gpu))
         self._write(table)
+
+    @contextmanager
+    def staged(self) -> Iterator[Iterable[pa.RecordBatch]]:
+        """The staged events as record batches in file order (held ones are let go as read)."""
+        if not self.spilled:
+            yield self._drain_held()
+            return
+        self.close()
+        with pa.OSFile(str(self.spool_path), "rb") as src:
+            yield ipc.open_stream(src)
+
+    def _drain_held(self) -> Iterator[pa.RecordBatch]:
+        self._held.reverse()
+        while self._held:
+            table = self._held.pop()
+            self._held_bytes -= table.nbytes
+            yield from table.to_batches()
+
+    def _lane_column(self, pids: list[Any], tids: list[Any], gpu: np.ndarray
+                     ) -> tuple[pa.DictionaryArray, list[str], np.ndarray]:
+        """The lane column (dictionary in first-occurrence order), its dictionary and indices.
+
+        With integer pids and tids (the usual case) the distinct (gpu, pid, tid) keys are found by
+        Arrow and only those are named in Python; otherwise every event goes through `_lanes`.
+        """
+        try:
+            p, t = pa.array(pids), pa.array(tids)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            p = t = None
+        if (p is None or t is None or p.type != pa.int64() or t.type != pa.int64()
+                or p.null_count or t.null_count):
+            arr = pa.array(self._lanes(pids, tids, gpu), pa.string()).dictionary_encode()
+            return arr, arr.dictionary.to_pylist(), arr.indices.to_numpy(zero_copy_only=False)
+        pe, te = p.dictionary_encode(), t.dictionary_encode()
+        n_p, n_t = len(pe.dictionary), len(te.dictionary)
+        key = (gpu.astype(np.int64) * n_p + pe.indices.to_numpy()) * n_t + te.indices.to_numpy()
+        ke = pa.array(key).dictionary_encode()
+        p_vals, t_vals = pe.dictionary.to_pylist(), te.dictionary.to_pylist()
+        lc = self.lane_cache
+        vals: list[str] = []
+        where: dict[str, int] = {}
+        remap = []
+        for k in ke.dictionary.to_pylist():
+            g, rest = divmod(k, n_p * n_t)
+            pi, ti = divmod(rest, n_t)
+            lk = (bool(g), p_vals[pi], t_vals[ti])
+            lane = lc.get(lk)
+            if lane is None:
+                pid, tid = lk[1], lk[2]
+                lane = lc[lk] = f"gpu{_fmt(pid)}/stream{_fmt(tid)}" if g else f"cpu/thread{_fmt(tid)}"
+            j = where.get(lane)
+            if j is None:
+                j = where[lane] = len(vals)
+                vals.append(lane)
+            remap.append(j)
+        idx = np.asarray(remap, np.int32)[ke.indices.to_numpy()]
+        return pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(vals, pa.string())), vals, idx
 
     def _lanes(self, pids: list[Any], tids: list[Any], gpu: np.ndarray) -> list[str]:
         """Lane names: "gpu{pid}/stream{tid}" for GPU events, "cpu/thread{tid}" otherwise."""
@@ -334,16 +446,35 @@ class _Pass1:
     def _write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        if self._writer is None:
-            self._sink = pa.OSFile(str(self.spool_path), "wb")
-            self._writer = ipc.new_stream(self._sink, STAGE_SCHEMA)
-        self._writer.write_table(table)
+        if not self.spilled and self._held_bytes + table.nbytes <= SPOOL_MEMORY:
+            self._held.append(table)
+            self._held_bytes += table.nbytes
+        else:
+            if not self.spilled:
+                self._sink = pa.OSFile(str(self.spool_path), "wb")
+                self._writer = ipc.new_stream(self._sink, STAGE_SCHEMA)
+                self.spilled = True
+                for held in self._held:
+                    self._writer.write_table(held)
+                self._held, self._held_bytes = [], 0
+            assert self._writer is not None
+            self._writer.write_table(table)
         self.rows += table.num_rows
         self.stats.store(table.num_rows)
 
 
 def _has_call_args(a: Args) -> bool:
     return bool(a.coll or a.pg_name or a.pg_id or a.input_dims or a.input_type or a.concrete)
+
+
+_RAW_ARGS = tuple(f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw)
+
+
+def _detach(a: Args) -> Args:
+    """`a` with its raw fields copied out of the batch buffer (a Raw keeps the whole buffer
+    alive; markers live until the end of the file)."""
+    raws = {f: r.copy() for f in _RAW_ARGS if (r := getattr(a, f))}
+    return msgspec.structs.replace(a, **raws) if raws else a
 
 
 def _first_int(values: list[Any], candidates: np.ndarray) -> int | None:
@@ -433,13 +564,31 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
           comm_patterns: Sequence[str] | None = None, chunk_size: int = 1 << 21) -> KinetoResult:
     """Parse one Kineto trace into `sink`; raise InputError when the file cannot be used."""
     path = os.fspath(path)
+    with _gc_paused():
+        return _parse(path, sink, rank, compile_patterns(comm_patterns), chunk_size)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic GC while parsing: the parse makes millions of short-lived objects but hardly any
+    cycles, and each full collection would walk every live object of the process."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _parse(path: str, sink: SourceSink, rank: int | None, comm: re.Pattern[str],
+           chunk_size: int) -> KinetoResult:
     stats = SourceStats()
-    comm = compile_patterns(comm_patterns)
     spool = sink.part_dir / "_events.arrows"
     p1 = _Pass1(spool, comm, stats)
     try:
         with ByteStream(path, chunk_size=chunk_size) as stream:
-            reader = ChromeTraceReader(stream.chunks(), EVENT_DECODER.decode)
+            reader = ChromeTraceReader(stream.prefetched(), decode_events)
             try:
                 for kind, item in reader:
                     if kind == "batch":
@@ -647,50 +796,51 @@ def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident:
         keys = vals = np.empty(0, np.int64)
     offset = 0
     step_set: set[int] = set()
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracekit-write")
     pending: list[Future[None]] = []
     if p1.rows:
-        with pa.OSFile(str(p1.spool_path), "rb") as src:
-            for batch in _coalesce(ipc.open_stream(src), WRITE_ROWS):
-                n = batch.num_rows
-                ts = batch.column("ts").to_numpy(zero_copy_only=False)
-                gpu = batch.column("gpu").to_numpy(zero_copy_only=False)
-                corr_arr = batch.column("correlation")
-                has_corr = ~np.asarray(corr_arr.is_null().to_numpy(zero_copy_only=False), bool)
-                corr = pc.fill_null(corr_arr, -1).to_numpy(zero_copy_only=False)
-                step = steps.assign(ts, gpu, corr, has_corr)
-                step_set.update(np.unique(step[step >= 0]).tolist())
-                coll = None
-                if len(keys):
-                    ords = np.arange(offset, offset + n, dtype=np.int64)
-                    idx = np.minimum(np.searchsorted(keys, ords), len(keys) - 1)
-                    hit = keys[idx] == ords
-                    if hit.any():
-                        coll = pa.array(vals[idx], pa.int64(), mask=~hit)
-                offset += n
-                for f in [f for f in pending if f.done()]:
+        # the writer thread is finished before the staged data (or its spool file) is released
+        with p1.staged() as staged:
+            writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracekit-write")
+            try:
+                for batch in _coalesce(staged, WRITE_ROWS):
+                    n = batch.num_rows
+                    ts = batch.column("ts").to_numpy(zero_copy_only=False)
+                    gpu = batch.column("gpu").to_numpy(zero_copy_only=False)
+                    corr_arr = batch.column("correlation")
+                    has_corr = ~np.asarray(corr_arr.is_null().to_numpy(zero_copy_only=False), bool)
+                    corr = pc.fill_null(corr_arr, -1).to_numpy(zero_copy_only=False)
+                    step = steps.assign(ts, gpu, corr, has_corr)
+                    step_set.update(np.unique(step[step >= 0]).tolist())
+                    coll = None
+                    if len(keys):
+                        ords = np.arange(offset, offset + n, dtype=np.int64)
+                        idx = np.minimum(np.searchsorted(keys, ords), len(keys) - 1)
+                        hit = keys[idx] == ords
+                        if hit.any():
+                            coll = pa.array(vals[idx], pa.int64(), mask=~hit)
+                    offset += n
+                    for f in [f for f in pending if f.done()]:
+                        f.result()
+                        pending.remove(f)
+                    while len(pending) >= 2:
+                        pending.pop(0).result()
+                    pending.append(writer.submit(sink.add_events, {
+                        "rank": pa.array(np.full(n, ident.rank, np.int32)),
+                        "lane": batch.column("lane"), "kind": batch.column("kind"),
+                        "name": batch.column("name"),
+                        "ts_ns": pc.add(batch.column("ts"), ident.base_ns) if ident.base_ns else batch.column("ts"),
+                        "dur_ns": batch.column("dur"),
+                        "step": pa.array(step.astype(np.int32), pa.int32(), mask=step < 0),
+                        "correlation": corr_arr,
+                        "coll_id": coll if coll is not None else pa.nulls(n, pa.int64()),
+                        "cat": batch.column("cat"), "external_id": batch.column("external_id"),
+                        "sync_lane": batch.column("sync_lane"),
+                        "sync_correlation": batch.column("sync_correlation"),
+                    }))
+                for f in pending:
                     f.result()
-                    pending.remove(f)
-                while len(pending) >= 2:
-                    pending.pop(0).result()
-                pending.append(writer.submit(sink.add_events, {
-                    "rank": pa.array(np.full(n, ident.rank, np.int32)),
-                    "lane": batch.column("lane"), "kind": batch.column("kind"),
-                    "name": batch.column("name"),
-                    "ts_ns": pc.add(batch.column("ts"), ident.base_ns) if ident.base_ns else batch.column("ts"),
-                    "dur_ns": batch.column("dur"),
-                    "step": pa.array(step.astype(np.int32), pa.int32(), mask=step < 0),
-                    "correlation": corr_arr,
-                    "coll_id": coll if coll is not None else pa.nulls(n, pa.int64()),
-                    "cat": batch.column("cat"), "external_id": batch.column("external_id"),
-                    "sync_lane": batch.column("sync_lane"),
-                    "sync_correlation": batch.column("sync_correlation"),
-                }))
-    try:
-        for f in pending:
-            f.result()
-    finally:
-        writer.shutdown(wait=True)
+            finally:
+                writer.shutdown(wait=True)
     group_rows = sorted(groups.values(), key=lambda g: g["group"])
     sink.add("groups", {
         "group": [g["group"] for g in group_rows], "desc": [g["desc"] for g in group_rows],

@@ -35,6 +35,11 @@ SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_
                 "topology_nodes", "topology_links")
 
 
+#: Events columns worth Parquet dictionary encoding (repeated values); the others (times, ids)
+#: are nearly unique, where trying a dictionary first only costs time and space.
+EVENTS_DICT_COLUMNS = ("rank", "lane", "kind", "name", "step", "coll_id", "cat", "sync_lane")
+
+
 class RunError(TracekitError):
     """A run directory is missing, unreadable or inconsistent."""
 
@@ -96,7 +101,8 @@ class SourceSink:
             if writer is None:
                 path = self.event_path(rank)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                writer = pq.ParquetWriter(path, schema.EVENTS, compression="zstd")
+                writer = pq.ParquetWriter(path, schema.EVENTS, compression="zstd",
+                                          use_dictionary=EVENTS_DICT_COLUMNS)
                 self._event_writers[rank] = writer
             writer.write_table(part, row_group_size=self.row_group_size)
             self._event_counts[rank] += part.num_rows
