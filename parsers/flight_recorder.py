@@ -36,7 +36,7 @@ from tracekit.errors import InputError
 from tracekit.parsers import _unpickle
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.kineto import COLLECTIVE_OPS, dtype_bytes, parse_rank_list
-from tracekit.store import SourceSink, SourceStats
+from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "flight_recorder"
 PARSER_VERSION = "1"
@@ -61,17 +61,9 @@ _STATES = ("completed", "started", "scheduled")
 
 
 @dataclass
-class FlightRecorderResult:
-    """What one Flight Recorder dump produced."""
+class FlightRecorderResult(ParseResult):
+    """What one Flight Recorder dump produced: the common result plus the dump's version."""
 
-    stats: SourceStats
-    rank: int
-    events: int = 0
-    collectives: int = 0
-    groups: int = 0
-    steps: list[int] = field(default_factory=list)
-    ts_min_ns: int | None = None
-    ts_max_ns: int | None = None
     version: str | None = None
     encoding: str | None = None
     backend: str | None = None

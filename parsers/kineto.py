@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, ClassVar, Union
@@ -44,7 +44,7 @@ from tracekit.parsers._kineto_calls import (
     torch_dtype,
 )
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
-from tracekit.store import SourceSink, SourceStats
+from tracekit.store import ParseResult, SourceSink, SourceStats
 
 __all__ = [
     "COLLECTIVE_OPS", "DEFAULT_COMM_PATTERNS", "DTYPE_BYTES", "FORMAT", "KERNEL_OPS", "PARSER_VERSION",
@@ -194,18 +194,7 @@ _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 SPOOL_MEMORY = 128 << 20
 
 
-@dataclass
-class KinetoResult:
-    """What one Kineto source produced."""
-
-    stats: SourceStats
-    rank: int
-    events: int = 0
-    collectives: int = 0
-    groups: int = 0
-    steps: list[int] = field(default_factory=list)
-    ts_min_ns: int | None = None
-    ts_max_ns: int | None = None
+KinetoResult = ParseResult
 
 
 def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:

@@ -70,6 +70,20 @@ class SourceStats:
                 "warnings": list(self.warnings)}
 
 
+@dataclass
+class ParseResult:
+    """What a parser returns for one source: its accounting and a summary for the manifest."""
+
+    stats: SourceStats
+    rank: int
+    events: int = 0
+    collectives: int = 0
+    groups: int = 0
+    steps: list[int] = field(default_factory=list)
+    ts_min_ns: int | None = None
+    ts_max_ns: int | None = None
+
+
 class SourceSink:
     """Where a parser writes one source's rows: events stream to per-rank Parquet files, small
     tables are buffered (they are small) and written on close."""
