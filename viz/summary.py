@@ -22,8 +22,10 @@ TAB_HELP = {
 def header_html(data: Mapping[str, Any]) -> str:
     """The title line above the tabs."""
     kpis = dict(data["summary"]["kpis"])
-    return (f"<h2>{esc(data['title'])}</h2><p class='muted'>{esc(kpis.get('ranks', '0'))} ranks on "
-            f"{esc(kpis.get('hosts', '0'))} hosts · made by tracekit {esc(__version__)} · hover for details, "
+    hosts = str(kpis.get("hosts", "0"))
+    where = "hosts unknown" if hosts in ("0", "") else f"on {esc(hosts)} hosts"
+    return (f"<h2>{esc(data['title'])}</h2><p class='muted'>{esc(kpis.get('ranks', '0'))} ranks, "
+            f"{where} · made by tracekit {esc(__version__)} · hover for details, "
             f"click legend entries to hide them</p>")
 
 
