@@ -221,3 +221,40 @@ def test_128_rank_report_size_and_time_to_render(browser, tmp_path) -> None:
     finally:
         page.close()
 
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces"
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "real_traces" / "kineto"
+
+
+@pytest.mark.parametrize("source", [
+    "sample:gloo_moe_8rank", "sample:synth_moe_16rank", "real:param_dlrm_kineto_8rank",
+    "real:hta_nccl_parser_config", "real:tracelens_mi300_resnet_rank0of8", "real:tracelens_b200_eager_rank0of8",
+])
+def test_reports_of_samples_and_real_traces_render(browser, tmp_path, source) -> None:
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    kind, name = source.split(":")
+    path = (SAMPLE if kind == "sample" else REAL) / name
+    if not path.is_dir():
+        pytest.skip(f"{path} not present")
+    out = tmp_path / "report.html"
+    if kind == "sample":
+        args = ["replay", str(path), "--topology", "single-switch", "--topology", "fat-tree:oversub=4",
+                "--cache", str(tmp_path / "run"), "--report", str(out)]
+    else:
+        ingest = CliRunner().invoke(main, ["ingest", str(path), "-o", str(tmp_path / "run"), "-q"])
+        assert ingest.exit_code == 0, ingest.output
+        args = ["report", str(tmp_path / "run"), "-o", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    page = Page(browser, out)
+    try:
+        assert page.tabs()[:2] == ["Summary", "Timeline"]
+        if kind == "sample":
+            assert "Replay" in page.tabs()
+        check_every_tab(page, f"{kind}-{name}")
+    finally:
+        page.close()
