@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import click
 
@@ -26,16 +25,13 @@ class LazyGroup(click.Group):
     """A click group that imports each command's module on first use (keeps `--help` fast)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        available = [n for n, t in COMMANDS.items() if importlib.util.find_spec(t.split(":")[0])]
-        return sorted(set(super().list_commands(ctx)) | set(available))
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
         if target is None:
             return super().get_command(ctx, cmd_name)
         module_name, attr = target.split(":")
-        if importlib.util.find_spec(module_name) is None:
-            return None
         return getattr(importlib.import_module(module_name), attr)
 
 
