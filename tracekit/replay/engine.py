@@ -708,14 +708,13 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     return Run(cache)
 
 
-def replay_run(run: Run, topologies: Sequence[str | TopologySpec], *,
+def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | TopologySpec], *,
                baseline: str | TopologySpec | None = None, write: bool = True, **options: Any) -> ReplayResult:
     """Prepare a run (match, align, classify), replay it, and store results/replay.json and the
     replayed link samples next to any telemetry."""
-    try:
-        from tracekit.analysis import prepare
-    except ImportError as exc:
-        raise ReplayError("replay needs tracekit.analysis.prepare, which is not available") from exc
+    from tracekit.analysis import prepare
+
+    run = run if isinstance(run, Run) else Run(run)
     tables = dict(prepare(run, write=write))
     for name in ("channels",):
         if name not in tables and run.has(name):
