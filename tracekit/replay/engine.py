@@ -163,7 +163,10 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
     groups = pl.from_arrow(schema.conform("groups", tables.get("groups")))
     channels = pl.from_arrow(schema.conform("channels", tables.get("channels")))
     events, coll, groups, channels = (_plain(df) for df in (events, coll, groups, channels))
-    if coll.height == 0 or coll.get_column("instance").null_count() == coll.height:
+    if coll.height == 0:
+        raise ReplayError("the run has no collective calls to replay (nothing was ingested, or the traces "
+                          "hold no communication)")
+    if coll.get_column("instance").null_count() == coll.height:
         raise ReplayError("no matched collective instances: run the analysis step (prepare) first")
 
     all_ranks = sorted(set(events.get_column("rank").to_list()) | set(coll.get_column("rank").to_list())
