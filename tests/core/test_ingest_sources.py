@@ -43,3 +43,17 @@ def test_stray_files_in_directories_are_ignored_not_errors(mixed):
     assert [Path(i["path"]).name for i in report.ignored] == ["truth.json"]
     assert not report.failed
     assert run.manifest["ignored"][0]["path"].endswith("truth.json")
+
+
+def test_directory_without_supported_files_says_so(tmp_path):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.md").write_text("# not a trace")
+    (tmp_path / "in" / "counters.csv").write_text("a,b\n1,2\n")
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "in"), "-o", str(tmp_path / "run")])
+    assert result.exit_code == 1
+    assert "2 file(s) found, none in a supported format" in result.output
+    assert "Traceback" not in result.output
