@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 
 from tracekit import __version__, schema
 from tracekit.errors import TracekitError
@@ -517,12 +518,20 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
     sink = SourceSink(out, "synth")
     sink.add_events(tables["events"])
     parts = sink.close()
+    from tracekit.ingest import SourceReport
+
+    events = tables["events"]
+    ts = events.column("ts_ns")
+    steps = sorted({s for s in events.column("step").to_pylist() if s is not None})
+    source = SourceReport(path="synth", format="synth", key="synth", read=events.num_rows, stored=events.num_rows,
+                          ranks=sorted(tables["ranks"].column("rank").to_pylist()), events=events.num_rows,
+                          collectives=tables["collectives"].num_rows, groups=tables["groups"].num_rows, steps=steps,
+                          ts_min_ns=pa.compute.min(ts).as_py(), ts_max_ns=pa.compute.max(ts).as_py())
     write_manifest(out, {
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
-        "sources": [{"path": "synth", "format": "synth", "key": "synth", "parts": parts,
-                     "counts": {"read": tables["events"].num_rows, "stored": tables["events"].num_rows,
-                                "skipped": {}}}],
+        "sources": [{**source.to_dict(), "parts": parts}],
+        "tables": {name: t.num_rows for name, t in tables.items()},
     })
     run = Run(out)
     for name, table in tables.items():

@@ -47,3 +47,20 @@ def test_cli_reference_is_current():
 
     doc = Path(__file__).parents[2] / "docs" / "cli.md"
     assert doc.read_text() == cli_reference(), "regenerate: python -m tracekit.cli._docs > docs/cli.md"
+
+
+def test_trace_strings_are_not_terminal_markup(tmp_path):
+    """A group description like "[red]...[/red]" or "[link=...]" prints verbatim, never as rich markup."""
+    import pyarrow as pa
+
+    from tracekit.synth import make_run_tables, write_run
+
+    tables, _ = make_run_tables()
+    groups = tables["groups"]
+    desc = ["[link=http://x]click[/link][red]dp[/red]"] * groups.num_rows
+    tables["groups"] = groups.set_column(groups.schema.get_field_index("desc"), "desc", pa.array(desc))
+    write_run(tables, tmp_path / "run")
+    for args in (["info", str(tmp_path / "run")], ["analyze", str(tmp_path / "run")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "[red]dp[/red]" in result.output or "[link=" in result.output

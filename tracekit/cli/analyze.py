@@ -40,9 +40,9 @@ def _print(result: Any, top: int) -> None:
 
     from tracekit.analysis import fmt_ns
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     doc = result.to_json()
-    console.print("[bold]Findings[/bold]")
+    console.print("Findings", style="bold")
     for line in doc["findings"] or ["nothing stands out."]:
         console.print(f"  - {line}")
 

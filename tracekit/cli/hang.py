@@ -41,13 +41,13 @@ def _print(result: Any) -> None:
 
     from tracekit.hang import fmt_ranks
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=160)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
+    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:
         err.print(f"note: {note}", markup=False)
-    console.print("[bold]Verdict[/bold]")
+    console.print("Verdict", style="bold")
     for line in result.findings or ["no divergence: every rank reached the same seq in every group."]:
         console.print(f"  - {line}", markup=False)
     table = Table(show_edge=False, title="Groups (last seq reached: ranks)", title_justify="left")

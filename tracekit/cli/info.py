@@ -31,9 +31,9 @@ def _print(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=160)
+        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
     out = console.print
     ranks = doc["ranks"]
     out(f"run        {doc['run']}")
@@ -62,16 +62,16 @@ def _print(doc: dict[str, Any]) -> None:
     for col in ("source", "format", "ranks", "read", "stored", "skipped", "status"):
         t.add_column(col, justify="right" if col in ("read", "stored") else "left")
     for s in doc["sources"]:
-        skipped = ", ".join(f"{k} {v}" for k, v in sorted(s["skipped"].items())) or "-"
-        status = "error" if s["error"] else ("cached" if s["cached"] else "ok")
-        t.add_row(Path(s["path"]).name, s["format"] or "?", ",".join(map(str, s["ranks"])) or "-",
-                  f"{s['read']:,}", f"{s['stored']:,}", skipped, status)
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted((s.get("skipped") or {}).items())) or "-"
+        status = "error" if s.get("error") else ("cached" if s.get("cached") else "ok")
+        t.add_row(Path(s["path"]).name, s.get("format") or "?", ",".join(map(str, s.get("ranks") or [])) or "-",
+                  f"{s.get('read') or 0:,}", f"{s.get('stored') or 0:,}", skipped, status)
     out()
     out(t)
     for s in doc["sources"]:
-        if s["error"]:
+        if s.get("error"):
             out(f"error: {s['error']}", markup=False)
-        for w in s["warnings"]:
+        for w in s.get("warnings") or []:
             out(f"warning: {Path(s['path']).name}: {w}", markup=False)
     for w in doc["warnings"]:
         out(f"warning: {w}", markup=False)

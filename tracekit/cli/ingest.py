@@ -28,7 +28,7 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
 
     from tracekit.ingest import ingest as run_ingest
 
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, markup=False, highlight=False)
     patterns = list(comm_patterns) if comm_patterns else None
     if quiet or not err.is_terminal:
         report = run_ingest(paths, out, jobs=jobs, rank=rank, comm_patterns=patterns)
@@ -57,10 +57,10 @@ def _print(report) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(markup=False, highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=True, width=160)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
+    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
     table = Table(show_edge=False, title_justify="left")
     for col in ("source", "format", "ranks", "events", "collectives", "skipped", "cached"):
         table.add_column(col, justify="right" if col in ("events", "collectives") else "left",
