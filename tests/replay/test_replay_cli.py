@@ -46,3 +46,17 @@ def test_replay_run_dir(tmp_path):
 def test_replay_needs_a_topology(tmp_path):
     result = CliRunner().invoke(main, ["replay", str(tmp_path)])
     assert result.exit_code == 2
+
+
+def test_raw_path_that_ingests_nothing_names_the_problem(tmp_path):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"x": 1}')
+    result = CliRunner().invoke(main, ["replay", str(bad), "--topology", "single-switch",
+                                       "--cache", str(tmp_path / "cache")])
+    assert result.exit_code == 1
+    assert "nothing ingested" in result.output and "unknown format" in result.output
+    assert "Traceback" not in result.output

@@ -700,14 +700,15 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     """A run directory as is, or raw trace paths ingested into a cache directory."""
     if len(paths) == 1 and Run.is_run(paths[0]):
         return Run(paths[0])
-    try:
-        from tracekit.ingest import ingest
-    except ImportError as exc:
-        raise ReplayError("raw trace paths need tracekit.ingest, which is not available") from exc
+    from tracekit.ingest import ingest
+
     if cache is None:
         key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
         cache = Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
-    ingest(list(paths), cache)
+    report = ingest(list(paths), cache)
+    if not report.ingested:
+        reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
+        raise ReplayError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
     return Run(cache)
 
 
