@@ -26,6 +26,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracekit._text import fmt_ranks
+
 __all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_paths", "hang_from_run"]
 
 _STATE_ORDER = {"completed": 3, "started": 2, "scheduled": 1, "unknown": 0}
@@ -119,25 +121,6 @@ class HangResult:
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
-
-
-def fmt_ranks(ranks: Iterable[int], *, limit: int = 24) -> str:
-    """"0,2,3", "0-7,9": runs of three or more become a range; long lists are cut."""
-    rs = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{rs[i]}-{rs[j]}")
-        else:
-            parts.extend(str(r) for r in rs[i:j + 1])
-        i = j + 1
-    if len(parts) > limit:
-        return ",".join(parts[:limit]) + f",… ({len(rs)} ranks)"
-    return ",".join(parts)
 
 
 def _b(n: int | None) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tracekit._text import fmt_ranks
 from tracekit.cli._common import json_option, user_errors
 
 
@@ -38,12 +39,12 @@ def _print(doc: dict[str, Any]) -> None:
     ranks = doc["ranks"]
     out(f"run        {doc['run']}")
     out(f"tracekit   {doc['tracekit_version']} (schema {doc['schema_version']})")
-    out(f"ranks      {len(ranks)}: {_ranges(ranks)}" + (
+    out(f"ranks      {len(ranks)}: {fmt_ranks(ranks)}" + (
         f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else ""))
     out(f"hosts      {len(doc['hosts'])}: {', '.join(doc['hosts']) or '-'}", markup=False)
     out(f"devices    {', '.join(doc['devices']) or '-'}", markup=False)
     out(f"formats    {', '.join(f'{k} ({v})' for k, v in sorted(doc['formats'].items())) or '-'}")
-    out(f"steps      {_ranges(doc['steps']) or '-'}")
+    out(f"steps      {fmt_ranks(doc['steps']) or '-'}")
     span = doc["span"]
     if span["start_ns"] is not None:
         out(f"time span  {span['duration_s']:.6f} s (from {span['start_ns']} ns to {span['end_ns']} ns)")
@@ -53,7 +54,7 @@ def _print(doc: dict[str, Any]) -> None:
         for col in ("group", "desc", "backend", "size", "ranks", "dims", "collectives"):
             t.add_column(col, justify="right" if col in ("size", "collectives") else "left")
         for g in doc["groups"]:
-            ranks_txt = _ranges(g["ranks"]) + ("" if g["ranks_complete"] else " (partial)")
+            ranks_txt = fmt_ranks(g["ranks"]) + ("" if g["ranks_complete"] else " (partial)")
             t.add_row(g["group"], g["desc"] or "-", g["backend"] or "-", str(g["size"] or "-"),
                       ranks_txt, ",".join(g["dims"]) or "-", f"{g['collectives']:,}")
         out()
@@ -75,17 +76,3 @@ def _print(doc: dict[str, Any]) -> None:
             out(f"warning: {Path(s['path']).name}: {w}", markup=False)
     for w in doc["warnings"]:
         out(f"warning: {w}", markup=False)
-
-
-def _ranges(values: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    vals = sorted(set(values))
-    parts: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ",".join(parts)
