@@ -159,25 +159,7 @@ def _heap_pop(hk, hi, ht, size):
     size -= 1
     if size == 0:
         return 0
-    key = hk[size]
-    item = hi[size]
-    tag = ht[size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[i] = hk[c]
-        hi[i] = hi[c]
-        ht[i] = ht[c]
-        i = c
-    hk[i] = key
-    hi[i] = item
-    ht[i] = tag
+    _heap_sift_down(hk, hi, ht, size, 0, hk[size], hi[size], ht[size])
     return size
 
 
