@@ -194,7 +194,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
             raise InputError(path, f"internal accounting error: {res.stats.to_dict()}")
         record = {
             "key": key, "format": fmt, "parser_version": module.PARSER_VERSION, "parts": parts,
-            **res.stats.to_dict(), "ranks": [res.rank], "events": res.events,
+            **res.stats.to_dict(), "ranks": res.all_ranks, "events": res.events,
             "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
             "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
         }

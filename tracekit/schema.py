@@ -26,7 +26,9 @@ COUNTER_METRICS = (
     "tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "xmit_wait", "pfc_pause", "ecn_marked",
     "discards", "errors", "speed_bps",
 )
-NODE_KINDS = ("gpu", "nic", "nvswitch", "leaf", "spine", "core")
+NODE_KINDS = ("gpu", "nic", "nvswitch", "leaf", "spine", "core", "switch", "host", "storage")
+NETWORKS = ("backend", "frontend")
+LOG_LEVELS = ("TRACE", "INFO", "WARN", "ERROR", "ABORT")
 MEDIA = ("nvlink", "pcie", "ib", "roce", "eth")
 LINK_FLAGS = ("wrapped", "saturated", "reset", "gap")
 
@@ -49,6 +51,7 @@ RANKS = _schema("ranks", [
     pa.field("backend", DICT_STR),
     pa.field("device_name", pa.string()),
     pa.field("nccl_version", pa.string()),
+    pa.field("bus_id", pa.string()),
 ])
 
 GROUPS = _schema("groups", [
@@ -149,6 +152,7 @@ TOPOLOGY_NODES = _schema("topology_nodes", [
     pa.field("kind", DICT_STR),
     pa.field("host", pa.string()),
     pa.field("rank", pa.int32()),
+    pa.field("network", DICT_STR),
 ])
 
 TOPOLOGY_LINKS = _schema("topology_links", [
@@ -159,6 +163,47 @@ TOPOLOGY_LINKS = _schema("topology_links", [
     pa.field("latency_ns", pa.int64()),
     pa.field("medium", DICT_STR),
     pa.field("plane", pa.int32()),
+    pa.field("network", DICT_STR),
+    pa.field("tier", DICT_STR),
+    pa.field("cables", pa.int32()),
+])
+
+MICROBENCH = _schema("microbench", [
+    pa.field("source", pa.string()),
+    pa.field("run", pa.int32()),
+    pa.field("test", DICT_STR),
+    pa.field("test_inferred", pa.bool_()),
+    pa.field("op", DICT_STR),
+    pa.field("size_bytes", pa.int64()),
+    pa.field("count", pa.int64()),
+    pa.field("dtype", DICT_STR),
+    pa.field("redop", DICT_STR),
+    pa.field("root", pa.int32()),
+    pa.field("nranks", pa.int32()),
+    pa.field("ranks_per_host", pa.int32()),
+    pa.field("hosts", pa.int32()),
+    pa.field("devices", pa.list_(pa.string())),
+    pa.field("oop_time_us", pa.float64()),
+    pa.field("oop_algbw", pa.float64()),
+    pa.field("oop_busbw", pa.float64()),
+    pa.field("oop_wrong", pa.int64()),
+    pa.field("ip_time_us", pa.float64()),
+    pa.field("ip_algbw", pa.float64()),
+    pa.field("ip_busbw", pa.float64()),
+    pa.field("ip_wrong", pa.int64()),
+])
+
+LOG_MESSAGES = _schema("log_messages", [
+    pa.field("rank", pa.int32()),
+    pa.field("host", pa.string()),
+    pa.field("pid", pa.int64()),
+    pa.field("tid", pa.int64()),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("level", DICT_STR),
+    pa.field("subsystem", DICT_STR),
+    pa.field("message", pa.string()),
+    pa.field("source", DICT_STR),
+    pa.field("line", pa.int64()),
 ])
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -171,6 +216,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "link_samples": LINK_SAMPLES,
     "topology_nodes": TOPOLOGY_NODES,
     "topology_links": TOPOLOGY_LINKS,
+    "microbench": MICROBENCH,
+    "log_messages": LOG_MESSAGES,
 }
 
 VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -183,6 +230,10 @@ VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("counters", "metric"): COUNTER_METRICS,
     ("topology_nodes", "kind"): NODE_KINDS,
     ("topology_links", "medium"): MEDIA,
+    ("topology_nodes", "network"): NETWORKS,
+    ("topology_links", "network"): NETWORKS,
+    ("log_messages", "level"): LOG_LEVELS,
+    ("microbench", "op"): OPS,
 }
 
 

@@ -32,7 +32,7 @@ from tracekit.errors import TracekitError
 
 MANIFEST = "manifest.json"
 SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_samples",
-                "topology_nodes", "topology_links")
+                "topology_nodes", "topology_links", "microbench", "log_messages")
 
 
 #: Events columns worth Parquet dictionary encoding (repeated values); the others (times, ids)
@@ -72,16 +72,29 @@ class SourceStats:
 
 @dataclass
 class ParseResult:
-    """What a parser returns for one source: its accounting and a summary for the manifest."""
+    """What a parser returns for one source: its accounting and a summary for the manifest.
+
+    `rank` is the one rank a per-rank trace describes; a source covering several ranks (an NCCL
+    log of a whole node) lists them in `ranks`; a source with no rank (telemetry, nccl-tests)
+    leaves both empty.
+    """
 
     stats: SourceStats
-    rank: int
+    rank: int | None = None
     events: int = 0
     collectives: int = 0
     groups: int = 0
     steps: list[int] = field(default_factory=list)
     ts_min_ns: int | None = None
     ts_max_ns: int | None = None
+    ranks: list[int] | None = None
+
+    @property
+    def all_ranks(self) -> list[int]:
+        """Every rank this source describes."""
+        if self.ranks is not None:
+            return sorted(set(self.ranks))
+        return [] if self.rank is None else [self.rank]
 
 
 class SourceSink:

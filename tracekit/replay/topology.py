@@ -446,6 +446,7 @@ def build(spec: TopologySpec) -> Topology:
         "kind": pa.array(b.nodes["kind"], pa.string()),
         "host": pa.array(b.nodes["host"], pa.string()),
         "rank": pa.array(b.nodes["rank"], pa.int32()),
+        "network": pa.array(["backend"] * len(b.nodes["node"]), pa.string()),
     })
     links = schema.conform("topology_links", {
         "link": pa.array(b.links["link"], pa.string()),
@@ -457,6 +458,7 @@ def build(spec: TopologySpec) -> Topology:
         "plane": pa.array(b.links["plane"], pa.int32()),
         "tier": pa.array(b.links["tier"], pa.string()),
         "cables": pa.array(b.links["cables"], pa.int32()),
+        "network": pa.array(["backend"] * len(b.links["link"]), pa.string()),
     })
     route = {
         "n_gpus": n_gpus, "gpus_per_host": g_per_host, "nics_per_gpu": k, "planes": planes,
