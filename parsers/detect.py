@@ -17,7 +17,8 @@ PROMETHEUS = "prometheus"
 #: Every format name tracekit knows.
 FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, PROMETHEUS)
 #: Formats that can be ingested today: format -> parser module (with `parse` and PARSER_VERSION).
-PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder"}
+PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder",
+           NCCL_TESTS: "tracekit.parsers.nccl_tests"}
 
 PEEK_BYTES = 65536
 _KINETO_KEYS = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
@@ -32,6 +33,12 @@ def detect_bytes(head: bytes) -> str | None:
 
     if flight_recorder.sniff(head):
         return FLIGHT_RECORDER
+    from tracekit.parsers import nccl_tests
+
+    if nccl_tests.sniff_json(head):
+        return NCCL_TESTS
+    if not text.startswith((b"{", b"[")) and nccl_tests.sniff_text(head):
+        return NCCL_TESTS
     return None
 
 

@@ -191,6 +191,20 @@ MICROBENCH = _schema("microbench", [
     pa.field("ip_algbw", pa.float64()),
     pa.field("ip_busbw", pa.float64()),
     pa.field("ip_wrong", pa.int64()),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("time_kind", DICT_STR),
+    pa.field("iters", pa.int32()),
+    pa.field("warmup_iters", pa.int32()),
+    pa.field("graph", pa.int32()),
+    pa.field("nccl_version", pa.string()),
+    pa.field("oop_i_min_us", pa.float64()),
+    pa.field("oop_i_max_us", pa.float64()),
+    pa.field("oop_i_p99_us", pa.float64()),
+    pa.field("oop_i_cv_pct", pa.float64()),
+    pa.field("ip_i_min_us", pa.float64()),
+    pa.field("ip_i_max_us", pa.float64()),
+    pa.field("ip_i_p99_us", pa.float64()),
+    pa.field("ip_i_cv_pct", pa.float64()),
 ])
 
 LOG_MESSAGES = _schema("log_messages", [
