@@ -11,7 +11,8 @@ njit_inline = numba.njit(cache=True, nogil=True, inline="always")  # small helpe
 
 # Flow modes understood by `route_flows` (passed in as plain ints by the callers).
 # 0 gpu->gpu, 1 gpu->its leaf (in-network reduction up), 2 leaf->gpu (down), 3 leaf->spine tier,
-# 4 spine tier->leaf, 5 gpu->NVSwitch (NVLS up), 6 NVSwitch->gpu (NVLS down).
+# 4 spine tier->leaf, 5 gpu->NVSwitch (NVLS up), 6 NVSwitch->gpu (NVLS down), 7 spine tier of a
+# pod->core tier, 8 core tier->spine tier of a pod (src = pod index).
 
 
 @njit
@@ -63,6 +64,17 @@ def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per
             else:
                 s = fhash % n_sp
                 out[pos] = leaf_spine_up[src, s] if mode == 3 else spine_leaf_down[src, s]
+        return 1
+    if mode == 7 or mode == 8:
+        if spine_core_up[src, 0, 0] < 0:
+            return 0
+        if write:
+            if spray:
+                out[pos] = pod_up_agg[src] if mode == 7 else pod_down_agg[src]
+            else:
+                s = fhash % n_sp
+                c = (fhash // n_sp) % spine_core_up.shape[2]
+                out[pos] = spine_core_up[src, s, c] if mode == 7 else core_spine_down[src, s, c]
         return 1
     if src == dst:
         return 0

@@ -1,8 +1,12 @@
 """Collective instances -> flows (bytes, path endpoints, latency multiplier), per algorithm.
 
-Byte counts per flow are in docs/replay.md. All flows of an instance are released together at
-the instance start: a ring is modelled as pipelined (every hop carries its whole share at once),
-and its step count goes into the latency multiplier.
+Channels are laid out as NCCL builds them: channel `c` enters and leaves every host through the
+GPU next to NIC `c` (rail-aligned, PXN carries the last hop of a host over NVLink to that GPU), so
+a ring or tree across hosts spreads over all NICs. The algorithm and protocol of each call come
+from the trace when known, else from NCCL's tuning rule (`tuning.select`). Byte counts per flow
+are in docs/replay.md. All flows of an instance are released together at the instance start; a
+pipelined algorithm's step count goes into the latency multiplier and its pipeline fill into
+`Decomposition.fill`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracekit.replay import tuning
 from tracekit.replay.simulate import (
+    MODE_CORE_DOWN,
+    MODE_CORE_UP,
     MODE_GPU,
     MODE_LEAF_DOWN,
     MODE_LEAF_UP,
@@ -41,6 +48,7 @@ class Instance:
     dst: int | None = None
     splits: Mapping[int, Sequence[float]] = field(default_factory=dict)
     group: str | None = None
+    proto: str | None = None
 
 
 class _Acc:
@@ -65,8 +73,22 @@ class _Acc:
                      c["channel"], c["mode"], c["key"])
 
 
+@dataclass
+class Decomposition:
+    """Flows of all instances plus, per instance (by position), NCCL's plan and its fixed costs.
+
+    `fill[i]` multiplies the instance's simulated transfer time by its pipeline fill (1 for rings,
+    all-to-all and p2p); `latency_ns[i]` is NCCL's own latency for the plan (not in the flows).
+    """
+
+    flows: Flows
+    plans: list[tuning.Plan | None]
+    fill: np.ndarray
+    latency_ns: np.ndarray
+
+
 def channels_for(topology: Topology) -> int:
-    """Rings/channels used per collective: one per NIC port (NICs per GPU x planes)."""
+    """Channels of point-to-point and all-to-all traffic: one per NIC port of a GPU."""
     return max(1, topology.spec.nics_per_gpu * topology.spec.planes)
 
 
@@ -75,80 +97,126 @@ def hierarchical_ring(gpus: np.ndarray) -> np.ndarray:
     return np.argsort(gpus, kind="stable")
 
 
+def channel_ring(gpus: np.ndarray, gpus_per_host: int, channel: int, ports_per_gpu: int) -> np.ndarray:
+    """Positions of the participants in channel `channel`'s ring, as NCCL lays it out: hosts in
+    order, and inside each host the GPUs rotated to start at the one whose NIC the channel uses
+    (NIC slot `channel // ports_per_gpu`), so the ring enters and leaves each host on that rail."""
+    order = hierarchical_ring(gpus)
+    hosts = gpus[order] // gpus_per_host
+    parts = []
+    for h in np.unique(hosts):
+        members = order[hosts == h]
+        shift = (channel // ports_per_gpu) % members.size
+        parts.append(np.roll(members, -shift))
+    return np.concatenate(parts) if parts else order
+
+
 def decompose(instances: Sequence[Instance], topology: Topology, gpu_of_rank: Mapping[int, int] | np.ndarray,
-              *, rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto") -> Flows:
-    """Flows for every instance (release 0; `key` = instance key)."""
+              *, rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto",
+              proto: str = "auto", channels: Mapping[str, int] | None = None) -> Flows:
+    """Flows for every instance (release 0; `key` = instance key). See `decompose_plan`."""
+    return decompose_plan(instances, topology, gpu_of_rank, rings=rings, algo=algo, proto=proto,
+                          channels=channels).flows
+
+
+def decompose_plan(instances: Sequence[Instance], topology: Topology,
+                   gpu_of_rank: Mapping[int, int] | np.ndarray, *,
+                   rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto",
+                   proto: str = "auto", channels: Mapping[str, int] | None = None) -> Decomposition:
+    """Flows, NCCL plans and fixed costs for every instance.
+
+    `rings`: observed rings per group (one rank cycle per channel; all are used, and their count
+    is the channel count); `channels`: channel count per group from NCCL logs; else NCCL's default
+    for the topology. `algo`/`proto`: "auto" follows each instance's traced algo/proto and NCCL's
+    tuning rule where unknown; a name forces it where the shape allows.
+    """
     acc = _Acc()
-    n_ch = channels_for(topology)
     spec = topology.spec
     gmap = np.asarray(gpu_of_rank) if not isinstance(gpu_of_rank, Mapping) else None
+    p2p_ch = channels_for(topology)
+    plans: list[tuning.Plan | None] = []
+    fill = np.ones(len(instances))
+    latency = np.zeros(len(instances))
 
     def gpu(rank: int) -> int:
         return int(gmap[rank]) if gmap is not None else int(gpu_of_rank[rank])
 
-    domain = topology.route["domain"]
-    for inst in instances:
+    for idx, inst in enumerate(instances):
         ranks = list(inst.ranks)
         n = len(ranks)
         op = inst.op
         k = inst.key
+        plans.append(None)
         if op in ("send", "recv"):
             if inst.src is None or inst.dst is None or inst.src == inst.dst:
                 continue
             s, d = gpu(inst.src), gpu(inst.dst)
-            acc.add([s] * n_ch, [d] * n_ch, inst.nbytes / n_ch, channel=np.arange(n_ch), key=k)
+            acc.add([s] * p2p_ch, [d] * p2p_ch, inst.nbytes / p2p_ch, channel=np.arange(p2p_ch), key=k)
             continue
         if n < 2:
             continue
         gpus = np.array([gpu(r) for r in ranks], np.int64)
-        chosen = (inst.algo or "").lower() if algo == "auto" else algo
         if op == "all_to_all":
-            _all_to_all(acc, inst, ranks, gpus, n_ch)
+            _all_to_all(acc, inst, ranks, gpus, p2p_ch)
             continue
         if op in ("gather", "scatter"):
             root = inst.root if inst.root in ranks else ranks[0]
             rg = gpu(root)
             others = gpus[gpus != rg]
-            per = inst.nbytes / n / n_ch
-            for c in range(n_ch):
+            per = inst.nbytes / n / p2p_ch
+            for c in range(p2p_ch):
                 if op == "gather":
                     acc.add(others, rg, per, channel=c, key=k)
                 else:
                     acc.add(rg, others, per, channel=c, key=k)
             continue
+        if op not in RING_OPS and op not in ("broadcast", "reduce"):
+            continue
+        shape = tuning.shape_of(topology, gpus.tolist(), n_ranks=n)
+        observed = [o for o in ((rings or {}).get(inst.group or "", [])) if _ring_order(o, ranks) is not None]
+        n_ch = len(observed) or int((channels or {}).get(inst.group or "", 0)) or tuning.default_channels(
+            topology, shape)
+        want_algo = inst.algo if algo == "auto" else algo
+        want_proto = inst.proto if proto == "auto" else proto
+        source = "trace" if algo == "auto" and (inst.algo or inst.proto) else "forced"
+        plan = tuning.select("all_reduce" if op == "barrier" else op, inst.nbytes, shape, n_ch,
+                             algo=want_algo, proto=want_proto, source=source)
+        plans[idx] = plan
+        latency[idx] = plan.latency_us * 1000.0
+        s_wire = inst.nbytes / plan.efficiency
+        ports = spec.nics_per_gpu * spec.planes
+        per_host = spec.gpus
         if op in ("broadcast", "reduce"):
             root = inst.root if inst.root in ranks else ranks[0]
-            order = gpus[hierarchical_ring(gpus)]
-            start = int(np.nonzero(order == gpu(root))[0][0])
-            chain = np.roll(order, -start)
-            src, dst = (chain[:-1], chain[1:]) if op == "broadcast" else (chain[1:], chain[:-1])
             for c in range(n_ch):
-                acc.add(src, dst, inst.nbytes / n_ch, lat_mult=n - 1, channel=c, key=k)
+                order = gpus[channel_ring(gpus, per_host, c, ports)]
+                start = int(np.nonzero(order == gpu(root))[0][0])
+                chain = np.roll(order, -start)
+                src, dst = (chain[:-1], chain[1:]) if op == "broadcast" else (chain[1:], chain[:-1])
+                acc.add(src, dst, s_wire / n_ch, lat_mult=n - 1, channel=c, key=k)
+            fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
-        if op not in RING_OPS:
+        if plan.algo == "nvls" and shape.n_nodes == 1:
+            acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_UP, key=k)
+            acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_DOWN, key=k)
+            fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
-        same_domain = len(set((gpus // domain).tolist())) == 1
-        if op == "all_reduce" and spec.nvls and same_domain and domain > 1:
-            acc.add(gpus, gpus, inst.nbytes, lat_mult=2.0, mode=MODE_NVLS_UP, key=k)
-            acc.add(gpus, gpus, inst.nbytes, lat_mult=2.0, mode=MODE_NVLS_DOWN, key=k)
+        if plan.algo in ("nvls", "collnet_direct", "collnet_chain"):
+            _sharp(acc, inst, gpus, topology, n_ch, s_wire, nvls=plan.algo == "nvls")
+            fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
-        if op == "all_reduce" and spec.sharp and not same_domain and "ring" not in chosen:
-            _sharp(acc, inst, gpus, topology, n_ch)
-            continue
-        if op == "all_reduce" and "tree" in chosen:
-            _tree(acc, inst, gpus, topology, n_ch)
+        if plan.algo in ("tree", "nvls_tree") and op == "all_reduce":
+            _tree(acc, inst, gpus, topology, n_ch, s_wire, plan, nvls=plan.algo == "nvls_tree")
+            fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
         steps = {"all_reduce": 2 * (n - 1), "barrier": 2 * (n - 1)}.get(op, n - 1)
         factor = {"all_reduce": 2 * (n - 1) / n, "barrier": 0.0}.get(op, (n - 1) / n)
-        per = inst.nbytes * factor / n_ch
-        observed = (rings or {}).get(inst.group or "", [])
+        per = s_wire * factor / n_ch
         for c in range(n_ch):
-            order = _ring_order(observed[c % len(observed)], ranks) if observed else None
-            if order is None:
-                order = hierarchical_ring(gpus)
+            order = _ring_order(observed[c], ranks) if observed else channel_ring(gpus, per_host, c, ports)
             ring = gpus[order]
             acc.add(ring, np.roll(ring, -1), per, lat_mult=steps, channel=c, key=k)
-    return acc.flows()
+    return Decomposition(acc.flows(), plans, fill, latency)
 
 
 def _ring_order(ring: list[int], ranks: list[int]) -> np.ndarray | None:
@@ -173,70 +241,91 @@ def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, n
     acc.add(s, d, b, channel=channel, key=inst.key)
 
 
-def _tree(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int) -> None:
-    """NCCL-style double binary tree over hosts (S/2 each), a chain inside each host."""
-    per_host = topology.spec.gpus
-    hosts = gpus // per_host
-    order = np.argsort(gpus, kind="stable")
-    leaders: list[int] = []
-    chains: list[np.ndarray] = []
-    for h in np.unique(hosts):
-        members = gpus[order][hosts[order] == h]
-        leaders.append(int(members[0]))
-        chains.append(members)
-    s = inst.nbytes
-    m = len(leaders)
-    depth = max(1, int(np.ceil(np.log2(m + 1))))
-    local = max(len(c) for c in chains)
-    lat = 2 * (depth + local - 1)
-    for members in chains:
-        if members.size > 1:
-            for c in range(n_ch):
-                acc.add(members[1:], members[:-1], s / n_ch, lat_mult=lat, channel=c, key=inst.key)
-                acc.add(members[:-1], members[1:], s / n_ch, lat_mult=lat, channel=c, key=inst.key)
-    if m < 2:
-        return
-    for tree in range(2):
-        ids = list(range(m)) if tree == 0 else [m - 1 - i for i in range(m)]
-        for pos in range(1, m):
-            child = leaders[ids[pos]]
-            parent = leaders[ids[(pos - 1) // 2]]
-            for c in range(n_ch):
-                part = s / 2 / n_ch
-                acc.add(child, parent, part, lat_mult=lat, channel=c, key=inst.key)
-                acc.add(parent, child, part, lat_mult=lat, channel=c, key=inst.key)
+def _host_chains(gpus: np.ndarray, per_host: int, channel: int, ports: int) -> list[np.ndarray]:
+    """Per host (in order), its participating GPUs starting at the channel's NIC slot."""
+    order = channel_ring(gpus, per_host, channel, ports)
+    ordered = gpus[order]
+    hosts = ordered // per_host
+    return [ordered[hosts == h] for h in dict.fromkeys(hosts.tolist())]
 
 
-def _sharp(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int) -> None:
-    """In-network reduction: reduce-scatter inside each host, each GPU sends its 1/l share up to
-    its leaf and receives it back, each leaf sends the reduced shares to the spine tier and back,
-    then an all-gather inside the host."""
-    per_host = topology.spec.gpus
+def _btree_parents(m: int, mirrored: bool) -> list[tuple[int, int]]:
+    """(child, parent) host positions of one of NCCL's two binary trees over `m` hosts: a heap
+    over the hosts in order, and its mirror (hosts in reverse order) for the second tree."""
+    ids = list(range(m)) if not mirrored else [m - 1 - i for i in range(m)]
+    return [(ids[pos], ids[(pos - 1) // 2]) for pos in range(1, m)]
+
+
+def _tree(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int, s_wire: float,
+          plan: tuning.Plan, *, nvls: bool) -> None:
+    """NCCL's tree all-reduce: per channel a chain inside each host from the channel's NIC GPU
+    (or NVLS within the host for NVLS-tree) and a binary tree over the hosts' head GPUs; the
+    second half of the channels use the mirrored tree. Every edge carries S/C each way."""
+    spec = topology.spec
+    per = s_wire / n_ch
+    lat = float(plan.depth)
+    k = inst.key
+    if nvls:
+        acc.add(gpus, gpus, s_wire, lat_mult=lat, mode=MODE_NVLS_UP, key=k)
+        acc.add(gpus, gpus, s_wire, lat_mult=lat, mode=MODE_NVLS_DOWN, key=k)
+    ports = spec.nics_per_gpu * spec.planes
+    for c in range(n_ch):
+        chains = _host_chains(gpus, spec.gpus, c, ports)
+        if not nvls:
+            for members in chains:
+                if members.size > 1:
+                    acc.add(members[1:], members[:-1], per, lat_mult=lat, channel=c, key=k)
+                    acc.add(members[:-1], members[1:], per, lat_mult=lat, channel=c, key=k)
+        heads = [int(m[0]) for m in chains]
+        for child, parent in _btree_parents(len(heads), mirrored=c >= (n_ch + 1) // 2 and n_ch > 1):
+            acc.add(heads[child], heads[parent], per, lat_mult=lat, channel=c, key=k)
+            acc.add(heads[parent], heads[child], per, lat_mult=lat, channel=c, key=k)
+
+
+def _sharp(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int, s_wire: float,
+           *, nvls: bool) -> None:
+    """In-network reduction (CollNet/SHARP, or NVLS+SHARP): each host reduces inside (a ring
+    reduce-scatter + all-gather, or NVLS), each GPU sends its 1/l share up to its leaf and gets it
+    back, and every switch tier the channel's leaves span (spine, core) reduces once more."""
+    spec = topology.spec
+    per_host = spec.gpus
     hosts = gpus // per_host
-    s = inst.nbytes
-    k = topology.spec.nics_per_gpu
-    nic_leaf = topology.route["nic_leaf"]
+    k = spec.nics_per_gpu
+    route = topology.route
+    nic_leaf, leaf_pod = route["nic_leaf"], route["leaf_pod"]
+    key = inst.key
     leaf_shares: dict[tuple[int, int], dict[int, float]] = {}
+    pod_shares: dict[tuple[int, int], dict[int, float]] = {}
+    if nvls:
+        acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_UP, key=key)
+        acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_DOWN, key=key)
     for h in np.unique(hosts):
         members = np.sort(gpus[hosts == h])
         loc = members.size
-        if loc > 1:
-            per = 2 * (loc - 1) / loc * s / n_ch
+        if loc > 1 and not nvls:
+            per = 2 * (loc - 1) / loc * s_wire / n_ch
             for c in range(n_ch):
-                acc.add(members, np.roll(members, -1), per, lat_mult=2 * (loc - 1), channel=c,
-                        key=inst.key)
-        share = s / loc / n_ch
+                acc.add(members, np.roll(members, -1), per, lat_mult=2 * (loc - 1), channel=c, key=key)
+        share = s_wire / loc / n_ch
         for c in range(n_ch):
-            acc.add(members, members, share, lat_mult=2.0, channel=c, mode=MODE_LEAF_UP, key=inst.key)
-            acc.add(members, members, share, lat_mult=2.0, channel=c, mode=MODE_LEAF_DOWN, key=inst.key)
-            j, p = c % k, (c // k) % topology.spec.planes
+            acc.add(members, members, share, lat_mult=2.0, channel=c, mode=MODE_LEAF_UP, key=key)
+            acc.add(members, members, share, lat_mult=2.0, channel=c, mode=MODE_LEAF_DOWN, key=key)
+            j, p = c % k, (c // k) % spec.planes
             for pos, g in enumerate(members):
                 leaf = int(nic_leaf[int(g) * k + j, p])
-                shares = leaf_shares.setdefault((leaf, c), {})
-                shares[pos] = max(shares.get(pos, 0.0), share)
-    leaves = {leaf for leaf, _ in leaf_shares}
-    if len(leaves) > 1:
-        for (leaf, c), shares in sorted(leaf_shares.items()):
-            b = sum(shares.values())
-            acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_UP, key=inst.key)
-            acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_DOWN, key=inst.key)
+                for table, where in ((leaf_shares, leaf), (pod_shares, int(leaf_pod[leaf]))):
+                    shares = table.setdefault((where, c), {})
+                    shares[pos] = max(shares.get(pos, 0.0), share)
+    for c in range(n_ch):
+        leaves = sorted(leaf for leaf, ch in leaf_shares if ch == c)
+        if len(leaves) > 1:
+            for leaf in leaves:
+                b = sum(leaf_shares[leaf, c].values())
+                acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_UP, key=key)
+                acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_DOWN, key=key)
+        pods = sorted(pod for pod, ch in pod_shares if ch == c)
+        if len(pods) > 1:
+            for pod in pods:
+                b = sum(pod_shares[pod, c].values())
+                acc.add(pod, pod, b, lat_mult=2.0, channel=c, mode=MODE_CORE_UP, key=key)
+                acc.add(pod, pod, b, lat_mult=2.0, channel=c, mode=MODE_CORE_DOWN, key=key)

@@ -16,11 +16,14 @@ MODE_SPINE_UP = 3
 MODE_SPINE_DOWN = 4
 MODE_NVLS_UP = 5
 MODE_NVLS_DOWN = 6
+MODE_CORE_UP = 7    # spine tier of a pod -> core tier (in-network reduction), src = pod index
+MODE_CORE_DOWN = 8
 
 
 @dataclass
 class Flows:
-    """Flows as parallel arrays. `src`/`dst` are GPU indices (leaf indices for modes 2..4)."""
+    """Flows as parallel arrays. `src`/`dst` are GPU indices (leaf indices for modes 3..4, pod
+    indices for modes 7..8)."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -58,7 +61,8 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
     """CSR paths (indptr, resource ids) of the flows on the topology."""
     r = topology.route
     n_gpus = r["n_gpus"]
-    gpu_modes = (flows.mode == MODE_GPU) | (flows.mode == MODE_LEAF_UP) | (flows.mode >= MODE_NVLS_UP)
+    gpu_modes = (flows.mode == MODE_GPU) | (flows.mode == MODE_LEAF_UP) | (flows.mode == MODE_LEAF_DOWN) | (
+        flows.mode == MODE_NVLS_UP) | (flows.mode == MODE_NVLS_DOWN)
     if len(flows) and gpu_modes.any():
         bad = gpu_modes & ((flows.src < 0) | (flows.src >= n_gpus) | ((flows.mode == MODE_GPU) & (
             (flows.dst < 0) | (flows.dst >= n_gpus))))

@@ -1,0 +1,366 @@
+"""NCCL's algorithm/protocol choice, channel count and pipeline constants, re-expressed for replay.
+
+NCCL (2.30.7: src/graph/tuning.cc `ncclTopoTuneModel`/`ncclTopoGetAlgoTime`, src/enqueue.cc
+`topoGetAlgoInfo`/`calcCollChunking`, src/graph/connect.cc, src/init.cc) predicts, per collective
+call, `time = latency(algo, proto) + bytes / bandwidth(algo, proto)` for every enabled pair and
+runs the cheapest. Its latencies (microseconds) and efficiency factors are kept here as NCCL
+states them; its bandwidths come from its own graph search, which replay replaces by the
+topology's physics (the bottleneck of each algorithm's traffic pattern, `algorithm_bandwidth`).
+docs/replay.md ("Algorithm and protocol") gives the rule in words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tracekit.replay.topology import Topology, TopologySpec
+
+NCCL_SOURCE = "NCCL 2.30.7 (src/graph/tuning.cc, src/enqueue.cc, src/graph/connect.cc, src/init.cc)"
+
+ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOS = ("LL", "LL128", "Simple")
+_ALIASES = {"collnet": "collnet_direct", "sharp": "collnet_direct", "nvlstree": "nvls_tree",
+            "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain", "nvls_sharp": "nvls"}
+
+# Latencies in microseconds, (LL, LL128, Simple), Hopper (tuning.cc ncclTunerConstantsDefaults).
+BASE_LATENCY_US = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+                   "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
+                   "pat": (8.0, 8.0, 8.0)}
+HW_LATENCY_US = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+               "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25),
+               "pat": (0, 0, 4.0)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+            "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
+    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+            "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9),
+            "pat": (0, 0, 14)},
+}
+# Per-channel bus-bandwidth ceilings in GB/s for Hopper, by node count (1, 2, more).
+LL_MAX_BW = {1: 141.0, 2: 39.0, 3: 20.4}  # one node: GPU row; several: Intel CPU row
+PER_CH_MAX_RING_LL128 = {1: 36.7, 2: 36.7, 3: 36.7}
+PER_CH_MAX_TREE = {1: 38.7, 2: 41.4, 3: 36.0}
+PER_CH_MAX_TREE_LL128 = {1: 36.7, 2: 36.7, 3: 29.0}
+PER_CH_MAX_NVLS_TREE = {1: 0.0, 2: 57.7, 3: 45.5}
+NVLS_EFFICIENCY = 0.85  # Hopper
+NET_OVERHEAD_US = 1.0  # x86 Intel; x3 for Simple
+RING_PLATEAU = 1.4  # ring/Simple all-reduce across nodes, compute capability >= 8.0
+# Tree all-reduce correction by log2(bytes / 64), per protocol (LL, LL128, Simple).
+TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
+
+# Buffers and pipelining (device.h, init.cc, collectives.h, nvls.cc).
+NCCL_STEPS = 8
+MAX_CHANNELS = 32  # what the connect step reaches by duplicating searched channels (MAXCHANNELS 64)
+BUFFSIZE = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8, "Simple": 1 << 22}
+RING_CHUNK_STEPS = NCCL_STEPS // 2  # ALLREDUCE_CHUNKSTEPS
+NVLS_CHUNK = 128 * 1024
+
+
+def normalize_algo(name: str | None) -> str | None:
+    """NCCL's spellings (RING, NVLS_TREE, CollNetDirect, ...) as one of ALGOS, or None."""
+    if not name:
+        return None
+    key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+    key = _ALIASES.get(key.replace("_", ""), _ALIASES.get(key, key))
+    return key if key in ALGOS else None
+
+
+def normalize_proto(name: str | None) -> str | None:
+    """LL, LL128 or Simple (any case), or None."""
+    if not name:
+        return None
+    key = str(name).strip().lower()
+    return {"ll": "LL", "ll128": "LL128", "simple": "Simple"}.get(key)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How NCCL runs one call: algorithm, protocol, channels, and its pipeline.
+
+    `efficiency` is NCCL's bandwidth factor for the pair (wire format and kernel limits: LL sends 8
+    bytes per 4, tree all-reduce 0.92, ...); flows carry `bytes / efficiency`. A pipelined
+    algorithm moves `chunk_bytes` per channel through `depth` hops, so the first chunk needs
+    `depth - 1` extra chunk times before the pipe is full. `latency_us` is NCCL's own latency.
+    `source` says whether the trace gave the choice ("trace"), a caller forced it ("forced") or
+    NCCL's tuning rule chose it ("tuning").
+    """
+
+    algo: str
+    proto: str
+    channels: int
+    depth: int
+    chunk_bytes: float
+    efficiency: float
+    latency_us: float
+    source: str = "tuning"
+
+    def fill_factor(self, bytes_per_channel: float) -> float:
+        """Transfer time with pipeline fill / transfer time of a full pipe."""
+        if self.depth <= 1 or bytes_per_channel <= 0:
+            return 1.0
+        return 1.0 + (self.depth - 1) * min(self.chunk_bytes, bytes_per_channel) / bytes_per_channel
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the tuning model needs of a call's participants on a topology."""
+
+    n_ranks: int
+    n_nodes: int       # NVLink domains spanned (NCCL's nodes)
+    ppn: int           # ranks per node (the largest)
+    intra_gbs: float   # per-GPU intra-node GB/s, one direction
+    net_gbs: float     # per-node NIC GB/s, one direction (after PCIe caps)
+    nvlink: bool       # intra-node traffic rides NVLink
+    nvls: bool
+    sharp: bool
+
+
+def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *,
+             n_ranks: int | None = None) -> Shape:
+    """The call shape of `gpus` (GPU indices on the topology; default: all of it)."""
+    spec = topology.spec if isinstance(topology, Topology) else topology
+    if gpus is None:
+        gpus = list(range((spec.hosts or 1) * spec.gpus))
+    domain = spec.domain
+    per_node: dict[int, int] = {}
+    for g in gpus:
+        per_node[g // domain] = per_node.get(g // domain, 0) + 1
+    ppn = max(per_node.values()) if per_node else 1
+    nic_gbs = min(spec.nic_gbps, spec.pcie_gbps) / 8.0 * spec.nics_per_gpu
+    # NICs per node: the participating GPUs' own NICs (PXN spreads channels over them)
+    net = nic_gbs * ppn
+    nvlink = domain > 1
+    intra = spec.nvlink_gbs if nvlink else spec.pcie_gbps / 8.0
+    return Shape(n_ranks=n_ranks or len(gpus), n_nodes=len(per_node), ppn=ppn, intra_gbs=intra,
+                 net_gbs=net, nvlink=nvlink, nvls=spec.nvls and nvlink, sharp=spec.sharp)
+
+
+def default_channels(topology: Topology | TopologySpec, shape: Shape | None = None) -> int:
+    """NCCL's channel count without logs: its search finds one channel per NIC (per GPU inside
+    a node), and the connect step duplicates them (connect.cc), so 2 per NIC, at most 32."""
+    spec = topology.spec if isinstance(topology, Topology) else topology
+    ppn = shape.ppn if shape is not None else spec.gpus
+    ports = max(1, ppn * spec.nics_per_gpu * spec.planes)
+    return int(min(MAX_CHANNELS, 2 * ports))
+
+
+def _node_index(n_nodes: int) -> int:
+    return min(n_nodes, 3)
+
+
+def _log2i(x: int) -> int:
+    return max(0, int(x).bit_length() - 1)
+
+
+def enabled(op: str, algo: str, proto: str, shape: Shape) -> bool:
+    """NCCL's enable rules for one (op, algo, proto) on a call shape (tuning.cc and enqueue.cc)."""
+    multi = shape.n_nodes > 1
+    if op in ("broadcast", "reduce") and algo != "ring":
+        return False
+    if op in ("all_gather", "reduce_scatter") and algo not in ("ring", "nvls", "pat"):
+        return False
+    if op == "all_reduce" and algo == "pat":
+        return False
+    if op not in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"):
+        return algo == "ring"
+    if algo in ("nvls", "nvls_tree") and proto != "Simple":
+        return False
+    if algo in ("collnet_direct", "collnet_chain") and proto != "Simple":
+        return False
+    if algo == "nvls":
+        if not shape.nvls or (multi and not shape.sharp) or (op != "all_reduce" and multi):
+            return False
+    if algo == "nvls_tree" and (not shape.nvls or not multi):
+        return False
+    if algo in ("collnet_direct", "collnet_chain") and (not shape.sharp or not multi or shape.ppn > 8):
+        return False
+    if algo == "pat" and (proto != "Simple" or shape.ppn != 1):
+        return False
+    return not (algo == "tree" and shape.n_ranks < 2)
+
+
+def algorithm_bandwidth(op: str, algo: str, shape: Shape) -> float:
+    """Physical algorithm bandwidth (GB/s of payload S per second) of the traffic pattern.
+
+    ring: every channel's ring crosses each node boundary through its own NIC, so a rank's
+    `steps/n · S` goes over the slower of its NVLink port and its node's NICs; tree: a node's
+    NICs carry S each way with 2 nodes, 2S (interior in one tree, leaf in the other) beyond, and
+    the intra-node chain sends S up and S down from each GPU; NVLS: S up and S down per GPU;
+    NVLS-tree: NVLS inside, tree over the NICs; CollNet/SHARP: each node sends S to the switches
+    and receives S back.
+    """
+    n, ppn = shape.n_ranks, shape.ppn
+    multi = shape.n_nodes > 1
+    edge = min(shape.intra_gbs, shape.net_gbs) if multi else shape.intra_gbs
+    if algo == "ring" or algo == "pat":
+        factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+                  "reduce_scatter": (n - 1) / n}.get(op, 1.0)
+        return edge / max(factor, 1e-12)
+    tree_net = shape.net_gbs / (1.0 if shape.n_nodes <= 2 else 2.0)
+    if algo == "tree":
+        intra = shape.intra_gbs / 2.0 if ppn > 1 else math.inf
+        return min(intra, tree_net) if multi else shape.intra_gbs / 2.0
+    if algo == "nvls":
+        if op == "all_reduce":
+            return min(shape.intra_gbs, shape.net_gbs) if multi else shape.intra_gbs
+        return shape.intra_gbs * ppn / max(ppn - 1, 1)
+    if algo == "nvls_tree":
+        return min(shape.intra_gbs, tree_net)
+    if algo in ("collnet_direct", "collnet_chain"):
+        intra = shape.intra_gbs * ppn / (2 * max(ppn - 1, 1)) if ppn > 1 else math.inf
+        return min(intra, shape.net_gbs)
+    return edge
+
+
+def efficiency(op: str, algo: str, proto: str, shape: Shape) -> float:
+    """NCCL's bandwidth factor for the pair (tuning.cc 'model refinements')."""
+    eff = 1.0
+    if algo == "ring" and proto == "LL":
+        eff = 0.5
+    elif algo == "ring" and proto == "LL128":
+        eff = 0.92
+    elif algo == "tree":
+        if op == "all_reduce":
+            eff = 0.92
+        if proto == "LL":
+            eff /= 3.8
+        elif proto == "LL128":
+            eff *= 7.0 / 9.0 if shape.n_nodes == 1 else 120.0 / 128.0
+    elif algo in ("nvls", "nvls_tree"):
+        eff = NVLS_EFFICIENCY
+    elif algo == "collnet_direct":
+        eff = 0.85
+    elif algo == "pat":
+        eff = 0.75
+    return eff
+
+
+def _caps_gbs(op: str, algo: str, proto: str, shape: Shape, channels: int) -> float:
+    """NCCL's per-channel ceilings, as algorithm bandwidth."""
+    ni = _node_index(shape.n_nodes)
+    n = shape.n_ranks
+    nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
+    ratio = 0.5 if algo in ("tree", "collnet_direct", "collnet_chain") else n / max(nsteps, 1)
+    cap = math.inf
+    if algo == "ring" and proto == "LL":
+        cap = LL_MAX_BW[ni if shape.n_nodes > 1 else 1]
+    elif algo == "ring" and proto == "LL128":
+        cap = channels * PER_CH_MAX_RING_LL128[ni]
+    elif algo == "tree" and op == "all_reduce":
+        cap = channels * (PER_CH_MAX_TREE[ni] if proto == "Simple" else
+                          PER_CH_MAX_TREE_LL128[ni] if proto == "LL128" else LL_MAX_BW[ni])
+    elif algo == "nvls_tree" and PER_CH_MAX_NVLS_TREE[ni] > 0:
+        cap = channels * PER_CH_MAX_NVLS_TREE[ni]
+    return cap * ratio
+
+
+def latency_us(op: str, algo: str, proto: str, shape: Shape) -> float:
+    """NCCL's latency for the pair (tuning.cc), without the graph's extra network latency."""
+    p = PROTOS.index(proto)
+    n, nodes, ppn = shape.n_ranks, shape.n_nodes, shape.ppn
+    intra_hw = "nvlink" if shape.nvlink else "pci"
+    hw = intra_hw if nodes == 1 else "net"
+    nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
+    lat = BASE_LATENCY_US[algo][p]
+    intra = HW_LATENCY_US[intra_hw][algo][p]
+    inter = HW_LATENCY_US["net"]["tree" if ppn == 1 else algo][p]
+    if algo == "ring":
+        if op in ("broadcast", "reduce"):
+            return lat + HW_LATENCY_US[hw]["ring"][p]
+        overhead = 0.0
+        if nodes > 1:
+            overhead = NET_OVERHEAD_US * (3 if proto == "Simple" else 1)
+        intra = max(intra, overhead)
+        inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if op == "all_reduce" else nodes - 1)
+        return lat + (nsteps - inter_steps) * intra + inter_steps * inter
+    if algo == "tree":
+        return lat + 2 * ((ppn - 1) * intra + _log2i(nodes) * inter)
+    if algo == "collnet_direct":
+        return lat + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
+    if algo == "collnet_chain":
+        return lat + 2 * (ppn - 1) * intra + inter
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls_tree":
+        return lat + intra + 2 * _log2i(nodes) * inter
+    if algo == "pat":
+        return lat + _log2i(nodes) * inter / 3.5 + n * 2.8
+    return lat
+
+
+def predicted_us(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channels: int) -> float:
+    """NCCL's own time estimate for the pair (`ncclTopoGetAlgoTime`), or inf when disabled."""
+    if not enabled(op, algo, proto, shape):
+        return math.inf
+    bw = min(algorithm_bandwidth(op, algo, shape) * efficiency(op, algo, proto, shape),
+             _caps_gbs(op, algo, proto, shape, channels))
+    if not bw > 0:
+        return math.inf
+    lat = latency_us(op, algo, proto, shape)
+    log_size = _log2i(int(nbytes) >> 6) if nbytes >= 64 else -1
+    if algo == "tree" and op == "all_reduce" and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[PROTOS.index(proto)][log_size]
+    if (algo == "ring" and proto == "Simple" and shape.n_nodes > 1 and op == "all_reduce"
+            and nbytes / (channels * shape.n_ranks) >= 64):
+        lat *= RING_PLATEAU
+    return lat + nbytes / (1000.0 * bw)
+
+
+def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channels: int) -> tuple[int, float]:
+    """(depth in hops, chunk bytes per channel) of the pair's pipeline (enqueue.cc chunking).
+
+    Rings keep every link busy from the first step (depth 1); a chain from a root has n-1 hops;
+    a tree all-reduce goes up the intra-node chain and the inter-node tree and back down.
+    """
+    step = BUFFSIZE[proto] / NCCL_STEPS
+    chunk = step / 2 if proto == "LL" else (step * 15 / 16 if proto == "LL128" else step)
+    n, ppn, nodes = shape.n_ranks, shape.ppn, shape.n_nodes
+    levels = max(1, math.ceil(math.log2(nodes))) if nodes > 1 else 0
+    if algo == "ring":
+        return (n - 1, chunk) if op in ("broadcast", "reduce") else (1, chunk * RING_CHUNK_STEPS)
+    if algo == "tree":
+        return 2 * (ppn - 1 + levels), chunk
+    if algo in ("nvls", "nvls_tree"):
+        per_call = nbytes / max(channels, 1)
+        nvls_chunk = float(NVLS_CHUNK)
+        for factor, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if per_call < factor * nvls_chunk and nvls_chunk > floor:
+                nvls_chunk = float(floor)
+        return (2 + 2 * levels if algo == "nvls_tree" else 2), min(nvls_chunk, chunk)
+    if algo == "collnet_chain":
+        return 2 * (ppn - 1) + 2, min(chunk, 256 * 1024)
+    if algo == "collnet_direct":
+        return 4, chunk
+    return 1, chunk
+
+
+def select(op: str, nbytes: float, shape: Shape, channels: int, *, algo: str | None = None,
+           proto: str | None = None, source: str = "tuning") -> Plan:
+    """NCCL's choice for one call: the enabled (algo, proto) of least predicted time, restricted
+    to `algo`/`proto` when given (from the trace or forced). An algorithm that cannot run on the
+    shape (NVLS without NVSwitch, SHARP without `sharp`) falls back to the rule's choice."""
+    want_algo, want_proto = normalize_algo(algo), normalize_proto(proto)
+    best: tuple[float, str, str] | None = None
+    for a in ALGOS:
+        if want_algo and a != want_algo:
+            continue
+        for p in PROTOS:
+            if want_proto and p != want_proto:
+                continue
+            t = predicted_us(op, a, p, nbytes, shape, channels)
+            if math.isfinite(t) and (best is None or t < best[0]):
+                best = (t, a, p)
+    if best is None and (want_algo or want_proto):
+        return select(op, nbytes, shape, channels, source="tuning")
+    if best is None:
+        best = (math.inf, "ring", "Simple")
+    _, a, p = best
+    depth, chunk = pipeline(op, a, p, nbytes, shape, channels)
+    return Plan(algo=a, proto=p, channels=channels, depth=depth, chunk_bytes=chunk,
+                efficiency=efficiency(op, a, p, shape), latency_us=latency_us(op, a, p, shape),
+                source=source if (want_algo or want_proto) else "tuning")
