@@ -11,7 +11,7 @@ from tracekit.cli._common import json_option, user_errors
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, metavar="RUN|PATH...")
+@click.argument("paths", nargs=-1, required=False, metavar="RUN|PATH...")
 @click.option("--topology", "topologies", multiple=True, metavar="SPEC",
               help="A network to replay on (preset string or YAML file); repeat to compare.")
 @click.option("--baseline", default=None, metavar="SPEC",
@@ -26,11 +26,14 @@ from tracekit.cli._common import json_option, user_errors
               help="Let flows finish early by up to this fraction of their age to merge events "
                    "(faster, approximate; 0: exact).")
 @click.option("--no-write", is_flag=True, help="Do not store results/replay.json and link samples in the run.")
+@click.option("--nccl-tests", "nccl_tests", type=click.Path(exists=True, path_type=Path), default=None,
+              metavar="FILE", help="Replay each row of an nccl-tests output on --topology and compare "
+                                   "predicted with measured busbw (instead of a run).")
 @json_option
 @user_errors
 def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | None,
            report_path: Path | None, cache: Path | None, algo: str, merge: float, no_write: bool,
-           as_json: bool) -> None:
+           nccl_tests: Path | None, as_json: bool) -> None:
     """Replay the communication of RUN (a run directory, or raw trace paths) on each --topology
     and compare step time, exposed communication per dim and the hottest link with the baseline."""
     from tracekit.errors import TracekitError
@@ -38,6 +41,11 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
 
     if not topologies and baseline is None:
         raise click.UsageError("give at least one --topology")
+    if nccl_tests is not None:
+        _nccl_tests(nccl_tests, topologies[0] if topologies else str(baseline), cache, algo, as_json)
+        return
+    if not paths:
+        raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
     run = open_run(list(paths), cache=cache)
     result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
                         merge=merge)
@@ -45,6 +53,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
         click.echo(result.dumps())
     else:
         click.echo(format_comparison(result.to_json(), result.efficiency))
+        _physics_notes(topologies)
     if report_path is not None:
         try:
             from tracekit.viz.report import write_report
@@ -52,6 +61,32 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             raise TracekitError("--report needs tracekit.viz.report, which is not available") from exc
         info = write_report(run, report_path, replay=result)
         click.echo(f"report: {getattr(info, 'path', report_path)}")
+
+
+def _physics_notes(topologies: tuple[str, ...]) -> None:
+    from tracekit.replay.topology import parse_spec, physics_caps
+
+    for text in topologies:
+        for finding in physics_caps(parse_spec(text)):
+            click.echo(f"note: {text}: {finding.text}")
+
+
+def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:
+    import json
+
+    from tracekit.replay.topology import parse_spec, physics_caps
+    from tracekit.replay.validate import format_microbench, replay_nccl_tests
+
+    rows = replay_nccl_tests(path, topology, cache=cache, algo=algo)
+    caps = physics_caps(parse_spec(topology))
+    if as_json:
+        click.echo(json.dumps({"topology": topology, "rows": [r.to_json() for r in rows],
+                               "findings": [f.to_json() for f in caps]}, indent=2))
+        return
+    for finding in caps:
+        click.echo(f"note: {finding.text}")
+    click.echo(f"nccl-tests {path.name} on {topology}:")
+    click.echo(format_microbench(rows))
 
 
 def _ms(ns: float) -> str:

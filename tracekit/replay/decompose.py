@@ -294,8 +294,10 @@ def _sharp(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch
     route = topology.route
     nic_leaf, leaf_pod = route["nic_leaf"], route["leaf_pod"]
     key = inst.key
-    leaf_shares: dict[tuple[int, int], dict[int, float]] = {}
-    pod_shares: dict[tuple[int, int], dict[int, float]] = {}
+    # (channel, shard) -> switch -> bytes: shard `pos` of a host (its GPU `pos`'s share) meets the
+    # same shard of the other hosts at a switch; it climbs a tier only when they are apart.
+    at_leaf: dict[tuple[int, int], dict[int, float]] = {}
+    at_pod: dict[tuple[int, int], dict[int, float]] = {}
     if nvls:
         acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_UP, key=key)
         acc.add(gpus, gpus, s_wire, lat_mult=2.0, mode=MODE_NVLS_DOWN, key=key)
@@ -313,19 +315,14 @@ def _sharp(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch
             j, p = c % k, (c // k) % spec.planes
             for pos, g in enumerate(members):
                 leaf = int(nic_leaf[int(g) * k + j, p])
-                for table, where in ((leaf_shares, leaf), (pod_shares, int(leaf_pod[leaf]))):
-                    shares = table.setdefault((where, c), {})
-                    shares[pos] = max(shares.get(pos, 0.0), share)
-    for c in range(n_ch):
-        leaves = sorted(leaf for leaf, ch in leaf_shares if ch == c)
-        if len(leaves) > 1:
-            for leaf in leaves:
-                b = sum(leaf_shares[leaf, c].values())
-                acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_UP, key=key)
-                acc.add(leaf, leaf, b, lat_mult=2.0, channel=c, mode=MODE_SPINE_DOWN, key=key)
-        pods = sorted(pod for pod, ch in pod_shares if ch == c)
-        if len(pods) > 1:
-            for pod in pods:
-                b = sum(pod_shares[pod, c].values())
-                acc.add(pod, pod, b, lat_mult=2.0, channel=c, mode=MODE_CORE_UP, key=key)
-                acc.add(pod, pod, b, lat_mult=2.0, channel=c, mode=MODE_CORE_DOWN, key=key)
+                at_leaf.setdefault((c, pos), {})[leaf] = share
+                at_pod.setdefault((c, pos), {})[int(leaf_pod[leaf])] = share
+    for tier, up, down in ((at_leaf, MODE_SPINE_UP, MODE_SPINE_DOWN), (at_pod, MODE_CORE_UP, MODE_CORE_DOWN)):
+        load: dict[tuple[int, int], float] = {}
+        for (c, _pos), where in tier.items():
+            if len(where) > 1:
+                for switch, b in where.items():
+                    load[switch, c] = load.get((switch, c), 0.0) + b
+        for (switch, c), b in sorted(load.items()):
+            acc.add(switch, switch, b, lat_mult=2.0, channel=c, mode=up, key=key)
+            acc.add(switch, switch, b, lat_mult=2.0, channel=c, mode=down, key=key)

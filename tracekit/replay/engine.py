@@ -28,9 +28,9 @@ import pyarrow.compute
 from tracekit import schema
 from tracekit.errors import TracekitError
 from tracekit.replay import _kernels
-from tracekit.replay.decompose import Instance, decompose
+from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
-from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, sized
+from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
 from tracekit.store import Run
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
@@ -116,6 +116,7 @@ class _Inst:
     traced_start: float
     traced_end: float
     members: list[int]
+    proto: str | None = None
 
     @property
     def traced_ns(self) -> float:
@@ -295,6 +296,7 @@ def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _In
     dims = [d for d in part.get_column("dim").to_list() if d]
     seqs = [s for s in part.get_column("seq").to_list() if s is not None]
     algos = [a for a in part.get_column("algo").to_list() if a]
+    protos = [p for p in part.get_column("proto").to_list() if p] if "proto" in part.columns else []
     participants = sorted(set(part.get_column("rank").to_list()))
     order = group_ranks.get(group) or []
     ranks = [r for r in order if r in participants] + [r for r in participants if r not in order]
@@ -331,7 +333,8 @@ def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _In
                 splits[r] = [float(recv[q][i]) if len(recv[q]) > i else 0.0 for q in ranks]
     return _Inst(group=group, seq=int(min(seqs)) if seqs else -1, op=op, dim=dims[0] if dims else "OTHER",
                  ranks=ranks, nbytes=nbytes, splits=splits, src=src, dst=dst,
-                 algo=algos[0] if algos else None, traced_start=0.0, traced_end=0.0, members=[])
+                 algo=algos[0] if algos else None, traced_start=0.0, traced_end=0.0, members=[],
+                 proto=protos[0] if protos else None)
 
 
 def _rings(channels: pl.DataFrame) -> dict[str, list[list[int]]]:
@@ -454,11 +457,10 @@ def _dependencies(ev: pl.DataFrame, rank: np.ndarray, kind: np.ndarray, start: n
 
 
 def _gpu_map(prep: _Prepared, spec: TopologySpec) -> dict[int, int]:
-    per = spec.gpus
-    if prep.gpus_per_host <= per:
-        return {r: h * per + local for r, (h, local) in prep.placement.items()}
-    flat = sorted(prep.placement, key=lambda r: prep.placement[r])
-    return {r: i for i, r in enumerate(flat)}
+    hosts: list[list[int]] = [[] for _ in range(prep.hosts)]
+    for r in sorted(prep.placement, key=lambda r: prep.placement[r]):
+        hosts[prep.placement[r][0]].append(r)
+    return place(spec, hosts)[0]
 
 
 def _bucket(op: str, nbytes: float) -> str:
@@ -474,9 +476,11 @@ class _Net:
         self.topology: Topology = build(spec)
         gmap = _gpu_map(prep, spec)
         insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
-                          dst=i.dst, splits=i.splits, group=i.group)
+                          dst=i.dst, splits=i.splits, group=i.group, proto=i.proto)
                  for k, i in enumerate(prep.instances)]
-        self.flows: Flows = decompose(insts, self.topology, gmap, rings=prep.rings, algo=algo)
+        plan = decompose_plan(insts, self.topology, gmap, rings=prep.rings, algo=algo)
+        self.flows: Flows = plan.flows
+        self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
         self.indptr, self.ids = route(self.topology, self.flows)
         self.n_inst = len(prep.instances)
 
@@ -491,7 +495,7 @@ class _Net:
         dur = np.zeros(self.n_inst)
         if len(flows):
             np.maximum.at(dur, flows.key, out.finish - flows.release)
-        return dur, out
+        return dur * self.fill, out
 
 
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,

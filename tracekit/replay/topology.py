@@ -24,6 +24,7 @@ import yaml
 
 from tracekit import schema
 from tracekit.errors import TracekitError
+from tracekit.finding import Finding
 
 KINDS = ("single-switch", "fat-tree", "rail-optimized")
 ROUTINGS = ("ecmp", "spray")
@@ -221,13 +222,21 @@ def validate(spec: TopologySpec) -> None:
     for name in ("latency_ns", "nvlink_latency_ns"):
         if getattr(spec, name) < 0:
             raise TopologyError(name, "must be >= 0")
+    rails = spec.gpus * spec.nics_per_gpu
+    if spec.kind == "fat-tree" and rails > spec.leaf_radix // 2:
+        raise TopologyError("leaf_radix", f"a fat-tree leaf takes whole hosts, and one host has {rails} NICs "
+                            f"({spec.gpus} GPUs x {spec.nics_per_gpu}); leaf_radix {spec.leaf_radix} leaves "
+                            f"{spec.leaf_radix // 2} down ports (half the radix; the rest go up)")
+    if spec.hosts is not None and spec.nvlink_domain is not None and spec.nvlink_domain > spec.hosts * spec.gpus:
+        raise TopologyError("nvlink_domain", f"{spec.nvlink_domain} GPUs is more than the {spec.hosts} hosts x "
+                            f"{spec.gpus} GPUs = {spec.hosts * spec.gpus} there are")
 
 
 def sized(spec: TopologySpec, *, hosts: int, gpus: int | None = None) -> TopologySpec:
     """The spec sized for a run of `hosts` hosts with `gpus` ranks per host, when it needs it.
 
     A spec without hosts, or with fewer GPUs than the run has ranks, gets enough hosts: the run's
-    hosts when its hosts fit the spec's, else its ranks packed `spec.gpus` per host.
+    hosts when its hosts fit the spec's, else its ranks packed `spec.gpus` per host (`place`).
     """
     gpus = gpus or spec.gpus
     needed = hosts if gpus <= spec.gpus else math.ceil(hosts * gpus / spec.gpus)
@@ -554,3 +563,62 @@ def format_description(info: dict[str, Any]) -> str:
     lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s")
     lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
     return "\n".join(lines)
+
+
+def place(spec: TopologySpec, hosts: list[list[int]]) -> tuple[dict[int, int], Finding | None]:
+    """GPU index of every rank, and how the ranks were placed when the spec's hosts differ.
+
+    `hosts`: the run's ranks per host (in host order, local order within). A what-if changes the
+    network, not the job's placement: when the run's hosts fit the spec's, every rank keeps its
+    host and local index; only hosts too small for the run's get its ranks packed in that order,
+    `spec.gpus` per host. NVLink reach follows `nvlink_domain` alone: a domain larger than a host
+    joins whole hosts, a smaller one splits them.
+    """
+    per_run = max((len(h) for h in hosts), default=1)
+    notes = []
+    if per_run < spec.gpus:
+        notes.append(f"ranks keep their {len(hosts)} hosts ({per_run} of {spec.gpus} GPUs per host used)")
+    if per_run <= spec.gpus:
+        gmap = {r: h * spec.gpus + local for h, ranks in enumerate(hosts) for local, r in enumerate(ranks)}
+    else:
+        flat = [r for ranks in hosts for r in ranks]
+        gmap = {r: i for i, r in enumerate(flat)}
+        n_hosts = math.ceil(len(flat) / spec.gpus)
+        notes.append(f"{len(flat)} ranks on {len(hosts)} hosts of {per_run} re-placed on {n_hosts} hosts of "
+                     f"{spec.gpus} GPUs, packed in host then local order")
+    if spec.domain > spec.gpus:
+        notes.append(f"NVLink domain of {spec.domain} GPUs joins {spec.domain // spec.gpus} hosts of {spec.gpus}: "
+                     "traffic between them rides NVLink")
+    elif spec.domain < spec.gpus:
+        notes.append(f"NVLink domain of {spec.domain} GPUs splits each host into {spec.gpus // spec.domain} "
+                     "domains: traffic between them goes through the NICs")
+    if not notes:
+        return gmap, None
+    return gmap, Finding(kind="placement", text=f"{spec.name}: " + "; ".join(notes) + ".",
+                         data={"gpus_per_host": spec.gpus, "nvlink_domain": spec.domain})
+
+
+def physics_caps(spec: TopologySpec) -> list[Finding]:
+    """Caps that bind on a path of the spec, each as a `physics_cap` finding naming the field to set."""
+    out: list[Finding] = []
+
+    def cap(text: str, field_name: str, value: float) -> None:
+        out.append(Finding(kind="physics_cap", severity="warning", text=text, value=value,
+                           data={"field": field_name, "topology": spec.name}))
+
+    if spec.pcie_gbps < spec.nic_gbps:
+        cap(f"NIC {spec.nic_gbps:g} Gb/s is capped by PCIe {spec.pcie_gbps:g} Gb/s; set pcie_gbps",
+            "pcie_gbps", spec.pcie_gbps)
+    nvlink_gbps = spec.nvlink_gbs * 8
+    gpu_net = spec.nics_per_gpu * min(spec.nic_gbps, spec.pcie_gbps)
+    if spec.domain > 1 and spec.pxn and spec.kind == "rail-optimized" and nvlink_gbps < gpu_net:
+        cap(f"PXN relays over NVLink {nvlink_gbps:g} Gb/s per GPU, below the GPU's {gpu_net:g} Gb/s of NICs; "
+            "set nvlink_gbs", "nvlink_gbs", nvlink_gbps)
+    if spec.kind != "single-switch" and spec.tiers >= 2 and spec.oversub > 1:
+        cap(f"leaf uplinks carry 1/{spec.oversub:g} of the NIC bandwidth below them (oversub {spec.oversub:g}:1): "
+            "traffic between leaves is capped there; set oversub", "oversub", spec.oversub)
+    if spec.kind != "single-switch" and spec.tiers >= 3 and spec.core_oversub > 1:
+        cap(f"spine uplinks carry 1/{spec.core_oversub:g} of the leaf uplinks (core_oversub "
+            f"{spec.core_oversub:g}:1): traffic between pods is capped there; set core_oversub",
+            "core_oversub", spec.core_oversub)
+    return out

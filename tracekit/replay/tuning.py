@@ -172,9 +172,8 @@ def enabled(op: str, algo: str, proto: str, shape: Shape) -> bool:
         return False
     if algo in ("collnet_direct", "collnet_chain") and proto != "Simple":
         return False
-    if algo == "nvls":
-        if not shape.nvls or (multi and not shape.sharp) or (op != "all_reduce" and multi):
-            return False
+    if algo == "nvls" and (not shape.nvls or (multi and not shape.sharp) or (op != "all_reduce" and multi)):
+        return False
     if algo == "nvls_tree" and (not shape.nvls or not multi):
         return False
     if algo in ("collnet_direct", "collnet_chain") and (not shape.sharp or not multi or shape.ppn > 8):

@@ -9,6 +9,7 @@ predicted bus bandwidth uses nccl-tests' own factors, so it compares with the me
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,3 +146,15 @@ def _size(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return f"{n} B"
+
+
+def replay_nccl_tests(path: str | os.PathLike[str], topology: str | TopologySpec, *,
+                      cache: str | os.PathLike[str] | None = None, algo: str = "auto") -> list[MicrobenchRow]:
+    """`replay_microbench` on an nccl-tests output file (or a run directory holding its
+    `microbench` table), ingested like any trace."""
+    from tracekit.replay.engine import open_run
+
+    run = open_run([path], cache=cache)
+    if not run.has("microbench"):
+        raise InputError(f"{path}: no nccl-tests rows were read (the run has no microbench table)")
+    return replay_microbench(run.table("microbench"), topology, algo=algo)
