@@ -1,8 +1,17 @@
+"""Decomposition: byte counts per flow, NCCL's channel layout, and closed-form times per algorithm.
+
+Closed forms use latency 0 (`latency_ns=0,nvlink_latency_ns=0`) so a collective's time is its
+bandwidth term alone, forced to protocol Simple; `eff` is NCCL's factor for the algorithm
+(tree all-reduce 0.92, NVLS 0.85, CollNet direct 0.85, ring 1), by which flows carry S/eff.
+Bandwidths in bytes/ns: NIC 400 Gb/s = 50, 200 Gb/s = 25, NVLink 450 GB/s = 450.
+"""
+
 import numpy as np
 import pytest
 
-from tracekit.replay.decompose import Instance, decompose
+from tracekit.replay.decompose import Instance, decompose, decompose_plan
 from tracekit.replay.simulate import (
+    MODE_CORE_UP,
     MODE_LEAF_DOWN,
     MODE_LEAF_UP,
     MODE_NVLS_DOWN,
@@ -10,11 +19,13 @@ from tracekit.replay.simulate import (
     MODE_SPINE_UP,
     resource_bytes,
     route,
+    simulate,
     to_cables,
 )
 from tracekit.replay.topology import build, parse_spec
 
 S = 1_000_000.0
+ZERO_LAT = "latency_ns=0,nvlink_latency_ns=0"
 
 
 def _topo(text="single-switch:hosts=4,gpus=1"):
@@ -27,34 +38,85 @@ def _sent(flows, n):
     return out
 
 
+def _time(spec, inst, algo="auto", proto="Simple"):
+    """Simulated transfer time (ns) of one instance alone, and its decomposition."""
+    topo = _topo(spec)
+    dec = decompose_plan([inst], topo, np.arange(topo.n_gpus), algo=algo, proto=proto)
+    indptr, ids = route(topo, dec.flows)
+    return float(simulate(topo, indptr, ids, dec.flows).finish.max()), dec, topo
+
+
+def _cable_bytes(topo, flows, tier):
+    per = to_cables(topo, resource_bytes(topo.cap.size, *route(topo, flows), flows.nbytes))
+    names = np.array(topo.links.column("link").to_pylist())
+    tiers = np.array(topo.links.column("tier").to_pylist())
+    up = per[0::2]
+    return {str(n): float(b) for n, b, t in zip(names, up, tiers, strict=True) if t == tier}
+
+
 @pytest.mark.parametrize("op, factor", [("all_reduce", 2 * 3 / 4), ("all_gather", 3 / 4),
                                         ("reduce_scatter", 3 / 4)])
 def test_ring_bytes_per_rank(op, factor):
-    flows = decompose([Instance(0, op, [0, 1, 2, 3], S)], _topo(), np.arange(4))
-    assert len(flows) == 4
+    flows = decompose([Instance(0, op, [0, 1, 2, 3], S)], _topo(), np.arange(4), algo="ring", proto="Simple")
+    # 1 GPU per host: NCCL's default is 2 channels per NIC (search + duplication)
+    assert len(flows) == 4 * 2
     np.testing.assert_allclose(_sent(flows, 4), factor * S)
     assert set(zip(flows.src.tolist(), flows.dst.tolist(), strict=True)) == {(0, 1), (1, 2), (2, 3), (3, 0)}
 
 
-def test_ring_splits_over_nics():
-    topo = _topo("rail-optimized:hosts=2,gpus=2,nics_per_gpu=2")
-    flows = decompose([Instance(0, "all_reduce", [0, 1, 2, 3], S)], topo, np.arange(4))
-    assert sorted(set(flows.channel.tolist())) == [0, 1]
-    np.testing.assert_allclose(_sent(flows, 4), 1.5 * S)
+def test_protocol_and_algorithm_efficiency_inflate_bytes():
+    inst = [Instance(0, "all_reduce", [0, 1, 2, 3], S)]
+    ll = decompose(inst, _topo(), np.arange(4), algo="ring", proto="LL")
+    simple = decompose(inst, _topo(), np.arange(4), algo="ring", proto="Simple")
+    np.testing.assert_allclose(ll.nbytes.sum(), 2 * simple.nbytes.sum())  # LL: 8 bytes per 4
+
+
+def test_traced_algo_and_proto_are_followed():
+    dec = decompose_plan([Instance(0, "all_reduce", list(range(4)), S, algo="TREE", proto="LL128")], _topo(),
+                         np.arange(4))
+    assert (dec.plans[0].algo, dec.plans[0].proto, dec.plans[0].source) == ("tree", "LL128", "trace")
+
+
+def test_ring_channels_leave_hosts_on_every_nic():
+    """The issue's case: a ring all-reduce across 2 hosts x 8 GPUs on a rail-optimized fabric of 8
+    NICs per host. 16 channels, channel c enters and leaves each host through NIC c mod 8, so all
+    8 NICs of a host send 2 channels' crossing edges of 2(n-1)/n S/16 each."""
+    spec = f"rail-optimized:hosts=2,gpus=8,nic_gbps=400,{ZERO_LAT}"
+    t, dec, topo = _time(spec, Instance(0, "all_reduce", list(range(16)), S), algo="ring")
+    assert dec.plans[0].channels == 16
+    nic = _cable_bytes(topo, dec.flows, "nic-leaf")
+    assert len(nic) == 16
+    np.testing.assert_allclose(list(nic.values()), 2 * (2 * 15 / 16) * S / 16, rtol=1e-9)
+    # T = 2(n-1)/n S / (8 NICs x 50 B/ns); one channel on rail 0 took 8x that
+    assert t == pytest.approx(1.875 * S / 400, rel=0.01)
 
 
 def test_hierarchical_ring_crosses_hosts_once_per_host():
     topo = _topo("rail-optimized:hosts=2,gpus=4")
     ranks = [0, 4, 1, 5, 2, 6, 3, 7]
-    flows = decompose([Instance(0, "all_reduce", ranks, S)], topo, np.arange(8))
-    crossing = (flows.src // 4) != (flows.dst // 4)
-    assert crossing.sum() == 2
+    dec = decompose_plan([Instance(0, "all_reduce", ranks, S)], topo, np.arange(8), algo="ring")
+    flows = dec.flows
+    for c in range(dec.plans[0].channels):
+        mine = flows.channel == c
+        crossing = (flows.src[mine] // 4) != (flows.dst[mine] // 4)
+        assert crossing.sum() == 2
 
 
-def test_observed_ring_is_used():
-    flows = decompose([Instance(0, "all_reduce", [0, 1, 2, 3], S, group="g")], _topo(), np.arange(4),
-                      rings={"g": [[0, 2, 1, 3]]})
-    assert set(zip(flows.src.tolist(), flows.dst.tolist(), strict=True)) == {(0, 2), (2, 1), (1, 3), (3, 0)}
+def test_observed_rings_are_all_used():
+    rings = {"g": [[0, 2, 1, 3], [0, 3, 1, 2]]}
+    dec = decompose_plan([Instance(0, "all_reduce", [0, 1, 2, 3], S, group="g")], _topo(), np.arange(4),
+                         rings=rings, algo="ring")
+    flows = dec.flows
+    assert dec.plans[0].channels == 2
+    edges = {c: set(zip(flows.src[flows.channel == c].tolist(), flows.dst[flows.channel == c].tolist(),
+                        strict=True)) for c in (0, 1)}
+    assert edges == {0: {(0, 2), (2, 1), (1, 3), (3, 0)}, 1: {(0, 3), (3, 1), (1, 2), (2, 0)}}
+
+
+def test_channel_count_from_logs():
+    dec = decompose_plan([Instance(0, "all_reduce", [0, 1, 2, 3], S, group="g")], _topo(), np.arange(4),
+                         channels={"g": 5}, algo="ring")
+    assert dec.plans[0].channels == 5 and set(dec.flows.channel.tolist()) == set(range(5))
 
 
 def test_all_to_all_uses_splits():
@@ -65,52 +127,165 @@ def test_all_to_all_uses_splits():
                      (2, 3): 1, (3, 2): 9}
 
 
-def test_all_to_all_uniform_without_splits():
-    flows = decompose([Instance(0, "all_to_all", [0, 1, 2, 3], 400.0)], _topo(), np.arange(4))
-    assert len(flows) == 12 and np.all(flows.nbytes == 100.0)
-
-
 def test_send_recv_is_one_flow():
     flows = decompose([Instance(0, "send", [0, 3], S, src=3, dst=0)], _topo(), np.arange(4))
     assert (len(flows), flows.src[0], flows.dst[0], flows.nbytes[0]) == (1, 3, 0, S)
 
 
 def test_broadcast_and_reduce_chains():
-    b = decompose([Instance(0, "broadcast", [0, 1, 2, 3], S, root=2)], _topo(), np.arange(4))
-    assert len(b) == 3 and np.all(b.nbytes == S) and 2 in b.src and 2 not in b.dst
-    r = decompose([Instance(0, "reduce", [0, 1, 2, 3], S, root=2)], _topo(), np.arange(4))
-    assert len(r) == 3 and 2 in r.dst and 2 not in r.src
+    b = decompose([Instance(0, "broadcast", [0, 1, 2, 3], S, root=2)], _topo(), np.arange(4), proto="Simple")
+    assert len(b) == 3 * 2 and b.nbytes.sum() == pytest.approx(3 * S) and 2 in b.src and 2 not in b.dst
+    r = decompose([Instance(0, "reduce", [0, 1, 2, 3], S, root=2)], _topo(), np.arange(4), proto="Simple")
+    assert len(r) == 3 * 2 and 2 in r.dst and 2 not in r.src
 
 
 def test_nvls_is_s_up_and_s_down_per_gpu():
     topo = _topo("rail-optimized:hosts=1,gpus=8,nvls=true")
-    flows = decompose([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8))
+    flows = decompose([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8), algo="nvls")
     assert sorted(set(flows.mode.tolist())) == [MODE_NVLS_UP, MODE_NVLS_DOWN]
     per = to_cables(topo, resource_bytes(topo.cap.size, *route(topo, flows), flows.nbytes))
     tiers = np.repeat(np.array(topo.links.column("tier").to_pylist()), 2)
-    np.testing.assert_allclose(per[tiers == "nvlink"], S)
+    np.testing.assert_allclose(per[tiers == "nvlink"], S / 0.85)
 
 
 def test_sharp_halves_nic_bytes():
     ring_topo = _topo("fat-tree:hosts=8,gpus=1,leaf_radix=8")
     sharp_topo = _topo("fat-tree:hosts=8,gpus=1,leaf_radix=8,sharp=true")
     inst = [Instance(0, "all_reduce", list(range(8)), S)]
+    ring = decompose(inst, ring_topo, np.arange(8), algo="ring", proto="Simple")
+    sharp = decompose(inst, sharp_topo, np.arange(8), algo="collnet_chain")
+    np.testing.assert_allclose(list(_cable_bytes(ring_topo, ring, "nic-leaf").values()), 2 * 7 / 8 * S)
+    np.testing.assert_allclose(list(_cable_bytes(sharp_topo, sharp, "nic-leaf").values()), S)
+    assert {MODE_LEAF_UP, MODE_LEAF_DOWN, MODE_SPINE_UP} <= set(sharp.mode.tolist())
 
-    def nic_up(topo):
-        flows = decompose(inst, topo, np.arange(8))
-        per = to_cables(topo, resource_bytes(topo.cap.size, *route(topo, flows), flows.nbytes))
-        tiers = np.repeat(np.array(topo.links.column("tier").to_pylist()), 2)
-        return per[0::2][tiers[0::2] == "nic-leaf"], flows
 
-    ring, _ = nic_up(ring_topo)
-    sharp, flows = nic_up(sharp_topo)
-    np.testing.assert_allclose(ring, 2 * 7 / 8 * S)
-    np.testing.assert_allclose(sharp, S)
-    assert {MODE_LEAF_UP, MODE_LEAF_DOWN, MODE_SPINE_UP} <= set(flows.mode.tolist())
+def test_sharp_reaches_the_core_tier():
+    """8 hosts, 2 per leaf, 2 leaves per pod: the shards meet at the core; with core_oversub=4 the
+    core carries each pod's reduced S at 1/4 of the leaf uplinks, so SHARP slows down by it."""
+    base = f"fat-tree:hosts=8,gpus=1,leaf_radix=4,tiers=3,sharp=true,{ZERO_LAT}"
+    inst = Instance(0, "all_reduce", list(range(8)), S)
+    t1, dec, _ = _time(base, inst, algo="collnet_chain")
+    assert MODE_CORE_UP in dec.flows.mode.tolist()
+    # NIC-bound: every GPU sends S to its leaf at 50 B/ns
+    assert t1 == pytest.approx(S / 50, rel=0.01)
+    t4, _, _ = _time(base + ",core_oversub=4", inst, algo="collnet_chain")
+    # a pod's spines reach the core with 1/4 of its leaves' uplinks (2 x 100 B/ns / 4 = 50 B/ns),
+    # shared by ECMP among the pod's reduced streams: the core now binds
+    assert t4 > t1 * 1.5
 
 
 def test_tree_moves_s_per_tree_edge():
     topo = _topo("fat-tree:hosts=4,gpus=1,leaf_radix=8")
-    flows = decompose([Instance(0, "all_reduce", [0, 1, 2, 3], S, algo="tree")], topo, np.arange(4))
-    # two trees of S/2, each edge both ways: every non-root sends S/2 up per tree it is a child in
-    assert flows.nbytes.sum() == pytest.approx(2 * 3 * S)
+    flows = decompose([Instance(0, "all_reduce", [0, 1, 2, 3], S, algo="tree")], topo, np.arange(4),
+                      proto="Simple")
+    # 2 channels, one per tree; each of a tree's 3 edges carries S/2 each way, as S/0.92
+    assert flows.nbytes.sum() == pytest.approx(2 * 2 * 3 * S / 2 / 0.92)
+
+
+# ---- closed forms, 1 GPU per host (4 hosts on one rail leaf, NIC 50 B/ns) ----------------------
+
+ONE = f"rail-optimized:hosts=4,gpus=1,nic_gbps=400,{ZERO_LAT}"
+
+
+@pytest.mark.parametrize("op, algo, expected", [
+    # ring: each GPU sends 2(n-1)/n S (all-reduce) or (n-1)/n S over its NIC
+    ("all_reduce", "ring", 1.5 * S / 50),
+    ("all_gather", "ring", 0.75 * S / 50),
+    ("reduce_scatter", "ring", 0.75 * S / 50),
+    # double binary tree over 4 hosts (heap 1->0, 2->0, 3->1 and its mirror 2->3, 1->3, 0->2),
+    # S/2 per tree each way: every host sends 3 x S/2 = 1.5 S, as S/0.92
+    ("all_reduce", "tree", 1.5 * S / 0.92 / 50),
+    # chain from the root: every NIC but the last sends S
+    ("broadcast", "ring", S / 50),
+    # uniform all-to-all: S/n to each of n-1 peers
+    ("all_to_all", "ring", 0.75 * S / 50),
+])
+def test_closed_form_one_gpu_per_host(op, algo, expected):
+    t, _, _ = _time(ONE, Instance(0, op, list(range(4)), S, root=0), algo=algo)
+    assert t == pytest.approx(expected, rel=0.01)
+
+
+def test_closed_form_send_recv_and_sharp_one_gpu_per_host():
+    t, _, _ = _time(ONE, Instance(0, "send", [0, 3], S, src=0, dst=3))
+    assert t == pytest.approx(S / 50, rel=0.01)
+    # CollNet direct (SHARP): every GPU sends S/0.85 up its NIC and gets it back reduced
+    t, _, _ = _time(ONE + ",sharp=true", Instance(0, "all_reduce", list(range(4)), S), algo="collnet_direct")
+    assert t == pytest.approx(S / 0.85 / 50, rel=0.01)
+
+
+# ---- closed forms, 8 GPUs per host (2 hosts, NVLink 450 B/ns per GPU, 8 NICs per host) ----------
+
+EIGHT = f"rail-optimized:hosts=2,gpus=8,{ZERO_LAT}"
+
+
+@pytest.mark.parametrize("nic, op, algo, expected", [
+    # ring over 16 channels, 2 per NIC: T = factor x S / (8 x 50)
+    (400, "all_reduce", "ring", 1.875 * S / 400),
+    (400, "all_gather", "ring", 0.9375 * S / 400),
+    (400, "reduce_scatter", "ring", 0.9375 * S / 400),
+    # tree, NIC-bound at 200 Gb/s: a host's 8 NICs carry S/0.92 each way
+    (200, "all_reduce", "tree", S / 0.92 / 200),
+    # tree, NVLink-bound at 400 Gb/s: a GPU is head in 2 of 16 channels, tail in 2, middle (up
+    # and down) in 12: 28 flows of S/16 share its 450 B/ns
+    (400, "all_reduce", "tree", 28 * S / 16 / 0.92 / 450),
+    # broadcast: each channel's chain crosses each way once, 2 channels per NIC at 25 B/ns
+    (200, "broadcast", "ring", 2 * S / 16 / 25),
+    # all-to-all: NIC j of host 0 carries host 0's 8 GPUs' S/16 to GPU j of host 1 (PXN)
+    (400, "all_to_all", "ring", 8 * S / 16 / 50),
+])
+def test_closed_form_eight_gpus_per_host(nic, op, algo, expected):
+    t, _, _ = _time(f"{EIGHT},nic_gbps={nic}", Instance(0, op, list(range(16)), S, root=0), algo=algo)
+    assert t == pytest.approx(expected, rel=0.01)
+
+
+def test_closed_form_nvls_family_eight_gpus_per_host():
+    inst = Instance(0, "all_reduce", list(range(8)), S)
+    # NVLS in one host: S/0.85 up and down each GPU's NVLink
+    t, _, _ = _time(f"rail-optimized:hosts=1,gpus=8,nvls=true,{ZERO_LAT}", inst, algo="nvls")
+    assert t == pytest.approx(S / 0.85 / 450, rel=0.01)
+    both = Instance(0, "all_reduce", list(range(16)), S)
+    # NVLS-tree over 2 hosts: NVLS inside, the heads' tree over 8 NICs carries S/0.85 each way
+    t, _, _ = _time(f"{EIGHT},nic_gbps=400,nvls=true", both, algo="nvls_tree")
+    assert t == pytest.approx(S / 0.85 / 400, rel=0.01)
+    # NVLS+SHARP: each GPU sends its S/8 share (as S/0.85) to its rail leaf, which reduces it
+    t, dec, _ = _time(f"{EIGHT},nic_gbps=400,nvls=true,sharp=true", both, algo="nvls")
+    assert MODE_SPINE_UP not in dec.flows.mode.tolist()  # both hosts of a rail share its leaf
+    assert t == pytest.approx(S / 0.85 / 400, rel=0.01)
+    # CollNet chain without NVLS: the intra-host ring (2 x 7/8 S per GPU) binds on NVLink
+    t, _, _ = _time(f"{EIGHT},nic_gbps=400,sharp=true", both, algo="collnet_chain")
+    assert t == pytest.approx(1.75 * S / 450, rel=0.01)
+
+
+def test_send_recv_eight_gpus_per_host():
+    t, _, _ = _time(f"{EIGHT},nic_gbps=400", Instance(0, "send", [0, 8], S, src=0, dst=8))
+    assert t == pytest.approx(S / 50, rel=0.01)
+
+
+def test_what_ifs_sharp_and_twice_the_nic_speed():
+    """Ring all-reduce across 4 hosts x 8 GPUs: NIC-bound at 2(n-1)/n S / (8 x 50). SHARP as NCCL
+    runs it on NVSwitch hosts (NVLS+SHARP) sends S/0.85 per host instead, NVLS inside at
+    S/0.85/450 per GPU: ratio (1/0.85) / (2 x 31/32) = 0.607. CollNet without NVLS is bound by its
+    intra-host ring (2 x 7/8 S per GPU on NVLink): ratio (1.75/0.85/450) / (1.9375/400) = 0.944.
+    Twice the NIC speed moves the ring's bottleneck to NVLink: every GPU sends all 16 channels'
+    ring edges (2(n-1)/n S) through its 450 B/ns port, above the host's 8 x 100: ratio 400/450."""
+    inst = Instance(0, "all_reduce", list(range(32)), 64 * S)
+    spec = f"rail-optimized:hosts=4,gpus=8,nic_gbps=400,pcie_gbps=1000,{ZERO_LAT}"
+    ring, _, _ = _time(spec, inst, algo="ring")
+    assert ring == pytest.approx(2 * 31 / 32 * 64 * S / 400, rel=0.01)
+    sharp, _, _ = _time(spec + ",sharp=true,nvls=true", inst, algo="nvls")
+    assert sharp / ring == pytest.approx((1 / 0.85) / (2 * 31 / 32), rel=0.01)
+    collnet, _, _ = _time(spec + ",sharp=true", inst, algo="collnet_direct")
+    assert collnet / ring == pytest.approx((1.75 / 0.85 / 450) / (1.9375 / 400), rel=0.01)
+    fast, _, _ = _time(spec.replace("nic_gbps=400", "nic_gbps=800"), inst, algo="ring")
+    assert fast / ring == pytest.approx(400 / 450, rel=0.01)
+
+
+def test_tuning_picks_tree_for_large_all_reduce_on_two_nodes():
+    dec = decompose_plan([Instance(0, "all_reduce", list(range(16)), 8 * 2**30)],
+                         _topo("rail-optimized:hosts=2,gpus=8,nic_gbps=200"), np.arange(16))
+    plan = dec.plans[0]
+    assert (plan.algo, plan.proto, plan.source) == ("tree", "Simple", "tuning")
+    # 16 hops of 512 KiB chunks on 2^33 / 16 bytes per channel
+    assert dec.fill[0] == pytest.approx(1 + 15 * 2**19 / 2**29)
+
+

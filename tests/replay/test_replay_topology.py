@@ -99,3 +99,39 @@ def test_every_preset_builds_and_formats():
         spec = parse_spec(name)
         text = format_description(describe(sized(spec, hosts=spec.hosts or 2)))
         assert "GPUs" in text and "bisection" in text
+
+
+def test_impossible_specs_name_the_field():
+    from tracekit.replay.topology import TopologyError, build, parse_spec
+
+    with pytest.raises(TopologyError) as exc:
+        parse_spec("fat-tree:gpus=8,leaf_radix=8")
+    assert exc.value.field == "leaf_radix"
+    with pytest.raises(TopologyError) as exc:
+        build(parse_spec("rail-optimized:hosts=2,gpus=8,nvlink_domain=32"))
+    assert exc.value.field == "nvlink_domain"
+
+
+def test_physics_caps_are_reported_when_they_bind():
+    from tracekit.replay.topology import parse_spec, physics_caps
+
+    [cap] = physics_caps(parse_spec("rail-optimized:nic_gbps=800"))
+    assert cap.kind == "physics_cap" and cap.data["field"] == "pcie_gbps"
+    assert cap.text == "NIC 800 Gb/s is capped by PCIe 512 Gb/s; set pcie_gbps"
+    assert physics_caps(parse_spec("rail-optimized:nic_gbps=400")) == []
+    fields = [f.data["field"] for f in physics_caps(parse_spec("fat-tree:oversub=2,tiers=3,core_oversub=4"))]
+    assert fields == ["oversub", "core_oversub"]
+
+
+def test_placement_keeps_hosts_or_packs_and_says_how():
+    from tracekit.replay.topology import parse_spec, place
+
+    hosts = [list(range(8)), list(range(8, 16))]
+    gmap, note = place(parse_spec("rail-optimized"), hosts)
+    assert gmap == {r: r for r in range(16)} and note is None
+    gmap, note = place(parse_spec("rail-optimized:gpus=16,nvlink_domain=16"), hosts)
+    assert gmap[8] == 16 and "keep their 2 hosts" in note.text
+    gmap, note = place(parse_spec("rail-optimized:gpus=4"), hosts)
+    assert gmap == {r: r for r in range(16)} and "re-placed on 4 hosts of 4" in note.text
+    _, note = place(parse_spec("rail-optimized:nvlink_domain=32"), hosts)
+    assert "joins 4 hosts" in note.text

@@ -16,10 +16,15 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.errors import InputError
+from tracekit.errors import InputError, TracekitError
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import route, simulate
 from tracekit.replay.topology import TopologySpec, build, parse_spec
+
+
+class ReplayError(TracekitError):
+    """A microbenchmark table cannot be replayed on the topology."""
+
 
 LATENCY_BOUND_BYTES = 64 * 2**20  # below this a row is reported as latency-bound, not scored
 
@@ -86,7 +91,7 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
     """
     table = schema.conform("microbench", microbench)
     if table.num_rows == 0:
-        raise InputError("the microbench table has no rows (no nccl-tests output was read)")
+        raise ReplayError("the microbench table has no rows (no nccl-tests output was read)")
     spec = parse_spec(topology)
     rows = table.to_pylist()
     out: list[MicrobenchRow] = []
@@ -104,8 +109,8 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         if key not in built:
             sized = spec if spec.hosts else spec.replace(hosts=hosts)
             if per_host > sized.gpus:
-                raise InputError(f"the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
-                                 f"{sized.gpus} GPUs per host")
+                raise ReplayError(f"the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
+                                  f"{sized.gpus} GPUs per host")
             built[key] = build(sized)
         topo = built[key]
         gpu_of_rank = np.array([(r // per_host) * topo.spec.gpus + r % per_host for r in range(n)])
@@ -152,9 +157,9 @@ def replay_nccl_tests(path: str | os.PathLike[str], topology: str | TopologySpec
                       cache: str | os.PathLike[str] | None = None, algo: str = "auto") -> list[MicrobenchRow]:
     """`replay_microbench` on an nccl-tests output file (or a run directory holding its
     `microbench` table), ingested like any trace."""
-    from tracekit.replay.engine import open_run
+    from tracekit.replay.engine import open_run  # engine imports this package's decompose
 
     run = open_run([path], cache=cache)
     if not run.has("microbench"):
-        raise InputError(f"{path}: no nccl-tests rows were read (the run has no microbench table)")
+        raise InputError(path, "no nccl-tests rows were read (the run has no microbench table)")
     return replay_microbench(run.table("microbench"), topology, algo=algo)
