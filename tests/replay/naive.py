@@ -61,3 +61,38 @@ def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps
             active = progressive_filling({f: paths[f] for f in active}, cap)
         t = now
     return finish
+
+
+def schedule_naive(prev, deps, slack, tr_start, dur, inst, members, inst_dur, end_frac):
+    """Replayed start/end per event (the rules of `_kernels.schedule`, recomputed by repeated
+    passes): an event starts at the latest end of its lane predecessor `prev[i]` and of its
+    dependencies `deps` ((src, dst) pairs) plus its slack (its traced start when it has none); a
+    member of instance k arrives then; when all of `members[k]` have arrived, member j ends
+    `end_frac[j] * inst_dur[k]` after the last arrival. Inputs must be acyclic."""
+    n = len(tr_start)
+    preds = [[] for _ in range(n)]
+    for i in range(n):
+        if prev[i] >= 0:
+            preds[i].append(int(prev[i]))
+    for s, d in deps:
+        preds[d].append(int(s))
+    start = [None] * n
+    end = [None] * n
+    inst_start = [None] * len(members)
+    while any(e is None for e in end):
+        progress = False
+        for i in range(n):
+            if start[i] is None and all(end[p] is not None for p in preds[i]):
+                start[i] = max(end[p] for p in preds[i]) + slack[i] if preds[i] else tr_start[i]
+                if inst[i] < 0:
+                    end[i] = start[i] + dur[i]
+                progress = True
+        for k, ms in enumerate(members):
+            if inst_start[k] is None and all(start[j] is not None for j in ms):
+                inst_start[k] = max(start[j] for j in ms)
+                for j in ms:
+                    end[j] = inst_start[k] + inst_dur[k] * end_frac[j]
+                progress = True
+        if not progress:
+            raise ValueError("cyclic input")
+    return np.array(start, float), np.array(end, float), np.array(inst_start, float)

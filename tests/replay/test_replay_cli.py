@@ -34,13 +34,26 @@ def test_replay_run_dir(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("baseline rail-optimized:gpus=4: replay error per instance median")
-    assert lines[1].split()[:2] == ["topology", "step"]
-    assert "(+0.0%)" in lines[2]
+    assert "(cross-validated, leave-one-instance-out); in sample median" in lines[0]
+    assert "uncalibrated median" in lines[0]
+    assert lines[1].startswith("identity (traced durations replayed): max step error 0.00e+00, 0 instance(s)")
+    assert lines[2].split()[:2] == ["topology", "step"]
+    assert "(+0.0%)" in lines[3]
+    assert "note: a what-if topology has no error of its own" in result.output
+    assert "dependency edges per rule" not in result.output
     assert (tmp_path / "run" / "results" / "replay.json").is_file()
     result = CliRunner().invoke(main, ["replay", str(run.path), "--topology", "rail-optimized:gpus=4", "--json",
                                        "--no-write"])
     doc = json.loads(result.output)
     assert doc["topologies"] == ["rail-optimized:gpus=4"]
+    assert set(doc["results"][0]["replay_error"]) >= {"uncalibrated", "in_sample", "cross_validated", "by_op"}
+    assert doc["identity"]["instances_fallen_back"] == 0
+    result = CliRunner().invoke(main, ["replay", str(run.path), "--topology", "rail-optimized:gpus=4", "--verbose",
+                                       "--no-write"])
+    assert result.exit_code == 0, result.output
+    edges = next(line for line in result.output.splitlines() if line.startswith("dependency edges per rule: "))
+    assert edges.split(": ", 1)[1].split(", ")[0].startswith("stream ")
+    assert "replay error per op (median / p90): uncalibrated | in sample | cross-validated" in result.output
 
 
 def test_replay_needs_a_topology(tmp_path):

@@ -29,11 +29,13 @@ from tracekit.cli._common import json_option, user_errors
 @click.option("--nccl-tests", "nccl_tests", type=click.Path(exists=True, path_type=Path), default=None,
               metavar="FILE", help="Replay each row of an nccl-tests output on --topology and compare "
                                    "predicted with measured busbw (instead of a run).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print dependency edges per rule, the error per op, fallbacks and unseen buckets.")
 @json_option
 @user_errors
 def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | None,
            report_path: Path | None, cache: Path | None, algo: str, merge: float, no_write: bool,
-           nccl_tests: Path | None, as_json: bool) -> None:
+           nccl_tests: Path | None, verbose: bool, as_json: bool) -> None:
     """Replay the communication of RUN (a run directory, or raw trace paths) on each --topology
     and compare step time, exposed communication per dim and the hottest link with the baseline."""
     from tracekit.errors import TracekitError
@@ -52,7 +54,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if as_json:
         click.echo(result.dumps())
     else:
-        click.echo(format_comparison(result.to_json(), result.efficiency))
+        click.echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
         _physics_notes(topologies)
     if report_path is not None:
         try:
@@ -99,22 +101,40 @@ def _delta(value: float, base: float) -> str:
     return f" ({(value - base) / base:+.1%})"
 
 
-def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None = None) -> str:
+def _pct(stats: dict[str, float]) -> str:
+    return f"median {stats['median']:.1%}, p90 {stats['p90']:.1%}"
+
+
+def _printable(text: str) -> str:
+    """Trace strings on a terminal: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None = None, *,
+                      verbose: bool = False) -> str:
     """The comparison table: per topology, step time, exposed comm per dim and the hottest link,
-    each against the baseline (the first result)."""
+    each against the baseline (the first result); the replay error (cross-validated, then in
+    sample and uncalibrated), the identity check and any caution."""
+    from tracekit.replay.calibration import WHAT_IF_NOTE
+
     results = doc["results"]
     base = results[0]
     dims = sorted({d for r in results for d in r["exposed_ns"]})
     lines = []
     err = base["replay_error"]
-    lines.append(f"baseline {base['topology']}: replay error per instance median {err['median']:.1%}, "
-                 f"p90 {err['p90']:.1%}")
+    lines.append(f"baseline {_printable(base['topology'])}: replay error per instance {_pct(err['cross_validated'])} "
+                 f"(cross-validated, {err['split']}); in sample {_pct(err['in_sample'])}; uncalibrated "
+                 f"{_pct(err['uncalibrated'])}")
+    ident = doc.get("identity")
+    if ident:
+        lines.append(f"identity (traced durations replayed): max step error {ident['max_step_error']:.2e}, "
+                     f"{ident['instances_fallen_back']} instance(s) fall back to the traced relation")
     header = ["topology", "step (mean)"] + [f"exposed {d}/step" for d in dims] + ["hottest link"]
     rows = []
     base_step = _mean(base["step_ns"])
     for r in results:
         step = _mean(r["step_ns"])
-        row = [r["topology"], _ms(step) + _delta(step, base_step)]
+        row = [_printable(r["topology"]), _ms(step) + _delta(step, base_step)]
         for d in dims:
             v = r["exposed_ns"].get(d, 0)
             row.append(_ms(v) + _delta(v, base["exposed_ns"].get(d, 0)))
@@ -126,10 +146,43 @@ def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None =
     for row in rows:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))
     lines.append(f"traced step (mean) {_ms(_mean(base['traced_step_ns']))}")
+    if len(results) > 1:
+        lines.append(f"note: {WHAT_IF_NOTE}")
     if efficiency:
         lines.append("calibration (traced / modelled): " + ", ".join(
-            f"{k} x{v:.2f}" for k, v in sorted(efficiency.items())))
+            f"{_printable(k)} x{v:.2f}" for k, v in sorted(efficiency.items())))
+    for f in doc.get("findings") or []:
+        if f["kind"] == "replay_caution" and f["severity"] != "info":
+            lines.append(f"caution: {_printable(f['text'])}")
+    if verbose:
+        lines.extend(_verbose_lines(doc))
     return "\n".join(lines)
+
+
+def _verbose_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    deps = doc.get("dependencies") or {}
+    if deps:
+        lines.append("dependency edges per rule: " + ", ".join(f"{k} {v}" for k, v in deps.items()))
+    err = doc["results"][0]["replay_error"]
+    lines.append("replay error per op (median / p90): uncalibrated | in sample | cross-validated")
+    for op, kinds in err["by_op"].items():
+        lines.append(f"  {_printable(op)}: " + " | ".join(
+            f"{kinds[k]['median']:.1%} / {kinds[k]['p90']:.1%}" for k in ("uncalibrated", "in_sample",
+                                                                          "cross_validated")))
+    unseen = (doc.get("calibration") or {}).get("unseen_buckets") or {}
+    if unseen:
+        lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(
+            f"{_printable(b)} ({how})" for b, how in unseen.items()))
+    ident = doc.get("identity") or {}
+    for fb in (ident.get("fallbacks") or [])[:20]:
+        lines.append(f"fallback: {_printable(fb['text'])}")
+    if len(ident.get("fallbacks") or []) > 20:
+        lines.append(f"fallback: ... and {len(ident['fallbacks']) - 20} more")
+    for f in doc.get("findings") or []:
+        if f["kind"] == "replay_caution" and f["severity"] == "info":
+            lines.append(f"note: {_printable(f['text'])}")
+    return lines
 
 
 def _mean(values: dict[str, int]) -> float:

@@ -6,7 +6,16 @@
 
 from __future__ import annotations
 
-from tracekit.replay.engine import ReplayError, ReplayResult, TopologyResult, open_run, replay, replay_run
+from tracekit.replay.engine import (
+    Identity,
+    ReplayError,
+    ReplayResult,
+    TopologyResult,
+    identity,
+    open_run,
+    replay,
+    replay_run,
+)
 from tracekit.replay.topology import (
     Topology,
     TopologyError,
@@ -19,6 +28,6 @@ from tracekit.replay.topology import (
 )
 
 __all__ = [
-    "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
-    "build", "describe", "open_run", "parse_spec", "presets", "replay", "replay_run", "sized",
+    "Identity", "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
+    "build", "describe", "identity", "open_run", "parse_spec", "presets", "replay", "replay_run", "sized",
 ]

@@ -720,14 +720,15 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
 
 @njit
 def schedule(prev, nxt, dep_ptr, dep_ids, slack, tr_start, dur, inst, inst_ptr, inst_ids, inst_dur,
-             order_by_start):
+             end_frac, order_by_start):
     """Replayed start/end of every event and start of every instance.
 
     An event starts when its lane predecessor and its cross-lane dependencies (`dep_ids[dep_ptr[i]:
     dep_ptr[i+1]]` lists the events that wait on i) have ended, plus its traced slack (host-bound
     gap). An event without predecessors keeps its traced start. Events of instance k (>= 0) arrive
-    at that time; the instance starts when the last participant arrives and all end together
-    after `inst_dur[k]`. Cycles (inconsistent traces) are broken at the earliest traced event.
+    at that time; the instance starts when the last participant arrives and member j ends
+    `end_frac[j] * inst_dur[k]` later (1: all end together). Cycles (inconsistent traces) are
+    broken at the earliest traced event.
     """
     n = prev.size
     n_inst = inst_dur.size
@@ -785,7 +786,7 @@ def schedule(prev, nxt, dep_ptr, dep_ids, slack, tr_start, dur, inst, inst_ptr, 
                 inst_start[k] = inst_ready[k]
                 for q in range(inst_ptr[k], inst_ptr[k + 1]):
                     j = inst_ids[q]
-                    end[j] = inst_start[k] + inst_dur[k]
+                    end[j] = inst_start[k] + inst_dur[k] * end_frac[j]
                     fin[fn] = j
                     fn += 1
         for a in range(fn):
@@ -812,5 +813,5 @@ def schedule(prev, nxt, dep_ptr, dep_ids, slack, tr_start, dur, inst, inst_ptr, 
             for q in range(inst_ptr[k], inst_ptr[k + 1]):
                 j = inst_ids[q]
                 if arrived[j]:
-                    end[j] = inst_start[k] + inst_dur[k]
+                    end[j] = inst_start[k] + inst_dur[k] * end_frac[j]
     return start, end, inst_start

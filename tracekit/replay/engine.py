@@ -1,11 +1,13 @@
 """Trace-driven replay of a run's communication on one or more network models.
 
 Compute keeps its traced durations; every matched collective instance becomes flows on the
-topology and gets a new duration from the fluid simulation. Events are re-timed through their
-dependencies (lane order with host-bound gaps, cross-lane waits, collective sync, p2p pairing).
+topology and gets a new duration from the fluid simulation. Events are re-timed through the
+dependencies the trace shows (`tracekit.replay.dependencies`), collective sync and p2p pairing.
 Release times and durations depend on each other, so the schedule and the simulation alternate
-until the instance start times settle. A per-(op, size) efficiency, fitted so that the baseline
-replay reproduces the traced durations, is applied on every topology.
+until the instance start times settle. A per-(op, size) efficiency fitted on the baseline is
+applied on every topology; its error is reported uncalibrated, in sample and cross-validated
+(`tracekit.replay.calibration`). Replaying with the traced durations reproduces the trace
+(`identity`); where the trace contradicts the model, the instance keeps its traced relation.
 """
 
 from __future__ import annotations
@@ -27,17 +29,32 @@ import pyarrow.compute
 
 from tracekit import schema
 from tracekit.errors import TracekitError
+from tracekit.finding import Finding
 from tracekit.replay import _kernels
+from tracekit.replay import dependencies as deps
+from tracekit.replay.calibration import (
+    Calibration,
+    ReplayErrors,
+    calibrate,
+    replay_errors,
+)
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
 from tracekit.store import Run
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
-DEP_GAP_NS = 5_000
+DEP_GAP_NS = deps.DEP_GAP_NS
 MAX_ITER = 4
 N_WINDOWS = 200
 HOT_LINKS = 10
+#: A collective's members "end far apart" when their ends spread over more than this share of its
+#: traced network time (and more than END_SPREAD_NS).
+END_SPREAD_FRAC = 0.25
+END_SPREAD_NS = 10_000
+#: Cautions: the baseline step off the traced step, or the cross-validated p90, beyond these.
+CAUTION_STEP = 0.05
+CAUTION_P90 = 0.25
 
 
 class ReplayError(TracekitError):
@@ -55,20 +72,53 @@ class TopologyResult:
     exposed_ns: dict[str, int]
     instances: list[dict[str, Any]]
     hot_links: list[dict[str, Any]]
-    replay_error: dict[str, float]
+    replay_error: ReplayErrors | None
     link_samples: pa.Table
     topology_nodes: pa.Table
     topology_links: pa.Table
     link_bytes: np.ndarray
     n_flows: int
     step_error: dict[str, float] = field(default_factory=dict)
+    timeline: pa.Table | None = None  # per replayed event: rank, lane, kind, replayed and traced ts/dur
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "topology": self.topology, "step_ns": self.step_ns, "traced_step_ns": self.traced_step_ns,
             "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
-            "hot_links": self.hot_links, "replay_error": self.replay_error,
+            "hot_links": self.hot_links,
+            "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
         }
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A collective instance whose trace contradicts the model, replayed with its traced relation."""
+
+    group: str
+    seq: int
+    op: str
+    reason: str  # "ended_before_peer_arrived" or "members_end_apart"
+    text: str
+    ranks: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "seq": self.seq, "op": self.op, "reason": self.reason,
+                "ranks": list(self.ranks), "text": self.text}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The baseline replayed with every traced duration: how far it lands from the trace."""
+
+    max_step_error: float
+    max_event_error_ns: float
+    instances_fallen_back: int
+    fallbacks: tuple[Fallback, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_step_error": self.max_step_error, "instances_fallen_back": self.instances_fallen_back,
+                "max_event_error_ns": self.max_event_error_ns,
+                "fallbacks": [f.to_dict() for f in self.fallbacks]}
 
 
 @dataclass
@@ -79,9 +129,19 @@ class ReplayResult:
     results: list[TopologyResult]
     baseline: str
     efficiency: dict[str, float]
+    errors: ReplayErrors | None = None
+    identity: Identity | None = None
+    dependencies: dict[str, int] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results]}
+        return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results],
+                "identity": self.identity.to_dict() if self.identity is not None else None,
+                "dependencies": dict(self.dependencies),
+                "calibration": {"efficiency": dict(self.efficiency),
+                                "split": self.errors.split if self.errors else None,
+                                "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
+                "findings": [f.to_json() for f in self.findings]}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False)
@@ -117,6 +177,8 @@ class _Inst:
     traced_end: float
     members: list[int]
     proto: str | None = None
+    step: int = -1
+    fallback: Fallback | None = None
 
     @property
     def traced_ns(self) -> float:
@@ -127,11 +189,14 @@ class _Inst:
 class _Prepared:
     t0: int
     rank: np.ndarray
+    lane: np.ndarray
     kind: np.ndarray  # 0 compute, 1 comm, 2 other timed
     start: np.ndarray
     end: np.ndarray
     step: np.ndarray
-    inst: np.ndarray
+    inst: np.ndarray  # the instance of each comm event (-1: none)
+    sched_inst: np.ndarray  # the instance each event waits for (-1 also for decoupled members)
+    end_frac: np.ndarray  # a member's end within its instance: (traced end - start) / network time
     prev: np.ndarray
     nxt: np.ndarray
     dep_ptr: np.ndarray
@@ -146,6 +211,7 @@ class _Prepared:
     gpus_per_host: int
     rings: dict[str, list[list[int]]]
     has_steps: bool
+    dep_counts: dict[str, int] = field(default_factory=dict)
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -205,8 +271,15 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
     sync = (events.filter((pl.col("kind") == "sync") & pl.col("ts_ns").is_not_null()
                           & pl.col("sync_lane").is_not_null())
             .join(offs, on="rank", how="left")
-            .select("rank", "lane", "sync_lane", "sync_correlation",
-                    (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t")))
+            .select("rank", "lane", "sync_lane", "sync_correlation", "correlation",
+                    (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t"),
+                    pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("d")))
+    launches = (events.filter((pl.col("kind") == "runtime") & pl.col("ts_ns").is_not_null()
+                              & pl.col("correlation").is_not_null())
+                .join(offs, on="rank", how="left")
+                .group_by("rank", "correlation")
+                .agg((pl.col("ts_ns") + pl.col("dur_ns").fill_null(0).clip(lower_bound=0)
+                      + pl.col("_off").fill_null(0)).max().alias("_launch")))
     ev = ev.select([pl.col(c) for c in keep])
     if extra.height:
         ev = pl.concat([ev, extra.select([pl.col(c).cast(ev.schema[c]) for c in keep])])
@@ -216,7 +289,9 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
     ev = ev.with_columns(pl.when(pl.col("kind") == "comm").then(pl.col("instance")).otherwise(None)
                          .alias("instance"))
     t0 = int(ev.get_column("t").min())
-    ev = ev.with_columns((pl.col("t") - t0).alias("t")).sort(["rank", "lane", "t", "d"])
+    ev = (ev.join(launches, on=["rank", "correlation"], how="left")
+          .with_columns((pl.col("t") - t0).alias("t"), (pl.col("_launch") - t0).alias("_launch"))
+          .sort(["rank", "lane", "t", "d"]))
     n = ev.height
     rank = ev.get_column("rank").to_numpy().astype(np.int64)
     kind_s = ev.get_column("kind").to_numpy()
@@ -243,6 +318,8 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
     rows = {int(key[0]): part for key, part in coll.group_by("instance")}
     instances: list[_Inst] = []
     inst = np.full(n, -1, np.int64)
+    sched_inst = np.full(n, -1, np.int64)
+    end_frac = np.ones(n)
     ptr = [0]
     ids: list[int] = []
     for v in inst_vals:
@@ -252,23 +329,57 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
             continue
         info = _instance_info(part, group_ranks)
         k = len(instances)
-        info.traced_start = float(start[members].max())
-        info.traced_end = float(end[members].max())
+        synced = _synchronised(info, members, rank, start, end)
         info.members = members
+        info.step = int(step[members].max())
         instances.append(info)
         inst[members] = k
-        ids.extend(members)
+        sched_inst[synced] = k
+        end_frac[synced] = (end[synced] - info.traced_start) / info.traced_ns
+        ids.extend(synced)
         ptr.append(len(ids))
 
-    sync_edges = _sync_edges(ev, sync.with_columns(pl.col("t") - t0), start, end)
-    dep_ptr, dep_ids, slack = _dependencies(ev, rank, kind, start, end, prev, sync_edges)
+    dependencies = deps.build(ev, sync.with_columns(pl.col("t") - t0), rank, kind, start, end, prev,
+                              ev.get_column("_launch").fill_null(np.nan).to_numpy().astype(np.float64))
     order_by_start = np.lexsort((np.arange(n), start)).astype(np.int64)
     return _Prepared(
-        t0=t0, rank=rank, kind=kind, start=start, end=end, step=step, inst=inst, prev=prev, nxt=nxt,
-        dep_ptr=dep_ptr, dep_ids=dep_ids, slack=slack, order_by_start=order_by_start,
+        t0=t0, rank=rank, lane=ev.get_column("lane").fill_null("").to_numpy(), kind=kind, start=start,
+        end=end, step=step, inst=inst, sched_inst=sched_inst,
+        end_frac=end_frac, prev=prev, nxt=nxt, dep_ptr=dependencies.dep_ptr, dep_ids=dependencies.dep_ids,
+        slack=dependencies.slack, order_by_start=order_by_start,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
         placement=placement, hosts=hosts, gpus_per_host=per_host, rings=_rings(channels),
-        has_steps=bool((step >= 0).any()))
+        has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts)
+
+
+def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.ndarray, end: np.ndarray
+                  ) -> list[int]:
+    """The members that waited for the instance (all but those that ended before the last member
+    arrived, e.g. a buffered send completed before its recv was posted); sets the instance's
+    traced start and end from them and records a fallback where the trace contradicts the model."""
+    arrive = start[members]
+    last = members[int(np.argmax(arrive))]
+    t_start = float(arrive.max())
+    synced = [j for j in members if j == last or end[j] > t_start]
+    early = [j for j in members if j not in synced]
+    info.traced_start = t_start
+    info.traced_end = float(end[synced].max())
+    ends = end[synced]
+    spread = float(ends.max() - ends.min())
+    what = "send completed before its recv was posted" if info.op == "send" else \
+        "a member ended before the last one arrived"
+    if early:
+        gone = tuple(sorted({int(rank[j]) for j in early}))
+        info.fallback = Fallback(info.group, info.seq, info.op, "ended_before_peer_arrived",
+                                 f"{info.op} {info.group}#{info.seq}: {what} (rank{'s' if len(gone) > 1 else ''} "
+                                 f"{', '.join(map(str, gone))}); those members keep their traced duration", gone)
+    elif spread > max(END_SPREAD_NS, END_SPREAD_FRAC * info.traced_ns):
+        first = tuple(sorted({int(rank[j]) for j in synced if end[j] - ends.min() < spread / 2}))
+        info.fallback = Fallback(info.group, info.seq, info.op, "members_end_apart",
+                                 f"{info.op} {info.group}#{info.seq}: members end {spread / 1e3:.0f} µs apart "
+                                 f"({spread / info.traced_ns:.0%} of its network time); each keeps its traced "
+                                 "end within the instance", first)
+    return synced
 
 
 def _placement(all_ranks: list[int], host_of: dict[int, str], local_of: dict[int, int]
@@ -364,94 +475,6 @@ def _rings(channels: pl.DataFrame) -> dict[str, list[list[int]]]:
     return out
 
 
-def _sync_edges(ev: pl.DataFrame, sync: pl.DataFrame, start: np.ndarray, end: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Edges from `sync` events (cuda_sync): the event waited on (on `sync_lane`, found by
-    `sync_correlation`, else the last one ended by the sync) precedes the first event after the
-    sync on the waiting lane, or on every lane of the rank when the waiter is not replayed (a CPU
-    thread)."""
-    if sync.height == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    rank = ev.get_column("rank").to_list()
-    lane = ev.get_column("lane").fill_null("").to_list()
-    corr = ev.get_column("correlation").to_list()
-    blocks: dict[tuple[int, str], list[int]] = {}
-    by_corr: dict[tuple[int, str, int], int] = {}
-    for i, (r, ln, c) in enumerate(zip(rank, lane, corr, strict=True)):
-        blocks.setdefault((r, ln), []).append(i)
-        if c is not None:
-            by_corr[r, ln, int(c)] = i
-    lanes_of: dict[int, list[str]] = {}
-    for r, ln in blocks:
-        lanes_of.setdefault(r, []).append(ln)
-    src: list[int] = []
-    dst: list[int] = []
-    for row in sync.iter_rows(named=True):
-        r, t, target_lane = row["rank"], float(row["t"]), str(row["sync_lane"])
-        target = None
-        if row["sync_correlation"] is not None:
-            target = by_corr.get((r, target_lane, int(row["sync_correlation"])))
-        block = blocks.get((r, target_lane))
-        if target is None and block:
-            ends = end[block]
-            done = np.nonzero(ends <= t)[0]
-            target = block[int(done[np.argmax(ends[done])])] if done.size else None
-        if target is None:
-            continue
-        waiters = [str(row["lane"])] if (r, str(row["lane"])) in blocks else lanes_of.get(r, [])
-        for ln in waiters:
-            if ln == target_lane:
-                continue
-            idx = blocks[r, ln]
-            pos = int(np.searchsorted(start[idx], t, side="left"))
-            if pos < len(idx):
-                src.append(target)
-                dst.append(idx[pos])
-    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
-
-
-def _dependencies(ev: pl.DataFrame, rank: np.ndarray, kind: np.ndarray, start: np.ndarray,
-                  end: np.ndarray, prev: np.ndarray, extra: tuple[np.ndarray, np.ndarray]
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cross-lane edges (sync events, a comm end directly followed by a compute start on another
-    lane of the same rank, and the reverse for comm waiting on compute) and each event's traced
-    slack."""
-    n = rank.size
-    src_l: list[np.ndarray] = [extra[0]]
-    dst_l: list[np.ndarray] = [extra[1]]
-    lane = ev.get_column("lane").fill_null("").to_numpy()
-    for a_kind, b_kind in ((1, 0), (0, 1)):
-        a = np.nonzero(kind == a_kind)[0]
-        b = np.nonzero(kind == b_kind)[0]
-        if a.size == 0 or b.size == 0:
-            continue
-        a = a[np.lexsort((end[a], rank[a]))]
-        key_a = rank[a].astype(np.float64) * 1e15 + end[a]
-        key_b = rank[b].astype(np.float64) * 1e15 + start[b]
-        pos = np.searchsorted(key_a, key_b, side="right") - 1
-        ok = pos >= 0
-        cand = np.where(ok, a[np.clip(pos, 0, None)], -1)
-        gap = start[b] - end[np.clip(cand, 0, None)]
-        ok &= (cand >= 0) & (rank[np.clip(cand, 0, None)] == rank[b]) & (gap >= 0) & (gap <= DEP_GAP_NS)
-        ok &= lane[np.clip(cand, 0, None)] != lane[b]
-        src_l.append(cand[ok])
-        dst_l.append(b[ok])
-    src = np.concatenate(src_l).astype(np.int64)
-    dst = np.concatenate(dst_l).astype(np.int64)
-    pairs = np.unique(np.stack([src, dst], axis=1), axis=0) if src.size else np.zeros((0, 2), np.int64)
-    src, dst = pairs[:, 0], pairs[:, 1]
-    dep_ptr = np.zeros(n + 1, np.int64)
-    np.add.at(dep_ptr, src + 1, 1)
-    dep_ptr = np.cumsum(dep_ptr)
-    pred_end = np.full(n, -np.inf)
-    has_prev = prev >= 0
-    pred_end[has_prev] = end[prev[has_prev]]
-    if dst.size:
-        np.maximum.at(pred_end, dst, end[src])
-    slack = np.where(np.isfinite(pred_end), start - pred_end, 0.0)
-    return dep_ptr.astype(np.int64), dst.astype(np.int64), slack
-
-
 # ------------------------------------------------------------------------------------------
 # Replay
 
@@ -461,11 +484,6 @@ def _gpu_map(prep: _Prepared, spec: TopologySpec) -> dict[int, int]:
     for r in sorted(prep.placement, key=lambda r: prep.placement[r]):
         hosts[prep.placement[r][0]].append(r)
     return place(spec, hosts)[0]
-
-
-def _bucket(op: str, nbytes: float) -> str:
-    b = int(math.log2(max(nbytes, 1.0))) // 2 * 2
-    return f"{op}:2^{b}"
 
 
 class _Net:
@@ -502,7 +520,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
            baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
            merge: float = 0.0) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
-    topology) is the observed network, on which the per-(op, size) efficiency is fitted."""
+    topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
+    replay error measured."""
     specs = [parse_spec(t) for t in topologies]
     if not specs and baseline is None:
         raise ReplayError("give at least one topology")
@@ -512,33 +531,96 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     prep = _prepare(tables)
     if not prep.instances:
         raise ReplayError("no collective instance has a timed event to replay")
-    n_inst = len(prep.instances)
     traced = np.array([i.traced_ns for i in prep.instances])
     traced_start = np.array([i.traced_start for i in prep.instances])
-    buckets = [_bucket(i.op, i.nbytes) for i in prep.instances]
+    identity = _identity(prep)
 
     base_net = _Net(prep, base_spec, algo)
     window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
     n_windows = 2 * N_WINDOWS + 1
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
-    efficiency: dict[str, float] = {}
-    for b in sorted(set(buckets)):
-        sel = [k for k in range(n_inst) if buckets[k] == b and raw[k] > 0]
-        efficiency[b] = float(np.median(traced[sel] / raw[sel])) if sel else 1.0
-    scale = np.array([efficiency.get(b, 1.0) for b in buckets])
+    cal = _calibration(prep, traced, raw)
+    errors = replay_errors([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]),
+                           traced, raw, cal)
     no_flow = raw <= 0
 
     results = []
     for name, spec in zip(names, ordered, strict=False):
         net = base_net if spec is base_spec else _Net(prep, spec, algo)
         first = (raw, raw_out) if net is base_net else None
-        results.append(_replay_one(prep, net, name, scale, no_flow, traced, max_iter, merge, window_ns,
+        results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
                                    n_windows, first))
     base = results[0]
-    for r in results:
-        r.replay_error = dict(base.replay_error)
+    base.replay_error = errors
+    for r in results[1:]:
+        r.replay_error = errors.inherited()
         r.step_error = dict(base.step_error)
-    return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=efficiency)
+    return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
+                        errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
+                        findings=_cautions(base, errors, identity))
+
+
+def identity(tables: Mapping[str, pa.Table]) -> Identity:
+    """Replay the run's schedule with every traced duration, without a network model: how far
+    the dependencies and collective relations land from the trace (0 when they reproduce it)."""
+    prep = _prepare(tables)
+    if not prep.instances:
+        raise ReplayError("no collective instance has a timed event to replay")
+    return _identity(prep)
+
+
+def _calibration(prep: _Prepared, traced: np.ndarray, raw: np.ndarray) -> Calibration:
+    """Fit on the baseline; cross-validate leaving one step out when the instances span several
+    steps, else one instance out."""
+    steps = np.array([i.step for i in prep.instances], np.int64)
+    several = np.unique(steps[steps >= 0]).size >= 2
+    return calibrate([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced, raw,
+                     steps if several else None)
+
+
+def _identity(prep: _Prepared) -> Identity:
+    """Replay the schedule with every instance's traced network time."""
+    traced = np.array([i.traced_ns for i in prep.instances])
+    start, end = _schedule(prep, traced)
+    err = np.concatenate([np.abs(start - prep.start), np.abs(end - prep.end)])
+    step_ns, traced_step = _steps(prep, start, end, exact=True)
+    rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
+    fallbacks = tuple(i.fallback for i in prep.instances if i.fallback is not None)
+    return Identity(max_step_error=float(max(rel, default=0.0)),
+                    max_event_error_ns=float(np.nanmax(err, initial=0.0)) if not np.isnan(err).all() else math.inf,
+                    instances_fallen_back=len(fallbacks), fallbacks=fallbacks)
+
+
+def _schedule(prep: _Prepared, inst_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    start, end, _ = _kernels.schedule(
+        prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.end - prep.start,
+        prep.sched_inst, prep.inst_ptr, prep.inst_ids, inst_dur, prep.end_frac, prep.order_by_start)
+    return start, end
+
+
+def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity) -> list[Finding]:
+    """Typed cautions: the baseline step off the traced one by more than CAUTION_STEP, the
+    cross-validated p90 above CAUTION_P90, instances replayed with their traced relation."""
+    out: list[Finding] = []
+    for step, ns in base.step_ns.items():
+        traced = base.traced_step_ns.get(step)
+        if traced and abs(ns - traced) / traced > CAUTION_STEP:
+            rel = (ns - traced) / traced
+            out.append(Finding("replay_caution", f"the baseline replay of step {step} is {rel:+.1%} off the traced "
+                               f"step ({ns / 1e6:.3f} ms vs {traced / 1e6:.3f} ms): read what-ifs with care",
+                               severity="warning", step=int(step) if step.lstrip("-").isdigit() else None,
+                               value=rel, data={"reason": "baseline_step"}))
+    if errors.cross_validated.p90 > CAUTION_P90:
+        out.append(Finding("replay_caution", f"cross-validated replay error p90 is {errors.cross_validated.p90:.0%} "
+                           f"(above {CAUTION_P90:.0%}): per-collective predictions are uncertain",
+                           severity="warning", value=errors.cross_validated.p90,
+                           data={"reason": "cross_validated_p90"}))
+    if identity.instances_fallen_back:
+        out.append(Finding("replay_caution", f"{identity.instances_fallen_back} collective instance"
+                           f"{'s' if identity.instances_fallen_back > 1 else ''} contradict the model and keep "
+                           "their traced relation (see identity.fallbacks)", severity="info",
+                           value=float(identity.instances_fallen_back), data={"reason": "fallback"}))
+    return out
 
 
 def _unique_names(specs: list[TopologySpec]) -> list[str]:
@@ -553,10 +635,10 @@ def _unique_names(specs: list[TopologySpec]) -> list[str]:
     return names
 
 
-def _replay_one(prep: _Prepared, net: _Net, name: str, scale: np.ndarray, no_flow: np.ndarray,
+def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow: np.ndarray,
                 traced: np.ndarray, max_iter: int, merge: float, window_ns: float, n_windows: int,
                 first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
-    dur_ev = prep.end - prep.start
+    scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
     for it in range(max(1, max_iter)):
         if it == 0 and first is not None:
@@ -565,8 +647,8 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, scale: np.ndarray, no_flo
             sim, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
         replayed = np.where(no_flow, traced, sim * scale)
         start, end, new_start = _kernels.schedule(
-            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, dur_ev,
-            prep.inst, prep.inst_ptr, prep.inst_ids, replayed, prep.order_by_start)
+            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.end - prep.start,
+            prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
         new_start = np.nan_to_num(new_start)
         moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
         if moved <= 1e-3 * max(1.0, float(np.max(replayed, initial=0.0))):
@@ -589,32 +671,45 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, scale: np.ndarray, no_flo
 
     step_ns, traced_step = _steps(prep, start, end)
     comm, exposed = _exposure(prep, start, end, n_steps=max(1, len(step_ns)))
-    rel = np.abs(replayed - traced) / traced
     step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
     instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
-                  "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k])}
+                  "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k]),
+                  "calibration": cal.in_sample_source[k], "cross_validation": cal.cross_validated_source[k],
+                  "fallback": i.fallback.reason if i.fallback is not None else None}
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
         topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,
-        instances=instances, hot_links=hot,
-        replay_error={"median": float(np.median(rel)), "p90": float(np.percentile(rel, 90))},
+        instances=instances, hot_links=hot, replay_error=None,
         link_samples=samples, topology_nodes=topo.nodes, topology_links=topo.links,
-        link_bytes=cable_bytes, n_flows=len(net.flows),
+        link_bytes=cable_bytes, n_flows=len(net.flows), timeline=_timeline(prep, start, end),
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
                     "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0})
 
 
-def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> tuple[dict[str, int], dict[str, int]]:
+def _timeline(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> pa.Table:
+    kinds = np.array(["compute", "comm", "other"], dtype=object)[prep.kind]
+    return pa.table({
+        "rank": pa.array(prep.rank, pa.int32()), "lane": pa.array(prep.lane.tolist(), pa.string()),
+        "kind": pa.array(kinds.tolist(), pa.string()),
+        "ts_ns": pa.array(np.round(np.nan_to_num(start)).astype(np.int64) + prep.t0, pa.int64()),
+        "dur_ns": pa.array(np.round(np.nan_to_num(end - start)).astype(np.int64), pa.int64()),
+        "traced_ts_ns": pa.array(prep.start.astype(np.int64) + prep.t0, pa.int64()),
+        "traced_dur_ns": pa.array((prep.end - prep.start).astype(np.int64), pa.int64())})
+
+
+def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, exact: bool = False
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
     keys = prep.step if prep.has_steps else np.zeros(prep.step.size, np.int64)
-    out: dict[str, int] = {}
-    traced: dict[str, int] = {}
+    out: dict[str, Any] = {}
+    traced: dict[str, Any] = {}
+    fmt = float if exact else round
     for s in np.unique(keys):
         if s < 0:
             continue
         sel = keys == s
         label = str(int(s)) if prep.has_steps else "all"
-        out[label] = round(np.nanmax(end[sel]) - np.nanmin(start[sel]))
-        traced[label] = round(prep.end[sel].max() - prep.start[sel].min())
+        out[label] = fmt(np.nanmax(end[sel]) - np.nanmin(start[sel]))
+        traced[label] = fmt(prep.end[sel].max() - prep.start[sel].min())
     return out, traced
 
 
