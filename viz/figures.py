@@ -306,7 +306,8 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     for name, med, p90 in zip(topo, rd["error_median"], rd["error_p90"], strict=True):
         if med is not None:
             label = "the baseline replay" if len(errors) == 1 else f"<b>{_esc(name)}</b>"
-            rows_html.append(f"<li>Replay error of {label} (the observed network replayed against the trace): "
+            rows_html.append(f"<li>Replay error of {label} (the observed network replayed against the trace, "
+                             "cross-validated: each collective predicted without its own step or itself): "
                              f"median {100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</li>")
             if len(errors) == 1:
                 break
