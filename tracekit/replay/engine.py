@@ -611,7 +611,7 @@ def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity) ->
                                severity="warning", step=int(step) if step.lstrip("-").isdigit() else None,
                                value=rel, data={"reason": "baseline_step"}))
     if errors.cross_validated.p90 > CAUTION_P90:
-        out.append(Finding("replay_caution", f"cross-validated replay error p90 is {errors.cross_validated.p90:.0%} "
+        out.append(Finding("replay_caution", f"cross-validated replay error p90 is {errors.cross_validated.p90:.1%} "
                            f"(above {CAUTION_P90:.0%}): per-collective predictions are uncertain",
                            severity="warning", value=errors.cross_validated.p90,
                            data={"reason": "cross_validated_p90"}))
