@@ -126,3 +126,45 @@ def test_identity_holds_with_every_rule(gap):
     assert res.identity.max_step_error == 0 and res.identity.max_event_error_ns == 0
     res = replay(_hidden_allreduce(), [BASE])
     assert res.identity.max_event_error_ns == 0
+
+
+def test_cuda_sync_edges_on_a_real_trace(tmp_path):
+    """HTA's cuda_event_sync_multi_stream trace: every Stream Wait Event / Event Sync, resolved
+    by an independent scan of the raw JSON (last GPU op launched on the recorded stream before the
+    record; first launched after the sync on the waiting stream, or on every other stream when
+    the CPU waited), is a `sync` edge, and nothing else is."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from tracekit.replay.engine import dependency_edges, open_run
+
+    path = Path(__file__).parents[3] / "shared" / "real_traces" / "kineto" / "hta_edge_cases"
+    path = path / "event_sync_trace.json.gz"
+    if not path.exists():
+        pytest.skip("no real traces here")
+    with gzip.open(path) as f:
+        raw = json.loads(f.read())["traceEvents"]
+    ops = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    by_stream = {}
+    for e in ops:
+        by_stream.setdefault(e["args"]["stream"], []).append(e)
+    expected = set()
+    for s in raw:
+        a = s.get("args") or {}
+        record = a.get("wait_on_cuda_event_record_corr_id", -1)
+        if s.get("cat") != "cuda_sync" or a.get("wait_on_stream", -1) < 0 or record < 0:
+            continue
+        before = [e for e in by_stream.get(a["wait_on_stream"], []) if e["args"]["correlation"] < record]
+        target = max(before, key=lambda e: e["args"]["correlation"])
+        lanes = [a["stream"]] if a["stream"] >= 0 else [x for x in by_stream if x != a["wait_on_stream"]]
+        for lane in lanes:
+            after = [e for e in by_stream.get(lane, []) if e["args"]["correlation"] > a["correlation"]]
+            if after:
+                waiter = min(after, key=lambda e: e["args"]["correlation"])
+                expected.add((target["ts"] * 1000, waiter["ts"] * 1000))
+    assert len(expected) == 3
+    run = open_run([path], cache=tmp_path / "run")
+    edges = dependency_edges({"events": run.table("events")}).to_pydict()
+    got = {(s, d) for s, d, r in zip(edges["src_ts_ns"], edges["dst_ts_ns"], edges["rule"], strict=True) if r == "sync"}
+    assert got == expected

@@ -11,6 +11,7 @@ from tracekit.replay.engine import (
     ReplayError,
     ReplayResult,
     TopologyResult,
+    dependency_edges,
     identity,
     open_run,
     replay,
@@ -29,5 +30,6 @@ from tracekit.replay.topology import (
 
 __all__ = [
     "Identity", "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
-    "build", "describe", "identity", "open_run", "parse_spec", "presets", "replay", "replay_run", "sized",
+    "build", "dependency_edges", "describe", "identity", "open_run", "parse_spec", "presets", "replay",
+    "replay_run", "sized",
 ]

@@ -39,6 +39,7 @@ class Dependencies:
     dep_ids: np.ndarray
     slack: np.ndarray
     counts: dict[str, int]
+    rule: np.ndarray  # the rule of each edge, aligned with dep_ids
 
 
 def build(ev: pl.DataFrame, sync: pl.DataFrame, rank: np.ndarray, kind: np.ndarray, start: np.ndarray,
@@ -65,6 +66,7 @@ def build(ev: pl.DataFrame, sync: pl.DataFrame, rank: np.ndarray, kind: np.ndarr
     seen: set[tuple[int, int]] = set()
     src_all: list[int] = []
     dst_all: list[int] = []
+    rule_all: list[str] = []
     for rule, (src, dst) in parts.items():
         c = 0
         for s, d in zip(src.tolist(), dst.tolist(), strict=True):
@@ -73,6 +75,7 @@ def build(ev: pl.DataFrame, sync: pl.DataFrame, rank: np.ndarray, kind: np.ndarr
             seen.add((s, d))
             src_all.append(s)
             dst_all.append(d)
+            rule_all.append(rule)
             c += 1
         counts[rule] = c
     counts["sync_unresolved"] = unresolved
@@ -80,6 +83,7 @@ def build(ev: pl.DataFrame, sync: pl.DataFrame, rank: np.ndarray, kind: np.ndarr
     dst = np.asarray(dst_all, np.int64)
     order = np.lexsort((dst, src))
     src, dst = src[order], dst[order]
+    rules = np.asarray(rule_all, dtype=object)[order] if order.size else np.zeros(0, dtype=object)
     dep_ptr = np.zeros(n + 1, np.int64)
     np.add.at(dep_ptr, src + 1, 1)
     dep_ptr = np.cumsum(dep_ptr)
@@ -89,7 +93,7 @@ def build(ev: pl.DataFrame, sync: pl.DataFrame, rank: np.ndarray, kind: np.ndarr
     if dst.size:
         np.maximum.at(pred_end, dst, end[src])
     slack = np.where(np.isfinite(pred_end), start - pred_end, 0.0)
-    return Dependencies(dep_ptr.astype(np.int64), dst.astype(np.int64), slack, counts)
+    return Dependencies(dep_ptr.astype(np.int64), dst.astype(np.int64), slack, counts, rules)
 
 
 def _last_ended_before(rank_idx: np.ndarray, end: np.ndarray, candidates: np.ndarray, q_rank: np.ndarray,

@@ -212,6 +212,7 @@ class _Prepared:
     rings: dict[str, list[list[int]]]
     has_steps: bool
     dep_counts: dict[str, int] = field(default_factory=dict)
+    dep_rule: np.ndarray | None = None
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -220,20 +221,20 @@ def _plain(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([pl.col(c).cast(pl.Utf8) for c in cats]) if cats else df
 
 
-def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
-    for name in ("events", "collectives"):
+def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -> _Prepared:
+    for name in ("events", "collectives") if need_collectives else ("events",):
         if name not in tables:
             raise ReplayError(f"replay needs the {name!r} table")
     ranks = pl.from_arrow(schema.conform("ranks", tables.get("ranks")))
-    coll = pl.from_arrow(schema.conform("collectives", tables["collectives"]))
+    coll = pl.from_arrow(schema.conform("collectives", tables.get("collectives")))
     events = pl.from_arrow(schema.conform("events", tables["events"]))
     groups = pl.from_arrow(schema.conform("groups", tables.get("groups")))
     channels = pl.from_arrow(schema.conform("channels", tables.get("channels")))
     events, coll, groups, channels = (_plain(df) for df in (events, coll, groups, channels))
-    if coll.height == 0:
+    if need_collectives and coll.height == 0:
         raise ReplayError("the run has no collective calls to replay (nothing was ingested, or the traces "
                           "hold no communication)")
-    if coll.get_column("instance").null_count() == coll.height:
+    if need_collectives and coll.get_column("instance").null_count() == coll.height:
         raise ReplayError("no matched collective instances: run the analysis step (prepare) first")
 
     all_ranks = sorted(set(events.get_column("rank").to_list()) | set(coll.get_column("rank").to_list())
@@ -349,7 +350,7 @@ def _prepare(tables: Mapping[str, pa.Table]) -> _Prepared:
         slack=dependencies.slack, order_by_start=order_by_start,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
         placement=placement, hosts=hosts, gpus_per_host=per_host, rings=_rings(channels),
-        has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts)
+        has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule)
 
 
 def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -567,6 +568,24 @@ def identity(tables: Mapping[str, pa.Table]) -> Identity:
     if not prep.instances:
         raise ReplayError("no collective instance has a timed event to replay")
     return _identity(prep)
+
+
+def dependency_edges(tables: Mapping[str, pa.Table]) -> pa.Table:
+    """Every cross-lane dependency the replay uses, one row per edge: the rank, the waited-on
+    and the waiting event (lane, traced ts_ns) and the rule that found it (lane order is implied
+    and not listed). Needs only the events table."""
+    prep = _prepare(tables, need_collectives=False)
+    src = np.repeat(np.arange(prep.rank.size), np.diff(prep.dep_ptr))
+    dst = prep.dep_ids
+    ts = prep.start.astype(np.int64) + prep.t0
+    return pa.table({
+        "rank": pa.array(prep.rank[src], pa.int32()),
+        "src_lane": pa.array(prep.lane[src].tolist(), pa.string()),
+        "src_ts_ns": pa.array(ts[src], pa.int64()),
+        "dst_lane": pa.array(prep.lane[dst].tolist(), pa.string()),
+        "dst_ts_ns": pa.array(ts[dst], pa.int64()),
+        "rule": pa.array((prep.dep_rule if prep.dep_rule is not None else np.zeros(0, object)).tolist(),
+                         pa.string())})
 
 
 def _calibration(prep: _Prepared, traced: np.ndarray, raw: np.ndarray) -> Calibration:
