@@ -362,7 +362,7 @@ def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.n
     last = members[int(np.argmax(arrive))]
     t_start = float(arrive.max())
     synced = [j for j in members if j == last or end[j] > t_start]
-    early = [j for j in members if j not in synced]
+    early = [j for j in members if j != last and end[j] <= t_start]
     info.traced_start = t_start
     info.traced_end = float(end[synced].max())
     ends = end[synced]
