@@ -12,7 +12,7 @@ one), or none at all (1, the raw model) when the op has no fitted bucket; such b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -175,6 +175,25 @@ def calibrate(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modell
     return Calibration(efficiency={bucket_name(o, e): v for (o, e), v in sorted(fitted.items())},
                        in_sample=eta_in, in_sample_source=src_in, cross_validated=eta_cv,
                        cross_validated_source=src_cv, split=split)
+
+
+def applied(ops: Sequence[str], nbytes: np.ndarray, modelled: np.ndarray, efficiency: Mapping[str, float]
+            ) -> Calibration:
+    """A fixed calibration: `efficiency` (a baseline's fitted buckets) applied to other instances,
+    as fitted, interpolated or uncalibrated like any prediction, with nothing fitted or held out
+    (what-ifs that change the run itself must not be refitted to its traced durations)."""
+    fitted = {}
+    for name, value in efficiency.items():
+        op, _, exp = name.rpartition(":2^")
+        fitted[op, int(exp)] = float(value)
+    n = len(ops)
+    eta = np.ones(n)
+    src = [NO_FLOWS] * n
+    for k in range(n):
+        if modelled[k] > 0:
+            eta[k], src[k] = _predict(fitted, ops[k], bucket_exponent(float(nbytes[k])))
+    return Calibration(efficiency=dict(efficiency), in_sample=eta, in_sample_source=src, cross_validated=eta.copy(),
+                       cross_validated_source=list(src), split="fixed")
 
 
 def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,

@@ -35,11 +35,13 @@ from tracekit.replay import dependencies as deps
 from tracekit.replay.calibration import (
     Calibration,
     ReplayErrors,
+    applied,
     calibrate,
     replay_errors,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
+from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
 from tracekit.store import Run
 
@@ -80,6 +82,8 @@ class TopologyResult:
     n_flows: int
     step_error: dict[str, float] = field(default_factory=dict)
     timeline: pa.Table | None = None  # per replayed event: rank, lane, kind, replayed and traced ts/dur
+    tier_bytes: dict[str, dict[str, int]] = field(default_factory=dict)  # tier -> dim -> bytes sent up into it
+    storage_ns: dict[str, int] = field(default_factory=dict)  # north-south transfer tag -> duration
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -213,6 +217,7 @@ class _Prepared:
     has_steps: bool
     dep_counts: dict[str, int] = field(default_factory=dict)
     dep_rule: np.ndarray | None = None
+    replay_dur: np.ndarray | None = None  # replayed durations of timed events (events.replay_dur_ns or traced)
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -221,7 +226,8 @@ def _plain(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([pl.col(c).cast(pl.Utf8) for c in cats]) if cats else df
 
 
-def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -> _Prepared:
+def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
+             placement: Mapping[int, tuple[int, int]] | None = None) -> _Prepared:
     for name in ("events", "collectives") if need_collectives else ("events",):
         if name not in tables:
             raise ReplayError(f"replay needs the {name!r} table")
@@ -248,14 +254,19 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -
             host_of[row["rank"]] = str(row["host"])
         if row["local_device"] is not None:
             local_of[row["rank"]] = int(row["local_device"])
-    placement, hosts, per_host = _placement(all_ranks, host_of, local_of)
+    if placement is not None:
+        placement, hosts, per_host = _given_placement(all_ranks, placement)
+    else:
+        placement, hosts, per_host = _placement(all_ranks, host_of, local_of)
 
     offs = pl.DataFrame({"rank": all_ranks, "_off": [offset[r] for r in all_ranks]},
                         schema={"rank": pl.Int32, "_off": pl.Int64})
     ev = (events.filter(pl.col("kind").is_in(list(TIMED_KINDS)) & pl.col("ts_ns").is_not_null())
           .join(offs, on="rank", how="left")
           .with_columns((pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t"),
-                        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("d")))
+                        pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("d"),
+                        (pl.col("replay_dur_ns") if "replay_dur_ns" in events.columns
+                         else pl.lit(None, pl.Int64)).cast(pl.Int64).alias("replay_d")))
     coll = coll.filter(pl.col("instance").is_not_null())
     coll_ids = coll.select("coll_id", "instance")
     # collectives that carry their own timing but have no event: timeline entries of their own
@@ -267,8 +278,8 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -
                      pl.lit("comm").alias("kind"), pl.col("step"), pl.col("coll_id"),
                      (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t"),
                      pl.col("dur_ns").clip(lower_bound=0).alias("d"),
-                     pl.lit(None, pl.Int64).alias("correlation")))
-    keep = ["rank", "lane", "kind", "step", "coll_id", "t", "d", "correlation"]
+                     pl.lit(None, pl.Int64).alias("correlation"), pl.lit(None, pl.Int64).alias("replay_d")))
+    keep = ["rank", "lane", "kind", "step", "coll_id", "t", "d", "correlation", "replay_d"]
     sync = (events.filter((pl.col("kind") == "sync") & pl.col("ts_ns").is_not_null()
                           & pl.col("sync_lane").is_not_null())
             .join(offs, on="rank", how="left")
@@ -299,6 +310,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -
     kind = np.where(kind_s == "compute", 0, np.where(kind_s == "comm", 1, 2)).astype(np.int64)
     start = ev.get_column("t").to_numpy().astype(np.float64)
     end = start + ev.get_column("d").to_numpy().astype(np.float64)
+    replay_d = ev.get_column("replay_d").fill_null(-1).to_numpy().astype(np.float64)
     step = ev.get_column("step").fill_null(-1).to_numpy().astype(np.int64)
     lane_key = (ev.get_column("rank").cast(pl.Utf8) + "|" + ev.get_column("lane").fill_null("")).to_numpy()
     same = np.zeros(n, bool)
@@ -350,7 +362,8 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True) -
         slack=dependencies.slack, order_by_start=order_by_start,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
         placement=placement, hosts=hosts, gpus_per_host=per_host, rings=_rings(channels),
-        has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule)
+        has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule,
+        replay_dur=np.where(replay_d >= 0, replay_d, end - start))
 
 
 def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -397,6 +410,20 @@ def _placement(all_ranks: list[int], host_of: dict[int, str], local_of: dict[int
         for l_idx, r in enumerate(sorted(hosts[h], key=lambda r: (local_of.get(r, r), r))):
             placement[r] = (h_idx, l_idx)
     return placement, len(order), max(len(v) for v in hosts.values())
+
+
+def _given_placement(all_ranks: list[int], given: Mapping[int, tuple[int, int]]
+                     ) -> tuple[dict[int, tuple[int, int]], int, int]:
+    missing = [r for r in all_ranks if r not in given]
+    if missing:
+        raise ReplayError(f"the placement gives no (host, gpu) for rank(s) {missing[:8]}")
+    placement = {r: (int(given[r][0]), int(given[r][1])) for r in all_ranks}
+    if len(set(placement.values())) < len(placement):
+        raise ReplayError("the placement puts two ranks on the same (host, gpu)")
+    if min(min(v) for v in placement.values()) < 0:
+        raise ReplayError("the placement has a negative host or gpu index")
+    hosts = max(h for h, _ in placement.values()) + 1
+    return placement, hosts, max(g for _, g in placement.values()) + 1
 
 
 def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _Inst:
@@ -490,7 +517,7 @@ def _gpu_map(prep: _Prepared, spec: TopologySpec) -> dict[int, int]:
 class _Net:
     """One topology with the run's flows decomposed and routed (release times set per call)."""
 
-    def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str) -> None:
+    def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str, storage: StorageFlows | None = None) -> None:
         spec = sized(spec, hosts=prep.hosts, gpus=prep.gpus_per_host)
         self.topology: Topology = build(spec)
         gmap = _gpu_map(prep, spec)
@@ -502,6 +529,15 @@ class _Net:
         self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
         self.indptr, self.ids = route(self.topology, self.flows)
         self.n_inst = len(prep.instances)
+        self.n_main = len(self.flows)
+        self.storage = storage if storage is not None and len(storage) else None
+        self.nbytes = self.flows.nbytes  # every flow's bytes: the collectives', then the storage flows'
+        if self.storage is not None:
+            s_ptr, s_ids = route_storage(self.topology, gmap, self.storage)
+            self.indptr = np.concatenate([self.indptr, s_ptr[1:] + self.indptr[-1]])
+            self.ids = np.concatenate([self.ids, s_ids])
+            self.nbytes = np.concatenate([self.flows.nbytes, self.storage.nbytes])
+            self.storage_release = self.storage.release_ns - prep.t0
 
     def run(self, inst_start: np.ndarray, *, n_windows: int = 0, window_ns: float = 1.0,
             merge: float = 0.0):
@@ -509,45 +545,73 @@ class _Net:
         rel = inst_start[flows.key] if len(flows) else np.zeros(0)
         flows = Flows(flows.src, flows.dst, flows.nbytes, np.nan_to_num(rel), flows.lat_mult,
                       flows.channel, flows.mode, flows.key)
+        if self.storage is not None:
+            n = len(self.storage)
+            flows = Flows.concat([flows, Flows.from_lists(np.zeros(n), np.zeros(n), self.storage.nbytes,
+                                                          release=self.storage_release, key=np.full(n, -1))])
         out = simulate(self.topology, self.indptr, self.ids, flows, n_windows=n_windows,
                        window_ns=window_ns, merge=merge)
         dur = np.zeros(self.n_inst)
-        if len(flows):
-            np.maximum.at(dur, flows.key, out.finish - flows.release)
+        if self.n_main:
+            main = slice(0, self.n_main)
+            np.maximum.at(dur, flows.key[main], out.finish[main] - flows.release[main])
         return dur * self.fill, out
+
+    def storage_ns(self, out: Any) -> dict[str, int]:
+        """Per tag of the storage flows, the time from their first release to their last finish."""
+        if self.storage is None:
+            return {}
+        finish = out.finish[self.n_main:]
+        result = {}
+        for t, name in enumerate(self.storage.tags):
+            sel = self.storage.tag == t
+            if sel.any():
+                result[name] = round(float(finish[sel].max() - self.storage_release[sel].min()))
+        return result
 
 
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
            baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
-           merge: float = 0.0) -> ReplayResult:
+           merge: float = 0.0, efficiency: Mapping[str, float] | None = None,
+           placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None
+           ) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
     topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
-    replay error measured."""
+    replay error measured.
+
+    What-ifs that change the run itself (tracekit.whatif) pass `efficiency` (a baseline replay's
+    `ReplayResult.efficiency`), applied as it is instead of a fit on the changed run; `placement`
+    (rank -> (host index, GPU index in the host)) to override the hosts of the `ranks` table; and
+    `storage`, north-south flows (checkpoints, data loading) added on every topology, which must
+    have storage nodes (their durations in `TopologyResult.storage_ns`). An optional
+    `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
+    times still define dependencies and slack."""
     specs = [parse_spec(t) for t in topologies]
     if not specs and baseline is None:
         raise ReplayError("give at least one topology")
     base_spec = parse_spec(baseline) if baseline is not None else specs[0]
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
-    prep = _prepare(tables)
+    prep = _prepare(tables, placement=placement)
     if not prep.instances:
         raise ReplayError("no collective instance has a timed event to replay")
     traced = np.array([i.traced_ns for i in prep.instances])
     traced_start = np.array([i.traced_start for i in prep.instances])
     identity = _identity(prep)
 
-    base_net = _Net(prep, base_spec, algo)
+    base_net = _Net(prep, base_spec, algo, storage)
     window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
     n_windows = 2 * N_WINDOWS + 1
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
-    cal = _calibration(prep, traced, raw)
+    cal = (applied([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), raw, efficiency)
+           if efficiency is not None else _calibration(prep, traced, raw))
     errors = replay_errors([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]),
                            traced, raw, cal)
     no_flow = raw <= 0
 
     results = []
     for name, spec in zip(names, ordered, strict=False):
-        net = base_net if spec is base_spec else _Net(prep, spec, algo)
+        net = base_net if spec is base_spec else _Net(prep, spec, algo, storage)
         first = (raw, raw_out) if net is base_net else None
         results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
                                    n_windows, first))
@@ -666,7 +730,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
             sim, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
         replayed = np.where(no_flow, traced, sim * scale)
         start, end, new_start = _kernels.schedule(
-            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.end - prep.start,
+            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
             prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
         new_start = np.nan_to_num(new_start)
         moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
@@ -683,7 +747,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     out.windows = out.windows[:, :min(n_windows, math.ceil(span / window_ns) + 1)]
 
     topo = net.topology
-    per_res = resource_bytes(topo.cap.size, net.indptr, net.ids, net.flows.nbytes)
+    per_res = resource_bytes(topo.cap.size, net.indptr, net.ids, net.nbytes)
     cable_bytes = to_cables(topo, per_res)
     cable_win = to_cables(topo, out.windows)
     samples, hot = _link_outputs(topo, cable_win, cable_bytes, window_ns, prep.t0, name, horizon)
@@ -701,8 +765,29 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         instances=instances, hot_links=hot, replay_error=None,
         link_samples=samples, topology_nodes=topo.nodes, topology_links=topo.links,
         link_bytes=cable_bytes, n_flows=len(net.flows), timeline=_timeline(prep, start, end),
+        tier_bytes=_tier_bytes(prep, net), storage_ns=net.storage_ns(out),
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
                     "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0})
+
+
+def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:
+    """Per tier and dim, the bytes sent up into the tier (cable direction src -> dst, which is
+    always from the lower tier): each byte is counted once per tier it climbs into. The
+    "nic-leaf" figure is the traffic that leaves hosts; north-south flows are dim "storage"."""
+    topo, flows = net.topology, net.flows
+    tiers = np.array(topo.links.column("tier").to_pylist(), dtype=object)
+    dims = np.array([i.dim or "OTHER" for i in prep.instances] or ["OTHER"], dtype=object)
+    flow_dim = dims[flows.key] if len(flows) else np.zeros(0, dtype=object)
+    flow_dim = np.concatenate([flow_dim, np.full(net.nbytes.size - flow_dim.size, STORAGE_DIM, dtype=object)])
+    out: dict[str, dict[str, int]] = {}
+    for d in sorted(set(flow_dim.tolist())):
+        weights = np.where(flow_dim == d, net.nbytes, 0.0)
+        up = to_cables(topo, resource_bytes(topo.cap.size, net.indptr, net.ids, weights))[0::2]
+        for t in sorted(set(tiers.tolist())):
+            total = float(up[tiers == t].sum())
+            if total > 0:
+                out.setdefault(t, {})[d] = round(total)
+    return out
 
 
 def _timeline(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> pa.Table:

@@ -28,7 +28,8 @@ from tracekit.finding import Finding
 
 KINDS = ("single-switch", "fat-tree", "rail-optimized")
 ROUTINGS = ("ecmp", "spray")
-TIER_NAMES = ("nvlink", "pcie", "nic-leaf", "leaf-spine", "spine-core")
+STORAGE_NETWORKS = ("frontend", "backend")
+TIER_NAMES = ("nvlink", "pcie", "nic-leaf", "leaf-spine", "spine-core", "host-tor", "tor-agg", "storage")
 GBPS_TO_BYTES_PER_NS = 1.0 / 8.0
 
 
@@ -64,6 +65,13 @@ class TopologySpec:
     nvls: bool = False
     routing: str = "ecmp"
     pxn: bool = True
+    frontend_gbps: float = 0.0
+    frontend_nics: int = 1
+    frontend_radix: int = 64
+    frontend_oversub: float = 1.0
+    storage: int = 0
+    storage_gbps: float = 400.0
+    storage_network: str = "frontend"
 
     @property
     def domain(self) -> int:
@@ -199,6 +207,7 @@ def validate(spec: TopologySpec) -> None:
         raise TopologyError("kind", f"{spec.kind!r} is not one of {', '.join(KINDS)}")
     if spec.routing not in ROUTINGS:
         raise TopologyError("routing", f"{spec.routing!r} is not one of {', '.join(ROUTINGS)}")
+    _validate_frontend(spec)
     positive_ints = ("gpus", "nics_per_gpu", "planes", "leaf_radix")
     for name in positive_ints:
         if getattr(spec, name) < 1:
@@ -230,6 +239,28 @@ def validate(spec: TopologySpec) -> None:
     if spec.hosts is not None and spec.nvlink_domain is not None and spec.nvlink_domain > spec.hosts * spec.gpus:
         raise TopologyError("nvlink_domain", f"{spec.nvlink_domain} GPUs is more than the {spec.hosts} hosts x "
                             f"{spec.gpus} GPUs = {spec.hosts * spec.gpus} there are")
+
+
+def _validate_frontend(spec: TopologySpec) -> None:
+    if spec.storage_network not in STORAGE_NETWORKS:
+        raise TopologyError("storage_network", f"{spec.storage_network!r} is not one of {', '.join(STORAGE_NETWORKS)}")
+    if spec.frontend_gbps < 0:
+        raise TopologyError("frontend_gbps", f"must be >= 0 (0: no front-end network), got {spec.frontend_gbps}")
+    if spec.storage < 0:
+        raise TopologyError("storage", f"must be >= 0, got {spec.storage}")
+    if spec.frontend_nics < 1:
+        raise TopologyError("frontend_nics", f"must be >= 1, got {spec.frontend_nics}")
+    if spec.frontend_radix < 2:
+        raise TopologyError("frontend_radix", f"must be >= 2, got {spec.frontend_radix}")
+    if spec.frontend_oversub < 1:
+        raise TopologyError("frontend_oversub", f"must be >= 1 (k for k:1), got {spec.frontend_oversub}")
+    if spec.storage and not spec.storage_gbps > 0:
+        raise TopologyError("storage_gbps", f"must be > 0, got {spec.storage_gbps}")
+    if spec.storage and spec.storage_network == "frontend" and not spec.frontend_gbps:
+        raise TopologyError("frontend_gbps", "storage on the front-end needs a front-end network (frontend_gbps > 0)")
+    if spec.frontend_nics > spec.frontend_radix // 2:
+        raise TopologyError("frontend_radix", f"{spec.frontend_radix // 2} down ports cannot take a host's "
+                            f"{spec.frontend_nics} front-end NICs")
 
 
 def sized(spec: TopologySpec, *, hosts: int, gpus: int | None = None) -> TopologySpec:
@@ -274,22 +305,23 @@ class Topology:
 
 class _Builder:
     def __init__(self) -> None:
-        self.nodes: dict[str, list[Any]] = {"node": [], "kind": [], "host": [], "rank": []}
+        self.nodes: dict[str, list[Any]] = {"node": [], "kind": [], "host": [], "rank": [], "network": []}
         self.links: dict[str, list[Any]] = {k: [] for k in (
-            "link", "src", "dst", "gbps", "latency_ns", "medium", "plane", "tier", "cables")}
+            "link", "src", "dst", "gbps", "latency_ns", "medium", "plane", "tier", "cables", "network")}
 
-    def node(self, name: str, kind: str, host: str | None = None, rank: int | None = None) -> str:
-        for key, value in (("node", name), ("kind", kind), ("host", host), ("rank", rank)):
+    def node(self, name: str, kind: str, host: str | None = None, rank: int | None = None,
+             network: str = "backend") -> str:
+        for key, value in (("node", name), ("kind", kind), ("host", host), ("rank", rank), ("network", network)):
             self.nodes[key].append(value)
         return name
 
     def cable(self, src: str, dst: str, gbps: float, latency: int, medium: str, plane: int,
-              tier: str, cables: int = 1) -> tuple[int, int]:
+              tier: str, cables: int = 1, network: str = "backend") -> tuple[int, int]:
         """Add a full-duplex cable; return its (src->dst, dst->src) resource ids."""
         i = len(self.links["link"])
         for key, value in (("link", f"{src}--{dst}"), ("src", src), ("dst", dst), ("gbps", gbps),
                            ("latency_ns", latency), ("medium", medium), ("plane", plane),
-                           ("tier", tier), ("cables", cables)):
+                           ("tier", tier), ("cables", cables), ("network", network)):
             self.links[key].append(value)
         return 2 * i, 2 * i + 1
 
@@ -424,6 +456,9 @@ def build(spec: TopologySpec) -> Topology:
                 pod_up_agg[pod] = agg([int(x) for x in spine_core_up[pod].ravel()])
                 pod_down_agg[pod] = agg([int(x) for x in core_spine_down[pod].ravel()])
 
+    storage_route = _storage(b, spec, leaf_names=leaf_names, spine_names=spine_names if use_spines else {},
+                             pods_per_plane=pods_per_plane, n_sp=n_sp)
+
     n_cable_res = 2 * len(b.links["link"])
     gbps = np.asarray(b.links["gbps"], np.float64)
     lat = np.asarray(b.links["latency_ns"], np.float64)
@@ -455,7 +490,7 @@ def build(spec: TopologySpec) -> Topology:
         "kind": pa.array(b.nodes["kind"], pa.string()),
         "host": pa.array(b.nodes["host"], pa.string()),
         "rank": pa.array(b.nodes["rank"], pa.int32()),
-        "network": pa.array(["backend"] * len(b.nodes["node"]), pa.string()),
+        "network": pa.array(b.nodes["network"], pa.string()),
     })
     links = schema.conform("topology_links", {
         "link": pa.array(b.links["link"], pa.string()),
@@ -467,7 +502,7 @@ def build(spec: TopologySpec) -> Topology:
         "plane": pa.array(b.links["plane"], pa.int32()),
         "tier": pa.array(b.links["tier"], pa.string()),
         "cables": pa.array(b.links["cables"], pa.int32()),
-        "network": pa.array(["backend"] * len(b.links["link"]), pa.string()),
+        "network": pa.array(b.links["network"], pa.string()),
     })
     route = {
         "n_gpus": n_gpus, "gpus_per_host": g_per_host, "nics_per_gpu": k, "planes": planes,
@@ -480,11 +515,73 @@ def build(spec: TopologySpec) -> Topology:
         "spray": spec.routing == "spray", "pxn": spec.pxn and spec.kind == "rail-optimized",
         "n_leaves": n_leaves, "n_spines": n_sp * n_pods if use_spines else 0, "n_core": n_core,
         "use_spines": use_spines, "leaf_up_gbps": leaf_up_gbps, "down_ports": down_ports,
-        "leaf_groups": leaf_groups,
+        "leaf_groups": leaf_groups, **storage_route,
     }
     return Topology(spec=spec, nodes=nodes, links=links, cap=cap, res_latency=res_lat,
                     res_cable_ptr=np.asarray(ptr, np.int64), res_cable_ids=np.asarray(ids, np.int64),
                     res_cable_frac=np.asarray(frac, np.float64), route=route)
+
+
+def _storage(b: _Builder, spec: TopologySpec, *, leaf_names: list[str], spine_names: dict[tuple[int, int], str],
+             pods_per_plane: int, n_sp: int) -> dict[str, Any]:
+    """The front-end network (a front-end NIC per host to ToR switches under one aggregation switch)
+    and the storage nodes, on the front-end or on the back-end fabric (a storage leaf wired to every
+    spine of plane 0, or to the only leaf when there are no spines). Routing arrays for both."""
+    hosts = spec.hosts or 0
+    out: dict[str, Any] = {"fe_up": np.zeros((0, 0), np.int64), "fe_down": np.zeros((0, 0), np.int64),
+                           "fe_tor": np.zeros(0, np.int64), "tor_up": np.zeros(0, np.int64),
+                           "tor_down": np.zeros(0, np.int64), "storage_in": np.zeros(0, np.int64),
+                           "storage_out": np.zeros(0, np.int64), "spine_to_store": np.zeros(0, np.int64),
+                           "store_to_spine": np.zeros(0, np.int64), "storage_on": spec.storage_network,
+                           "n_storage": spec.storage, "has_frontend": spec.frontend_gbps > 0}
+    if spec.frontend_gbps > 0:
+        nics = spec.frontend_nics
+        per_tor = max(1, (spec.frontend_radix // 2) // nics)
+        n_tor = math.ceil(hosts / per_tor)
+        tors = [b.node(f"fe/tor{t}", "leaf", network="frontend") for t in range(n_tor)]
+        fe_up = np.empty((hosts, nics), np.int64)
+        fe_down = np.empty((hosts, nics), np.int64)
+        for h in range(hosts):
+            for j in range(nics):
+                nic = b.node(f"h{h}/fe-nic{j}", "nic", host=f"h{h}", network="frontend")
+                fe_up[h, j], fe_down[h, j] = b.cable(nic, tors[h // per_tor], spec.frontend_gbps, spec.latency_ns,
+                                                     "eth", -1, "host-tor", network="frontend")
+        agg = b.node("fe/agg", "spine", network="frontend")
+        tor_up = np.empty(n_tor, np.int64)
+        tor_down = np.empty(n_tor, np.int64)
+        for t in range(n_tor):
+            ports = min(per_tor, hosts - t * per_tor) * nics
+            up_ports = max(1, math.ceil(ports / spec.frontend_oversub))
+            tor_up[t], tor_down[t] = b.cable(tors[t], agg, ports * spec.frontend_gbps / spec.frontend_oversub,
+                                             spec.latency_ns, "eth", -1, "tor-agg", up_ports, network="frontend")
+        out.update(fe_up=fe_up, fe_down=fe_down, fe_tor=np.arange(hosts, dtype=np.int64) // per_tor,
+                   tor_up=tor_up, tor_down=tor_down)
+        if spec.storage and spec.storage_network == "frontend":
+            attach = agg
+    if spec.storage and spec.storage_network == "backend":
+        if spine_names:
+            attach = b.node("p0/storage-leaf", "leaf")
+            spines = [spine_names[pod, s] for pod in range(pods_per_plane) for s in range(n_sp)]
+            to_spine = np.empty(len(spines), np.int64)
+            from_spine = np.empty(len(spines), np.int64)
+            gbps = spec.storage * spec.storage_gbps / len(spines)
+            for i, sp in enumerate(spines):
+                to_spine[i], from_spine[i] = b.cable(attach, sp, gbps, spec.latency_ns, "ib", 0, "leaf-spine",
+                                                     max(1, math.ceil(spec.storage / len(spines))))
+            out.update(spine_to_store=from_spine, store_to_spine=to_spine)
+        else:
+            attach = leaf_names[0]
+    if spec.storage:
+        network = spec.storage_network
+        medium = "eth" if network == "frontend" else "ib"
+        storage_out = np.empty(spec.storage, np.int64)
+        storage_in = np.empty(spec.storage, np.int64)
+        for i in range(spec.storage):
+            node = b.node(f"storage{i}", "storage", network=network)
+            storage_out[i], storage_in[i] = b.cable(node, attach, spec.storage_gbps, spec.latency_ns, medium, -1,
+                                                    "storage", network=network)
+        out.update(storage_out=storage_out, storage_in=storage_in)
+    return out
 
 
 def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
@@ -498,9 +595,12 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
     tiers = links.column("tier").to_pylist()
     gbps = links.column("gbps").to_numpy()
     cables = links.column("cables").to_numpy()
-    per_tier: dict[str, dict[str, float]] = {}
-    for tier, g, c in zip(tiers, gbps, cables, strict=False):
-        entry = per_tier.setdefault(tier, {"links": 0, "cables": 0, "gbps": 0.0})
+    media = links.column("medium").to_pylist()
+    networks = links.column("network").to_pylist()
+    per_tier: dict[str, dict[str, Any]] = {}
+    for tier, g, c, medium, network in zip(tiers, gbps, cables, media, networks, strict=False):
+        entry = per_tier.setdefault(tier, {"links": 0, "cables": 0, "gbps": 0.0, "medium": medium,
+                                           "network": network})
         entry["links"] += 1
         entry["cables"] += int(c)
         entry["gbps"] += float(g)
@@ -527,6 +627,10 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
         "pxn": bool(r["pxn"]),
         "sharp": spec.sharp,
         "nvls": spec.nvls,
+        "frontend": ({"gbps_per_nic": spec.frontend_gbps, "nics_per_host": spec.frontend_nics,
+                      "oversub": spec.frontend_oversub} if spec.frontend_gbps else None),
+        "storage": ({"nodes": spec.storage, "network": spec.storage_network, "gbps": spec.storage_gbps}
+                    if spec.storage else None),
     }
 
 
@@ -559,9 +663,16 @@ def format_description(info: dict[str, Any]) -> str:
     ]
     for tier, entry in info["links_per_tier"].items():
         lines.append(f"  {tier:<11} {entry['links']:>6} links {entry['cables']:>7} cables "
-                     f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction")
+                     f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction  {entry['medium']}, {entry['network']}")
     lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s")
     lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
+    if info.get("frontend"):
+        fe = info["frontend"]
+        lines.append(f"front-end     {fe['nics_per_host']} x {fe['gbps_per_nic']:g} Gb/s Ethernet per host, "
+                     f"ToR uplinks {fe['oversub']:g}:1")
+    if info.get("storage"):
+        st = info["storage"]
+        lines.append(f"storage       {st['nodes']} node(s) of {st['gbps']:g} Gb/s on the {st['network']}")
     return "\n".join(lines)
 
 
