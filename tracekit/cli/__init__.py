@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "report": "tracekit.cli.report:report",
     "topology": "tracekit.cli.topology:topology",
     "synth": "tracekit.cli.synth:synth",
+    "whatif": "tracekit.cli.whatif:whatif",
 }
 
 

@@ -1,0 +1,33 @@
+"""What-if studio: change the run (EP expert placement, rank placement, north-south traffic),
+replay it, and compare with the baseline replay on the same topology (model vs model).
+
+`whatif(run, ["eplb:redundant=8", "placement:pp-adjacent"], topology=...)` returns a
+`WhatIfResult`; each scenario also has its own function (`eplb`, `placement`, `storage_traffic`)
+taking a `Baseline` from `make_baseline`. See docs/whatif.md.
+"""
+
+from __future__ import annotations
+
+from tracekit.whatif.core import (
+    Baseline,
+    Change,
+    Placement,
+    RankLoad,
+    ScenarioResult,
+    Slowdown,
+    WhatIfError,
+    WhatIfResult,
+    make_baseline,
+    traced_placement,
+)
+from tracekit.whatif.eplb import EplbError, ExpertPlan, rebalance_experts
+from tracekit.whatif.experts import ExpertLoads, eplb, read_expert_loads, read_expert_map
+from tracekit.whatif.placement import named_placement, placement, read_placement
+from tracekit.whatif.scenarios import Scenario, parse_scenario, run_scenario, whatif
+
+__all__ = [
+    "Baseline", "Change", "EplbError", "ExpertLoads", "ExpertPlan", "Placement", "RankLoad", "Scenario",
+    "ScenarioResult", "Slowdown", "WhatIfError", "WhatIfResult", "eplb", "make_baseline", "named_placement",
+    "parse_scenario", "placement", "read_expert_loads", "read_expert_map", "read_placement",
+    "rebalance_experts", "run_scenario", "traced_placement", "whatif",
+]

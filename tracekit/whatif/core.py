@@ -1,0 +1,335 @@
+"""What-if scenarios: a transformation of the run's tables, replayed and compared with the
+baseline replay on the same topology.
+
+Both sides of every comparison are replays (model vs model): the scenario's step time is set
+against the baseline replay's, never against the trace, so the model's own error cancels to first
+order. The scenario replay reuses the baseline's calibration (the per-(op, size) efficiency fitted
+on the unchanged run), so the change is not fitted away.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit import schema
+from tracekit.errors import TracekitError
+from tracekit.finding import Finding
+from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
+from tracekit.replay.calibration import ReplayErrors
+from tracekit.store import Run
+
+DEFAULT_TOPOLOGY = "rail-optimized"
+COMPARISON = ("each scenario is replayed and compared with the baseline replay of the unchanged run on "
+              "the same topology (model vs model, with the baseline's calibration); neither side is "
+              "the traced timeline")
+UNKNOWN_HOSTS_PER = 8
+
+
+class WhatIfError(TracekitError):
+    """A scenario cannot be parsed or applied; the message names the field or the problem."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure before (baseline) and after (scenario)."""
+
+    before: float
+    after: float
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before if self.before else math.nan
+
+    def to_json(self) -> dict[str, float]:
+        return {"before": self.before, "after": self.after}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each rank runs: `slots[rank] = (host index, GPU index in the host)`; `hosts` names the
+    host indices (the traced names where known)."""
+
+    slots: Mapping[int, tuple[int, int]]
+    hosts: tuple[str, ...]
+
+    @property
+    def gpus_per_host(self) -> int:
+        return max(g for _, g in self.slots.values()) + 1
+
+    def host_of(self, rank: int) -> int:
+        return self.slots[rank][0]
+
+    def ranks_on(self, host: int) -> list[int]:
+        return sorted((r for r, (h, _) in self.slots.items() if h == host), key=lambda r: self.slots[r][1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hosts": list(self.hosts),
+                "ranks": {str(r): [self.hosts[h], g] for r, (h, g) in sorted(self.slots.items())}}
+
+
+@dataclass(frozen=True)
+class RankLoad:
+    """Bytes each rank of one EP group received over the run's EP all-to-alls, before and after."""
+
+    group: str
+    ranks: tuple[int, ...]
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+
+    @property
+    def imbalance(self) -> Change:
+        return Change(_max_over_mean(self.before), _max_over_mean(self.after))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "ranks": list(self.ranks), "before": list(self.before),
+                "after": list(self.after)}
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A collective instance that the scenario made slower (scenario minus baseline replay)."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    baseline_ns: int
+    scenario_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "seq": self.seq, "op": self.op, "dim": self.dim,
+                "baseline_ns": self.baseline_ns, "scenario_ns": self.scenario_ns}
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario against the baseline replay. Fields that do not apply are None."""
+
+    scenario: str
+    kind: str
+    step_ns: dict[str, int]
+    baseline_step_ns: dict[str, int]
+    exposed_ns: dict[str, int]
+    baseline_exposed_ns: dict[str, int]
+    inter_host_before: dict[str, int] = field(default_factory=dict)
+    inter_host_after: dict[str, int] = field(default_factory=dict)
+    ep_imbalance: Change | None = None
+    ep_load: list[RankLoad] | None = None
+    a2a_ns: Change | None = None
+    checkpoint_ns: int | None = None
+    slowed: list[Slowdown] | None = None
+    placement_before: Placement | None = None
+    placement_after: Placement | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_change(self) -> Change:
+        return Change(_mean(self.baseline_step_ns), _mean(self.step_ns))
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "scenario": self.scenario,
+            "step_ns": dict(self.step_ns),
+            "baseline_step_ns": dict(self.baseline_step_ns),
+            "exposed_ns": dict(self.exposed_ns),
+            "baseline_exposed_ns": dict(self.baseline_exposed_ns),
+            "ep_imbalance": self.ep_imbalance.to_json() if self.ep_imbalance else None,
+            "inter_host_bytes": {"before": dict(self.inter_host_before), "after": dict(self.inter_host_after)},
+            "checkpoint_ns": self.checkpoint_ns,
+            "kind": self.kind,
+            "a2a_ns": self.a2a_ns.to_json() if self.a2a_ns else None,
+            "ep_load": [x.to_json() for x in self.ep_load] if self.ep_load is not None else None,
+            "slowed": [x.to_json() for x in self.slowed] if self.slowed is not None else None,
+            "placement": ({"before": self.placement_before.to_json(), "after": self.placement_after.to_json()}
+                          if self.placement_before and self.placement_after else None),
+            "details": self.details or None,
+            "notes": list(self.notes),
+        }
+        return doc
+
+
+@dataclass
+class WhatIfResult:
+    """Every scenario of one `whatif` call against the same baseline replay."""
+
+    topology: str
+    baseline_step_ns: dict[str, int]
+    baseline_exposed_ns: dict[str, int]
+    replay_error: ReplayErrors | None
+    scenarios: list[ScenarioResult]
+    cautions: list[Finding] = field(default_factory=list)
+    comparison: str = COMPARISON
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topology": self.topology, "comparison": self.comparison,
+                "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
+                "cautions": [f.to_json() for f in self.cautions],
+                "scenarios": [s.to_json() for s in self.scenarios]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
+
+@dataclass
+class Baseline:
+    """The unchanged run replayed on one topology: what every scenario is compared with."""
+
+    tables: dict[str, pa.Table]
+    topology: str
+    placement: Placement
+    replay: ReplayResult
+    options: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def result(self) -> TopologyResult:
+        return self.replay.results[0]
+
+    def replay_with(self, *, tables: Mapping[str, pa.Table] | None = None, placement: Placement | None = None,
+                    topology: TopologySpec | None = None, **extra: Any) -> TopologyResult:
+        """Replay a changed run (tables, placement, or the topology with storage added) with the
+        baseline's calibration."""
+        out = replay(dict(tables or self.tables), [topology or self.topology], efficiency=self.replay.efficiency,
+                     placement=dict((placement or self.placement).slots), **self.options, **extra)
+        return out.results[0]
+
+    def compare(self, scenario: str, kind: str, after: TopologyResult, *,
+                placement: Placement | None = None) -> ScenarioResult:
+        """The fields every scenario reports, scenario replay against baseline replay."""
+        base = self.result
+        before, after_bytes = inter_host_bytes(base), inter_host_bytes(after)
+        dims = sorted(set(before) | set(after_bytes))
+        return ScenarioResult(
+            scenario=scenario, kind=kind, step_ns=dict(after.step_ns), baseline_step_ns=dict(base.step_ns),
+            exposed_ns=dict(after.exposed_ns), baseline_exposed_ns=dict(base.exposed_ns),
+            inter_host_before={d: before.get(d, 0) for d in dims},
+            inter_host_after={d: after_bytes.get(d, 0) for d in dims},
+            placement_before=self.placement if placement is not None else None,
+            placement_after=placement, notes=list(self.notes))
+
+
+def load_tables(source: Run | str | os.PathLike[str] | Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+    """A run directory prepared (matched, aligned, classified), or prepared tables as they are."""
+    from tracekit.analysis import prepare
+
+    if isinstance(source, Mapping):
+        return dict(source)
+    run = source if isinstance(source, Run) else Run(source)
+    tables = dict(prepare(run, write=False))
+    for name in ("channels", "link_samples"):
+        if name not in tables and run.has(name):
+            tables[name] = run.table(name)
+    return tables
+
+
+def make_baseline(source: Run | str | os.PathLike[str] | Mapping[str, pa.Table], topology: str = DEFAULT_TOPOLOGY,
+                  **options: Any) -> Baseline:
+    """Replay the unchanged run on `topology` (`options` go to `tracekit.replay.replay`)."""
+    tables = load_tables(source)
+    placement, notes = traced_placement(tables)
+    result = replay(tables, [topology], placement=dict(placement.slots), **options)
+    return Baseline(tables=tables, topology=topology, placement=placement, replay=result,
+                    options=dict(options), notes=notes)
+
+
+def traced_placement(tables: Mapping[str, pa.Table]) -> tuple[Placement, list[str]]:
+    """Hosts and GPUs as traced (`ranks.host`, `ranks.local_device`): hosts numbered by their lowest
+    rank, GPUs by local device. Without host names, ranks are packed 8 per host in rank order."""
+    ranks = pl.from_arrow(schema.conform("ranks", tables.get("ranks")))
+    coll = tables["collectives"]
+    all_ranks = sorted(set(ranks.get_column("rank").to_list())
+                       | set(pc.unique(coll.column("rank")).to_pylist() if coll.num_rows else []))
+    host_of = {int(r): str(h) for r, h in zip(ranks.get_column("rank").to_list(),
+                                              ranks.get_column("host").cast(pl.Utf8).to_list(), strict=True)
+               if h is not None}
+    local_of = {int(r): int(d) for r, d in zip(ranks.get_column("rank").to_list(),
+                                               ranks.get_column("local_device").to_list(), strict=True)
+                if d is not None}
+    if not host_of:
+        per = min(UNKNOWN_HOSTS_PER, len(all_ranks))
+        slots = {r: divmod(i, per) for i, r in enumerate(all_ranks)}
+        names = tuple(f"host{h}" for h in range(max(h for h, _ in slots.values()) + 1))
+        return Placement(slots, names), [f"hosts unknown: ranks packed {per} per host in rank order"]
+    members: dict[str, list[int]] = {}
+    for r in all_ranks:
+        members.setdefault(host_of.get(r, f"?{r}"), []).append(r)
+    order = sorted(members, key=lambda h: min(members[h]))
+    slots = {}
+    for h_idx, h in enumerate(order):
+        for g_idx, r in enumerate(sorted(members[h], key=lambda r: (local_of.get(r, r), r))):
+            slots[r] = (h_idx, g_idx)
+    return Placement(slots, tuple(order)), []
+
+
+def inter_host_bytes(result: TopologyResult) -> dict[str, int]:
+    """Bytes per dim that left hosts through their NICs in a replay."""
+    return dict(sorted(result.tier_bytes.get("nic-leaf", {}).items()))
+
+
+def instance_times(result: TopologyResult, *, op: str | None = None, dim: str | None = None
+                   ) -> dict[tuple[str, int], dict[str, Any]]:
+    """Replayed instances by (group, seq), optionally only one op and dim."""
+    return {(i["group"], i["seq"]): i for i in result.instances
+            if (op is None or i["op"] == op) and (dim is None or i["dim"] == dim)}
+
+
+def parse_params(kind: str, text: str, known: Sequence[str]) -> dict[str, str]:
+    """`key=value,key=value` into a dict, rejecting unknown keys (the message names them)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise WhatIfError(f"{kind}: expected key=value, got {item!r}")
+        if key not in known:
+            raise WhatIfError(f"{kind}: unknown field {key!r}; known: {', '.join(known)}")
+        out[key] = value.strip()
+    return out
+
+
+def as_int(kind: str, key: str, value: str, *, minimum: int = 0) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise WhatIfError(f"{kind}: field {key!r} expects an integer, got {value!r}") from None
+    if number < minimum:
+        raise WhatIfError(f"{kind}: field {key!r} must be >= {minimum}, got {number}")
+    return number
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}
+
+
+def as_bytes(kind: str, key: str, value: str) -> int:
+    """`2GB`, `512MiB`, `1e9` -> bytes."""
+    text = value.strip().lower().replace("_", "")
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(digits):]
+    try:
+        number = float(digits)
+    except ValueError:
+        number = math.nan
+    if unit not in _UNITS or not math.isfinite(number) or number < 0:
+        raise WhatIfError(f"{kind}: field {key!r} expects bytes (e.g. 2GB, 512MiB), got {value!r}")
+    return int(number * _UNITS[unit])
+
+
+def _max_over_mean(values: Sequence[float]) -> float:
+    total = float(sum(values))
+    return max(values) / (total / len(values)) if values and total > 0 else 1.0
+
+
+def _mean(values: Mapping[str, int]) -> float:
+    return sum(values.values()) / len(values) if values else 0.0
+

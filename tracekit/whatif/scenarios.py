@@ -1,0 +1,101 @@
+"""Scenario strings (`eplb:redundant=8`, `placement:pp-adjacent`, `checkpoint:...`) and the front door
+`whatif()`, which replays the baseline once and every scenario against it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from tracekit.store import Run
+from tracekit.whatif.core import (
+    DEFAULT_TOPOLOGY,
+    Baseline,
+    ScenarioResult,
+    WhatIfError,
+    WhatIfResult,
+    as_int,
+    make_baseline,
+    parse_params,
+)
+
+KINDS = ("eplb", "placement", "checkpoint", "dataload")
+EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed scenario: its kind, its text as given, and its fields."""
+
+    kind: str
+    text: str
+    params: dict[str, str] = field(default_factory=dict)
+    target: str | None = None  # placement: the named placement or file
+
+
+def parse_scenario(text: str) -> Scenario:
+    """`KIND:fields`; the message of a bad scenario names the field."""
+    raw = text.strip()
+    kind, _, rest = raw.partition(":")
+    kind = kind.strip()
+    if kind not in KINDS:
+        raise WhatIfError(f"unknown scenario {raw!r}; scenarios are {', '.join(k + ':...' for k in KINDS)}")
+    if kind == "eplb":
+        params = parse_params(kind, rest, EPLB_FIELDS)
+        if "redundant" not in params:
+            raise WhatIfError("eplb: field 'redundant' is required (extra expert slots per EP group)")
+        for key in ("redundant", "groups", "nodes", "experts"):
+            if key in params:
+                as_int(kind, key, params[key], minimum=0 if key == "redundant" else 1)
+        return Scenario(kind, raw, params)
+    if kind == "placement":
+        target, _, options = rest.partition(",") if rest.startswith("auto") else (rest, "", "")
+        target = target.strip()
+        if not target:
+            raise WhatIfError("placement: give a file or one of pp-adjacent, pp-spread, ep-in-node, auto")
+        params = parse_params(kind, options, ("replays",))
+        if "replays" in params:
+            as_int(kind, "replays", params["replays"], minimum=1)
+        return Scenario(kind, raw, params, target=target)
+    from tracekit.whatif.storage import parse_storage_params
+
+    return Scenario(kind, raw, parse_storage_params(kind, rest))
+
+
+def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any = None) -> ScenarioResult:
+    """Apply one scenario to the baseline's run, replay it, and compare."""
+    sc = parse_scenario(scenario) if isinstance(scenario, str) else scenario
+    p = sc.params
+    if sc.kind == "eplb":
+        from tracekit.whatif.experts import eplb
+
+        return eplb(base, redundant=int(p["redundant"]), groups=int(p.get("groups", 1)),
+                    nodes=int(p["nodes"]) if "nodes" in p else None, experts_per_rank=int(p.get("experts", 1)),
+                    loads=expert_loads, compute=p.get("compute"), scenario=sc.text)
+    if sc.kind == "placement":
+        from tracekit.whatif.placement import AUTO_REPLAYS, placement
+
+        return placement(base, sc.target or "", max_replays=int(p.get("replays", AUTO_REPLAYS)), scenario=sc.text)
+    from tracekit.whatif.storage import storage_traffic
+
+    return storage_traffic(base, sc)
+
+
+def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios: Sequence[Scenario | str], *,
+           topology: str = DEFAULT_TOPOLOGY, expert_loads: Any = None, **replay_options: Any) -> WhatIfResult:
+    """Replay the run on `topology` (the baseline), then each scenario against it.
+
+    `source` is a run directory or prepared tables; `expert_loads` (`ExpertLoads`) feeds EPLB with
+    per-expert token counts; `replay_options` go to `tracekit.replay.replay`.
+    """
+    parsed = [parse_scenario(s) if isinstance(s, str) else s for s in scenarios]
+    if not parsed:
+        raise WhatIfError("give at least one scenario")
+    base = make_baseline(source, topology, **replay_options)
+    results = [run_scenario(base, s, expert_loads=expert_loads) for s in parsed]
+    return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
+                        baseline_exposed_ns=dict(base.result.exposed_ns),
+                        replay_error=base.replay.errors, scenarios=results, cautions=list(base.replay.findings))
