@@ -835,3 +835,90 @@ def hang_data(hang: Mapping[str, Mapping[Any, Any]] | None) -> dict[str, Any] | 
     if not groups:
         return None
     return {"groups": groups, "max_lag": max(max(g["lag"]) for g in groups)}
+
+
+# ---------------------------------------------------------------------------------------------
+# What-if
+
+STORAGE_COLOR = "#7F7F7F"
+MAX_EP_RANKS = 256
+AXIS_CHARS = 34  # scenario names on an axis; hover shows them whole
+
+
+def whatif_data(result: Any) -> dict[str, Any] | None:
+    """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
+    baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
+    grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
+    is a field of the result, only averaged over steps and converted to ms and GB."""
+    if result is None or not result.scenarios:
+        return None
+    names = ["baseline"]
+    for s in result.scenarios:
+        label, i = str(s.scenario)[:MAX_NAME_CHARS], 2
+        while label in names:
+            label, i = f"{str(s.scenario)[:MAX_NAME_CHARS]} #{i}", i + 1
+        names.append(label)
+    scen = dict(zip(names[1:], result.scenarios, strict=True))
+
+    def mean_ms(values: Mapping[str, int]) -> float:
+        return float(np.mean(list(values.values()))) / 1e6 if values else float("nan")
+
+    step_ms = [mean_ms(result.baseline_step_ns)] + [mean_ms(s.step_ns) for s in result.scenarios]
+    exposed = {"baseline": {norm_dim(k): v / 1e6 for k, v in result.baseline_exposed_ns.items()}}
+    traffic = {"baseline": {k: v / 1e9 for k, v in result.scenarios[0].inter_host_before.items()}}
+    for name, s in scen.items():
+        exposed[name] = {norm_dim(k): v / 1e6 for k, v in s.exposed_ns.items()}
+        traffic[name] = {k: v / 1e9 for k, v in s.inter_host_after.items()}
+    dims = [d for d in DIM_ORDER if any(d in e for e in exposed.values())]
+    traffic_dims = [d for d in (*DIM_ORDER, *sorted({k for t in traffic.values() for k in t}))
+                    if any(t.get(d, 0) > 0 for t in traffic.values())]
+    traffic_dims = list(dict.fromkeys(traffic_dims))
+    ep, grids, storage = [], [], []
+    for name, s in scen.items():
+        if s.ep_load:
+            ranks, before, after, cut = [], [], [], False
+            for load in s.ep_load:
+                for r, b, a in zip(load.ranks, load.before, load.after, strict=True):
+                    if len(ranks) >= MAX_EP_RANKS:
+                        cut = True
+                        break
+                    ranks.append(int(r))
+                    before.append(b / 1e9)
+                    after.append(a / 1e9)
+            ep.append({"scenario": name, "ranks": ranks, "before_gb": before, "after_gb": after,
+                       "imbalance": (s.ep_imbalance.before, s.ep_imbalance.after) if s.ep_imbalance else None,
+                       "a2a_ms": (s.a2a_ns.before / 1e6, s.a2a_ns.after / 1e6) if s.a2a_ns else None,
+                       "truncated": cut})
+        if s.placement_before is not None and s.placement_after is not None:
+            grids.append({"scenario": name, "before": _grid(s.placement_before), "after": _grid(s.placement_after),
+                          "moved": sorted(r for r in s.placement_after.slots
+                                          if s.placement_after.slots[r] != s.placement_before.slots.get(r))})
+        if s.slowed is not None:
+            worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
+            transfers = (s.details or {}).get("transfer_ns") or {}
+            ckpt = None if s.checkpoint_ns is None else s.checkpoint_ns / 1e6
+            storage.append({"scenario": name, "checkpoint_ms": ckpt,
+                            "transfer_ms": {str(k): v / 1e6 for k, v in transfers.items()},
+                            "network": (s.details or {}).get("network"), "slowed": len(s.slowed),
+                            "worst": None if worst is None else {
+                                "op": worst.op, "dim": worst.dim, "group": str(worst.group)[:MAX_NAME_CHARS],
+                                "seq": worst.seq, "baseline_ms": worst.baseline_ns / 1e6,
+                                "scenario_ms": worst.scenario_ns / 1e6},
+                            "other_traffic": list((s.details or {}).get("other_traffic") or [])})
+    labels = ["baseline"] + [f"{i}. {n[:AXIS_CHARS]}{'…' if len(n) > AXIS_CHARS else ''}"
+                             for i, n in enumerate(names[1:], 1)]
+    return {"topology": str(result.topology), "comparison": str(result.comparison),
+            "replay_error": ({"median": result.replay_error.median, "p90": result.replay_error.p90}
+                             if result.replay_error is not None else {}),
+            "cautions": [str(f.text) for f in result.cautions if f.severity == "warning"],
+            "names": names, "labels": labels, "step_ms": step_ms,
+            "exposed_ms": exposed, "dims": dims, "traffic_gb": traffic, "traffic_dims": traffic_dims,
+            "ep": ep, "grids": grids, "storage": storage,
+            "notes": {name: [str(n) for n in s.notes] for name, s in scen.items()}}
+
+
+def _grid(placement: Any) -> dict[str, Any]:
+    """A placement as cells: host row, GPU column, rank."""
+    cells = sorted((h, g, r) for r, (h, g) in placement.slots.items())
+    return {"hosts": [str(h)[:MAX_NAME_CHARS] for h in placement.hosts], "gpus": placement.gpus_per_host,
+            "host": [c[0] for c in cells], "gpu": [c[1] for c in cells], "rank": [c[2] for c in cells]}

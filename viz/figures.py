@@ -361,3 +361,150 @@ def hang_div(hd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
         parts.append(f"<h3>group {_esc(g['group'])}</h3><p>{_esc(msg)}</p><div>{''.join(cells)}</div>")
     return html_div("".join(parts), width=width)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# What-if
+
+
+def _hsize(names: Sequence[str]) -> int:
+    return 90 + 34 * len(names)
+
+
+def _bars(title: str, labels: Sequence[str], names: Sequence[str], values: Sequence[float], unit: str, *,
+          width: int) -> Any:
+    """Horizontal bars, the baseline (first, gray) on top, each labelled with its change."""
+    base = values[0] if values and values[0] == values[0] else None
+    delta = ["" if i == 0 or not base else f"{100 * (v / base - 1):+.1f}%" for i, v in enumerate(values)]
+    p = figure(width=width, height=_hsize(labels), y_range=FactorRange(*reversed(labels)), title=title,
+               x_axis_label=unit, tools="save", toolbar_location="right")
+    style(p)
+    p.ygrid.grid_line_color = None
+    src = ColumnDataSource({"label_": list(labels), "name": list(names), "v": list(values), "delta": delta,
+                            "color": ["#9A9A9A"] + ["#0072B2"] * (len(names) - 1),
+                            "label": [f" {v:.2f} {unit} {d}".rstrip() for v, d in zip(values, delta, strict=True)]})
+    p.hbar(y="label_", right="v", height=0.7, source=src, fill_color="color", line_color=None)
+    p.text(x="v", y="label_", text="label", source=src, text_align="left", text_baseline="middle",
+           text_font_size="9pt")
+    p.add_tools(HoverTool(tooltips=[("scenario", "@name"), ("value", f"@v{{0,0.000}} {unit}"),
+                                    ("vs baseline", "@delta")]))
+    p.x_range.start = 0
+    p.x_range.range_padding = 0.45
+    return p
+
+
+def _stacked(title: str, labels: Sequence[str], names: Sequence[str], per_name: Mapping[str, Mapping[str, float]],
+             keys: Sequence[str], unit: str, *, width: int) -> Any:
+    """Horizontal bars stacked by dim, the baseline on top."""
+    p = figure(width=width, height=_hsize(labels), y_range=FactorRange(*reversed(labels)), title=title,
+               x_axis_label=unit, tools="save", toolbar_location="right")
+    style(p)
+    p.ygrid.grid_line_color = None
+    data: dict[str, Any] = {"label_": list(labels), "name": list(names)}
+    for k in keys:
+        data[k] = [float(per_name.get(n, {}).get(k, 0.0)) for n in names]
+    colors = [D.DIM_COLORS.get(k, D.STORAGE_COLOR) for k in keys]
+    rs = p.hbar_stack(list(keys), y="label_", height=0.7, color=colors, source=ColumnDataSource(data), line_color=None)
+    p.add_layout(Legend(items=[LegendItem(label=D.DIM_LABELS.get(k, k), renderers=[r]) for k, r in zip(keys, rs,
+                                                                                                   strict=True)],
+                        label_text_font_size="8pt", border_line_color=None), "right")
+    p.add_tools(HoverTool(tooltips=[("scenario", "@name"), *((k, f"@{{{k}}}{{0,0.000}} {unit}") for k in keys)]))
+    p.x_range.start = 0
+    return p
+
+
+def _ep_load(ep: Mapping[str, Any], *, width: int) -> Any:
+    """Bytes each rank received, before (gray) and after (green) side by side."""
+    from bokeh.transform import dodge
+
+    ranks = [f"r{r}" for r in ep["ranks"]]
+    p = figure(width=width, height=320, x_range=FactorRange(*ranks), tools="save", toolbar_location="right",
+               title="EP load per rank", y_axis_label="GB received over the run")
+    style(p)
+    p.xgrid.grid_line_color = None
+    p.xaxis.major_label_orientation = 1.2 if len(ranks) > 32 else 0
+    src = ColumnDataSource({"rank": ranks, "before": list(ep["before_gb"]), "after": list(ep["after_gb"])})
+    p.vbar(x=dodge("rank", -0.18, range=p.x_range), top="before", width=0.34, source=src, fill_color="#9A9A9A",
+           line_color=None, legend_label="before")
+    p.vbar(x=dodge("rank", 0.18, range=p.x_range), top="after", width=0.34, source=src,
+           fill_color=D.DIM_COLORS["EP"], line_color=None, legend_label="after")
+    p.legend.label_text_font_size = "8pt"
+    p.legend.border_line_color = None
+    p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("before", "@before{0,0.000} GB"),
+                                    ("after", "@after{0,0.000} GB")]))
+    p.y_range.start = 0
+    return p
+
+
+def _placement_grid(grid: Mapping[str, Any], title: str, moved: set[int]) -> Any:
+    hosts = list(reversed(grid["hosts"]))
+    p = figure(width=max(260, 70 * grid["gpus"] + 140), height=max(160, 34 * len(hosts) + 70),
+               x_range=FactorRange(*[str(g) for g in range(grid["gpus"])]), y_range=FactorRange(*hosts),
+               title=title, x_axis_label="GPU", tools="save", toolbar_location=None)
+    style(p, title_size="10pt")
+    p.xgrid.grid_line_color = None
+    p.ygrid.grid_line_color = None
+    src = ColumnDataSource({"gpu": [str(g) for g in grid["gpu"]], "host": [grid["hosts"][h] for h in grid["host"]],
+                            "rank": [str(r) for r in grid["rank"]],
+                            "color": ["#E69F00" if r in moved else "#CFE3F3" for r in grid["rank"]]})
+    p.rect(x="gpu", y="host", width=0.92, height=0.85, source=src, fill_color="color", line_color="#ffffff")
+    p.text(x="gpu", y="host", text="rank", source=src, text_align="center", text_baseline="middle",
+           text_font_size="10pt")
+    p.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("host", "@host"), ("GPU", "@gpu")]))
+    return p
+
+
+def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
+    """Scenario vs baseline step and exposed time, inter-host traffic by dim, EP load per rank,
+    placement grids, and the north-south transfers, from `viz.data.whatif_data`."""
+    names = wd["names"]
+    bar_w = width // 2 - 20
+    err = wd.get("replay_error") or {}
+    head = (f"<p>On <b>{_esc(wd['topology'])}</b>: {_esc(wd['comparison'])}.</p>"
+            + (f"<p class='muted'>Replay error of the baseline (cross-validated, per collective): median "
+               f"{100 * float(err['median']):.1f}%, p90 {100 * float(err.get('p90') or 0):.1f}%; the scenarios "
+               "carry it plus the model's limits.</p>" if isinstance(err.get("median"), (int, float)) else "")
+            + "".join(f"<div class='note'>{_esc(c)}</div>" for c in wd.get("cautions") or []))
+    labels = wd["labels"]
+    parts: list[Any] = [html_div(head, width=width),
+                        row(_bars("Step time (mean over steps)", labels, names, wd["step_ms"], "ms", width=bar_w),
+                            _stacked("Exposed communication per step", labels, names, wd["exposed_ms"], wd["dims"],
+                                     "ms", width=bar_w))]
+    if wd["traffic_dims"]:
+        parts.append(_stacked("Inter-host traffic by dim (bytes leaving hosts through their NICs)", labels, names,
+                              wd["traffic_gb"], wd["traffic_dims"], "GB", width=bar_w))
+    for ep in wd["ep"]:
+        text = []
+        if ep["imbalance"]:
+            text.append(f"max/mean {ep['imbalance'][0]:.2f} &rarr; {ep['imbalance'][1]:.2f} (worst EP group)")
+        if ep["a2a_ms"]:
+            text.append(f"all-to-all per instance {ep['a2a_ms'][0]:.3f} &rarr; {ep['a2a_ms'][1]:.3f} ms")
+        if ep["truncated"]:
+            text.append(f"first {len(ep['ranks'])} ranks shown")
+        parts.append(html_div(f"<h3>{_esc(ep['scenario'])}</h3><p>{'; '.join(text)}</p>", width=width))
+        parts.append(_ep_load(ep, width=min(width, 240 + 40 * len(ep["ranks"]))))
+    for g in wd["grids"]:
+        moved = set(g["moved"])
+        parts.append(html_div(f"<h3>{_esc(g['scenario'])}: rank &rarr; host</h3><p class='muted'>"
+                              f"{len(moved)} rank(s) moved (orange).</p>", width=width))
+        parts.append(row(_placement_grid(g["before"], "traced", set()), _placement_grid(g["after"], "scenario", moved)))
+    rows = []
+    for st in wd["storage"]:
+        worst = st["worst"]
+        ckpt = "-" if st["checkpoint_ms"] is None else f"{st['checkpoint_ms']:.2f} ms"
+        rows.append(f"<tr><td>{_esc(st['scenario'])}</td><td>{_esc(st['network'])}</td>"
+                    f"<td class='num'>{ckpt}</td>"
+                    f"<td class='num'>{st['slowed']}</td><td>"
+                    + ("-" if worst is None else _esc(f"{worst['op']} {worst['dim']} group {worst['group']} seq "
+                                                      f"{worst['seq']}: {worst['baseline_ms']:.3f} -> "
+                                                      f"{worst['scenario_ms']:.3f} ms"))
+                    + "</td></tr>")
+    if rows:
+        parts.append(html_div("<h3>North-south transfers</h3><table><tr><th>scenario</th><th>network</th>"
+                              "<th>checkpoint</th><th>collectives slowed</th><th>worst</th></tr>" + "".join(rows)
+                              + "</table>", width=width))
+    notes = "".join(f"<li><b>{_esc(name)}</b><ul>{''.join(f'<li>{_esc(n)}</li>' for n in ns)}</ul></li>"
+                    for name, ns in wd["notes"].items() if ns)
+    if notes:
+        parts.append(html_div(f"<h3>Assumptions</h3><ul>{notes}</ul>", width=width))
+    return column(*parts)

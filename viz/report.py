@@ -2,7 +2,7 @@
 
 The report is one file (Bokeh `file_html`, resources inline by default so it works offline; a
 CDN is opt-in) with tabs, in this order and each only when its data exists: Summary, Timeline,
-Overlap, EP, Links, Replay, Hang. Every string from a trace is escaped: Bokeh escapes tooltip
+Overlap, EP, Links, Replay, What-if, Hang. Every string from a trace is escaped: Bokeh escapes tooltip
 fields, and the HTML written here goes through `html.escape`.
 """
 
@@ -21,7 +21,7 @@ from tracekit.store import Run
 from tracekit.viz import data as D
 
 TABLES = ("ranks", "groups", "events", "collectives", "link_samples", "topology_links")
-TAB_ORDER = ("Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "Hang")
+TAB_ORDER = ("Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "What-if", "Hang")
 
 
 @dataclass
@@ -99,14 +99,15 @@ def _hang_input(run: Any, hang: Any, tables: Mapping[str, pa.Table]) -> Any:
 
 
 def build_report_data(run: Run | Mapping[str, pa.Table], *, analysis: Any = None, replay: Any = None,
-                      hang: Mapping[str, Mapping[Any, int]] | None = None, width_px: int = 1400,
-                      max_glyphs: int = 60_000, max_total: int = 250_000) -> dict[str, Any]:
+                      hang: Mapping[str, Mapping[Any, int]] | None = None, whatif: Any = None,
+                      width_px: int = 1400, max_glyphs: int = 60_000, max_total: int = 250_000) -> dict[str, Any]:
     """Everything the report shows, as plain data (dicts, lists, numpy arrays); no Bokeh.
 
     `run` is a `Run` or a dict of tables. `analysis` is an `AnalysisResult` or its JSON (computed
     with `tracekit.analysis.analyze` when omitted and importable); `replay` is a `ReplayResult` or
     its JSON (read from the run's results/replay.json when omitted); `hang` is
-    {group: {rank: last seq}} (derived from unfinished collectives when omitted).
+    {group: {rank: last seq}} (derived from unfinished collectives when omitted); `whatif` is a
+    `tracekit.whatif.WhatIfResult` (the What-if tab only appears with one).
     """
     tables, aj, notes = _inputs(run, analysis)
     if replay is None and isinstance(run, Run):
@@ -130,6 +131,7 @@ def build_report_data(run: Run | Mapping[str, pa.Table], *, analysis: Any = None
         "links": links,
         "replay": rp,
         "hang": hg,
+        "what-if": D.whatif_data(whatif),
         "notes": notes + td.notes + (links or {}).get("notes", []),
     }
     data["summary"] = summary_data(tables, td, aj, data)
@@ -217,6 +219,8 @@ def render(data: Mapping[str, Any], *, cdn: bool = False, width: int = 1400) -> 
             child = figures.link_figures(data["links"], width=width)
         elif tab == "Replay":
             child = figures.replay_figures(data["replay"], width=width)
+        elif tab == "What-if":
+            child = figures.whatif_figures(data["what-if"], width=width)
         else:
             child = figures.hang_div(data["hang"], width=width)
         panels.append(TabPanel(child=child, title=tab))
@@ -226,11 +230,11 @@ def render(data: Mapping[str, Any], *, cdn: bool = False, width: int = 1400) -> 
 
 def write_report(run: Run | Mapping[str, pa.Table] | str | os.PathLike[str], out_path: str | os.PathLike[str], *,
                  analysis: Any = None, replay: Any = None, hang: Mapping[str, Mapping[Any, int]] | None = None,
-                 cdn: bool = False, width: int = 1400) -> ReportInfo:
+                 whatif: Any = None, cdn: bool = False, width: int = 1400) -> ReportInfo:
     """Write the standalone HTML report for a run; return where, how big, and what was merged."""
     if isinstance(run, (str, os.PathLike)):
         run = Run(run)
-    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, width_px=width - 130)
+    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif, width_px=width - 130)
     text = render(data, cdn=cdn, width=width)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
