@@ -162,3 +162,20 @@ def test_telemetry_beyond_the_replay_is_other_traffic(base):
     assert len(other) == 1 and other[0]["link"] == link
     assert other[0]["other_bytes"] == pytest.approx(8e6, abs=2)
     assert other_traffic(None, base.result) is None
+    quiet = pa.table({"link": [link], "ts_ns": [t0], "interval_ns": [span], "tx_bytes": [replayed / 2],
+                      "rx_bytes": [0.0], "origin": ["telemetry"]})
+    assert other_traffic(quiet, base.result)[0]["other_bytes"] == 0
+
+
+def test_telemetry_in_the_run_is_reported(base):
+    rep = base.result.link_samples
+    t0 = min(rep.column("ts_ns").to_pylist())
+    tel = pa.table({"link": ["h1/nic0--p0/leaf0", "sw7/p3--sw9/p1"], "ts_ns": [t0, t0], "interval_ns": [10**7] * 2,
+                    "tx_bytes": [9e8, 1.0], "rx_bytes": [0.0, 0.0], "origin": ["telemetry"] * 2})
+    with_tel = make_baseline({**_run(), "link_samples": tel}, TOPO)
+    r = run_scenario(with_tel, "checkpoint:bytes_per_rank=1MB,via=frontend")
+    assert [x["link"] for x in r.details["other_traffic"]] == ["h1/nic0--p0/leaf0"]
+    assert any("telemetry on 1 link(s)" in n for n in r.notes)
+    unmatched = make_baseline({**_run(), "link_samples": tel.slice(1)}, TOPO)
+    notes = run_scenario(unmatched, "checkpoint:bytes_per_rank=1MB").notes
+    assert any("none of its links is named" in n for n in notes)

@@ -110,10 +110,14 @@ def storage_traffic(base: Baseline, scenario: Any) -> ScenarioResult:
     if other is None:
         result.notes.append("no link telemetry in the run: traffic the trace does not hold (north-south, other "
                             "jobs) cannot be measured")
+    elif not other:
+        result.notes.append("link telemetry present, but none of its links is named as in the replayed topology "
+                            "(a link map naming them like h0/nic0--p0/leaf0 makes them comparable)")
     else:
-        result.details["other_traffic"] = other
-        result.notes.append(f"telemetry: {sum(x['other_bytes'] for x in other) / 1e9:.3g} GB on "
-                            f"{len(other)} link(s) beyond what the baseline replay explains (north-south/other)")
+        extra = [x for x in other if x["other_bytes"] > 0]
+        result.details["other_traffic"] = extra
+        result.notes.append(f"telemetry on {len(other)} link(s): {sum(x['other_bytes'] for x in extra) / 1e9:.3g} GB "
+                            f"on {len(extra)} of them beyond what the baseline replay explains (north-south/other)")
     return result
 
 
@@ -172,8 +176,9 @@ def slowed(before: TopologyResult, after: TopologyResult) -> list[Slowdown]:
 
 
 def other_traffic(link_samples: pa.Table | None, replayed: TopologyResult) -> list[dict[str, Any]] | None:
-    """Per link present in both telemetry and the baseline replay, the bytes telemetry counted over
-    the replayed span beyond those the replay put there; None without telemetry."""
+    """Per link present in both telemetry and the baseline replay (largest first), the bytes
+    telemetry counted over the replayed span beyond those the replay put there (0 when it counted
+    no more); None without telemetry."""
     if link_samples is None or link_samples.num_rows == 0:
         return None
     tel = pl.from_arrow(schema.conform("link_samples", link_samples)).with_columns(
@@ -196,7 +201,7 @@ def other_traffic(link_samples: pa.Table | None, replayed: TopologyResult) -> li
     modelled = rep.group_by("link").agg((pl.col("tx_bytes") + pl.col("rx_bytes")).sum().alias("replay_bytes"))
     both = measured.join(modelled, on="link", how="inner").with_columns(
         (pl.col("telemetry_bytes") - pl.col("replay_bytes")).clip(lower_bound=0).alias("other_bytes"))
-    rows = both.filter(pl.col("other_bytes") > 0).sort(["other_bytes", "link"], descending=[True, False])
+    rows = both.sort(["other_bytes", "link"], descending=[True, False])
     return [{"link": r["link"], "telemetry_bytes": round(r["telemetry_bytes"]),
              "replay_bytes": round(r["replay_bytes"]), "other_bytes": round(r["other_bytes"])}
             for r in rows.iter_rows(named=True)]
