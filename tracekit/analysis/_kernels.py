@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-jit = njit(cache=True, nogil=True)
+from tracekit._jit import njit as jit
 
 
 @jit

@@ -40,3 +40,6 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="tracekit")
 def main() -> None:
     """Postmortem analysis of the network side of distributed training."""
+    from tracekit._jit import report_compiles
+
+    report_compiles()

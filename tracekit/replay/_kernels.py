@@ -3,11 +3,11 @@ dependency scheduler. Kernels see numpy arrays and scalars only and read no modu
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-njit = numba.njit(cache=True, nogil=True)
-njit_inline = numba.njit(cache=True, nogil=True, inline="always")  # small helpers of hot loops
+from tracekit._jit import njit
+
+njit_inline = njit(inline=True)  # small helpers of hot loops
 
 # Flow modes understood by `route_flows` (passed in as plain ints by the callers).
 # 0 gpu->gpu, 1 gpu->its leaf (in-network reduction up), 2 leaf->gpu (down), 3 leaf->spine tier,
