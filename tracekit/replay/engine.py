@@ -834,17 +834,22 @@ def _union_length(a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray, np.n
 def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, n_steps: int = 1
               ) -> tuple[dict[str, int], dict[str, int]]:
     """Per dim, comm time and its part not hidden under compute: mean over ranks, per step."""
-    dims = np.array([prep.instances[k].dim if k >= 0 else "OTHER" for k in prep.inst], dtype=object)
+    inst_dim = np.array([i.dim for i in prep.instances] + ["OTHER"], dtype=object)
+    dims = inst_dim[prep.inst]  # inst -1 (not a collective) reads the trailing "OTHER"
     comm_tot: dict[str, float] = {}
     exp_tot: dict[str, float] = {}
-    ranks = np.unique(prep.rank)
-    for r in ranks:
-        on = prep.rank == r
-        comp = on & (prep.kind == 0)
-        _, cs, ce = _union_length(start[comp], end[comp])
-        for d in sorted(set(dims[on & (prep.kind == 1)])):
-            sel = on & (prep.kind == 1) & (dims == d)
-            length, s, e = _union_length(start[sel], end[sel])
+    by_rank = np.argsort(prep.rank, kind="stable")  # each rank's events in their original order
+    ranks, first = np.unique(prep.rank[by_rank], return_index=True)
+    bounds = np.append(first, by_rank.size)
+    for j in range(ranks.size):
+        idx = by_rank[bounds[j]:bounds[j + 1]]
+        kind, dim, a, b = prep.kind[idx], dims[idx], start[idx], end[idx]
+        comp = kind == 0
+        _, cs, ce = _union_length(a[comp], b[comp])
+        comm = kind == 1
+        for d in sorted(set(dim[comm])):
+            sel = comm & (dim == d)
+            length, s, e = _union_length(a[sel], b[sel])
             comm_tot[d] = comm_tot.get(d, 0.0) + length
             both, _, _ = _union_length(np.concatenate([s, cs]), np.concatenate([e, ce]))
             covered = length + float((ce - cs).sum()) - both
@@ -866,10 +871,15 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
     rx_util = rx / cap[:, None]
     util = np.maximum(tx_util, rx_util)
     link_names = np.array(links.column("link").to_pylist(), dtype=object)
-    flags = pa.array([["saturated"] if u >= 0.99 else [] for u in util.ravel()], pa.list_(pa.string()))
+    saturated = util.ravel() >= 0.99
+    offsets = np.zeros(saturated.size + 1, np.int32)
+    np.cumsum(saturated, out=offsets[1:])
+    flags = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.full(int(offsets[-1]), "saturated", object),
+                                                                  pa.string()))
+    per_sample = np.repeat(np.arange(n_c), n_w)
+
     def repeat(column: str) -> pa.Array:
-        return pa.array(np.repeat(np.array(links.column(column).to_pylist(), dtype=object), n_w).tolist(),
-                        pa.string())
+        return pa.compute.cast(links.column(column).combine_chunks(), pa.string()).take(per_sample)
 
     samples = schema.conform("link_samples", {
         "link": repeat("link"),
@@ -882,7 +892,7 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
         "tx_util": pa.array(tx_util.ravel(), pa.float64()),
         "rx_util": pa.array(rx_util.ravel(), pa.float64()),
         "flags": flags,
-        "origin": pa.array([f"replay:{name}"] * (n_c * n_w), pa.string()),
+        "origin": pa.array(np.full(n_c * n_w, f"replay:{name}", object), pa.string()),
     })
     total = cable_bytes[0::2] + cable_bytes[1::2]
     n_active = max(1, math.ceil(horizon / window_ns))
