@@ -1,12 +1,22 @@
-"""Replay benchmark: one training step on 1,024 GPUs (128 hosts x 8) with >= 1M flows.
+"""Replay benchmark: the flow simulator at scale, against the previous kernel in the same run.
 
-Workload: EP all-to-all over 64 ranks (16 groups, skewed splits, dispatch + combine per layer),
-DP ring all-reduce buckets (64 groups of 16), and PP send/recv between stage pairs. Prints the
-flow count, routing and simulation time, peak RSS, and the speed ratio to the naive Python twin
-(tests/replay/naive.py) on a 10k-flow case. Target: the exact simulation (merge 0) under 30 s on
-two cores, and at least 50x the naive twin.
+Two cases:
 
-    python benchmarks/bench_replay.py [--layers 8] [--naive-flows 10000] [--skip-naive]
+1. A whole `replay()` of one synthetic training step (`make_run_tables`: DP x PP=2 x EP=64, skewed
+   experts) on `dgx-h100-superpod`, counting every simulation it runs (the calibration run and the
+   schedule/simulate rounds) and the time spent outside them. `--gpus 1024` (default; target
+   < 30 s) or `--gpus 4096` (target < 60 s).
+2. One skewed all-to-all (Dirichlet(0.5) expert popularity) over N GPUs with all N(N-1) flows
+   released at once, at three sizes (default 256, 512, 1,024 GPUs: 65k, 262k and 1.05M flows).
+   Prints the growth exponent of simulation time in flows (a least-squares fit of log time on
+   log flows; 1 is linear) and the speed ratio to the previous kernel
+   (`benchmarks/previous_kernel.py`, a copy of the simulator before this work), with the largest
+   relative difference between the two kernels' completion times. Target: 1M flows < 30 s.
+
+A last line checks the kernel against the naive Python twin (tests/replay/naive.py) on a small
+random case (correctness, not speed).
+
+    python benchmarks/bench_replay.py [--gpus 1024] [--a2a 256,512,1024] [--skip-previous]
 """
 
 from __future__ import annotations
@@ -19,112 +29,121 @@ from pathlib import Path
 
 import numpy as np
 
-from tracekit.replay.decompose import Instance, decompose
-from tracekit.replay.simulate import Flows, route, simulate
-from tracekit.replay.topology import build, parse_spec
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "replay"))
 
-HOSTS, GPUS, EP, DP_GROUP = 128, 8, 64, 16
+import previous_kernel  # noqa: E402
 
+from tracekit.replay import _kernels, engine  # noqa: E402
+from tracekit.replay.simulate import Flows, route, simulate  # noqa: E402
+from tracekit.replay.topology import build, parse_spec  # noqa: E402
+from tracekit.synth import make_run_tables  # noqa: E402
 
-def workload(layers: int, seed: int = 0, skew: float = 0.5) -> tuple[list[Instance], np.ndarray]:
-    """Instances and their release times (ns) for one step. Expert popularity is Dirichlet(skew)
-    (smaller is more skewed; 0 gives uniform splits)."""
-    rng = np.random.default_rng(seed)
-    world = HOSTS * GPUS
-    instances: list[Instance] = []
-    release: list[float] = []
-    t = 0.0
-    for layer in range(layers):
-        for phase in ("dispatch", "combine"):
-            for g in range(world // EP):
-                ranks = list(range(g * EP, (g + 1) * EP))
-                if skew > 0:
-                    load = rng.dirichlet(np.full(EP, skew)) * EP
-                    splits = {r: list(rng.poisson(load * 2**16).astype(float) * 16) for r in ranks}
-                else:
-                    splits = {r: [float(2**20)] * EP for r in ranks}
-                instances.append(Instance(len(instances), "all_to_all", ranks, 0.0, splits=splits,
-                                          group=f"ep{g}"))
-                release.append(t + rng.uniform(0, 20_000))
-            t += 1_500_000 if phase == "dispatch" else 2_500_000
-        for pair in range(world // 2):
-            src = pair
-            dst = pair + world // 2
-            instances.append(Instance(len(instances), "send", [src, dst], 8 << 20, src=src, dst=dst))
-            release.append(t - 500_000 + (layer % 2) * 100_000)
-    for bucket in range(4):
-        for g in range(world // DP_GROUP):
-            ranks = [g % EP + EP * i for i in range(DP_GROUP)] if g < EP else list(range(g, world, EP))[:DP_GROUP]
-            instances.append(Instance(len(instances), "all_reduce", ranks, 64 << 20, group=f"dp{g}"))
-            release.append(t + bucket * 3_000_000)
-    return instances, np.asarray(release)
+TOPOLOGY = "dgx-h100-superpod"
 
 
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8, help="MoE layers (2 all-to-alls each)")
-    parser.add_argument("--topology", default=f"dgx-h100-superpod:hosts={HOSTS}")
-    parser.add_argument("--skew", type=float, default=0.5,
-                        help="Dirichlet concentration of expert popularity (0: uniform all-to-all)")
-    parser.add_argument("--naive-flows", type=int, default=10_000)
-    parser.add_argument("--merge", default="0,0.01",
-                        help="comma-separated relative merge windows (0: exact; others are compared to it)")
-    parser.add_argument("--skip-naive", action="store_true")
-    args = parser.parse_args()
+def warm() -> None:
+    """Compile (or load from the cache) both kernels outside the timed regions."""
+    topo = build(parse_spec("single-switch:hosts=2,gpus=1"))
+    flows = Flows.from_lists([0, 1], [1, 0], [1.0, 2.0])
+    ip, ids = route(topo, flows)
+    for kernel in (_kernels.simulate_flows, previous_kernel.simulate_flows):
+        kernel(ip, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency, 0, 1.0,
+               0.0, 1e-9, 0.0)
 
-    topo = build(parse_spec(args.topology))
+
+def whole_replay(gpus: int, topologies: list[str], previous: bool) -> float:
     t = time.perf_counter()
-    instances, release = workload(args.layers, skew=args.skew)
-    gpu = np.arange(HOSTS * GPUS)
-    flows = decompose(instances, topo, gpu)
-    flows.release = release[flows.key]
-    t_dec = time.perf_counter() - t
-    # warm the JIT (cached on disk after the first run)
-    small = Flows.from_lists([0, 9], [9, 0], [1.0, 1.0])
-    simulate(topo, *route(topo, small), small)
-    t = time.perf_counter()
-    indptr, ids = route(topo, flows)
-    t_route = time.perf_counter() - t
-    print(f"topology      {args.topology}: {topo.n_gpus} GPUs, {topo.n_cables} links, {topo.cap.size} resources")
-    print(f"flows         {len(flows):,} ({len(instances):,} instances, {ids.size:,} flow-hops, "
-          f"expert skew {args.skew:g})")
-    print(f"decompose     {t_dec:.2f} s")
-    print(f"route         {t_route:.2f} s")
-    reference = None
-    t_exact = None
-    window = float(np.nanmax(release) / 150 + 1)
-    for q in (float(x) for x in args.merge.split(",")):
-        t = time.perf_counter()
-        out = simulate(topo, indptr, ids, flows, n_windows=200, window_ns=window, merge=q)
-        t_sim = time.perf_counter() - t
-        fct = out.finish - flows.release
-        line = (f"simulate      merge {q:<5g}: {t_sim:7.2f} s  ({len(flows) / t_sim:,.0f} flows/s), "
-                f"makespan {np.nanmax(out.finish) / 1e6:.3f} ms")
-        if reference is None:
-            reference = fct
-            t_exact = t_sim if q == 0 else None
-        else:
-            rel = np.abs(fct - reference) / reference
-            line += (f", flow completion time vs exact: median {np.median(rel):.1e}, "
-                     f"p99 {np.percentile(rel, 99):.1e}, max {rel.max():.1e}")
+    tables, _ = make_run_tables(hosts=gpus // 8, gpus_per_host=8, pp=2, ep=64, steps=1, straggler_rank=None)
+    print(f"whole replay  {gpus:,} GPUs: {tables['events'].num_rows:,} events, "
+          f"{tables['collectives'].num_rows:,} collective calls (synthesized in {time.perf_counter() - t:.1f} s)")
+    calls: list[tuple[float, float]] = []
+    real_simulate = engine.simulate
+
+    def timed(*args, **kwargs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = real_simulate(*args, **kwargs)
+        calls.append((time.perf_counter() - t0, time.process_time() - c0))
+        return out
+
+    def run() -> tuple[float, float, engine.ReplayResult]:
+        calls.clear()
+        engine.simulate = timed
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            result = engine.replay(tables, topologies)
+            return time.perf_counter() - t0, time.process_time() - c0, result
+        finally:
+            engine.simulate = real_simulate
+
+    wall, total, result = run()
+    sim = sum(c for _, c in calls)
+    flows = ", ".join(f"{r.n_flows:,}" for r in result.results)
+    print(f"              replay() {total:.1f} s CPU ({wall:.1f} s wall) on {len(topologies)} "
+          f"topolog{'y' if len(topologies) == 1 else 'ies'} ({flows} flows each): {len(calls)} simulations "
+          f"{sim:.1f} s CPU ({', '.join(f'{c:.1f}' for _, c in calls)}), everything else {total - sim:.1f} s CPU; "
+          f"peak RSS {rss_mib():,.0f} MiB", flush=True)
+    if previous:
+        kernel = _kernels.simulate_flows
+        _kernels.simulate_flows = previous_kernel.simulate_flows
+        try:
+            prev_wall, prev_total, _ = run()
+        finally:
+            _kernels.simulate_flows = kernel
+        print(f"              previous kernel: replay() {prev_total:.1f} s CPU ({prev_wall:.1f} s wall), "
+              f"{len(calls)} simulations {sum(c for _, c in calls):.1f} s CPU; ratio {prev_total / total:.2f}x",
+              flush=True)
+    return total
+
+
+def all_to_all(n: int, seed: int = 0, skew: float = 0.5) -> tuple:
+    """One all-to-all over n GPUs, all flows released at once; bytes per flow proportional to the
+    destination expert's popularity (Dirichlet(skew)), Poisson-distributed."""
+    topo = build(parse_spec(f"{TOPOLOGY}:hosts={max(1, n // 8)}"))
+    rng = np.random.default_rng(seed)
+    src, dst = np.divmod(np.arange(n * n), n)
+    keep = src != dst
+    load = rng.dirichlet(np.full(n, skew)) * n
+    nbytes = rng.poisson(load[dst[keep]] * 2**12).astype(np.float64) * 16 + 16
+    flows = Flows.from_lists(src[keep], dst[keep], nbytes, channel=np.arange(int(keep.sum())))
+    return topo, flows, *route(topo, flows)
+
+
+def run_kernel(kernel, topo, flows, ip, ids) -> tuple[np.ndarray, float, float]:
+    """Finish times, wall and CPU seconds of one simulation (200 windows of 10 us)."""
+    t, c = time.perf_counter(), time.process_time()
+    finish, _ = kernel(ip, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency, 200,
+                       1e4, 0.0, 1e-9, 0.0)
+    return finish, time.perf_counter() - t, time.process_time() - c
+
+
+def all_to_all_case(sizes: list[int], previous: bool) -> tuple[float, float]:
+    counts, times = [], []
+    for n in sizes:
+        topo, flows, ip, ids = all_to_all(n)
+        fast, t_fast, c_fast = run_kernel(_kernels.simulate_flows, topo, flows, ip, ids)
+        counts.append(len(flows))
+        times.append(c_fast)
+        line = (f"all-to-all    {n:>5,} GPUs, {len(flows):>9,} flows active at once: {c_fast:6.2f} s CPU "
+                f"({t_fast:.2f} s wall), makespan {np.max(fast) / 1e6:.2f} ms")
+        if previous:
+            slow, t_slow, c_slow = run_kernel(previous_kernel.simulate_flows, topo, flows, ip, ids)
+            diff = float(np.max(np.abs(fast - slow) / slow))
+            line += (f"; previous kernel {c_slow:.2f} s CPU ({t_slow:.2f} s wall), ratio {c_slow / c_fast:.2f}x, "
+                     f"max rel diff {diff:.1e}")
         print(line, flush=True)
-    print(f"peak RSS      {rss_mib():,.0f} MiB")
-    ratio = None if args.skip_naive else naive_ratio(args.naive_flows)
-    checks = []
-    if t_exact is not None:
-        checks.append(f"exact {t_exact:.1f} s < 30 s: {'ok' if t_exact < 30 else 'MISSED'}")
-    if ratio is not None:
-        checks.append(f"naive ratio {ratio:,.0f}x >= 50x: {'ok' if ratio >= 50 else 'MISSED'}")
-    if checks:
-        print("target        " + "; ".join(checks))
+    exponent = float(np.polyfit(np.log(counts), np.log(times), 1)[0]) if len(sizes) >= 2 else float("nan")
+    print(f"              growth exponent of CPU time in flows {exponent:.2f} (fit over {len(sizes)} sizes; "
+          "1 = linear)")
+    return times[-1], exponent
 
 
-def naive_ratio(n: int) -> float:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "replay"))
+def naive_check(n: int) -> None:
     from naive import simulate_naive
 
     topo = build(parse_spec("rail-optimized:hosts=8,gpus=8"))
@@ -140,9 +159,34 @@ def naive_ratio(n: int) -> float:
     slow = simulate_naive(indptr, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency)
     t_slow = time.perf_counter() - t
     err = float(np.nanmax(np.abs(fast - slow) / slow))
-    print(f"naive twin    {n:,} flows: kernel {t_fast:.3f} s, naive {t_slow:.1f} s, "
-          f"ratio {t_slow / t_fast:,.0f}x, max rel diff {err:.1e}")
-    return t_slow / t_fast
+    print(f"naive twin    {n:,} flows: max rel diff {err:.1e} (kernel {t_fast:.3f} s, twin {t_slow:.1f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1024, help="GPUs of the whole-replay case (0: skip)")
+    parser.add_argument("--topology", action="append", help=f"topologies of the whole replay (default {TOPOLOGY})")
+    parser.add_argument("--a2a", default="256,512,1024", help="GPU counts of the all-to-all case ('' skips it)")
+    parser.add_argument("--naive-flows", type=int, default=2_000, help="0 skips the naive twin check")
+    parser.add_argument("--skip-previous", action="store_true", help="do not run the previous kernel")
+    parser.add_argument("--previous-replay", action="store_true",
+                        help="also run the whole replay with the previous kernel (slow)")
+    args = parser.parse_args()
+
+    warm()
+    checks = []
+    if args.a2a:
+        t_a2a, exponent = all_to_all_case([int(x) for x in args.a2a.split(",")], not args.skip_previous)
+        checks.append(f"all-to-all {t_a2a:.1f} s < 30 s: {'ok' if t_a2a < 30 else 'MISSED'}")
+        checks.append(f"exponent {exponent:.2f} <= 1.2: {'ok' if exponent <= 1.2 else 'MISSED'}")
+    if args.gpus:
+        limit = 30 if args.gpus <= 1024 else 60
+        t_rep = whole_replay(args.gpus, args.topology or [TOPOLOGY], args.previous_replay)
+        checks.append(f"whole replay {t_rep:.1f} s < {limit} s: {'ok' if t_rep < limit else 'MISSED'}")
+    if args.naive_flows:
+        naive_check(args.naive_flows)
+    print(f"peak RSS      {rss_mib():,.0f} MiB")
+    print("target        " + "; ".join(checks))
 
 
 if __name__ == "__main__":
