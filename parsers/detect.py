@@ -13,12 +13,22 @@ FLIGHT_RECORDER = "flight_recorder"
 NCCL_INSPECTOR = "nccl_inspector"
 NCCL_TESTS = "nccl_tests"
 PROMETHEUS = "prometheus"
+PROMETHEUS_JSON = "prometheus_json"
+GNMIC = "gnmic"
+PERFQUERY = "perfquery"
+UFM = "ufm_telemetry"
+SYSFS_IB = "sysfs_ib"
+IBNETDISCOVER = "ibnetdiscover"
+LINK_MAP = "link_map"
 
+#: Telemetry and fabric formats (sources with no rank): parser modules under parsers/telemetry/.
+TELEMETRY_FORMATS = (PROMETHEUS, PROMETHEUS_JSON, GNMIC, PERFQUERY, UFM, SYSFS_IB, IBNETDISCOVER, LINK_MAP)
 #: Every format name tracekit knows.
-FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, PROMETHEUS)
+FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, *TELEMETRY_FORMATS)
 #: Formats that can be ingested today: format -> parser module (with `parse` and PARSER_VERSION).
 PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder",
-           NCCL_TESTS: "tracekit.parsers.nccl_tests"}
+           NCCL_TESTS: "tracekit.parsers.nccl_tests",
+           **{fmt: f"tracekit.parsers.telemetry.{fmt}" for fmt in TELEMETRY_FORMATS}}
 
 PEEK_BYTES = 65536
 _KINETO_KEYS = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
@@ -39,6 +49,17 @@ def detect_bytes(head: bytes) -> str | None:
         return NCCL_TESTS
     if not text.startswith((b"{", b"[")) and nccl_tests.sniff_text(head):
         return NCCL_TESTS
+    return _detect_telemetry(head)
+
+
+def _detect_telemetry(head: bytes) -> str | None:
+    """Telemetry and fabric formats, each by its own `sniff` (first match wins)."""
+    import importlib
+
+    for fmt in TELEMETRY_FORMATS:
+        module = importlib.import_module(PARSERS[fmt])
+        if module.sniff(head):
+            return fmt
     return None
 
 

@@ -330,6 +330,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
     report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
+    _rate_telemetry(run_dir, report)
     _write_manifest(run_dir, report, rank=rank, comm_patterns=comm_patterns)
     return report
 
@@ -383,6 +384,8 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
     counts: dict[str, int] = {}
     order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
     for name in SMALL_TABLES:
+        if name in COPY_SINGLE_PART and _copy_single_part(run_dir, order, name, counts):
+            continue
         parts = []
         for s in order:
             t = _read_part(run_dir, s.key or "", name)
@@ -403,6 +406,8 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
         table = table.unify_dictionaries().combine_chunks()
         if name == "groups":
             table = _merge_groups(table, warnings)
+        elif name in FIRST_WINS:
+            table = _first_wins(table, FIRST_WINS[name])
         elif name == "ranks":
             table = table.sort_by([("rank", "ascending"), ("source_file", "ascending")])
         elif name == "collectives":
@@ -415,6 +420,54 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
         counts[name] = table.num_rows
     counts["events"] = sum(s.events for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks))
     return counts
+
+
+#: Tables whose rows several sources may repeat (two ibnetdiscover dumps of one fabric): the
+#: first row of each key, in source order, is kept.
+FIRST_WINS = {"topology_nodes": "node", "topology_links": "link"}
+
+
+def _first_wins(table: pa.Table, key: str) -> pa.Table:
+    seen: set[str] = set()
+    keep = []
+    for i, k in enumerate(table.column(key).to_pylist()):
+        if k not in seen:
+            seen.add(k)
+            keep.append(i)
+    return table if len(keep) == table.num_rows else table.take(keep)
+
+
+def _rate_telemetry(run_dir: Path, report: IngestReport) -> None:
+    """Counters from the sources become telemetry `link_samples` (after the merge: a port's
+    samples may come from several files, and links from ibnetdiscover or a link map)."""
+    if not report.tables.get("counters"):
+        return
+    from tracekit.telemetry import rate_counters, store_rates
+
+    def table(name: str) -> pa.Table:
+        path = run_dir / f"{name}.parquet"
+        return schema.conform(name, pq.read_table(path)) if path.is_file() else schema.empty(name)
+
+    rates = rate_counters(table("counters"), table("topology_nodes"), table("topology_links"))
+    report.tables["link_samples"] = store_rates(run_dir, rates)
+    report.warnings.extend(rates.warnings)
+
+
+#: Large tables that need no merging step: a lone part is copied, not decoded and re-encoded.
+COPY_SINGLE_PART = ("counters",)
+
+
+def _copy_single_part(run_dir: Path, sources: list[SourceReport], name: str, counts: dict[str, int]) -> bool:
+    paths = [run_dir / "sources" / (s.key or "") / f"{name}.parquet" for s in sources]
+    paths = [p for p in paths if p.is_file()]
+    if len(paths) != 1:
+        return False
+    out = run_dir / f"{name}.parquet"
+    tmp = out.with_suffix(".parquet.tmp")
+    shutil.copyfile(paths[0], tmp)
+    tmp.replace(out)
+    counts[name] = pq.ParquetFile(out).metadata.num_rows
+    return True
 
 
 def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:

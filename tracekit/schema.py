@@ -30,7 +30,11 @@ NODE_KINDS = ("gpu", "nic", "nvswitch", "leaf", "spine", "core", "switch", "host
 NETWORKS = ("backend", "frontend")
 LOG_LEVELS = ("TRACE", "INFO", "WARN", "ERROR", "ABORT")
 MEDIA = ("nvlink", "pcie", "ib", "roce", "eth")
-LINK_FLAGS = ("wrapped", "saturated", "reset", "gap")
+COUNTER_KINDS = ("counter", "gauge", "rate")
+DIRECTIONS = ("tx", "rx")
+#: Window flags. `wrapped` and `gap` are notes (the window keeps its numbers); the others void the
+#: metric they name (see `tracekit.telemetry`).
+LINK_FLAGS = ("wrapped", "saturated", "reset", "gap", "wrap_ambiguous")
 
 DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
@@ -131,6 +135,12 @@ COUNTERS = _schema("counters", [
     pa.field("kind", DICT_STR),
     pa.field("bits", pa.int32()),
     pa.field("source_format", DICT_STR),
+    pa.field("host", DICT_STR),
+    pa.field("direction", DICT_STR),
+    pa.field("qualifier", DICT_STR),
+    pa.field("saturated", pa.bool_()),
+    pa.field("saturable", pa.bool_()),
+    pa.field("name", DICT_STR),
 ])
 
 LINK_SAMPLES = _schema("link_samples", [
@@ -145,6 +155,20 @@ LINK_SAMPLES = _schema("link_samples", [
     pa.field("rx_util", pa.float64()),
     pa.field("flags", pa.list_(pa.string())),
     pa.field("origin", DICT_STR),
+    pa.field("host", DICT_STR),
+    pa.field("link_end", DICT_STR),
+    pa.field("speed_bps", pa.float64()),
+    pa.field("tx_pkts", pa.float64()),
+    pa.field("rx_pkts", pa.float64()),
+    pa.field("tx_pause", pa.float64()),
+    pa.field("rx_pause", pa.float64()),
+    pa.field("ecn_marked", pa.float64()),
+    pa.field("tx_discards", pa.float64()),
+    pa.field("rx_discards", pa.float64()),
+    pa.field("tx_errors", pa.float64()),
+    pa.field("rx_errors", pa.float64()),
+    pa.field("xmit_wait", pa.float64()),
+    pa.field("flag_detail", pa.list_(pa.string())),
 ])
 
 TOPOLOGY_NODES = _schema("topology_nodes", [
@@ -153,6 +177,10 @@ TOPOLOGY_NODES = _schema("topology_nodes", [
     pa.field("host", pa.string()),
     pa.field("rank", pa.int32()),
     pa.field("network", DICT_STR),
+    pa.field("guid", pa.string()),
+    pa.field("lid", pa.int32()),
+    pa.field("description", pa.string()),
+    pa.field("source_format", DICT_STR),
 ])
 
 TOPOLOGY_LINKS = _schema("topology_links", [
@@ -166,6 +194,11 @@ TOPOLOGY_LINKS = _schema("topology_links", [
     pa.field("network", DICT_STR),
     pa.field("tier", DICT_STR),
     pa.field("cables", pa.int32()),
+    pa.field("src_port", pa.string()),
+    pa.field("dst_port", pa.string()),
+    pa.field("width", DICT_STR),
+    pa.field("speed", DICT_STR),
+    pa.field("source_format", DICT_STR),
 ])
 
 MICROBENCH = _schema("microbench", [
@@ -242,6 +275,8 @@ VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("channels", "pattern"): CHANNEL_PATTERNS,
     ("channels", "transport"): TRANSPORTS,
     ("counters", "metric"): COUNTER_METRICS,
+    ("counters", "kind"): COUNTER_KINDS,
+    ("counters", "direction"): DIRECTIONS,
     ("topology_nodes", "kind"): NODE_KINDS,
     ("topology_links", "medium"): MEDIA,
     ("topology_nodes", "network"): NETWORKS,

@@ -18,14 +18,99 @@ from tracekit.cli._common import json_option, user_errors
 def info(run: Path, as_json: bool) -> None:
     """Ranks, hosts, groups, steps, time span, formats and per-source counts of RUN."""
     from tracekit.ingest import describe_run
+    from tracekit.telemetry import describe as describe_telemetry
 
     doc = describe_run(run)
+    telemetry = describe_telemetry(run)
+    if telemetry is not None:
+        doc["telemetry"] = telemetry
     if as_json:
         import json
 
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
         return
     _print(doc)
+    if telemetry is not None:
+        _print_links(telemetry)
+
+
+#: Links listed, and flagged windows listed per link, in the text output (`--json` has them all).
+MAX_LINKS = 30
+MAX_FLAGGED = 5
+
+
+def _print_links(doc: dict[str, Any]) -> None:
+    """The telemetry section: per link peak/mean utilisation, and flagged windows with reasons."""
+    import datetime as dt
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(markup=False, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
+    out = console.print
+    links = doc["links"]
+    stats = doc.get("stats") or {}
+    n_flagged = sum(link["flagged_windows"] for link in links)
+    mapped = sum(1 for link in links if link["link_end"])
+    out()
+    out(f"telemetry  {doc['counters']:,} counter samples, {len(links)} port(s) ({mapped} on topology links), "
+        f"{stats.get('windows', 0):,} window(s), {n_flagged:,} flagged")
+    skipped = stats.get("skipped") or {}
+    if skipped:
+        out("           not rated: " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())))
+    if not links:
+        out("           no rated windows (a port needs two timed samples)")
+        return
+    t = Table(title="links (telemetry)", title_justify="left", show_edge=False)
+    for col in ("link", "port", "speed", "windows", "peak util", "mean util", "tx", "rx", "flagged"):
+        t.add_column(col, justify="left" if col in ("link", "port") else "right")
+    for link in links[:MAX_LINKS]:
+        where = _clean(f"{link['host'] + '/' if link['host'] and link['host'] != link['device'] else ''}"
+                       f"{link['device']}:{link['port']}")
+        t.add_row(_clean(link["link"]), where if where != link["link"] else "=", _gbps(link["speed_bps"]),
+                  f"{link['windows']:,}", _pct(link["peak_util"]), _pct(link["mean_util"]),
+                  _bytes(link["tx_bytes"]), _bytes(link["rx_bytes"]), f"{link['flagged_windows']:,}")
+    out()
+    out(t)
+    if len(links) > MAX_LINKS:
+        out(f"... and {len(links) - MAX_LINKS} more port(s) (tracekit info --json lists all)")
+    flagged = [link for link in links if link["flagged_windows"]]
+    if flagged:
+        out()
+        out("flagged windows (reason per metric; gap/wrapped without a metric are notes, numbers kept)")
+    for link in flagged[:MAX_LINKS]:
+        for f in link["flagged"][:MAX_FLAGGED]:
+            start = dt.datetime.fromtimestamp(f["ts_ns"] / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+            out(f"  {_clean(link['link'])}  {start} UTC +{f['interval_ns'] / 1e9:g} s  "
+                f"{_clean(', '.join(f['reasons']))}")
+        if link["flagged_windows"] > MAX_FLAGGED:
+            out(f"  {_clean(link['link'])}  ... and {link['flagged_windows'] - MAX_FLAGGED:,} more")
+    for w in doc.get("warnings") or []:
+        out(f"warning: {_clean(w)}")
+
+
+def _clean(text: str) -> str:
+    """Control characters in trace strings are shown escaped, never sent to the terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text))
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _gbps(bps: float | None) -> str:
+    return "-" if bps is None else f"{bps / 1e9:g} Gb/s"
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f} B"
 
 
 def _print(doc: dict[str, Any]) -> None:

@@ -1,0 +1,187 @@
+"""Telemetry ingest + rating speed and memory against a plain polars read of the same file.
+
+Run:  python benchmarks/bench_telemetry.py [--ports 1000] [--hours 24] [--step 10] [--keep DIR]
+
+Input, made here: Prometheus text exposition of `--ports` switch ports scraped every `--step`
+seconds for `--hours` (1,000 ports x 1 day at 10 s = 8.64M samples, about 700 MB): per scrape a
+`# TYPE` line and one `ifHCOutOctets{instance=...,ifName=...} <value> <ms>` line per port, whose
+value grows by a random 0..100 % of 400 Gb/s per window; `ifHighSpeed` once per port.
+Contenders, each in its own subprocess (wall and CPU time of the work only; peak RSS):
+
+  floor     pl.read_csv(path, separator=" ", comment_prefix="#") into (series, value, ts) columns:
+            the tokenising alone, no labels, no units, nothing stored
+  tracekit  tracekit.ingest.ingest([path], tmpdir): parse, Parquet, merge and rate into
+            link_samples (one window per port per scrape); the parse and rate phases are also
+            timed alone in the same child
+
+Target: tracekit ingest + rate within a few seconds, <= 5x the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LINE_RATE_BPS = 400e9
+
+
+def _rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def generate(path: Path, *, ports: int, scrapes: int, step_s: int, seed: int = 7) -> int:
+    """Write the exposition file; return the number of samples in it."""
+    import numpy as np
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    t0_ms = 1_760_000_000_000
+    prefixes = [f'ifHCOutOctets{{instance="leaf{p // 64:02d}",ifName="Ethernet{p % 64 + 1}"}} ' for p in range(ports)]
+    per_window = (rng.random((scrapes, ports)) * LINE_RATE_BPS / 8 * step_s).astype(np.int64)
+    values = np.cumsum(per_window, axis=0) + rng.integers(0, 1 << 40, ports)
+    with open(path, "wb") as fh:
+        head = [f'ifHighSpeed{{instance="leaf{p // 64:02d}",ifName="Ethernet{p % 64 + 1}"}} 400000 {t0_ms}'
+                for p in range(ports)]
+        fh.write(("# TYPE ifHighSpeed gauge\n" + "\n".join(head) + "\n").encode())
+        block = 720
+        for k0 in range(0, scrapes, block):
+            k1 = min(scrapes, k0 + block)
+            n = k1 - k0
+            frame = pl.DataFrame({
+                "k": np.repeat(np.arange(k0, k1), ports + 1),
+                "p": np.tile(np.arange(-1, ports), n),
+            })
+            ts = (t0_ms + frame["k"].to_numpy() * step_s * 1000).astype(np.int64)
+            p = frame["p"].to_numpy()
+            v = np.where(p >= 0, values[frame["k"].to_numpy(), np.maximum(p, 0)], 0)
+            lines = pl.DataFrame({"pre": pl.Series([prefixes[i] if i >= 0 else "" for i in p]),
+                                  "v": v, "ts": ts, "p": p}).select(
+                pl.when(pl.col("p") < 0).then(pl.lit("# TYPE ifHCOutOctets counter"))
+                .otherwise(pl.concat_str([pl.col("pre"), pl.col("v").cast(pl.String), pl.lit(" "),
+                                          pl.col("ts").cast(pl.String)])).alias("line"))
+            lines.write_csv(fh, include_header=False, quote_style="never")
+    return ports + ports * scrapes
+
+
+def run_one(contender: str, path: Path) -> dict:
+    """Runs inside the child: process `path` once, report times and memory."""
+    import polars as pl
+    import pyarrow as pa
+
+    pa.array([0])
+    if contender == "floor":
+        base = _rss_mb()
+        t0, c0 = time.perf_counter(), time.process_time()
+        df = pl.read_csv(path, separator=" ", has_header=False, comment_prefix="#", quote_char=None,
+                         schema={"series": pl.String, "value": pl.Float64, "ts": pl.Int64})
+        n = df.height
+        phases: dict[str, float] = {}
+    else:
+        from tracekit.ingest import ingest
+        from tracekit.parsers.telemetry import prometheus
+        from tracekit.store import Run, SourceSink
+        from tracekit.telemetry import rate_counters
+
+        out = Path(tempfile.mkdtemp(prefix="tk-bench-tel-"))
+        try:
+            # numba loads its cached kernels once per process: warm up on a tiny file, untimed.
+            w0 = time.perf_counter()
+            tiny = out / "tiny.prom"
+            tiny.write_text('# TYPE ifHCOutOctets counter\n'
+                            'ifHCOutOctets{instance="a",ifName="b"} 1 1760000000000\n'
+                            'ifHCOutOctets{instance="a",ifName="b"} 2 1760000010000\n')
+            ingest([tiny], out / "warm")
+            warmup = time.perf_counter() - w0
+            base = _rss_mb()
+            t0, c0 = time.perf_counter(), time.process_time()
+            report = ingest([path], out / "run", jobs=1)
+            elapsed_all = time.perf_counter() - t0
+            assert not report.failed, report.failed[0].error
+            n = report.sources[0].stored
+            windows = report.tables.get("link_samples", 0)
+            elapsed, cpu = elapsed_all, time.process_time() - c0
+            run = Run(out / "run")
+            counters = run.table("counters")
+            p0 = time.perf_counter()
+            prometheus.parse(path, SourceSink(out / "parse-only", "k"))
+            parse_s = time.perf_counter() - p0
+            r0 = time.perf_counter()
+            rates = rate_counters(counters, run.table("topology_nodes"), run.table("topology_links"))
+            rate_s = time.perf_counter() - r0
+            phases = {"parse_s": parse_s, "rate_s": rate_s, "windows": windows, "warmup_s": warmup,
+                      "flagged": dict(rates.stats.flagged)}
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n,
+                "rss_mb": _rss_mb(), "base_mb": base, **phases}
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n, "rss_mb": _rss_mb(),
+            "base_mb": base, **phases}
+
+
+def _child(contender: str, path: Path) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", contender, str(path)], capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{contender} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ports", type=int, default=1000)
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--step", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--keep", type=Path, default=None, help="Keep the generated file in this directory.")
+    ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(run_one(args.child[0], Path(args.child[1]))))
+        return
+    scrapes = int(args.hours * 3600 / args.step)
+    tmp = Path(tempfile.mkdtemp(prefix="tk-bench-prom-", dir=args.keep))
+    path = tmp / "switches.prom"
+    try:
+        t0 = time.perf_counter()
+        samples = generate(path, ports=args.ports, scrapes=scrapes, step_s=args.step)
+        size = path.stat().st_size
+        print(f"input: {args.ports:,} ports x {scrapes:,} scrapes = {samples:,} samples, "
+              f"{size / 1e6:,.0f} MB (generated in {time.perf_counter() - t0:.1f} s)")
+        results: dict[str, list[dict]] = {"floor": [], "tracekit": []}
+        for _ in range(args.repeat):
+            for c in results:
+                results[c].append(_child(c, path))
+        best = {c: min(rs, key=lambda r: r["seconds"]) for c, rs in results.items()}
+        floor, tk = best["floor"], best["tracekit"]
+        for c, r in best.items():
+            extra = (f"  (parse alone {r['parse_s']:.2f} s, rate alone {r['rate_s']:.2f} s, "
+                     f"{r['windows']:,} windows; numba warm-up {r['warmup_s']:.2f} s, untimed)"
+                     if c == "tracekit" else "")
+            print(f"{c:9s} {r['seconds']:7.2f} s wall {r['cpu']:7.2f} s cpu  peak RSS {r['rss_mb']:7.0f} MB  "
+                  f"{r['n']:,} samples  {r['n'] / r['seconds'] / 1e6:.2f} M samples/s{extra}")
+        print(f"ratio tracekit/floor: {tk['seconds'] / floor['seconds']:.2f}x wall, "
+              f"{tk['cpu'] / floor['cpu']:.2f}x cpu, {tk['rss_mb'] / floor['rss_mb']:.2f}x peak RSS; "
+              f"parse alone {tk['parse_s'] / floor['seconds']:.2f}x floor")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("POLARS_MAX_THREADS", str(os.cpu_count() or 1))
+    main()

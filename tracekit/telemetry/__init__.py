@@ -1,0 +1,618 @@
+"""Telemetry counters -> per-window `link_samples`: the one place where rates are derived.
+
+A port is (host, device, port). Its samples (one per counter series per scrape) are snapped onto
+the port's scrape times (samples closer than a quarter of the shortest step of any of the port's
+series are one scrape: gnmic stamps each leaf on its own), de-duplicated (`duplicate`: same
+series, same scrape; the first is kept), and every pair of consecutive scrapes is a window:
+`ts_ns` = the earlier scrape, `interval_ns` = the gap, both in ns since the epoch like replay's
+windows, so the two overlay directly.
+
+Per counter series and window:
+
+* the difference of the two samples is the window's count (`tx_bytes`, `rx_pkts`, ...);
+* a 32-bit counter that wraps (IF-MIB `ifInOctets`) is unwrapped (+2^32, flag `wrapped`) only when
+  the window is shorter than the time the counter takes to wrap at the port's line rate; a longer
+  window (or an unknown speed) may hide any number of wraps: `wrap_ambiguous`, no number;
+* a counter whose later sample sits at a saturation ceiling (IB PortCounters clamp at 2^32-1 or
+  2^16-1) gives no number: `saturated`;
+* any other decrease is a reset (cleared counters, a reboot): `reset`, no number, never traffic;
+* a series with no sample at the window's start (it missed that scrape) gives no number for the
+  window: `gap`; a window longer than `gap_factor` x the port's usual interval (the whole port
+  missed a scrape) keeps its numbers and is flagged `gap`.
+
+`kind` "rate" samples (DCGM `PROF_*`: bytes/s averaged over DCGM's period) are integrated over the
+window (value at the window's end x interval), never differenced. Gauges are never rated;
+`speed_bps` is the capacity for utilisation (the port's own, else the topology link's).
+Voiding flags (`saturated`, `reset`, `wrap_ambiguous`, and `gap` on a metric) are listed per
+metric in `flag_detail` ("tx_bytes:reset") and leave that metric null; `flags` is the set of
+flag names of the window. Counts per qualifier (per queue) are summed per metric.
+
+Link identity (`link`, `link_end`): a user link map first, then ibnetdiscover (by node name,
+`<host>/<device>`, GUID or LID), else the port's own name (`<host>/<device>:<port>`, no end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute
+import pyarrow.parquet as pq
+
+from tracekit import schema
+from tracekit.store import Run
+from tracekit.telemetry import _kernels as _k
+
+ORIGIN = "telemetry"
+VOIDING_FLAGS = ("saturated", "reset", "wrap_ambiguous", "gap")
+#: Output column per (metric, direction); direction None matches any.
+OUTPUT_COLUMNS = {
+    ("tx_bytes", "tx"): "tx_bytes", ("rx_bytes", "rx"): "rx_bytes",
+    ("tx_pkts", "tx"): "tx_pkts", ("rx_pkts", "rx"): "rx_pkts",
+    ("pfc_pause", "tx"): "tx_pause", ("pfc_pause", "rx"): "rx_pause",
+    ("ecn_marked", "tx"): "ecn_marked", ("ecn_marked", "rx"): "ecn_marked", ("ecn_marked", None): "ecn_marked",
+    ("discards", "tx"): "tx_discards", ("discards", "rx"): "rx_discards",
+    ("errors", "tx"): "tx_errors", ("errors", "rx"): "rx_errors",
+    ("xmit_wait", "tx"): "xmit_wait", ("xmit_wait", None): "xmit_wait",
+}
+VALUE_COLUMNS = ("tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "tx_pause", "rx_pause", "ecn_marked",
+                 "tx_discards", "rx_discards", "tx_errors", "rx_errors", "xmit_wait")
+#: Smallest frame counted when bounding a packet counter's rate (64 B Ethernet, ~IB header-only).
+MIN_FRAME_BYTES = 64
+PORT_KEY = ("host", "device", "port")
+#: link_samples columns worth Parquet dictionary encoding (the numbers are nearly unique).
+DICT_COLUMNS = ("link", "device", "port", "origin", "host", "link_end")
+SERIES_KEY = (*PORT_KEY, "metric", "direction", "qualifier")
+
+
+@dataclass
+class RateStats:
+    """Accounting of one rating: every counter sample is used or skipped with a reason."""
+
+    read: int = 0
+    used: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    windows: int = 0
+    flagged: Counter[str] = field(default_factory=Counter)
+    ports: int = 0
+    mapped_ports: int = 0
+
+    @property
+    def balanced(self) -> bool:
+        return self.read == self.used + sum(self.skipped.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "used": self.used, "skipped": dict(sorted(self.skipped.items())),
+                "windows": self.windows, "flagged": dict(sorted(self.flagged.items())),
+                "ports": self.ports, "mapped_ports": self.mapped_ports}
+
+
+@dataclass
+class TelemetryRates:
+    """`link_samples` rows (origin "telemetry") and how they were made."""
+
+    link_samples: pa.Table
+    stats: RateStats
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FlaggedWindow:
+    ts_ns: int
+    interval_ns: int
+    reasons: tuple[str, ...]
+
+
+@dataclass
+class LinkSummary:
+    """One link (or unmapped port) over the run: utilisation and its flagged windows."""
+
+    link: str
+    host: str | None
+    device: str
+    port: str
+    link_end: str | None
+    windows: int
+    speed_bps: float | None
+    peak_util: float | None
+    mean_util: float | None
+    tx_bytes: float
+    rx_bytes: float
+    flagged: list[FlaggedWindow]
+    flagged_windows: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"link": self.link, "host": self.host, "device": self.device, "port": self.port,
+                "link_end": self.link_end, "windows": self.windows, "speed_bps": self.speed_bps,
+                "peak_util": self.peak_util, "mean_util": self.mean_util, "tx_bytes": self.tx_bytes,
+                "rx_bytes": self.rx_bytes, "flagged_windows": self.flagged_windows,
+                "flagged": [{"ts_ns": f.ts_ns, "interval_ns": f.interval_ns, "reasons": list(f.reasons)}
+                            for f in self.flagged]}
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The observed fabric of a run (from ibnetdiscover and link maps): `topology_nodes` and
+    `topology_links` rows, ready for building a replay topology."""
+
+    nodes: pa.Table
+    links: pa.Table
+
+    @property
+    def empty(self) -> bool:
+        return self.links.num_rows == 0
+
+
+def observed_fabric(run: Run | str | os.PathLike[str]) -> Fabric:
+    """The fabric tables a run's ibnetdiscover / link-map sources gave (empty tables if none)."""
+    run = run if isinstance(run, Run) else Run(run)
+    return Fabric(run.table("topology_nodes"), run.table("topology_links"))
+
+
+# ------------------------------------------------------------------------------------------
+# Rates
+
+
+def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
+                  topology_links: pa.Table | None = None, *, gap_factor: float = 1.5) -> TelemetryRates:
+    """Turn raw `counters` rows into per-window `link_samples` (see the module docstring)."""
+    stats = RateStats()
+    t = schema.conform("counters", counters).unify_dictionaries().combine_chunks()
+    n = t.num_rows
+    stats.read = n
+    if n == 0:
+        return TelemetryRates(schema.empty("link_samples"), stats)
+    col = {c: _codes(t, c) for c in (*SERIES_KEY, "kind")}
+    ts, timed = _numbers(t, "ts_ns", 0)
+    value, _ = _numbers(t, "value", np.nan)
+    bits = _numbers(t, "bits", -1)[0].astype(np.int32)
+    saturable = _bools(t, "saturable")
+    saturated = _bools(t, "saturated")
+    kind = _is(col["kind"], ("counter", "rate", "gauge"))
+    metric_speed = _is(col["metric"], ("speed_bps",))[0]
+    is_counter, is_rate, is_gauge = kind
+    is_speed = timed & is_gauge & metric_speed
+    rateable = timed & (is_counter | is_rate)
+    _skip(stats, "untimed", int((~timed).sum()))
+    _skip(stats, "gauge_not_rated", int((timed & is_gauge & ~metric_speed).sum()))
+    _skip(stats, "unknown_kind", int((timed & ~(is_counter | is_rate | is_gauge)).sum()))
+    stats.used += int(is_speed.sum())
+    pid, n_pid, port_first = _dense(col["host"][0], col["device"][0], col["port"][0], where=rateable | is_speed)
+    ports = [(_name(col["host"], i), _name(col["device"], i), _name(col["port"], i)) for i in port_first.tolist()]
+    stats.ports = n_pid
+    if not rateable.any():
+        return TelemetryRates(schema.empty("link_samples"), stats)
+    sid, n_sid, _ = _dense(pid, col["metric"][0], col["direction"][0], col["qualifier"][0], where=rateable)
+    column = _output_columns(col["metric"], col["direction"])
+    column = np.where(rateable, column, -1)
+    identity = _identify_ports(ports, topology_nodes, topology_links)
+    stats.mapped_ports = sum(1 for ident in identity if ident[1] is not None)
+
+    base = np.flatnonzero(rateable)
+    if len(base) > 1 and not (np.diff(ts[base]) >= 0).all():
+        base = base[np.argsort(ts[base], kind="stable")]
+    by_series = _k.counting_order(sid, n_sid, base)
+    step = _k.min_step(by_series, sid, ts, n_sid)
+    pid_of_sid = np.full(n_sid, -1, np.int64)
+    pid_of_sid[sid[base]] = pid[base]
+    tol = np.full(n_pid, np.inf)
+    np.fmin.at(tol, pid_of_sid, step)
+    tol = np.where(np.isfinite(tol), tol * 0.25, 0.0)
+    by_port = _k.counting_order(pid, n_pid, base)
+    scrape, row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
+
+    speeds_idx = np.flatnonzero(is_speed)
+    port_max_speed = np.full(n_pid, np.nan)
+    if len(speeds_idx):
+        np.fmax.at(port_max_speed, pid[speeds_idx], value[speeds_idx])
+    link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity])
+    port_max_speed = np.where(np.isnan(port_max_speed), link_bps, port_max_speed)
+    is_bytes = _is(col["metric"], ("tx_bytes", "rx_bytes"))[0]
+    per_second = port_max_speed[np.maximum(pid, 0)] / 8.0 / np.where(is_bytes, 1.0, MIN_FRAME_BYTES)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wrap_s = np.where(per_second > 0, 2.0 ** 32 / per_second, np.nan)
+    count, flag, prev_scrape, dup = _k.series_windows(by_series, sid, scrape, value, bits, saturable, saturated,
+                                                      is_rate, wrap_s)
+    n_dup = int(dup[base].sum())
+    _skip(stats, "duplicate", n_dup)
+    stats.used += len(base) - n_dup
+    used = np.flatnonzero(np.bincount(column[base] + 1, minlength=len(VALUE_COLUMNS) + 1)[1:])
+    compact = np.full(len(VALUE_COLUMNS) + 1, -1, np.int64)
+    compact[used] = np.arange(len(used))
+    total, present, mask = _k.grid_values(base, row, compact[column], count, flag, prev_scrape, g_prev,
+                                          len(g_pid), len(used))
+    out = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds_idx, pid,
+                      ts, value, gap_factor)
+    stats.windows = out.num_rows
+    flags = pa.compute.list_flatten(out.column("flags")).to_pylist()
+    stats.flagged.update(flags)
+    return TelemetryRates(out, stats)
+
+
+def _skip(stats: RateStats, reason: str, n: int) -> None:
+    if n:
+        stats.skipped[reason] += n
+
+
+def _codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
+    """(dictionary index per row, -1 for null; the dictionary) of a dictionary column."""
+    arr = t.column(name).combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    idx = arr.indices.fill_null(-1) if arr.indices.null_count else arr.indices
+    return idx.to_numpy(), arr.dictionary.to_pylist()
+
+
+def _bools(t: pa.Table, name: str) -> np.ndarray:
+    arr = t.column(name).combine_chunks()
+    if arr.null_count:
+        arr = arr.fill_null(False)
+    return np.asarray(arr.to_numpy(zero_copy_only=False), bool)
+
+
+def _numbers(t: pa.Table, name: str, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """(values with nulls filled, mask of non-null rows)."""
+    arr = t.column(name).combine_chunks()
+    if arr.null_count == 0:
+        return arr.to_numpy(), np.ones(len(arr), bool)
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
+    return arr.fill_null(fill).to_numpy(), valid
+
+
+def _is(codes: tuple[np.ndarray, list], values: tuple[str, ...]) -> list[np.ndarray]:
+    """One mask per value: rows whose dictionary value equals it."""
+    idx, dictionary = codes
+    out = []
+    for v in values:
+        lut = np.zeros(len(dictionary) + 1, bool)
+        lut[[i for i, d in enumerate(dictionary) if d == v]] = True
+        out.append(lut[idx])
+    return out
+
+
+def _name(codes: tuple[np.ndarray, list], i: int) -> str:
+    idx, dictionary = codes
+    return "" if idx[i] < 0 else str(dictionary[idx[i]])
+
+
+def _dense(*keys: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """Dense ids [0, n) of the key tuples (up to four int arrays, -1 = null) of the rows in
+    `where` (-1 elsewhere), numbered in order of first appearance, and the first row of each id."""
+    keys = list(keys) + [np.full(len(keys[0]), -1, np.int32)] * (4 - len(keys))
+    widths = [int(k.max(initial=-1)) + 2 for k in keys]
+    span = widths[0] * widths[1] * widths[2] * widths[3]
+    if span > 1 << 26:
+        combined = np.zeros(len(keys[0]), np.int64)
+        for k, w in zip(keys, widths, strict=True):
+            combined = np.unique(combined * w + (k + 1), return_inverse=True)[1].astype(np.int64)
+        keys = [combined - 1] + [np.full(len(combined), -1, np.int32)] * 3
+        widths = [int(combined.max(initial=0)) + 2, 1, 1, 1]
+        span = widths[0]
+    rows = np.flatnonzero(where)
+    ids, n, first = _k.dense_ids(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, span)
+    return ids, int(n), first
+
+
+def _output_columns(metric: tuple[np.ndarray, list], direction: tuple[np.ndarray, list]) -> np.ndarray:
+    """Index into VALUE_COLUMNS per row (-1 when the metric has no column)."""
+    m_idx, m_dict = metric
+    d_idx, d_dict = direction
+    table = np.full((len(m_dict) + 1, len(d_dict) + 1), -1, np.int64)
+    for mi, m in enumerate([*m_dict, None]):
+        for di, d in enumerate([*d_dict, None]):
+            name = OUTPUT_COLUMNS.get((m, d)) or OUTPUT_COLUMNS.get((m, None))
+            if name is not None:
+                table[mi, di] = VALUE_COLUMNS.index(name)
+    return table[np.where(m_idx < 0, len(m_dict), m_idx), np.where(d_idx < 0, len(d_dict), d_idx)]
+
+
+_FLAG_BITS = ("wrapped", "saturated", "reset", "wrap_ambiguous", "gap")
+_VOID_MASK = 0b11110  # saturated, reset, wrap_ambiguous, gap
+
+
+def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: np.ndarray, present: np.ndarray,
+                mask: np.ndarray, used: np.ndarray, n_pid: int, ports: list[tuple[str, str, str]],
+                identity: list[tuple], speeds_idx: np.ndarray, pid: np.ndarray, ts: np.ndarray, value: np.ndarray,
+                gap_factor: float) -> pa.Table:
+    """The windows (grid rows after a port's first scrape) as a `link_samples` table; `total`,
+    `present` and `mask` have one column per entry of `used` (indices into VALUE_COLUMNS)."""
+    keep = np.flatnonzero(g_prev >= 0)
+    interval = g_t - np.where(g_prev >= 0, g_prev, g_t)
+    med = np.full(n_pid, np.nan)
+    starts = np.flatnonzero(np.r_[True, g_pid[keep][1:] != g_pid[keep][:-1]]) if len(keep) else np.zeros(0, int)
+    bounds = np.r_[starts, len(keep)]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        med[g_pid[keep[a]]] = np.median(interval[keep[a:b]])
+    port_gap = interval > gap_factor * med[g_pid]
+    s_order = np.lexsort((ts[speeds_idx], pid[speeds_idx]))
+    speed = _k.speed_asof(g_pid, g_t, speeds_idx[s_order], pid, ts, value) if len(speeds_idx) else \
+        np.full(len(g_pid), np.nan)
+    link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity] or [np.nan])
+    speed = np.where(np.isnan(speed), link_bps[g_pid], speed)
+    # Port order: by link name, then host, device, port; rows by time within a port.
+    port_rank = np.empty(n_pid, np.int64)
+    port_rank[sorted(range(n_pid), key=lambda p: (identity[p][0], ports[p]))] = np.arange(n_pid)
+    keep = _k.counting_order(port_rank[g_pid], n_pid, keep)
+    flags, detail = _flag_lists(mask[keep], used, port_gap[keep])
+    values = {}
+    for j, c in enumerate(used.tolist()):
+        void = (mask[keep, j] & _VOID_MASK) != 0
+        values[VALUE_COLUMNS[c]] = np.where(present[keep, j] & ~void, total[keep, j], np.nan)
+    nothing = np.full(len(keep), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        secs = interval[keep] / 1e9
+        tx_util = values.get("tx_bytes", nothing) * 8.0 / (speed[keep] * secs)
+        rx_util = values.get("rx_bytes", nothing) * 8.0 / (speed[keep] * secs)
+    p = g_pid[keep]
+
+    def per_port(strings: list[str | None]) -> pa.DictionaryArray:
+        uniq = sorted({x for x in strings if x is not None})
+        index = {x: i for i, x in enumerate(uniq)}
+        per = np.array([index.get(x, -1) if x is not None else -1 for x in strings] or [-1], np.int32)
+        return pa.DictionaryArray.from_arrays(_with_nulls(per[p], per[p] < 0 if (per < 0).any() else None),
+                                              pa.array(uniq, pa.string()))
+
+    none = pa.Array.from_buffers(pa.float64(), len(keep), [pa.py_buffer(np.zeros((len(keep) + 7) // 8, np.uint8)),
+                                                          pa.py_buffer(np.zeros(len(keep)))], null_count=len(keep))
+
+    def floats(a: np.ndarray | None) -> pa.Array:
+        return none if a is None else _with_nulls(a, np.isnan(a))
+
+    data = {
+        "link": per_port([ident[0] for ident in identity]),
+        "device": per_port([d for _, d, _ in ports]),
+        "port": per_port([q for _, _, q in ports]),
+        "ts_ns": pa.array(g_prev[keep], pa.int64()),
+        "interval_ns": pa.array(interval[keep], pa.int64()),
+        "tx_bytes": floats(values.get("tx_bytes")), "rx_bytes": floats(values.get("rx_bytes")),
+        "tx_util": floats(tx_util), "rx_util": floats(rx_util),
+        "flags": flags,
+        "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(keep), np.int32)), pa.array([ORIGIN])),
+        "host": per_port([h or None for h, _, _ in ports]),
+        "link_end": per_port([ident[1] for ident in identity]),
+        "speed_bps": floats(speed[keep]),
+    }
+    for name in VALUE_COLUMNS[2:]:
+        data[name] = floats(values.get(name))
+    data["flag_detail"] = detail
+    return schema.conform("link_samples", pa.table(data))
+
+
+def _with_nulls(values: np.ndarray, null: np.ndarray | None) -> pa.Array:
+    """An Arrow array over `values` (no copy) with `null` as its null mask."""
+    arr = pa.array(values)
+    if null is None or not null.any():
+        return arr
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    return pa.Array.from_buffers(arr.type, len(values), [validity, arr.buffers()[1]], null_count=int(null.sum()))
+
+
+def _flag_lists(mask: np.ndarray, used: np.ndarray, port_gap: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """`flags` and `flag_detail` list columns from the per-column flag bit masks."""
+    key = port_gap.astype(np.int64) << 60
+    for j, c in enumerate(used.tolist()):
+        col = mask[:, j]
+        if col.any():
+            key |= col.astype(np.int64) << (5 * c)
+    nz = np.flatnonzero(key)
+    combos: list[tuple[list[str], list[str]]] = [([], [])]
+    index = np.zeros(len(key), np.int64)
+    if len(nz):
+        uniq, inverse = np.unique(key[nz], return_inverse=True)
+        for u in uniq.tolist():
+            detail = [f"{VALUE_COLUMNS[c]}:{_FLAG_BITS[b]}" for c in range(len(VALUE_COLUMNS)) for b in range(5)
+                      if (u >> (5 * c + b)) & 1]
+            names = {d.split(":", 1)[1] for d in detail}
+            if (u >> 60) & 1:
+                names.add("gap")
+            combos.append((sorted(names), sorted(detail)))
+        index[nz] = inverse + 1
+    take = pa.array(index)
+    flags = pa.array([c[0] for c in combos], pa.list_(pa.string())).take(take)
+    detail = pa.array([c[1] for c in combos], pa.list_(pa.string())).take(take)
+    return flags, detail
+
+
+# ------------------------------------------------------------------------------------------
+# Link identity
+
+
+def _identify_ports(ports: list[tuple[str, str, str]], nodes: pa.Table | None,
+                    links: pa.Table | None) -> list[tuple[str, str | None, float | None]]:
+    """Per port: (link name, link end or None, link Gb/s or None)."""
+    index = _endpoint_index(nodes, links)
+    out = []
+    for host, device, port in ports:
+        hit = _lookup(index, host or None, device, port)
+        if hit is None:
+            owner = f"{host}/{device}" if host and host != device else device
+            out.append((f"{owner}:{port}", None, None))
+        else:
+            out.append(hit)
+    return out
+
+
+def _endpoint_index(nodes: pa.Table | None,
+                    links: pa.Table | None) -> dict[tuple[str, str], tuple[str, str, float | None]]:
+    """(node alias, port) -> (link, end, gbps); link-map rows win over ibnetdiscover rows."""
+    from tracekit.parsers.telemetry._common import normal_port
+
+    if links is None or links.num_rows == 0:
+        return {}
+    aliases: dict[str, set[str]] = {}
+    if nodes is not None and nodes.num_rows:
+        for n in schema.conform("topology_nodes", nodes).to_pylist():
+            names = aliases.setdefault(n["node"], {n["node"]})
+            if n.get("guid"):
+                names.add(str(n["guid"]).lower())
+            if n.get("lid") is not None:
+                names.add(f"lid:{n['lid']}")
+            if n.get("description"):
+                names.add(n["description"].strip())
+    rows = schema.conform("topology_links", links).to_pylist()
+    rows.sort(key=lambda r: 0 if r.get("source_format") == "link_map" else 1)
+    index: dict[tuple[str, str], tuple[str, str, float | None]] = {}
+    for r in rows:
+        for end in ("src", "dst"):
+            node, port = r.get(end), r.get(f"{end}_port")
+            if node is None or port is None:
+                continue
+            for alias in aliases.get(node, {node}):
+                index.setdefault((alias, normal_port(port)), (r["link"], end, r.get("gbps")))
+    return index
+
+
+def _lookup(index: dict, host: str | None, device: str, port: str) -> tuple[str, str, float | None] | None:
+    from tracekit.parsers.telemetry._common import normal_port
+
+    port = normal_port(port)
+    candidates = [device, device.lower()]
+    if host:
+        candidates = [f"{host}/{device}", f"{host} {device}", *candidates]
+    for c in candidates:
+        hit = index.get((c, port))
+        if hit is not None:
+            return hit
+    return None
+
+
+def oriented(link_samples: pa.Table) -> pa.Table:
+    """Telemetry rows turned to their link's src->dst direction (tx and rx swapped where the
+    measured port is the link's `dst` end), as replay reports its links."""
+    df = pl.from_arrow(schema.conform("link_samples", link_samples))
+    assert isinstance(df, pl.DataFrame)
+    swap = pl.col("link_end").cast(pl.String) == "dst"
+    pairs = (("tx_bytes", "rx_bytes"), ("tx_util", "rx_util"), ("tx_pkts", "rx_pkts"), ("tx_pause", "rx_pause"),
+             ("tx_discards", "rx_discards"), ("tx_errors", "rx_errors"))
+    exprs = []
+    for a, b in pairs:
+        exprs += [pl.when(swap).then(pl.col(b)).otherwise(pl.col(a)).alias(a),
+                  pl.when(swap).then(pl.col(a)).otherwise(pl.col(b)).alias(b)]
+    return schema.conform("link_samples", df.with_columns(exprs).to_arrow())
+
+
+# ------------------------------------------------------------------------------------------
+# Runs
+
+
+def rate_run(run: Run | str | os.PathLike[str], *, write: bool = True, gap_factor: float = 1.5) -> TelemetryRates:
+    """Rate a run's counters against its fabric; with `write`, replace the run's telemetry
+    `link_samples` (replayed rows are kept) and store the accounting in results/telemetry.json."""
+    run = run if isinstance(run, Run) else Run(run)
+    if not run.has("counters"):
+        return TelemetryRates(schema.empty("link_samples"), RateStats())
+    result = rate_counters(run.table("counters"), run.table("topology_nodes"), run.table("topology_links"),
+                           gap_factor=gap_factor)
+    if write:
+        store_rates(run.path, result)
+    return result
+
+
+def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
+    """Replace the telemetry rows of RUN/link_samples.parquet (replayed rows stay) and write
+    RUN/results/telemetry.json (accounting and per-link summaries). Returns the table's rows."""
+    run_dir = Path(run_dir)
+    path = run_dir / "link_samples.parquet"
+    old = schema.conform("link_samples", pq.read_table(path)) if path.is_file() else schema.empty("link_samples")
+    if old.num_rows:
+        origin = pa.compute.cast(old.column("origin"), pa.string())
+        old = old.filter(pa.compute.fill_null(pa.compute.not_equal(origin, ORIGIN), True))
+    merged = schema.conform("link_samples", pa.concat_tables([old, rates.link_samples], promote_options="permissive"))
+    if merged.num_rows:
+        tmp = path.with_suffix(".parquet.tmp")
+        pq.write_table(merged, tmp, compression="zstd", use_dictionary=DICT_COLUMNS)
+        tmp.replace(path)
+    else:
+        path.unlink(missing_ok=True)
+    doc = {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
+           "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
+    out = run_dir / "results" / "telemetry.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    tmp.replace(out)
+    return merged.num_rows
+
+
+def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
+                   max_flagged: int | None = 100) -> list[LinkSummary]:
+    """Per link (or unmapped port) of one origin: windows, peak and mean utilisation (the larger
+    of tx and rx per window, over windows that have one), bytes, and the flagged windows with
+    their reasons (the first `max_flagged` of each; `flagged_windows` counts them all). Sorted by
+    peak utilisation, then bytes."""
+    if link_samples.num_rows == 0:
+        return []
+    t = schema.conform("link_samples", link_samples).unify_dictionaries().combine_chunks()
+    mine = _is(_codes(t, "origin"), (origin,))[0]
+    if not mine.all():
+        t = t.filter(pa.array(mine))
+    if t.num_rows == 0:
+        return []
+    keys = {c: _codes(t, c) for c in ("link", "host", "device", "port", "link_end")}
+    gid, n, first = _dense(keys["link"][0], keys["host"][0], keys["device"][0], keys["port"][0],
+                           where=np.ones(t.num_rows, bool))
+    tx_util, _ = _numbers(t, "tx_util", np.nan)
+    rx_util, _ = _numbers(t, "rx_util", np.nan)
+    util = np.fmax(tx_util, rx_util)
+    has = ~np.isnan(util)
+    n_util = np.bincount(gid[has], minlength=n)
+    sum_util = np.bincount(gid[has], weights=util[has], minlength=n)
+    peak = np.full(n, -np.inf)
+    np.fmax.at(peak, gid[has], util[has])
+    windows = np.bincount(gid, minlength=n)
+    tx = np.bincount(gid, weights=np.nan_to_num(_numbers(t, "tx_bytes", 0.0)[0]), minlength=n)
+    rx = np.bincount(gid, weights=np.nan_to_num(_numbers(t, "rx_bytes", 0.0)[0]), minlength=n)
+    speed, _ = _numbers(t, "speed_bps", np.nan)
+    top_speed = np.full(n, -np.inf)
+    np.fmax.at(top_speed, gid, np.nan_to_num(speed, nan=-np.inf))
+    flag_lists = t.column("flags").combine_chunks()
+    flagged_rows = np.flatnonzero(np.diff(flag_lists.offsets.to_numpy()) > 0)
+    flagged: list[list[FlaggedWindow]] = [[] for _ in range(n)]
+    n_flagged = np.bincount(gid[flagged_rows], minlength=n)
+    if len(flagged_rows):
+        rows = flagged_rows[np.lexsort((flagged_rows, gid[flagged_rows]))]
+        counts = np.zeros(n, np.int64)
+        chosen = []
+        for r in rows.tolist():
+            g = gid[r]
+            if max_flagged is None or counts[g] < max_flagged:
+                counts[g] += 1
+                chosen.append(r)
+        sub = t.take(pa.array(chosen, pa.int64())).select(["ts_ns", "interval_ns", "flags", "flag_detail"]).to_pylist()
+        for r, row in zip(chosen, sub, strict=True):
+            detail = row["flag_detail"] or []
+            notes = [f for f in row["flags"] if not any(d.endswith(":" + f) for d in detail)]
+            flagged[gid[r]].append(FlaggedWindow(row["ts_ns"], row["interval_ns"], tuple(detail) + tuple(notes)))
+    out = []
+    for g, r in enumerate(first.tolist()):
+        end = _name(keys["link_end"], r)
+        out.append(LinkSummary(
+            link=_name(keys["link"], r), host=_name(keys["host"], r) or None, device=_name(keys["device"], r),
+            port=_name(keys["port"], r), link_end=end or None, windows=int(windows[g]),
+            speed_bps=float(top_speed[g]) if np.isfinite(top_speed[g]) else None,
+            peak_util=float(peak[g]) if n_util[g] else None,
+            mean_util=float(sum_util[g] / n_util[g]) if n_util[g] else None,
+            tx_bytes=float(tx[g]), rx_bytes=float(rx[g]), flagged=flagged[g], flagged_windows=int(n_flagged[g])))
+    out.sort(key=lambda s: (-(s.peak_util if s.peak_util is not None else -1.0), -(s.tx_bytes + s.rx_bytes),
+                            s.link, s.device, s.port))
+    return out
+
+
+def describe(run: Run | str | os.PathLike[str], *, max_flagged: int = 100) -> dict[str, Any] | None:
+    """The telemetry section of `tracekit info`: per link peak/mean utilisation and flagged
+    windows with their reasons, plus the rating's accounting; None when the run has no counters."""
+    run = run if isinstance(run, Run) else Run(run)
+    if not run.has("counters"):
+        return None
+    samples = run.table("link_samples")
+    links = [s.to_json() for s in link_summaries(samples, max_flagged=max_flagged)]
+    saved = run.read_json("telemetry") or {}
+    return {"links": links, "stats": saved.get("stats"), "warnings": saved.get("warnings", []),
+            "counters": run.table("counters").num_rows}
