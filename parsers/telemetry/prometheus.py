@@ -42,20 +42,23 @@ _NONE = np.iinfo(np.int64).min
 
 
 def sniff(head: bytes) -> bool:
-    """Prometheus text: a `# HELP`/`# TYPE` line, or sample lines only (at least three)."""
+    """Prometheus text: sample lines only (comments aside), and a `# HELP`/`# TYPE` line, or
+    labels on every sample, or at least three samples."""
     lines = [ln for ln in head.split(b"\n")[:64] if ln.strip()]
     if len(head) >= 65536 and lines:
         lines = lines[:-1]
-    meta = samples = 0
+    meta = samples = labelled = 0
     for ln in lines:
         if ln.startswith(b"#"):
             if _META.match(ln):
                 meta += 1
             continue
-        if not _SAMPLE_HEAD.match(ln):
+        m = _SAMPLE_HEAD.match(ln)
+        if not m:
             return False
         samples += 1
-    return samples >= 1 and (meta >= 1 or samples >= 3)
+        labelled += m.group(1) is not None
+    return samples >= 1 and (meta >= 1 or samples >= 3 or labelled == samples)
 
 
 def _blocks(where: str, stats: SourceStats):

@@ -214,7 +214,8 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
         np.fmax.at(port_max_speed, pid[speeds_idx], value[speeds_idx])
     link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity])
     port_max_speed = np.where(np.isnan(port_max_speed), link_bps, port_max_speed)
-    is_bytes = _is(col["metric"], ("tx_bytes", "rx_bytes"))[0]
+    is_tx_bytes, is_rx_bytes = _is(col["metric"], ("tx_bytes", "rx_bytes"))
+    is_bytes = is_tx_bytes | is_rx_bytes
     per_second = port_max_speed[np.maximum(pid, 0)] / 8.0 / np.where(is_bytes, 1.0, MIN_FRAME_BYTES)
     with np.errstate(divide="ignore", invalid="ignore"):
         wrap_s = np.where(per_second > 0, 2.0 ** 32 / per_second, np.nan)

@@ -1,0 +1,170 @@
+"""The numba kernels against their naive twins, and invariants under random counter histories:
+rates are never negative, a metric flagged saturated/reset/wrap_ambiguous/gap has no number, and
+every sample read is used or skipped with a reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from telemetry_naive import VOID, rate, tokenize
+
+from tracekit import schema
+from tracekit.parsers.telemetry import _kernels as pk
+from tracekit.telemetry import VALUE_COLUMNS, rate_counters
+from tracekit.telemetry import _kernels as tk
+
+S = 1_000_000_000
+T0 = 1_760_000_000 * S
+
+
+def _tokenize(text: bytes):
+    cap = 1 << 12
+    th, tc = np.zeros(cap, np.uint64), np.full(cap, -1, np.int64)
+    empty_i = np.zeros(0, np.int64)
+    return pk.tokenize_exposition(np.frombuffer(text, np.uint8), np.uint64(99), th, tc, np.zeros(0, np.uint8),
+                                  empty_i, empty_i, 0)
+
+
+LINES = st.one_of(
+    st.sampled_from([b"", b"   ", b"# TYPE x counter", b"  # comment", b"\r", b"x{", b"9abc 1", b"x 1 2 3",
+                     b'x{a="b c"} 1', b'x{a="}"} 2 1700000000000', b'x{a="q\\"z"} 3', b"x NaN", b"x +Inf 5",
+                     b"x 1.5e3", b"x 1e400", b"x 0.000001", b"y{a=\"1\",b=\"2\"} -7 1700000000.25", b"x 12abc",
+                     b"x\t4\t1700000000000", b"x 5 1.7e9", b"x 5 abc", b"x{} 1"]),
+    st.builds(lambda n, v, t: f"m{n} {v}{'' if t is None else f' {t}'}".encode(),
+              st.integers(0, 3), st.integers(-10**15, 10**15), st.one_of(st.none(), st.integers(0, 10**13))),
+    st.builds(lambda v: f"m {v!r}".encode(), st.floats(allow_nan=False, allow_infinity=False)),
+)
+
+
+@given(st.lists(LINES, max_size=12), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_tokenizer_matches_its_twin(lines, trailing_newline):
+    text = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    kind, s0, slen, code, value, vstate, ts, tfrac, tstate, *_ = _tokenize(text)
+    twin = tokenize(text)
+    assert len(kind) == len(twin)
+    names = {0: "blank", 1: "comment", 2: "sample", 3: "malformed"}
+    for i, expect in enumerate(twin):
+        assert names[int(kind[i])] == expect[0], (text, i)
+        if expect[0] != "sample":
+            continue
+        assert bytes(text[s0[i]:s0[i] + slen[i]]) == expect[1]
+        if vstate[i] == 1:
+            got = float(value[i])
+            assert (np.isnan(got) and np.isnan(expect[2])) or got == expect[2]
+        elif vstate[i] == 0:
+            assert expect[2] == "bad"
+        if expect[3] is None:
+            assert tstate[i] == 0
+        elif tstate[i] == 1:
+            assert int(ts[i]) * 10**9 + int(tfrac[i]) == int(expect[3] * 10**9)
+    samples = [t[1] for t in twin if t[0] == "sample"]
+    codes = [int(code[i]) for i in range(len(kind)) if kind[i] == 2]
+    assert len(set(codes)) == len(set(samples))
+    assert all((a == b) == (ca == cb) for a, ca in zip(samples, codes, strict=True)
+               for b, cb in zip(samples, codes, strict=True))
+
+
+def test_series_codes_survive_table_growth():
+    text = b"".join(f'm{{i="{i}"}} {i}\n'.encode() for i in range(5000))
+    th, tc = np.zeros(16, np.uint64), np.full(16, -1, np.int64)
+    out = pk.tokenize_exposition(np.frombuffer(text, np.uint8), np.uint64(1), th, tc, np.zeros(0, np.uint8),
+                                 np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    assert out[-1] == 1  # the table filled up: the caller grows it and tokenizes again
+
+    from tracekit.parsers.telemetry.prometheus import _SeriesTable
+    table = _SeriesTable()
+    got = table.tokenize(np.frombuffer(text, np.uint8))
+    assert sorted(set(got[3].tolist())) == list(range(5000)) and len(table.specs) == 5000
+    again = table.tokenize(np.frombuffer(text, np.uint8))  # a second block: all known
+    assert (again[3] == got[3]).all() and len(table.specs) == 5000
+
+
+@given(st.lists(st.integers(0, 5), min_size=0, max_size=50))
+@settings(deadline=None)
+def test_counting_order_is_a_stable_sort(keys):
+    k = np.array(keys, np.int64)
+    base = np.arange(len(k))
+    assert tk.counting_order(k, 6, base).tolist() == sorted(base.tolist(), key=lambda i: keys[i])
+
+
+@given(st.lists(st.tuples(st.integers(-1, 2), st.integers(-1, 3)), max_size=40))
+@settings(deadline=None)
+def test_dense_ids_number_by_first_appearance(pairs):
+    a = np.array([p[0] for p in pairs], np.int64)
+    b = np.array([p[1] for p in pairs], np.int64)
+    minus = np.full(len(a), -1, np.int64)
+    ids, n, first = tk.dense_ids(a, b, minus, minus, 5, 1, 1, np.arange(len(a)), 4 * 5 * 1 * 1 + 1)
+    seen: dict = {}
+    for p in pairs:
+        seen.setdefault(p, len(seen))
+    assert ids.tolist() == [seen[p] for p in pairs] and n == len(seen)
+    assert [pairs[f] for f in first.tolist()] == list(seen)
+
+
+METRICS = [("tx_bytes", "tx"), ("rx_bytes", "rx"), ("tx_pkts", "tx"), ("discards", "rx"), ("ecn_marked", "tx")]
+
+
+@st.composite
+def histories(draw):
+    rows = []
+    n_ports = draw(st.integers(1, 3))
+    for p in range(n_ports):
+        grid = [T0 + k * 10 * S for k in range(draw(st.integers(1, 8)))]
+        grid = [t for t in grid if draw(st.booleans()) or t == grid[0]]
+        if draw(st.booleans()):
+            speed = draw(st.sampled_from([1e9, 10e9, 100e9, 400e9]))
+            rows.append(dict(ts_ns=grid[0], host="h", device=f"d{p}", port="1", metric="speed_bps",
+                             direction=None, value=speed, kind="gauge", bits=None, saturated=False,
+                             saturable=False, qualifier=None))
+        for metric, direction in draw(st.lists(st.sampled_from(METRICS), min_size=1, max_size=3, unique=True)):
+            bits = draw(st.sampled_from([32, 64, None]))
+            saturable = draw(st.booleans())
+            kind = draw(st.sampled_from(["counter", "counter", "counter", "rate", "gauge"]))
+            value = float(draw(st.integers(0, 2**32 - 1)))
+            for t in grid:
+                if draw(st.integers(0, 5)) == 0:
+                    continue  # this series missed the scrape
+                step = draw(st.sampled_from([0, 1, 1000, 10**9, 2**32, -(10**6)]))
+                value = float(max(0, min(value + step, 2**32 - 1))) if bits == 32 else float(max(0, value + step))
+                jitter = draw(st.sampled_from([0, 0, 0, 50_000]))
+                row = dict(ts_ns=t + jitter, host="h", device=f"d{p}", port="1", metric=metric, direction=direction,
+                           value=value, kind=kind, bits=bits, saturated=saturable and value >= 2**32 - 1,
+                           saturable=saturable, qualifier=None)
+                rows.append(row)
+                if draw(st.integers(0, 6)) == 0:
+                    rows.append(dict(row))  # a duplicate sample
+    if draw(st.booleans()) and rows:
+        rows.append({**rows[0], "ts_ns": None})
+    return rows
+
+
+def _table(rows):
+    return schema.conform("counters", {k: [r[k] for r in rows] for k in rows[0]}) if rows else schema.empty("counters")
+
+
+@given(histories())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_rates_match_the_naive_twin_and_keep_the_invariants(rows):
+    res = rate_counters(_table(rows))
+    assert res.stats.balanced, res.stats
+    got = {(w["device"], w["port"], w["ts_ns"]): w for w in res.link_samples.to_pylist()}
+    want = rate(rows)
+    assert set(got) == set(want)
+    for key, w in got.items():
+        t = want[key]
+        assert w["interval_ns"] == t["interval_ns"] and w["speed_bps"] == t["speed_bps"]
+        assert set(w["flags"]) == t["flags"] and set(w["flag_detail"]) == t["flag_detail"]
+        for col in VALUE_COLUMNS:
+            assert (w[col] is None) == (t[col] is None), (key, col, w[col], t[col])
+            if w[col] is not None:
+                assert w[col] == pytest.approx(t[col], rel=1e-12)
+                assert w[col] >= 0
+        for item in w["flag_detail"]:
+            col, flag = item.split(":")
+            if flag in VOID:
+                assert w[col] is None
+        for util in ("tx_util", "rx_util"):
+            assert w[util] is None or w[util] >= 0
