@@ -3,11 +3,9 @@ and scalars only and read no module globals."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-njit = numba.njit(cache=True, nogil=True)
-njit_inline = numba.njit(cache=True, nogil=True, inline="always")
+from tracekit._jit import njit
 
 # Line kinds (`kind` output of `tokenize_exposition`).
 # 0 blank, 1 comment, 2 sample, 3 malformed.
@@ -15,12 +13,12 @@ njit_inline = numba.njit(cache=True, nogil=True, inline="always")
 # Time-stamp states: 0 none, 1 integer, 2 needs the slow parse, 3 invalid.
 
 
-@njit_inline
+@njit(inline=True)
 def _is_name_start(c):
     return (97 <= c <= 122) or (65 <= c <= 90) or c == 95 or c == 58
 
 
-@njit_inline
+@njit(inline=True)
 def _is_name_char(c):
     return _is_name_start(c) or (48 <= c <= 57)
 
@@ -151,7 +149,7 @@ def count_lines(buf):
     return n
 
 
-@njit_inline
+@njit(inline=True)
 def _hash_span(buf, a, b, seed):
     """A seeded 64-bit hash of buf[a:b], eight bytes per step (keys are compared byte for byte
     too, so the hash only spreads them)."""
@@ -176,7 +174,7 @@ def _hash_span(buf, a, b, seed):
     return h
 
 
-@njit_inline
+@njit(inline=True)
 def _equal(buf, a, n, other, b, m):
     if n != m:
         return False

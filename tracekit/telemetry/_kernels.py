@@ -7,10 +7,9 @@ Flag codes (per series window): 0 none, 1 wrapped, 2 saturated, 3 reset, 4 wrap_
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-njit = numba.njit(cache=True, nogil=True)
+from tracekit._jit import njit
 
 
 @njit
