@@ -3,15 +3,39 @@
 The generator lays out ranks Megatron-style (TP innermost, then DP, then PP stage), writes a
 per-rank program for each step (GPipe forward and backward over micro-batches, MoE layers with
 an all-to-all dispatch and combine, PP send/recv between stages, DP gradient all-reduce in
-buckets that overlap the backward pass) and plays it with a small discrete-event loop in which a
-collective ends for everyone at `max(arrivals) + duration`. The result is a set of tracekit tables
-(instance, dim and the true clock offsets filled) plus a `truth` dict of what was injected:
-per-host clock skew, a straggler, and skewed expert routing. Benchmarks and tests use it where
-real traces of the needed scale or shape do not exist.
+buckets that overlap the backward pass) and plays it with a small time-ordered event loop.
+
+Each rank has a CPU thread and CUDA streams. The CPU launches every kernel (a `cudaLaunchKernel`,
+or `cuLaunchKernelEx` for NCCL, sharing the kernel's correlation id) after some framework
+overhead and runs ahead of the GPU; a kernel starts when it is launched, its stream is free and
+what it consumes is done: compute waits for the blocking collective before it (PyTorch's
+`work.wait()`), a collective waits for the compute stream (c10d's stream sync), so a kernel is
+often blocked behind its stream predecessor or a communication kernel on another stream. The CPU
+waits for the GPU (`cudaEventSynchronize`, a `cuda_sync` Event Sync) before each MoE dispatch
+(the token counts) and at the end of the step; the optimizer's stream waits for the last DP
+all-reduce through a `cudaEventRecord` / `cudaStreamWaitEvent` pair (a Stream Wait Event).
+
+A collective starts when its last participant arrives and ends for everyone at
+`max(arrivals) + duration`. The duration comes from the generator's own contention model, not
+from tracekit.replay: each GPU has NVLink egress and ingress (NVLINK_GBS per direction) and one
+NIC (NIC_GBS per direction; rail-optimized, one NIC per GPU, no PXN). An instance puts NCCL-like
+byte counts on those resources (ring all-reduce: 2(n-1)/n S per GPU, one channel leaving and
+entering each host through each member's NIC; all-to-all: each sender's and each receiver's
+bytes from the splits, so the hot receiver bounds it; p2p: S on the sender's egress and the
+receiver's ingress) and lasts `max over its resources of bytes / (capacity / k) + steps x
+step latency`, where `k` counts the instances active on that resource when it starts, itself
+included. The share is fixed at the start (an instance never speeds up or slows down later),
+where the replay re-solves max-min fair rates among flows at every event: the two models agree
+on lone transfers and differ, on purpose, under contention (docs/design-notes.md).
+
+The result is a set of tracekit tables (instance, dim and the true clock offsets filled) plus a
+`truth` dict of what was injected: per-host clock skew, a straggler, and skewed expert routing.
+Benchmarks and tests use it where real traces of the needed scale or shape do not exist.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -26,15 +50,41 @@ from tracekit import __version__, schema
 from tracekit.errors import TracekitError
 from tracekit.store import Run, SourceSink, write_manifest
 
-NVLINK_GBPS = 150.0  # GB/s per GPU inside a host
-NIC_GBPS = 50.0  # GB/s per GPU across hosts (400 Gb/s)
-LATENCY_NS = 5_000
+#: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
+NVLINK_GBS = 450.0
+#: One 400 Gb/s NIC per GPU, per direction.
+NIC_GBS = 50.0
+#: Latency of one algorithm step (a ring all-reduce has 2(n-1), an all-to-all or a p2p one).
+NET_STEP_NS = 4_000
+NVLINK_STEP_NS = 1_000
 DTYPE_BYTES = 2
+
+#: CPU costs (uniform ranges, ns): framework time before a compute launch and before a
+#: collective (c10d), the launch calls, launch-to-start when the stream is idle (below the
+#: replay's 10 us "blocked" threshold), an event record, and a CPU sync's return after the GPU.
+CPU_OP_NS = (10_000, 40_000)
+CPU_COLL_NS = (30_000, 80_000)
+LAUNCH_NS = (4_000, 9_000)
+NCCL_LAUNCH_NS = (8_000, 20_000)
+QUEUE_NS = (1_000, 4_000)
+EVENT_RECORD_NS = (1_000, 5_000)
+SYNC_RETURN_NS = (2_000, 6_000)
+
+COMPUTE_STREAM = "stream7"
+DP_STREAM = "stream13"
+TP_STREAM = "stream16"
+EP_STREAM = "stream20"
+PP_STREAM = "stream24"
+
+_NIC_TX, _NIC_RX, _NVL_TX, _NVL_RX = range(4)
 
 
 @dataclass(frozen=True)
 class SynthSpec:
-    """Shape of a synthetic run. `world = hosts * gpus_per_host = tp * dp * pp`."""
+    """Shape of a synthetic run. `world = hosts * gpus_per_host = tp * dp * pp`.
+
+    `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `launch_events=False` leaves the
+    CPU runtime calls and `cuda_sync` records out of the tables (the timing is the same)."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -56,6 +106,9 @@ class SynthSpec:
     clock_skew_ns: int = 2_000_000
     seed: int = 0
     t0_ns: int = 1_767_225_600_000_000_000
+    nic_gbs: float = NIC_GBS
+    nvlink_gbs: float = NVLINK_GBS
+    launch_events: bool = True
 
     @property
     def world(self) -> int:
@@ -72,6 +125,8 @@ class SynthSpec:
             raise TracekitError(f"synth: dp {self.dp} is not divisible by ep {self.ep}")
         if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.world:
             raise TracekitError(f"synth: straggler_rank {self.straggler_rank} outside 0..{self.world - 1}")
+        if self.nic_gbs <= 0 or self.nvlink_gbs <= 0:
+            raise TracekitError("synth: nic_gbs and nvlink_gbs must be positive")
 
 
 @dataclass
@@ -82,13 +137,19 @@ class _Instance:
     dim: str
     members: tuple[int, ...]
     bytes_per_rank: dict[int, int]
-    dur_ns: int
     name: str
     step: int
+    loads: dict[int, float]  # resource -> bytes
+    n_steps: int
+    crosses_hosts: bool
     splits: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     peers: dict[int, int] = field(default_factory=dict)
     arrivals: dict[int, int] = field(default_factory=dict)
+    lanes: dict[int, str] = field(default_factory=dict)
+    start: int | None = None
     end: int | None = None
+    dur_ns: int = 0
+    solo_ns: int = 0
 
 
 def _layout(spec: SynthSpec) -> dict[str, Any]:
@@ -135,9 +196,81 @@ def _layout(spec: SynthSpec) -> dict[str, Any]:
             "tp_group": tp_group, "pp_pair": pp_pair}
 
 
-def _transfer_ns(nbytes: float, intra: bool) -> int:
-    gbps = NVLINK_GBPS if intra else NIC_GBPS
-    return int(nbytes / gbps) + LATENCY_NS
+class _Links:
+    """The generator's network: per-GPU NIC and NVLink resources, each direction apart, and the
+    instances active on each. An instance's duration is fixed when it starts (static share)."""
+
+    def __init__(self, spec: SynthSpec) -> None:
+        self.gpus_per_host = spec.gpus_per_host
+        self.cap = (spec.nic_gbs, spec.nic_gbs, spec.nvlink_gbs, spec.nvlink_gbs)  # bytes/ns
+        self.active: dict[int, list[int]] = {}  # resource -> ends of the instances active on it
+
+    def host(self, rank: int) -> int:
+        return rank // self.gpus_per_host
+
+    def p2p(self, src: int, dst: int, nbytes: float) -> dict[int, float]:
+        """S on the sender's egress and the receiver's ingress."""
+        if self.host(src) == self.host(dst):
+            return {4 * src + _NVL_TX: nbytes, 4 * dst + _NVL_RX: nbytes}
+        return {4 * src + _NIC_TX: nbytes, 4 * dst + _NIC_RX: nbytes}
+
+    def all_to_all(self, members: tuple[int, ...], send: np.ndarray) -> dict[int, float]:
+        """Each sender's bytes to the other members on its egress, each receiver's on its ingress
+        (NVLink within a host, the NIC across hosts), so the hot receiver's ingress bounds it."""
+        loads: dict[int, float] = {}
+        for i, a in enumerate(members):
+            for j, b in enumerate(members):
+                if i == j or not send[i, j]:
+                    continue
+                tx, rx = (_NVL_TX, _NVL_RX) if self.host(a) == self.host(b) else (_NIC_TX, _NIC_RX)
+                loads[4 * a + tx] = loads.get(4 * a + tx, 0.0) + float(send[i, j])
+                loads[4 * b + rx] = loads.get(4 * b + rx, 0.0) + float(send[i, j])
+        return loads
+
+    def ring_all_reduce(self, members: tuple[int, ...], nbytes: float) -> dict[int, float]:
+        """2(n-1)/n S per GPU. Across hosts, one channel per member of the largest host share: a
+        channel leaves and enters each host through one member's NIC (rail-aligned), so each
+        member's NIC carries its channels' share and NVLink the rest."""
+        n = len(members)
+        if n < 2:
+            return {}
+        total = 2 * (n - 1) / n * nbytes
+        by_host: dict[int, list[int]] = {}
+        for m in members:
+            by_host.setdefault(self.host(m), []).append(m)
+        if len(by_host) == 1:
+            return {k: total for m in members for k in (4 * m + _NVL_TX, 4 * m + _NVL_RX)}
+        channels = max(len(v) for v in by_host.values())
+        exits = dict.fromkeys(members, 0)
+        for local in by_host.values():
+            for c in range(channels):
+                exits[local[c % len(local)]] += 1
+        loads: dict[int, float] = {}
+        for m in members:
+            net = total * exits[m] / channels
+            loads[4 * m + _NIC_TX] = loads[4 * m + _NIC_RX] = net
+            if exits[m] < channels:
+                loads[4 * m + _NVL_TX] = loads[4 * m + _NVL_RX] = total - net
+        return loads
+
+    def start(self, inst: _Instance, now: int) -> None:
+        """Fix the instance's duration from the load on its resources at `now`: on each, its
+        bytes at 1/k of the capacity, k = the instances active on it, itself included; the
+        slowest resource bounds it. Instances already running keep their durations."""
+        busy = solo = 0.0
+        for res, nbytes in inst.loads.items():
+            ends = [e for e in self.active.get(res, ()) if e > now]
+            self.active[res] = ends
+            t = nbytes / self.cap[res & 3]
+            solo = max(solo, t)
+            busy = max(busy, t * (len(ends) + 1))
+        latency = inst.n_steps * (NET_STEP_NS if inst.crosses_hosts else NVLINK_STEP_NS)
+        inst.start = now
+        inst.dur_ns = round(busy) + latency
+        inst.solo_ns = round(solo) + latency
+        inst.end = now + inst.dur_ns
+        for res in inst.loads:
+            self.active[res].append(inst.end)
 
 
 class _Builder:
@@ -147,21 +280,26 @@ class _Builder:
         self.spec = spec
         self.layout = layout
         self.rng = np.random.default_rng(spec.seed)
+        self.links = _Links(spec)
         self.programs: list[list[tuple]] = [[] for _ in range(spec.world)]
         self.instances: dict[int, _Instance] = {}
         self.group_members = {g["group"]: tuple(g["ranks"]) for g in layout["groups"]}
         self.ep_traffic: list[dict[str, Any]] = []
 
-    def _intra(self, members: tuple[int, ...]) -> bool:
-        return len({m // self.spec.gpus_per_host for m in members}) == 1
+    def _crosses(self, members: tuple[int, ...]) -> bool:
+        return len({self.links.host(m) for m in members}) > 1
 
     def instance(self, group: str, op: str, dim: str, nbytes: dict[int, int], name: str, step: int,
-                 *, dur_ns: int, splits: dict | None = None, peers: dict | None = None,
-                 members: tuple[int, ...] | None = None) -> int:
+                 *, loads: dict[int, float], n_steps: int, splits: dict | None = None,
+                 peers: dict | None = None, members: tuple[int, ...] | None = None) -> int:
         key = len(self.instances)
-        self.instances[key] = _Instance(key, group, op, dim, members or self.group_members[group], nbytes,
-                                        dur_ns, name, step, splits or {}, peers or {})
+        members = members or self.group_members[group]
+        self.instances[key] = _Instance(key, group, op, dim, members, nbytes, name, step, loads, n_steps,
+                                        self._crosses(members), splits or {}, peers or {})
         return key
+
+    def lane(self, rank: int, stream: str) -> str:
+        return f"gpu{self.layout['coords'][rank]['device']}/{stream}"
 
     def compute(self, rank: int, name: str, dur_ns: int) -> None:
         k = self.spec.kernels_per_block
@@ -181,15 +319,13 @@ class _Builder:
         counts = np.stack([self.rng.multinomial(tokens_per_rank, probs) for _ in members])
         send = counts * row_bytes
         splits = {r: ([int(x) for x in send[i]], [int(x) for x in send[:, i]]) for i, r in enumerate(members)}
-        volume = max(int(send.sum(axis=1).max()), int(send.sum(axis=0).max()))
-        dur = _transfer_ns(volume * (n - 1) / n, self._intra(members))
         nbytes = {r: int(send[i].sum()) for i, r in enumerate(members)}
         key = self.instance(group, "all_to_all", "EP", nbytes, "ncclDevKernel_SendRecv", step,
-                            dur_ns=dur, splits=splits)
+                            loads=self.links.all_to_all(members, send), n_steps=1, splits=splits)
         self.ep_traffic.append({"step": step, "group": group, "tag": tag, "ranks": list(members),
                                 "bytes": send.tolist()})
         for r in members:
-            self.programs[r].append(("coll", key, True, f"gpu{self.layout['coords'][r]['device']}/stream20"))
+            self.programs[r].append(("coll", key, True, EP_STREAM))
         return {r: int(send[:, i].sum()) for i, r in enumerate(members)}
 
     def build(self) -> None:
@@ -216,18 +352,20 @@ class _Builder:
             for s in range(spec.pp):
                 self._dp_buckets(stages[s], step)
             for r in range(spec.world):
-                self.programs[r].append(("wait_async",))
+                if len(self.group_members[self.layout["dp_group"][r]]) > 1:
+                    self.programs[r].append(("wait_stream", DP_STREAM))
                 self.compute(r, "optimizer_step", 400_000)
+                self.programs[r].append(("host_sync",))
                 self.programs[r].append(("step_end", step))
 
     def _p2p(self, src: int, dst: int, nbytes: int, step: int) -> None:
         a, b = sorted((src, dst))
         group = self.layout["pp_pair"][(a, b)]
-        dur = _transfer_ns(nbytes, self._intra((src, dst)))
         key = self.instance(group, "send", "PP", {src: nbytes, dst: nbytes}, "ncclDevKernel_SendRecv", step,
-                            dur_ns=dur, peers={src: dst, dst: src}, members=(src, dst))
+                            loads=self.links.p2p(src, dst, nbytes), n_steps=1, peers={src: dst, dst: src},
+                            members=(src, dst))
         for r in (src, dst):
-            self.programs[r].append(("coll", key, True, f"gpu{self.layout['coords'][r]['device']}/stream24"))
+            self.programs[r].append(("coll", key, True, PP_STREAM))
 
     def _stage_block(self, stage_ranks: list[int], step: int, phase: str, mb: int) -> None:
         spec = self.spec
@@ -241,16 +379,18 @@ class _Builder:
                     nbytes = spec.tokens // spec.micro_batches * spec.hidden * DTYPE_BYTES // 4
                     key = self.instance(tp_members, "all_reduce", "TP", dict.fromkeys(members, nbytes),
                                         "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", step,
-                                        dur_ns=_transfer_ns(2 * nbytes, self._intra(members)))
+                                        loads=self.links.ring_all_reduce(members, nbytes),
+                                        n_steps=2 * (len(members) - 1))
                     for r in members:
-                        self.programs[r].append(("coll", key, True,
-                                                 f"gpu{self.layout['coords'][r]['device']}/stream16"))
+                        self.programs[r].append(("coll", key, True, TP_STREAM))
             ep_groups: dict[str, list[int]] = {}
             for r in stage_ranks:
                 if r in self.layout["ep_group"]:
                     ep_groups.setdefault(self.layout["ep_group"][r], []).append(r)
             received: dict[int, int] = {}
             for ranks in ep_groups.values():
+                for r in ranks:
+                    self.programs[r].append(("host_sync",))  # the token counts, read on the CPU
                 received.update(self.all_to_all(ranks, step, f"{phase}_mb{mb}_l{layer}_dispatch"))
             for r in stage_ranks:
                 rows = received.get(r, spec.tokens // spec.micro_batches * spec.hidden * DTYPE_BYTES)
@@ -270,18 +410,17 @@ class _Builder:
         for group, members in groups.items():
             if len(members) < 2:
                 continue
-            n = len(members)
             keys = []
             for _ in range(spec.dp_buckets):
-                dur = _transfer_ns(2 * (n - 1) / n * spec.dp_bucket_bytes, self._intra(tuple(members)))
                 keys.append(self.instance(group, "all_reduce", "DP", dict.fromkeys(members, spec.dp_bucket_bytes),
-                                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", step, dur_ns=dur))
+                                          "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", step,
+                                          loads=self.links.ring_all_reduce(tuple(members), spec.dp_bucket_bytes),
+                                          n_steps=2 * (len(members) - 1)))
             for r in members:
                 backward = self._step_backward_indices(r)
-                lane = f"gpu{self.layout['coords'][r]['device']}/stream13"
                 for b in reversed(range(spec.dp_buckets)):
                     ready = backward[max(int((b + 1) / spec.dp_buckets * len(backward)) - 1, 0)]
-                    self.programs[r].insert(ready + 1, ("coll", keys[b], False, lane))
+                    self.programs[r].insert(ready + 1, ("coll", keys[b], False, DP_STREAM))
 
     def _step_backward_indices(self, rank: int) -> list[int]:
         prog = self.programs[rank]
@@ -290,99 +429,197 @@ class _Builder:
         return found or [len(prog) - 1]
 
 
-def _play(builder: _Builder) -> dict[int, list[tuple]]:
-    """Run every rank's program; return per-rank records (kind, lane, name, start, end, key, step)."""
+class _Draws:
+    """Uniform draws of one rank, made in blocks (one generator per rank, so a rank's CPU costs do
+    not depend on the order in which the event loop visits ranks)."""
+
+    def __init__(self, seed: int, rank: int) -> None:
+        self.rng = np.random.default_rng([seed, 7, rank])
+        self.buf: list[float] = []
+        self.i = 0
+
+    def uniform(self) -> float:
+        if self.i == len(self.buf):
+            self.buf = self.rng.random(4096).tolist()
+            self.i = 0
+        self.i += 1
+        return self.buf[self.i - 1]
+
+    def between(self, lo_hi: tuple[int, int]) -> int:
+        return int(lo_hi[0] + self.uniform() * (lo_hi[1] - lo_hi[0]))
+
+
+# record: (kind, lane, name, start, end, key, step, correlation, cat, sync_lane, sync_correlation)
+Record = tuple
+
+
+def _play(builder: _Builder) -> dict[int, list[Record]]:
+    """Run every rank's program in time order; return per-rank records (see `Record`).
+
+    Ranks run their programs until they need the end of a collective that has not started; an
+    instance starts (its duration fixed by `_Links.start`) when the loop reaches the latest
+    arrival, so every instance sees all those started before it.
+    """
     spec = builder.spec
     world = spec.world
-    t = [spec.t0_ns + int(builder.rng.integers(0, 50_000)) for _ in range(world)]
+    draws = [_Draws(spec.seed, r) for r in range(world)]
+    start_jitter = [int(builder.rng.integers(0, 50_000)) for _ in range(world)]
+    cpu = [spec.t0_ns + start_jitter[r] for r in range(world)]
+    corr = [0] * world
     pc = [0] * world
     step_of = [0] * world
-    lane_free: list[dict[str, int]] = [{} for _ in range(world)]
-    pending_async: list[dict[str, deque]] = [{} for _ in range(world)]
-    unresolved: list[set[int]] = [set() for _ in range(world)]
-    waiting: dict[int, int] = {}
-    records: dict[int, list[tuple]] = {r: [] for r in range(world)}
-    step_marks: dict[int, list[tuple[int, int, int]]] = {r: [] for r in range(world)}
-    runnable = deque(range(world))
-    queued = [True] * world
-    compute_lane = [f"gpu{builder.layout['coords'][r]['device']}/stream7" for r in range(world)]
+    free: list[dict[str, int]] = [{} for _ in range(world)]
+    inflight: list[dict[str, int]] = [{} for _ in range(world)]  # lane -> instance not yet started
+    queued: list[dict[str, deque]] = [{} for _ in range(world)]  # lane -> (key, ready) behind it
+    last_on: list[dict[str, int]] = [{} for _ in range(world)]  # lane -> last instance issued
+    waits: list[list[int]] = [[] for _ in range(world)]  # instances the compute stream waits for
+    paused_on: dict[int, list[int]] = {}
+    records: dict[int, list[Record]] = {r: [] for r in range(world)}
+    step_marks: dict[int, list[list[int]]] = {r: [] for r in range(world)}
+    cpu_lane = "cpu/thread1"
+    compute_lane = [builder.lane(r, COMPUTE_STREAM) for r in range(world)]
+    heap: list[tuple[int, int, int, int]] = []  # (time, order, what, who): what 0 = run rank, 1 = start instance
+    order = 0
+    now = 0
 
-    def arrive(rank: int, key: int, when: int, lane: str) -> None:
+    def push(t: int, what: int, who: int) -> None:
+        nonlocal order
+        order += 1
+        heapq.heappush(heap, (t, order, what, who))
+
+    def next_corr(r: int) -> int:
+        corr[r] += 1
+        return corr[r]
+
+    def runtime(r: int, name: str, cat: str, lo_hi: tuple[int, int], pre: tuple[int, int] | None = None
+                ) -> tuple[int, int, int]:
+        if pre is not None:
+            cpu[r] += draws[r].between(pre)
+        c = next_corr(r)
+        ts = cpu[r]
+        cpu[r] += draws[r].between(lo_hi)
+        records[r].append(("runtime", cpu_lane, name, ts, cpu[r], None, step_of[r], c, cat, None, None))
+        return c, ts, cpu[r]
+
+    def pending(r: int) -> int | None:
+        """An instance the compute stream waits for whose end is not known yet."""
+        for k in waits[r]:
+            if builder.instances[k].end is None:
+                return k
+        return None
+
+    def frontier(r: int) -> int:
+        """When the compute stream has finished everything issued to it so far."""
+        t = free[r].get(compute_lane[r], 0)
+        for k in waits[r]:
+            t = max(t, builder.instances[k].end)  # type: ignore[arg-type]
+        return t
+
+    def arrive(r: int, key: int, when: int, lane: str) -> None:
+        if when < now:
+            raise TracekitError("synth: an arrival went back in time (a bug in the generator)")
         inst = builder.instances[key]
-        inst.arrivals[rank] = max(when, lane_free[rank].get(lane, 0))
+        inst.arrivals[r] = when
+        inst.lanes[r] = lane
+        inflight[r][lane] = key
         if len(inst.arrivals) == len(inst.members):
-            resolve(inst, lane)
+            push(max(inst.arrivals.values()), 1, key)
 
-    def resolve(inst: _Instance, lane_hint: str) -> None:
-        inst.end = max(inst.arrivals.values()) + inst.dur_ns
+    def start(key: int) -> None:
+        inst = builder.instances[key]
+        builder.links.start(inst, now)
         for r in inst.members:
-            lane = f"gpu{builder.layout['coords'][r]['device']}/{lane_hint.split('/')[1]}"
-            records[r].append(("comm", lane, inst.name, inst.arrivals[r], inst.end, inst.key, inst.step))
-            lane_free[r][lane] = inst.end
-            if waiting.get(r) == inst.key:
-                del waiting[r]
-                t[r] = max(t[r], inst.end)
-                wake(r)
-            if inst.key in unresolved[r]:
-                unresolved[r].discard(inst.key)
-                fifo = pending_async[r].get(lane)
-                if fifo:
-                    fifo.popleft()
-                    if fifo:
-                        nxt_key, issued = fifo[0]
-                        arrive(r, nxt_key, max(issued, inst.end), lane)
-                if waiting.get(r) == -1 and not unresolved[r]:
-                    del waiting[r]
-                    wake(r)
+            lane = inst.lanes[r]
+            records[r].append(("comm", lane, inst.name, inst.arrivals[r], inst.end, key, inst.step,
+                               inst_corr[(r, key)], "kernel", None, None))
+            free[r][lane] = inst.end  # type: ignore[assignment]
+            if inflight[r].get(lane) == key:
+                del inflight[r][lane]
+                behind = queued[r].get(lane)
+                if behind:
+                    nxt, ready = behind.popleft()
+                    arrive(r, nxt, max(ready, inst.end), lane)  # type: ignore[type-var]
+        for r in paused_on.pop(key, ()):
+            push(now, 0, r)
 
-    def wake(r: int) -> None:
-        if not queued[r]:
-            queued[r] = True
-            runnable.append(r)
+    inst_corr: dict[tuple[int, int], int] = {}
 
-    while runnable:
-        r = runnable.popleft()
-        queued[r] = False
+    def run(r: int) -> None:
         prog = builder.programs[r]
-        while pc[r] < len(prog) and r not in waiting:
+        d = draws[r]
+        while pc[r] < len(prog):
             op = prog[pc[r]]
-            pc[r] += 1
             kind = op[0]
+            if kind in ("compute", "coll", "host_sync"):
+                k = pending(r)
+                if k is not None:
+                    paused_on.setdefault(k, []).append(r)
+                    return
+            pc[r] += 1
             if kind == "compute":
-                start = max(t[r], lane_free[r].get(compute_lane[r], 0))
-                end = start + int(op[2] * builder.rng.uniform(0.95, 1.05))
-                records[r].append(("compute", compute_lane[r], op[1], start, end, None, step_of[r]))
-                lane_free[r][compute_lane[r]] = end
-                t[r] = end
+                c, _, launched = runtime(r, "cudaLaunchKernel", "cuda_runtime", LAUNCH_NS, CPU_OP_NS)
+                begin = max(launched + d.between(QUEUE_NS), frontier(r))
+                end = begin + int(op[2] * (0.95 + 0.1 * d.uniform()))
+                records[r].append(("compute", compute_lane[r], op[1], begin, end, None, step_of[r], c, "kernel",
+                                   None, None))
+                free[r][compute_lane[r]] = end
+                waits[r].clear()
+            elif kind == "coll":
+                key, blocking, stream = op[1], op[2], op[3]
+                lane = builder.lane(r, stream)
+                c, _, launched = runtime(r, "cuLaunchKernelEx", "cuda_driver", NCCL_LAUNCH_NS, CPU_COLL_NS)
+                inst_corr[(r, key)] = c
+                ready = max(launched + d.between(QUEUE_NS), frontier(r))
+                if lane in inflight[r]:
+                    queued[r].setdefault(lane, deque()).append((key, ready))
+                else:
+                    arrive(r, key, max(ready, free[r].get(lane, 0)), lane)
+                last_on[r][stream] = key
+                if blocking:
+                    waits[r].append(key)
+            elif kind == "host_sync":
+                rec, _, _ = runtime(r, "cudaEventRecord", "cuda_runtime", EVENT_RECORD_NS)
+                c = next_corr(r)
+                ts = cpu[r]
+                done = max(ts + d.between(EVENT_RECORD_NS), frontier(r) + d.between(SYNC_RETURN_NS))
+                records[r].append(("runtime", cpu_lane, "cudaEventSynchronize", ts, done, None, step_of[r], c,
+                                   "cuda_runtime", None, None))
+                records[r].append(("sync", builder.lane(r, "stream-1"), "Event Sync", ts + 1_000,
+                                   max(done - 1_000, ts + 1_000), None, step_of[r], c, "cuda_sync",
+                                   compute_lane[r], rec))
+                cpu[r] = done
+            elif kind == "wait_stream":
+                stream = op[1]
+                target = last_on[r].get(stream)
+                if target is None:
+                    continue
+                rec, _, _ = runtime(r, "cudaEventRecord", "cuda_runtime", EVENT_RECORD_NS, CPU_OP_NS)
+                c, ts, _ = runtime(r, "cudaStreamWaitEvent", "cuda_runtime", EVENT_RECORD_NS)
+                records[r].append(("sync", compute_lane[r], "Stream Wait Event", ts + 1_000, ts + 3_000, None,
+                                   step_of[r], c, "cuda_sync", builder.lane(r, stream), rec))
+                waits[r].append(target)
             elif kind == "gap":
-                t[r] += op[1]
+                cpu[r] += op[1]
             elif kind == "step_begin":
                 step_of[r] = op[1]
-                step_marks[r].append((op[1], t[r], 0))
+                step_marks[r].append([op[1], cpu[r], 0])
             elif kind == "step_end":
-                s, start, _ = step_marks[r][-1]
-                step_marks[r][-1] = (s, start, t[r])
-            elif kind == "coll":
-                key, blocking, lane = op[1], op[2], op[3]
-                if blocking:
-                    waiting[r] = key
-                    arrive(r, key, t[r], lane)
-                else:
-                    unresolved[r].add(key)
-                    fifo = pending_async[r].setdefault(lane, deque())
-                    fifo.append((key, t[r]))
-                    if len(fifo) == 1:
-                        arrive(r, key, t[r], lane)
-            elif kind == "wait_async":
-                if unresolved[r]:
-                    waiting[r] = -1
-                else:
-                    t[r] = max([t[r], *lane_free[r].values()])
-    if any(pc[r] < len(builder.programs[r]) or r in waiting for r in range(world)):
+                step_marks[r][-1][2] = cpu[r]
+
+    for r in range(world):
+        push(0, 0, r)
+    while heap:
+        now, _, what, who = heapq.heappop(heap)
+        if what == 0:
+            run(who)
+        else:
+            start(who)
+    if any(pc[r] < len(builder.programs[r]) for r in range(world)) or paused_on:
         raise TracekitError("synth: the generated programs deadlocked (a bug in the generator)")
     for r in range(world):
-        for s, start, end in step_marks[r]:
-            records[r].append(("annotation", "cpu/thread1", f"ProfilerStep#{s}", start, end, None, s))
+        for s, begin, end in step_marks[r]:
+            records[r].append(("annotation", cpu_lane, f"ProfilerStep#{s}", begin, end, None, s, None,
+                               "user_annotation", None, None))
     return records
 
 
@@ -402,7 +639,7 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
     offset = {r: host_offsets[r // spec.gpus_per_host] for r in range(spec.world)}
 
     ev: dict[str, list] = {k: [] for k in ("rank", "lane", "kind", "name", "ts_ns", "dur_ns", "step",
-                                           "correlation", "coll_id", "cat")}
+                                           "correlation", "coll_id", "cat", "sync_lane", "sync_correlation")}
     co: dict[str, list] = {k: [] for k in ("coll_id", "rank", "group", "seq", "op", "dtype", "in_bytes",
                                            "out_bytes", "nranks", "peer", "in_splits", "out_splits", "ts_ns",
                                            "dur_ns", "state", "source", "instance", "dim", "seq_explicit",
@@ -411,7 +648,9 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
         seq_counter: dict[str, int] = {}
         ordinal = 0
         ordered = sorted(records[r], key=lambda x: (x[3], x[4]))
-        for corr, (kind, lane, name, start, end, key, step) in enumerate(ordered):
+        if not spec.launch_events:
+            ordered = [x for x in ordered if x[0] not in ("runtime", "sync")]
+        for kind, lane, name, start, end, key, step, corr, cat, sync_lane, sync_corr in ordered:
             own_start = start - offset[r]
             coll_id = None
             if key is not None:
@@ -455,9 +694,11 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
             ev["ts_ns"].append(own_start)
             ev["dur_ns"].append(end - start)
             ev["step"].append(step)
-            ev["correlation"].append(corr)
+            ev["correlation"].append(corr if spec.launch_events else None)
             ev["coll_id"].append(coll_id)
-            ev["cat"].append("kernel" if kind in ("compute", "comm") else "user_annotation")
+            ev["cat"].append(cat)
+            ev["sync_lane"].append(sync_lane)
+            ev["sync_correlation"].append(sync_corr)
 
     coords = layout["coords"]
     tables = {
@@ -508,7 +749,22 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],
         "instances": len(builder.instances),
+        "network": {"nic_gbs": spec.nic_gbs, "nvlink_gbs": spec.nvlink_gbs, "net_step_ns": NET_STEP_NS,
+                    "nvlink_step_ns": NVLINK_STEP_NS,
+                    "share": "1/k of a resource for k active instances, fixed at the instance start"},
+        "contention": _contention(builder),
     }
+
+
+def _contention(builder: _Builder) -> dict[str, Any]:
+    """Per op: how much contention stretched the instances (duration / duration alone)."""
+    by_op: dict[str, list[float]] = {}
+    for inst in builder.instances.values():
+        if inst.solo_ns:
+            by_op.setdefault(inst.op, []).append(inst.dur_ns / inst.solo_ns)
+    return {op: {"instances": len(v), "slowed": sum(x > 1.001 for x in v),
+                 "median_stretch": round(float(np.median(v)), 4), "max_stretch": round(max(v), 4)}
+            for op, v in sorted(by_op.items())}
 
 
 def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, Any] | None = None) -> Run:
@@ -545,13 +801,33 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
 _KINETO_COLLECTIVE_NAMES = {"all_reduce": "allreduce", "all_to_all": "all_to_allv", "send": "send", "recv": "recv",
                             "all_gather": "_allgather_base", "reduce_scatter": "_reduce_scatter_base"}
 _BASE_GRID_NS = 7_889_238_000_000_000
+#: CUPTI callback ids of the runtime/driver calls the generator writes.
+_CBID = {"cudaLaunchKernel": 211, "cuLaunchKernelEx": 652, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147,
+         "cudaEventSynchronize": 137}
+#: Calls whose GPU-side record Kineto links with an `ac2g` flow (start on the call, end on the record).
+_FLOW_CALLS = frozenset({"cudaLaunchKernel", "cuLaunchKernelEx", "cudaStreamWaitEvent", "cudaEventSynchronize"})
+
+
+def _flow(ph: str, corr: int, pid: int, tid: int, ts: float) -> dict[str, Any]:
+    """Kineto's launch-to-kernel arrow: "s" on the runtime call, "f" (binding "e") on the GPU record."""
+    f: dict[str, Any] = {"ph": ph, "id": corr, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g"}
+    if ph == "f":
+        f["bp"] = "e"
+    return f
+
+
+def _stream_of(lane: str) -> int:
+    return int(str(lane).rsplit("stream", 1)[-1])
 
 
 def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = True) -> list[Path]:
     """Write the run as one PyTorch-profiler (Kineto) Chrome trace per rank, in the 2024+ format.
 
     Timestamps are float microseconds relative to `baseTimeNanoseconds`; comm kernels carry the
-    collective args that Kineto copies from `record_param_comms` (split sizes in rows).
+    collective args that Kineto copies from `record_param_comms` (split sizes in rows). Runtime
+    calls (`cuda_runtime` / `cuda_driver`), `cuda_sync` records and the `ac2g` flow events that
+    link a launch to its kernel have the shapes Kineto writes (pid = the process on the CPU side,
+    the device on the GPU side; tid = the thread, or the stream, -1 for a device-wide sync).
     """
     import gzip as gz
 
@@ -571,19 +847,46 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
     paths = []
     for info in ranks:
         r = info["rank"]
+        device = info["local_device"]
+        pid = info["pid"] if info.get("pid") is not None else 10_000 + r
         rank_events = by_rank.get(r, [])
         base = (min(e["ts_ns"] for e in rank_events) // _BASE_GRID_NS) * _BASE_GRID_NS if rank_events else 0
+        record_ids: dict[int, int] = {}
         trace_events: list[dict[str, Any]] = []
+
         for e in rank_events:
             ts = round((e["ts_ns"] - base) / 1000, 3)
             dur = round(e["dur_ns"] / 1000, 3)
-            if e["kind"] == "annotation":
-                trace_events.append({"ph": "X", "cat": "user_annotation", "name": e["name"], "pid": 10_000 + r,
-                                     "tid": 1, "ts": ts, "dur": dur, "args": {"External id": e["correlation"]}})
+            corr = e["correlation"]
+            kind = e["kind"]
+            if kind == "annotation":
+                trace_events.append({"ph": "X", "cat": "user_annotation", "name": e["name"], "pid": pid,
+                                     "tid": 1, "ts": ts, "dur": dur, "args": {"Record function id": 0}})
                 continue
-            stream = int(str(e["lane"]).rsplit("stream", 1)[-1])
-            args: dict[str, Any] = {"device": info["local_device"], "stream": stream,
-                                    "correlation": e["correlation"], "External id": e["correlation"]}
+            if kind == "runtime":
+                trace_events.append({"ph": "X", "cat": e["cat"] or "cuda_runtime", "name": e["name"], "pid": pid,
+                                     "tid": 1, "ts": ts, "dur": dur,
+                                     "args": {"External id": corr, "cbid": _CBID.get(e["name"], 0),
+                                              "correlation": corr}})
+                if e["name"] in _FLOW_CALLS:
+                    trace_events.append(_flow("s", corr, pid, 1, ts))
+                continue
+            if kind == "sync":
+                stream = _stream_of(e["lane"])
+                waited = _stream_of(e["sync_lane"])
+                rec = e["sync_correlation"]
+                event_id = record_ids.setdefault(rec, len(record_ids) + 1)
+                trace_events.append({"ph": "X", "cat": "cuda_sync", "name": e["name"], "pid": device, "tid": stream,
+                                     "ts": ts, "dur": dur,
+                                     "args": {"External id": corr, "cuda_sync_kind": e["name"],
+                                              "wait_on_stream": waited, "wait_on_cuda_event_record_corr_id": rec,
+                                              "wait_on_cuda_event_id": event_id, "stream": stream,
+                                              "correlation": corr, "device": device, "context": 1}})
+                trace_events.append(_flow("f", corr, device, stream, ts))
+                continue
+            stream = _stream_of(e["lane"])
+            args: dict[str, Any] = {"External id": corr, "queued": 0, "device": device, "context": 1,
+                                    "stream": stream, "correlation": corr}
             if e["coll_id"] is not None:
                 c = coll_by_id[e["coll_id"]]
                 g = group_by_name[c["group"]]
@@ -608,11 +911,13 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
                     args["Dst Rank"] = c["peer"]
                 elif c["op"] == "recv":
                     args["Src Rank"] = c["peer"]
-            trace_events.append({"ph": "X", "cat": "kernel", "name": e["name"], "pid": info["local_device"],
+            trace_events.append({"ph": "X", "cat": "kernel", "name": e["name"], "pid": device,
                                  "tid": stream, "ts": ts, "dur": dur, "args": args})
+            if corr is not None:
+                trace_events.append(_flow("f", corr, device, stream, ts))
         doc = {
             "schemaVersion": 1,
-            "deviceProperties": [{"id": info["local_device"], "name": "NVIDIA H100 80GB HBM3"}],
+            "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
             "distributedInfo": {"backend": "nccl", "rank": r, "world_size": info["world_size"],
                                 "pg_count": len(pg_config), "pg_config": pg_config, "nccl_version": "2.27.5"},
             "hostname": info["host"],
