@@ -29,7 +29,8 @@ where the replay re-solves max-min fair rates among flows at every event: the tw
 on lone transfers and differ, on purpose, under contention (docs/design-notes.md).
 
 The result is a set of tracekit tables (instance, dim and the true clock offsets filled) plus a
-`truth` dict of what was injected: per-host clock skew, a straggler, and skewed expert routing.
+`truth` dict of what was injected: per-host clock skew, a straggler, skewed expert routing, and
+optionally one degraded NIC.
 Benchmarks and tests use it where real traces of the needed scale or shape do not exist.
 """
 
@@ -83,8 +84,10 @@ _NIC_TX, _NIC_RX, _NVL_TX, _NVL_RX = range(4)
 class SynthSpec:
     """Shape of a synthetic run. `world = hosts * gpus_per_host = tp * dp * pp`.
 
-    `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `launch_events=False` leaves the
-    CPU runtime calls and `cuda_sync` records out of the tables (the timing is the same)."""
+    `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `slow_nic_rank` injects a degraded
+    NIC (that rank's NIC runs at `nic_gbs / slow_nic_factor` both ways, e.g. a link that trained
+    down); `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the
+    tables (the timing is the same)."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -108,6 +111,8 @@ class SynthSpec:
     t0_ns: int = 1_767_225_600_000_000_000
     nic_gbs: float = NIC_GBS
     nvlink_gbs: float = NVLINK_GBS
+    slow_nic_rank: int | None = None
+    slow_nic_factor: float = 4.0
     launch_events: bool = True
 
     @property
@@ -127,6 +132,10 @@ class SynthSpec:
             raise TracekitError(f"synth: straggler_rank {self.straggler_rank} outside 0..{self.world - 1}")
         if self.nic_gbs <= 0 or self.nvlink_gbs <= 0:
             raise TracekitError("synth: nic_gbs and nvlink_gbs must be positive")
+        if self.slow_nic_rank is not None and not 0 <= self.slow_nic_rank < self.world:
+            raise TracekitError(f"synth: slow_nic_rank {self.slow_nic_rank} outside 0..{self.world - 1}")
+        if self.slow_nic_factor < 1:
+            raise TracekitError(f"synth: slow_nic_factor {self.slow_nic_factor} must be at least 1")
 
 
 @dataclass
@@ -203,6 +212,8 @@ class _Links:
     def __init__(self, spec: SynthSpec) -> None:
         self.gpus_per_host = spec.gpus_per_host
         self.cap = (spec.nic_gbs, spec.nic_gbs, spec.nvlink_gbs, spec.nvlink_gbs)  # bytes/ns
+        self.slow = {} if spec.slow_nic_rank is None else {
+            4 * spec.slow_nic_rank + k: spec.nic_gbs / spec.slow_nic_factor for k in (_NIC_TX, _NIC_RX)}
         self.active: dict[int, list[int]] = {}  # resource -> ends of the instances active on it
 
     def host(self, rank: int) -> int:
@@ -261,7 +272,7 @@ class _Links:
         for res, nbytes in inst.loads.items():
             ends = [e for e in self.active.get(res, ()) if e > now]
             self.active[res] = ends
-            t = nbytes / self.cap[res & 3]
+            t = nbytes / self.slow.get(res, self.cap[res & 3])
             solo = max(solo, t)
             busy = max(busy, t * (len(ends) + 1))
         latency = inst.n_steps * (NET_STEP_NS if inst.crosses_hosts else NVLINK_STEP_NS)
@@ -749,6 +760,10 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],
         "instances": len(builder.instances),
+        "slow_nic": None if spec.slow_nic_rank is None else {
+            "rank": spec.slow_nic_rank, "host": layout["coords"][spec.slow_nic_rank]["host"],
+            "device": layout["coords"][spec.slow_nic_rank]["device"],
+            "gbs": spec.nic_gbs / spec.slow_nic_factor, "factor": spec.slow_nic_factor},
         "network": {"nic_gbs": spec.nic_gbs, "nvlink_gbs": spec.nvlink_gbs, "net_step_ns": NET_STEP_NS,
                     "nvlink_step_ns": NVLINK_STEP_NS,
                     "share": "1/k of a resource for k active instances, fixed at the instance start"},

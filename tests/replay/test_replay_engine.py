@@ -88,15 +88,23 @@ def synth_result():
 
 
 def test_synth_calibrated_baseline_is_close(synth_result):
-    """The synthetic generator makes every instance of a bucket take the physics times one factor,
-    so even cross-validated the calibrated model is close; uncalibrated it is not."""
+    """The generator's own network model (per-GPU NIC and NVLink, a static 1/k share fixed at each
+    transfer's start) is not the replay's (max-min fair flows re-solved at every event): on this
+    small, lightly contended run the calibrated replay is close, cross-validated, but not exact."""
     base = synth_result.results[0]
     err = base.replay_error
     assert err.cross_validated.median < 0.05 and err.cross_validated.p90 < 0.1
+    assert err.uncalibrated.median > 0.05  # the two models differ: calibration has work to do
     assert err.split == "leave-one-step-out"
     assert synth_result.identity.max_step_error == 0
     for step, ns in base.step_ns.items():
-        assert ns == pytest.approx(base.traced_step_ns[step], rel=0.01)
+        assert ns == pytest.approx(base.traced_step_ns[step], rel=0.02)
+
+
+def test_synth_dependencies_come_from_launches_and_syncs(synth_result):
+    counts = synth_result.dependencies
+    assert counts["sync"] > 0 and counts["launch"] > 0
+    assert counts["gap"] == 0  # every GPU event has its launch call, so the last resort is never needed
 
 
 def test_synth_bandwidth_orders_step_times(synth_result):

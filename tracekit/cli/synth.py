@@ -23,14 +23,24 @@ from tracekit.cli._common import user_errors
 @click.option("--straggler", "straggler_rank", type=int, default=1, show_default=True,
               help="Rank that stalls at the start of --straggler-step (-1 for none).")
 @click.option("--straggler-step", default=1, show_default=True, help="Step in which the straggler stalls.")
+@click.option("--slow-nic", "slow_nic", default=None, metavar="RANK[:FACTOR]",
+              help="Inject a degraded NIC: RANK's NIC runs FACTOR (default 4) times slower both ways.")
 @click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
               help="Write a run directory, or one Kineto Chrome trace per rank.")
 @user_errors
-def synth(out: Path, fmt: str, straggler_rank: int, **params: int) -> None:
+def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, **params: int) -> None:
     """Make a synthetic DP x PP x EP run (with clock skew, a straggler and EP skew) and its truth.json."""
+    from tracekit.errors import TracekitError
     from tracekit.synth import make_run_tables, write_kineto, write_run
 
-    tables, truth = make_run_tables(straggler_rank=None if straggler_rank < 0 else straggler_rank, **params)
+    extra: dict[str, float] = {}
+    if slow_nic:
+        rank, _, factor = slow_nic.partition(":")
+        try:
+            extra = {"slow_nic_rank": int(rank), "slow_nic_factor": float(factor) if factor else 4.0}
+        except ValueError:
+            raise TracekitError(f"--slow-nic {slow_nic!r}: expected RANK or RANK:FACTOR, e.g. 5:4") from None
+    tables, truth = make_run_tables(straggler_rank=None if straggler_rank < 0 else straggler_rank, **params, **extra)
     if fmt == "kineto":
         paths = write_kineto(tables, out)
         (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
