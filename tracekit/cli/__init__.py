@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "topology": "tracekit.cli.topology:topology",
     "synth": "tracekit.cli.synth:synth",
     "whatif": "tracekit.cli.whatif:whatif",
+    "export": "tracekit.cli.export:export",
 }
 
 

@@ -938,7 +938,10 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
             tables[name] = run.table(name)
     result = replay(tables, topologies, baseline=baseline, **options)
     if write:
+        from tracekit.export import write_replay_timelines
+
         run.write_json("replay", result.to_json())
+        write_replay_timelines(run, result)
         old = run.table("link_samples")
         if old.num_rows:
             origin = pa.compute.cast(old.column("origin"), pa.string())

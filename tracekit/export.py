@@ -1,0 +1,506 @@
+"""Export a run as one Chrome-trace / Perfetto JSON file on the aligned clock.
+
+Every rank is a process (pid = rank) and every lane a thread in it: compute streams first, then
+communication streams, then CPU threads, then the rank's stalls. Each collective instance is
+drawn as flow arrows from the participant the others waited for (the last to arrive, or the
+sender of a send/recv) to every other participant. Replayed timelines, when given or stored by
+`tracekit replay`, are extra processes, one per (topology, rank).
+
+Times come from the library's clock alignment (`ranks.clock_offset_ns`, or `prepare` when the
+run has not been analysed); they are written in microseconds with three decimals (exact
+nanoseconds) relative to the earliest event, which is recorded as `baseTimeNanoseconds` so a
+Kineto reader gets the absolute aligned times back. Events are written one rank at a time, so
+memory is bounded by the largest rank, not by the run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracekit import __version__
+from tracekit.analysis._frames import frame
+from tracekit.errors import TracekitError
+from tracekit.store import Run
+
+#: Replayed ranks are processes REPLAY_PID_BASE * (k + 1) + rank for the k-th topology.
+REPLAY_PID_BASE = 1_000_000
+#: Stored by `tracekit replay`: every topology's replayed timeline (see `write_replay_timelines`).
+REPLAY_TIMELINES = "replay_timeline.parquet"
+#: The Chrome-trace category of an event kind, when the source gave none (the Kineto reader maps
+#: these back to the same kinds).
+KIND_CAT = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
+            "cpu_op": "cpu_op", "runtime": "cuda_runtime", "annotation": "user_annotation",
+            "sync": "cuda_sync"}
+STALL_CAT = "tracekit_stall"
+REPLAY_CAT = "tracekit_replay"
+FLOW_CAT = "tracekit_collective"
+
+
+class ExportError(TracekitError):
+    """The run cannot be exported (nothing to write, or the output cannot be written)."""
+
+
+@dataclass
+class ExportSummary:
+    """What went into the file."""
+
+    path: Path
+    ranks: int = 0
+    slices: int = 0
+    flows: int = 0
+    stalls: int = 0
+    replay: dict[str, int] = field(default_factory=dict)  # topology -> replayed slices
+    skipped: Counter[str] = field(default_factory=Counter)  # reason -> events left out
+    base_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "ranks": self.ranks, "slices": self.slices, "flows": self.flows,
+                "stalls": self.stalls, "replay": dict(self.replay), "skipped": dict(self.skipped),
+                "base_ns": self.base_ns}
+
+
+def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str], *,
+                  replay: Any | None = None, flows: bool = True, stalls: bool = True,
+                  include_replay: bool = True) -> ExportSummary:
+    """Write the run as one Chrome-trace JSON (gzip when `out` ends in .gz) for Perfetto.
+
+    `replay` is a `ReplayResult` whose timelines become extra processes; without it, the
+    timelines `tracekit replay` stored in the run are used (unless `include_replay` is False).
+    The file is written under a temporary name and renamed, so a failure leaves no half file.
+    """
+    run = run if isinstance(run, Run) else Run(run)
+    out = Path(out)
+    ranks, coll = _aligned(run)
+    offsets = {int(r): int(o or 0) for r, o in ranks.select("rank", "clock_offset_ns").iter_rows()}
+    hosts = {int(r): h for r, h in ranks.select("rank", "host").iter_rows() if h}
+    event_ranks = sorted({int(p.parent.name.split("=", 1)[1]) for p in run.event_files()})
+    all_ranks = sorted(set(event_ranks) | set(offsets))
+    if not all_ranks:
+        raise ExportError(f"{run.path}: the run has no ranks to export")
+    timelines = _timelines(run, replay) if include_replay else {}
+    parts = _participants(coll, ranks) if (flows or stalls) else _empty_parts()
+    base = _base_ns(run, offsets, timelines, parts)
+    summary = ExportSummary(path=out, ranks=len(all_ranks), base_ns=base)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        raw = open(tmp, "wb")  # noqa: SIM115 (closed below, also on error)
+        try:
+            stream: io.TextIOBase
+            if out.suffix == ".gz":
+                stream = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0),
+                                          encoding="utf-8")
+            else:
+                stream = io.TextIOWrapper(raw, encoding="utf-8")
+            with stream:
+                _write(stream, run, all_ranks, offsets, hosts, coll, parts, timelines, base, summary,
+                       flows=flows, stalls=stalls)
+        finally:
+            raw.close()
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ExportError(f"{out}: cannot write ({exc.strerror or exc})") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return summary
+
+
+# ------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _aligned(run: Run) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Ranks with clock offsets and collectives with instances: as stored by `analyze`, or from
+    `prepare` (match, align) when the run has not been analysed yet."""
+    ranks = frame(run.table("ranks"), "ranks")
+    coll = frame(run.table("collectives"), "collectives")
+    analysed = (coll.height == 0 or coll.get_column("instance").null_count() < coll.height) and (
+        ranks.height <= 1 or ranks.get_column("clock_offset_ns").null_count() == 0)
+    if not analysed:
+        from tracekit.analysis import prepare
+
+        t = prepare(run, write=False)
+        ranks, coll = frame(t["ranks"], "ranks"), frame(t["collectives"], "collectives")
+    ranks = ranks.unique("rank", keep="first", maintain_order=True).with_columns(pl.col("rank").cast(pl.Int32))
+    return ranks, coll
+
+
+def _participants(coll: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """Per (instance, rank) arrival and wait on the common clock (the stall analysis), plus the
+    rank every other participant waited for: the sender of a send/recv, else the last to arrive."""
+    from tracekit.analysis import stalls as stall_analysis
+
+    if coll.height == 0:
+        return _empty_parts()
+    parts = stall_analysis.participants(coll, ranks)
+    if parts.height == 0:
+        return _empty_parts()
+    source = (parts.sort(["instance", "arrive_ns", "rank"], descending=[False, True, False])
+              .group_by("instance", maintain_order=True)
+              .agg(pl.col("rank").filter(pl.col("op") == "send").first().alias("_sender"),
+                   pl.col("rank").first().alias("_last"))
+              .select("instance", pl.coalesce("_sender", "_last").alias("source_rank")))
+    ids = coll.select("coll_id", "instance", pl.col("rank").cast(pl.Int32)).filter(
+        pl.col("instance").is_not_null())
+    return (parts.join(source, on="instance", how="left")
+            .join(ids.unique(["instance", "rank"], keep="first"), on=["instance", "rank"], how="left")
+            .select("instance", "rank", "coll_id", "group", "seq", "op", "arrive_ns", "wait_ns", "source_rank"))
+
+
+def _empty_parts() -> pl.DataFrame:
+    return pl.DataFrame(schema={"instance": pl.Int64, "rank": pl.Int32, "coll_id": pl.Int64, "group": pl.String,
+                                "seq": pl.Int64, "op": pl.String, "arrive_ns": pl.Int64, "wait_ns": pl.Int64,
+                                "source_rank": pl.Int32})
+
+
+def _timelines(run: Run, replay: Any | None) -> dict[str, pl.DataFrame]:
+    """Topology -> replayed timeline (rank, lane, kind, ts_ns, dur_ns, traced_ts_ns, traced_dur_ns)."""
+    out: dict[str, pl.DataFrame] = {}
+    if replay is not None:
+        for r in replay.results:
+            if r.timeline is not None and r.timeline.num_rows:
+                out[r.topology] = _plain(pl.from_arrow(r.timeline))
+        return out
+    path = run.path / "results" / REPLAY_TIMELINES
+    if not path.is_file():
+        return out
+    try:
+        df = _plain(pl.from_arrow(pq.read_table(path)))
+    except (OSError, pa.ArrowException) as exc:
+        raise ExportError(f"{path}: unreadable replay timeline ({exc})") from exc
+    for name in df.get_column("topology").unique(maintain_order=True).to_list():
+        out[str(name)] = df.filter(pl.col("topology") == name).drop("topology")
+    return out
+
+
+def write_replay_timelines(run: Run, replay: Any) -> Path | None:
+    """Store every topology's replayed timeline in RUN/results/ for `export` (temporary name, renamed)."""
+    tables = [r.timeline.append_column("topology", pa.array([r.topology] * r.timeline.num_rows, pa.string()))
+              for r in replay.results if r.timeline is not None]
+    path = run.path / "results" / REPLAY_TIMELINES
+    if not tables:
+        path.unlink(missing_ok=True)
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
+def _plain(df: Any) -> pl.DataFrame:
+    assert isinstance(df, pl.DataFrame)
+    return df.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))
+
+
+def _base_ns(run: Run, offsets: Mapping[int, int], timelines: Mapping[str, pl.DataFrame],
+             parts: pl.DataFrame) -> int:
+    """The earliest time in the file on the common clock: every time is written relative to it."""
+    cands: list[int] = []
+    if run.has("events"):
+        off = pl.DataFrame({"rank": list(offsets), "_off": list(offsets.values())},
+                           schema={"rank": pl.Int32, "_off": pl.Int64}).lazy()
+        lo = (run.scan("events").select(pl.col("rank").cast(pl.Int32), "ts_ns")
+              .join(off, on="rank", how="left")
+              .select((pl.col("ts_ns") + pl.col("_off").fill_null(0)).min()).collect().item())
+        if lo is not None:
+            cands.append(int(lo))
+    for df in timelines.values():
+        if df.height:
+            cands.append(int(df.get_column("ts_ns").min()))  # type: ignore[arg-type]
+    if parts.height:
+        cands.append(int(parts.get_column("arrive_ns").min()))  # type: ignore[arg-type]
+    return min(cands) if cands else 0
+
+
+# ------------------------------------------------------------------------------------------
+# Writing
+
+
+def _write(fh: io.TextIOBase, run: Run, all_ranks: list[int], offsets: Mapping[int, int], hosts: Mapping[int, str],
+           coll: pl.DataFrame, parts: pl.DataFrame, timelines: Mapping[str, pl.DataFrame], base: int,
+           summary: ExportSummary, *, flows: bool, stalls: bool) -> None:
+    other = {"exporter": f"tracekit {__version__}", "run": str(run.path), "clock": "aligned (ranks.clock_offset_ns)",
+             "replay_pid_base": REPLAY_PID_BASE}
+    fh.write('{"displayTimeUnit":"ns","baseTimeNanoseconds":' + str(base) + ',"otherData":'
+             + json.dumps(other, sort_keys=True) + ',"traceEvents":[\n')
+    first = True
+
+    def emit(lines: list[str]) -> None:
+        nonlocal first
+        if not lines:
+            return
+        if not first:
+            fh.write(",\n")
+        fh.write(",\n".join(lines))
+        first = False
+
+    coll_info = _coll_info(coll, parts)
+    by_rank_tl = {name: _split_by_rank(df) for name, df in timelines.items()}
+    part_by_rank = _split_by_rank(parts)
+    endpoints: list[pl.DataFrame] = []
+    lanes_of: dict[int, list[str]] = {}
+    next_tid = 1  # tids are unique in the whole file (one thread per (process, lane))
+    for rank in all_ranks:
+        ev = _rank_events(run, rank, offsets.get(rank, 0), summary)
+        lanes = lanes_of[rank] = _lane_order(ev)
+        tids = {lane: next_tid + i for i, lane in enumerate(lanes)}
+        next_tid += len(lanes)
+        host = hosts.get(rank)
+        emit(_process_meta(rank, f"rank {rank}" + (f" ({host})" if host else ""), rank, tids))
+        if ev.height:
+            ev = ev.with_columns(pl.col("lane").replace_strict(tids, return_dtype=pl.Int64).alias("tid"))
+            emit(_slices(ev, rank, base, coll_info))
+            summary.slices += ev.height
+            if flows:
+                endpoints.append(_endpoints(ev, rank, coll))
+        if stalls:
+            mine = part_by_rank.get(rank)
+            if mine is not None:
+                lines, n, used = _stall_slices(mine, rank, next_tid, base)
+                emit(lines)
+                summary.stalls += n
+                next_tid += used
+    if flows and endpoints:
+        lines, n = _flows(pl.concat(endpoints), parts, base)
+        emit(lines)
+        summary.flows = n
+    for k, (name, per_rank) in enumerate(by_rank_tl.items()):
+        count = 0
+        for rank in sorted(per_rank):
+            pid = REPLAY_PID_BASE * (k + 1) + rank
+            df, tids = _named_timeline(run, per_rank[rank], rank, offsets.get(rank, 0), lanes_of.get(rank, []),
+                                       next_tid)
+            next_tid += len(tids)
+            emit(_process_meta(pid, f"replay {name}: rank {rank}", pid, tids))
+            emit(_replay_slices(df, pid, base, name))
+            count += df.height
+        summary.replay[name] = count
+    fh.write("\n]}\n")
+
+
+def _split_by_rank(df: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    if df.height == 0:
+        return {}
+    return {int(k[0]): v for k, v in df.partition_by("rank", as_dict=True, maintain_order=True).items()}
+
+
+def _rank_events(run: Run, rank: int, offset: int, summary: ExportSummary) -> pl.DataFrame:
+    """One rank's events on the common clock (ts_ns + offset), those without a time counted."""
+    table = run.events(ranks=[rank])
+    df = _plain(pl.from_arrow(table))
+    if df.height == 0:
+        return df.with_columns(pl.lit(None, pl.Int64).alias("t"))
+    missing = df.get_column("ts_ns").null_count()
+    if missing:
+        summary.skipped["no_timestamp"] += missing
+        df = df.filter(pl.col("ts_ns").is_not_null())
+    return df.with_columns((pl.col("ts_ns") + offset).alias("t"),
+                           pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("dur_ns"))
+
+
+def _lane_order(ev: pl.DataFrame) -> list[str]:
+    """Lanes in display order: GPU compute streams, GPU communication streams, CPU threads, others."""
+    if ev.height == 0:
+        return []
+    stats = (ev.group_by("lane").agg((pl.col("kind") == "comm").mean().alias("comm"))
+             .with_columns(pl.col("lane").fill_null("")))
+    def key(row: tuple[str, float]) -> tuple[int, str]:
+        lane, comm = row
+        cls = (1 if comm > 0.5 else 0) if lane.startswith("gpu") else 2 if lane.startswith("cpu") else 3
+        return cls, lane
+    return [lane for lane, _ in sorted(stats.iter_rows(), key=key)]
+
+
+def _process_meta(pid: int, name: str, sort_index: int, tids: Mapping[str, int]) -> list[str]:
+    lines = [_json({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}),
+             _json({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort_index}})]
+    for lane, tid in tids.items():
+        lines.append(_json({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}))
+        lines.append(_json({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid}}))
+    return lines
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _us(expr: pl.Expr) -> pl.Expr:
+    """Nanoseconds as exact microsecond text with three decimals (no float rounding)."""
+    sign = pl.when(expr < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    a = expr.abs()
+    return pl.concat_str([sign, (a // 1000).cast(pl.String), pl.lit("."),
+                          (a % 1000).cast(pl.String).str.zfill(3)])
+
+
+def _quoted(col: str) -> pl.Expr:
+    """A string column as JSON string literals (escaped; null -> "")."""
+    return pl.col(col).fill_null("").map_batches(
+        lambda s: s.replace_strict({v: json.dumps(v, ensure_ascii=False) for v in s.unique().to_list()},
+                                   return_dtype=pl.String), return_dtype=pl.String)
+
+
+def _coll_info(coll: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
+    """Per coll_id, the args drawn on its events (JSON object text)."""
+    if coll.height == 0:
+        return pl.DataFrame(schema={"coll_id": pl.Int64, "_args": pl.String})
+    c = coll.select("coll_id", "instance", "group", "seq", "op", "dim", "in_bytes", "out_bytes", "nranks")
+    if parts.height:
+        c = c.join(parts.select("coll_id", "wait_ns").drop_nulls("coll_id").unique("coll_id"), on="coll_id",
+                   how="left")
+    else:
+        c = c.with_columns(pl.lit(None, pl.Int64).alias("wait_ns"))
+    return c.select("coll_id", pl.struct("instance", "group", "seq", "op", "dim", "in_bytes", "out_bytes",
+                                         "nranks", "wait_ns").struct.json_encode().alias("_args"))
+
+
+def _slices(ev: pl.DataFrame, pid: int, base: int, coll_info: pl.DataFrame) -> list[str]:
+    cat = pl.coalesce(pl.col("cat"), pl.col("kind").replace_strict(KIND_CAT, default="tracekit_event",
+                                                                    return_dtype=pl.String))
+    df = ev.with_columns(cat.alias("cat"))
+    if coll_info.height and ev.get_column("coll_id").null_count() < ev.height:
+        df = df.join(coll_info, on="coll_id", how="left")
+    else:
+        df = df.with_columns(pl.lit(None, pl.String).alias("_args"))
+    args = pl.when(pl.col("_args").is_not_null()).then(pl.concat_str([pl.lit(',"args":'), pl.col("_args")])
+                                                      ).otherwise(pl.lit(""))
+    line = pl.concat_str([
+        pl.lit('{"ph":"X","pid":' + str(pid) + ',"tid":'), pl.col("tid").cast(pl.String),
+        pl.lit(',"ts":'), _us(pl.col("t") - base), pl.lit(',"dur":'), _us(pl.col("dur_ns")),
+        pl.lit(',"name":'), _quoted("name"), pl.lit(',"cat":'), _quoted("cat"), args, pl.lit("}")])
+    return df.select(line).to_series().to_list()
+
+
+def _endpoints(ev: pl.DataFrame, rank: int, coll: pl.DataFrame) -> pl.DataFrame:
+    """Per collective call of this rank, the slice its flow arrows attach to: the earliest
+    communication event linked to the call (any linked event when none is comm)."""
+    linked = ev.filter(pl.col("coll_id").is_not_null())
+    if linked.height == 0:
+        return pl.DataFrame(schema={"coll_id": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "mid": pl.Int64})
+    return (linked.sort([pl.col("kind") != "comm", pl.col("t")])
+            .unique("coll_id", keep="first", maintain_order=True)
+            .select("coll_id", pl.lit(rank, pl.Int32).alias("rank"), "tid",
+                    (pl.col("t") + pl.col("dur_ns") // 2).alias("mid")))
+
+
+def _flows(endpoints: pl.DataFrame, parts: pl.DataFrame, base: int) -> tuple[list[str], int]:
+    """Arrows from the participant the instance waited for to every other participant (flow v1:
+    "s" then "f", both bound to the enclosing slice at the midpoint of the linked slices)."""
+    ep = parts.select("instance", "rank", "coll_id", "source_rank", "group", "op", "seq").join(
+        endpoints.select("coll_id", "rank", "tid", "mid"), on=["coll_id", "rank"], how="inner")
+    src = ep.filter(pl.col("rank") == pl.col("source_rank")).select(
+        "instance", pl.col("rank").alias("s_rank"), pl.col("tid").alias("s_tid"), pl.col("mid").alias("s_mid"))
+    pairs = (ep.filter(pl.col("rank") != pl.col("source_rank")).join(src, on="instance", how="inner")
+             .sort("instance", "rank"))
+    if pairs.height == 0:
+        return [], 0
+    pairs = pairs.with_row_index("fid", offset=1)
+    name = _quoted("_fname")
+    pairs = pairs.with_columns(pl.concat_str([pl.col("op"), pl.lit(" "), pl.col("group").fill_null("?"),
+                                              pl.lit("#"), pl.col("seq").cast(pl.String).fill_null("?")])
+                               .alias("_fname"))
+    common = [pl.lit(',"cat":"' + FLOW_CAT + '","name":'), name, pl.lit(',"id":'), pl.col("fid").cast(pl.String)]
+    start = pl.concat_str([pl.lit('{"ph":"s","bp":"e","pid":'), pl.col("s_rank").cast(pl.String),
+                           pl.lit(',"tid":'), pl.col("s_tid").cast(pl.String),
+                           pl.lit(',"ts":'), _us(pl.col("s_mid") - base), *common, pl.lit("}")])
+    finish = pl.concat_str([pl.lit('{"ph":"f","bp":"e","pid":'), pl.col("rank").cast(pl.String),
+                            pl.lit(',"tid":'), pl.col("tid").cast(pl.String),
+                            pl.lit(',"ts":'), _us(pl.col("mid") - base), *common, pl.lit("}")])
+    lines = pairs.select(pl.concat_list(start, finish).alias("l")).explode("l").to_series().to_list()
+    return lines, pairs.height
+
+
+def _stall_slices(parts: pl.DataFrame, pid: int, first_tid: int, base: int) -> tuple[list[str], int, int]:
+    """One slice per wait (arrival to the last arrival), on stall threads after the rank's lanes;
+    overlapping waits (concurrent collectives) go on further stall threads. Returns the lines,
+    the slice count and the number of threads used."""
+    w = parts.filter(pl.col("wait_ns") > 0).sort("arrive_ns", "instance")
+    if w.height == 0:
+        return [], 0, 0
+    starts = w.get_column("arrive_ns").to_list()
+    ends = (w.get_column("arrive_ns") + w.get_column("wait_ns")).to_list()
+    levels = _levels(starts, ends)
+    w = w.with_columns(pl.Series("tid", [first_tid + lv for lv in levels], pl.Int64))
+    lines = []
+    for lv in range(max(levels) + 1):
+        tid = first_tid + lv
+        label = "stalls" if lv == 0 else f"stalls ({lv + 1})"
+        lines.append(_json({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": label}}))
+        lines.append(_json({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid}}))
+    w = w.with_columns(pl.concat_str([pl.lit("wait "), pl.col("op").fill_null("?"), pl.lit(" for rank "),
+                                      pl.col("source_rank").cast(pl.String).fill_null("?")]).alias("_name"),
+                       pl.struct("instance", "group", "seq", "op", "wait_ns", pl.col("source_rank").alias("waited_for"))
+                       .struct.json_encode().alias("_args"))
+    line = pl.concat_str([
+        pl.lit('{"ph":"X","pid":' + str(pid) + ',"tid":'), pl.col("tid").cast(pl.String),
+        pl.lit(',"ts":'), _us(pl.col("arrive_ns") - base), pl.lit(',"dur":'), _us(pl.col("wait_ns")),
+        pl.lit(',"name":'), _quoted("_name"), pl.lit(',"cat":"' + STALL_CAT + '","args":'), pl.col("_args"),
+        pl.lit("}")])
+    lines.extend(w.select(line).to_series().to_list())
+    return lines, w.height, max(levels) + 1
+
+
+def _levels(starts: list[int], ends: list[int]) -> list[int]:
+    """Greedy interval partitioning (inputs sorted by start): the first level free at each start."""
+    free_at: list[int] = []
+    out = []
+    for s, e in zip(starts, ends, strict=True):
+        for lv, busy_until in enumerate(free_at):
+            if busy_until <= s:
+                free_at[lv] = e
+                out.append(lv)
+                break
+        else:
+            free_at.append(e)
+            out.append(len(free_at) - 1)
+    return out
+
+
+def _named_timeline(run: Run, tl: pl.DataFrame, rank: int, offset: int, lanes: list[str], first_tid: int
+                    ) -> tuple[pl.DataFrame, dict[str, int]]:
+    """A rank's replayed events named after the traced events they replay (matched on lane and
+    traced start and duration; the kind when none matches)."""
+    ev = _plain(pl.from_arrow(run.events(ranks=[rank]).select(["lane", "name", "ts_ns", "dur_ns"])))
+    names = (ev.filter(pl.col("ts_ns").is_not_null())
+             .select(pl.col("lane").fill_null(""), "name", (pl.col("ts_ns") + offset).alias("traced_ts_ns"),
+                     pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("traced_dur_ns"))
+             .unique(["lane", "traced_ts_ns", "traced_dur_ns"], keep="first", maintain_order=True))
+    df = (tl.with_columns(pl.col("lane").fill_null(""), pl.col("traced_ts_ns").cast(pl.Int64),
+                          pl.col("traced_dur_ns").cast(pl.Int64))
+          .join(names, on=["lane", "traced_ts_ns", "traced_dur_ns"], how="left", maintain_order="left")
+          .with_columns(pl.coalesce("name", "kind").alias("name")))
+    present = set(df.get_column("lane").to_list())
+    ordered = [lane for lane in lanes if lane in present] + sorted(present - set(lanes))
+    out = {lane: first_tid + i for i, lane in enumerate(ordered)}
+    df = df.with_columns(pl.col("lane").replace_strict(out, return_dtype=pl.Int64).alias("tid"))
+    return df, out
+
+
+def _replay_slices(df: pl.DataFrame, pid: int, base: int, topology: str) -> list[str]:
+    if df.height == 0:
+        return []
+    line = pl.concat_str([
+        pl.lit('{"ph":"X","pid":' + str(pid) + ',"tid":'), pl.col("tid").cast(pl.String),
+        pl.lit(',"ts":'), _us(pl.col("ts_ns") - base), pl.lit(',"dur":'), _us(pl.col("dur_ns").clip(lower_bound=0)),
+        pl.lit(',"name":'), _quoted("name"), pl.lit(',"cat":"' + REPLAY_CAT + '","args":{"kind":'), _quoted("kind"),
+        pl.lit(',"traced_ts_us":'), _us(pl.col("traced_ts_ns") - base),
+        pl.lit(',"traced_dur_us":'), _us(pl.col("traced_dur_ns")), pl.lit("}}")])
+    return df.select(line).to_series().to_list()
+
