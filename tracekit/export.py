@@ -154,18 +154,20 @@ def _participants(coll: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
               .group_by("instance", maintain_order=True)
               .agg(pl.col("rank").filter(pl.col("op") == "send").first().alias("_sender"),
                    pl.col("rank").first().alias("_last"))
-              .select("instance", pl.coalesce("_sender", "_last").alias("source_rank")))
+              .select("instance", pl.coalesce("_sender", "_last").alias("source_rank"),
+                      pl.col("_last").alias("last_rank")))
     ids = coll.select("coll_id", "instance", pl.col("rank").cast(pl.Int32)).filter(
         pl.col("instance").is_not_null())
     return (parts.join(source, on="instance", how="left")
             .join(ids.unique(["instance", "rank"], keep="first"), on=["instance", "rank"], how="left")
-            .select("instance", "rank", "coll_id", "group", "seq", "op", "arrive_ns", "wait_ns", "source_rank"))
+            .select("instance", "rank", "coll_id", "group", "seq", "op", "step", "arrive_ns", "wait_ns", "source_rank",
+                    "last_rank"))
 
 
 def _empty_parts() -> pl.DataFrame:
     return pl.DataFrame(schema={"instance": pl.Int64, "rank": pl.Int32, "coll_id": pl.Int64, "group": pl.String,
-                                "seq": pl.Int64, "op": pl.String, "arrive_ns": pl.Int64, "wait_ns": pl.Int64,
-                                "source_rank": pl.Int32})
+                                "seq": pl.Int64, "op": pl.String, "step": pl.Int32, "arrive_ns": pl.Int64,
+                                "wait_ns": pl.Int64, "source_rank": pl.Int32, "last_rank": pl.Int32})
 
 
 def _timelines(run: Run, replay: Any | None) -> dict[str, pl.DataFrame]:
@@ -445,9 +447,9 @@ def _stall_slices(parts: pl.DataFrame, pid: int, first_tid: int, base: int) -> t
         lines.append(_json({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                             "args": {"sort_index": tid}}))
     w = w.with_columns(pl.concat_str([pl.lit("wait "), pl.col("op").fill_null("?"), pl.lit(" for rank "),
-                                      pl.col("source_rank").cast(pl.String).fill_null("?")]).alias("_name"),
-                       pl.struct("instance", "group", "seq", "op", "wait_ns", pl.col("source_rank").alias("waited_for"))
-                       .struct.json_encode().alias("_args"))
+                                      pl.col("last_rank").cast(pl.String).fill_null("?")]).alias("_name"),
+                       pl.struct("instance", "group", "seq", "op", "step", "wait_ns",
+                                 pl.col("last_rank").alias("waited_for")).struct.json_encode().alias("_args"))
     line = pl.concat_str([
         pl.lit('{"ph":"X","pid":' + str(pid) + ',"tid":'), pl.col("tid").cast(pl.String),
         pl.lit(',"ts":'), _us(pl.col("arrive_ns") - base), pl.lit(',"dur":'), _us(pl.col("wait_ns")),
