@@ -46,6 +46,10 @@ KIND_CAT = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "mems
 STALL_CAT = "tracekit_stall"
 REPLAY_CAT = "tracekit_replay"
 FLOW_CAT = "tracekit_collective"
+#: Flow ends sit this far inside their slices (or a quarter of a short slice): viewers convert
+#: microseconds to nanoseconds in floating point, and an end exactly on a slice edge may bind to
+#: the neighbour.
+FLOW_INSET_NS = 1000
 
 
 class ExportError(TracekitError):
@@ -60,6 +64,7 @@ class ExportSummary:
     ranks: int = 0
     slices: int = 0
     flows: int = 0
+    flows_dropped: int = 0  # participants whose slice ended before the source's started
     stalls: int = 0
     replay: dict[str, int] = field(default_factory=dict)  # topology -> replayed slices
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> events left out
@@ -67,6 +72,7 @@ class ExportSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "ranks": self.ranks, "slices": self.slices, "flows": self.flows,
+                "flows_dropped": self.flows_dropped,
                 "stalls": self.stalls, "replay": dict(self.replay), "skipped": dict(self.skipped),
                 "base_ns": self.base_ns}
 
@@ -279,9 +285,8 @@ def _write(fh: io.TextIOBase, run: Run, all_ranks: list[int], offsets: Mapping[i
                 summary.stalls += n
                 next_tid += used
     if flows and endpoints:
-        lines, n = _flows(pl.concat(endpoints), parts, base)
+        lines, summary.flows, summary.flows_dropped = _flows(pl.concat(endpoints), parts, base)
         emit(lines)
-        summary.flows = n
     for k, (name, per_rank) in enumerate(by_rank_tl.items()):
         count = 0
         for rank in sorted(per_rank):
@@ -394,24 +399,32 @@ def _endpoints(ev: pl.DataFrame, rank: int, coll: pl.DataFrame) -> pl.DataFrame:
     communication event linked to the call (any linked event when none is comm)."""
     linked = ev.filter(pl.col("coll_id").is_not_null())
     if linked.height == 0:
-        return pl.DataFrame(schema={"coll_id": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "mid": pl.Int64})
+        return pl.DataFrame(schema={"coll_id": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "lo": pl.Int64,
+                                    "hi": pl.Int64})
+    inset = pl.min_horizontal(pl.col("dur_ns") // 4, pl.lit(FLOW_INSET_NS))
     return (linked.sort([pl.col("kind") != "comm", pl.col("t")])
             .unique("coll_id", keep="first", maintain_order=True)
             .select("coll_id", pl.lit(rank, pl.Int32).alias("rank"), "tid",
-                    (pl.col("t") + pl.col("dur_ns") // 2).alias("mid")))
+                    (pl.col("t") + inset).alias("lo"), (pl.col("t") + pl.col("dur_ns") - inset).alias("hi")))
 
 
-def _flows(endpoints: pl.DataFrame, parts: pl.DataFrame, base: int) -> tuple[list[str], int]:
+def _flows(endpoints: pl.DataFrame, parts: pl.DataFrame, base: int) -> tuple[list[str], int, int]:
     """Arrows from the participant the instance waited for to every other participant (flow v1:
-    "s" then "f", both bound to the enclosing slice at the midpoint of the linked slices)."""
+    "s" then "f", both bound to the enclosing slice). The arrow leaves just after the source's
+    slice starts and lands at the same time on the other's slice (later, when that one started
+    later), so it never points back in time; a participant whose slice ended before the source
+    started cannot be reached that way and gets no arrow. Returns lines, arrows, arrows dropped."""
     ep = parts.select("instance", "rank", "coll_id", "source_rank", "group", "op", "seq").join(
-        endpoints.select("coll_id", "rank", "tid", "mid"), on=["coll_id", "rank"], how="inner")
+        endpoints.select("coll_id", "rank", "tid", "lo", "hi"), on=["coll_id", "rank"], how="inner")
     src = ep.filter(pl.col("rank") == pl.col("source_rank")).select(
-        "instance", pl.col("rank").alias("s_rank"), pl.col("tid").alias("s_tid"), pl.col("mid").alias("s_mid"))
+        "instance", pl.col("rank").alias("s_rank"), pl.col("tid").alias("s_tid"), pl.col("lo").alias("s_ts"))
     pairs = (ep.filter(pl.col("rank") != pl.col("source_rank")).join(src, on="instance", how="inner")
+             .with_columns(pl.max_horizontal("s_ts", "lo").alias("f_ts"))
              .sort("instance", "rank"))
+    dropped = pairs.filter(pl.col("f_ts") > pl.col("hi")).height
+    pairs = pairs.filter(pl.col("f_ts") <= pl.col("hi"))
     if pairs.height == 0:
-        return [], 0
+        return [], 0, dropped
     pairs = pairs.with_row_index("fid", offset=1)
     name = _quoted("_fname")
     pairs = pairs.with_columns(pl.concat_str([pl.col("op"), pl.lit(" "), pl.col("group").fill_null("?"),
@@ -420,12 +433,12 @@ def _flows(endpoints: pl.DataFrame, parts: pl.DataFrame, base: int) -> tuple[lis
     common = [pl.lit(',"cat":"' + FLOW_CAT + '","name":'), name, pl.lit(',"id":'), pl.col("fid").cast(pl.String)]
     start = pl.concat_str([pl.lit('{"ph":"s","bp":"e","pid":'), pl.col("s_rank").cast(pl.String),
                            pl.lit(',"tid":'), pl.col("s_tid").cast(pl.String),
-                           pl.lit(',"ts":'), _us(pl.col("s_mid") - base), *common, pl.lit("}")])
+                           pl.lit(',"ts":'), _us(pl.col("s_ts") - base), *common, pl.lit("}")])
     finish = pl.concat_str([pl.lit('{"ph":"f","bp":"e","pid":'), pl.col("rank").cast(pl.String),
                             pl.lit(',"tid":'), pl.col("tid").cast(pl.String),
-                            pl.lit(',"ts":'), _us(pl.col("mid") - base), *common, pl.lit("}")])
+                            pl.lit(',"ts":'), _us(pl.col("f_ts") - base), *common, pl.lit("}")])
     lines = pairs.select(pl.concat_list(start, finish).alias("l")).explode("l").to_series().to_list()
-    return lines, pairs.height
+    return lines, pairs.height, dropped
 
 
 def _stall_slices(parts: pl.DataFrame, pid: int, first_tid: int, base: int) -> tuple[list[str], int, int]:

@@ -49,6 +49,25 @@ def _threads(doc):
     return out
 
 
+def _misnested(doc):
+    """X slices that overlap a slice on their thread without nesting in it (Perfetto drops them)."""
+    per = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            t = round(float(e["ts"]) * 1000)
+            per[(e["pid"], e["tid"])].append((t, t + round(float(e["dur"]) * 1000)))
+    bad = []
+    for spans in per.values():
+        stack = []
+        for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+            while stack and stack[-1][1] <= s:
+                stack.pop()
+            if stack and e > stack[-1][1]:
+                bad.append((stack[-1], (s, e)))
+            stack.append((s, e))
+    return bad
+
+
 def _run_events(run_path, offsets):
     ev = pl.from_arrow(Run(run_path).events()).with_columns(pl.col(pl.Categorical).cast(pl.String))
     off = pl.DataFrame({"rank": list(offsets), "off": list(offsets.values())},
@@ -123,6 +142,7 @@ def test_processes_threads_flows_and_stalls(synth_run, tmp_path):
     procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
     assert procs == {r: f"rank {r} (node{r // 4:03d})" for r in range(8)}
     threads = _threads(doc)
+    assert _misnested(doc) == []
     # lanes of a rank: compute stream first, then communication streams, then CPU, then stalls
     for pid in procs:
         names = [n for _, (p, n) in sorted(threads.items()) if p == pid]
@@ -139,11 +159,12 @@ def test_processes_threads_flows_and_stalls(synth_run, tmp_path):
             assert e["bp"] == "e"
             hit = [s for s in slices[(e["pid"], e["tid"])] if s[0] <= float(e["ts"]) <= s[1]]
             assert hit, e
-            ends[e["id"]][e["ph"]] = (e["pid"], hit[-1][2]["args"]["instance"])
-    assert len(ends) == summary.flows > 0
+            ends[e["id"]][e["ph"]] = (e["pid"], hit[-1][2]["args"]["instance"], float(e["ts"]))
+    assert len(ends) == summary.flows > 0 and summary.flows_dropped == 0
     for pair in ends.values():
         assert set(pair) == {"s", "f"}
         assert pair["s"][1] == pair["f"][1] and pair["s"][0] != pair["f"][0]
+        assert pair["s"][2] <= pair["f"][2]  # an arrow never points back in time (viewers drop those)
     # stalls: the analysis's waits, drawn; the injected delay shows as waits for the straggler in its step
     from tracekit.analysis import analyze
 
@@ -235,6 +256,7 @@ def test_replayed_timelines_are_extra_processes(synth_run, tmp_path):
         assert summary.replay[name] == tl.num_rows
         pids = {p for p in procs if REPLAY_PID_BASE * (k + 1) <= p < REPLAY_PID_BASE * (k + 2)}
         assert {procs[p] for p in pids} == {f"replay {name}: rank {r}" for r in set(tl.column("rank").to_pylist())}
+    assert _misnested(doc) == []
     replayed = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] >= REPLAY_PID_BASE]
     assert len(replayed) == sum(summary.replay.values())
     named = Counter(e["name"] == e["args"]["kind"] for e in replayed)

@@ -796,7 +796,9 @@ def _timeline(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> pa.Table:
         "rank": pa.array(prep.rank, pa.int32()), "lane": pa.array(prep.lane.tolist(), pa.string()),
         "kind": pa.array(kinds.tolist(), pa.string()),
         "ts_ns": pa.array(np.round(np.nan_to_num(start)).astype(np.int64) + prep.t0, pa.int64()),
-        "dur_ns": pa.array(np.round(np.nan_to_num(end - start)).astype(np.int64), pa.int64()),
+        # end rounded, not the duration: back-to-back events stay back to back after rounding
+        "dur_ns": pa.array((np.round(np.nan_to_num(end)) - np.round(np.nan_to_num(start))).astype(np.int64),
+                           pa.int64()),
         "traced_ts_ns": pa.array(prep.start.astype(np.int64) + prep.t0, pa.int64()),
         "traced_dur_ns": pa.array((prep.end - prep.start).astype(np.int64), pa.int64())})
 
