@@ -159,12 +159,16 @@ def test_processes_threads_flows_and_stalls(synth_run, tmp_path):
             assert e["bp"] == "e"
             hit = [s for s in slices[(e["pid"], e["tid"])] if s[0] <= float(e["ts"]) <= s[1]]
             assert hit, e
-            ends[e["id"]][e["ph"]] = (e["pid"], hit[-1][2]["args"]["instance"], float(e["ts"]))
+            a = hit[-1][2]["args"]
+            ends[e["id"]][e["ph"]] = (e["pid"], a["instance"], float(e["ts"]), a["op"])
     assert len(ends) == summary.flows > 0 and summary.flows_dropped == 0
     for pair in ends.values():
         assert set(pair) == {"s", "f"}
         assert pair["s"][1] == pair["f"][1] and pair["s"][0] != pair["f"][0]
         assert pair["s"][2] <= pair["f"][2]  # an arrow never points back in time (viewers drop those)
+        if pair["f"][3] in ("send", "recv"):
+            assert (pair["s"][3], pair["f"][3]) == ("send", "recv")  # point to point: sender to receiver
+    assert {p["f"][3] for p in ends.values()} >= {"recv", "all_reduce", "all_to_all"}
     # stalls: the analysis's waits, drawn; the injected delay shows as waits for the straggler in its step
     from tracekit.analysis import analyze
 
