@@ -19,6 +19,7 @@ import gzip
 import io
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -322,16 +323,24 @@ def _rank_events(run: Run, rank: int, offset: int, summary: ExportSummary) -> pl
 
 
 def _lane_order(ev: pl.DataFrame) -> list[str]:
-    """Lanes in display order: GPU compute streams, GPU communication streams, CPU threads, others."""
+    """Lanes in display order: GPU compute streams, GPU communication streams, other GPU lanes
+    (copies, syncs), CPU threads, then anything else; numbers in names sort numerically."""
     if ev.height == 0:
         return []
-    stats = (ev.group_by("lane").agg((pl.col("kind") == "comm").mean().alias("comm"))
+    stats = (ev.group_by("lane").agg((pl.col("kind") == "comm").mean().alias("comm"),
+                                     (pl.col("kind") == "compute").mean().alias("compute"))
              .with_columns(pl.col("lane").fill_null("")))
-    def key(row: tuple[str, float]) -> tuple[int, str]:
-        lane, comm = row
-        cls = (1 if comm > 0.5 else 0) if lane.startswith("gpu") else 2 if lane.startswith("cpu") else 3
-        return cls, lane
-    return [lane for lane, _ in sorted(stats.iter_rows(), key=key)]
+
+    def key(row: tuple[str, float, float]) -> tuple[int, list[Any]]:
+        lane, comm, compute = row
+        if lane.startswith("gpu"):
+            cls = 0 if compute >= max(comm, 1e-12) else 1 if comm > 0 else 2
+        else:
+            cls = 3 if lane.startswith("cpu") else 4
+        natural = [int(p) if p.isdigit() else p for p in re.split(r"(-?\d+)", lane) if p]
+        return cls, [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in natural]
+
+    return [row[0] for row in sorted(stats.iter_rows(), key=key)]
 
 
 def _process_meta(pid: int, name: str, sort_index: int, tids: Mapping[str, int]) -> list[str]:

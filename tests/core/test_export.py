@@ -270,3 +270,13 @@ def test_replayed_timelines_are_extra_processes(synth_run, tmp_path):
     export_chrome(run_path, direct, replay=result)
     assert direct.read_bytes() == out.read_bytes()
     assert export_chrome(run_path, tmp_path / "n.json", include_replay=False).replay == {}
+
+
+def test_lane_order_compute_comm_other_gpu_cpu_numeric():
+    from tracekit.export import _lane_order
+
+    ev = pl.DataFrame({"lane": ["gpu0/stream13", "gpu0/stream7", "gpu0/stream-1", "cpu/thread2", "cpu/thread10",
+                                "gpu0/stream20", "x"],
+                       "kind": ["comm", "compute", "sync", "cpu_op", "cpu_op", "comm", "annotation"]})
+    assert _lane_order(ev) == ["gpu0/stream7", "gpu0/stream13", "gpu0/stream20", "gpu0/stream-1", "cpu/thread2",
+                               "cpu/thread10", "x"]
