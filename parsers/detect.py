@@ -12,6 +12,7 @@ NCCL_LOG = "nccl_log"
 FLIGHT_RECORDER = "flight_recorder"
 NCCL_INSPECTOR = "nccl_inspector"
 NCCL_TESTS = "nccl_tests"
+NCCL_PROFILER = "nccl_profiler"
 PROMETHEUS = "prometheus"
 PROMETHEUS_JSON = "prometheus_json"
 GNMIC = "gnmic"
@@ -24,10 +25,11 @@ LINK_MAP = "link_map"
 #: Telemetry and fabric formats (sources with no rank): parser modules under parsers/telemetry/.
 TELEMETRY_FORMATS = (PROMETHEUS, PROMETHEUS_JSON, GNMIC, PERFQUERY, UFM, SYSFS_IB, IBNETDISCOVER, LINK_MAP)
 #: Every format name tracekit knows.
-FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, *TELEMETRY_FORMATS)
+FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, NCCL_PROFILER, *TELEMETRY_FORMATS)
 #: Formats that can be ingested today: format -> parser module (with `parse` and PARSER_VERSION).
 PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder",
-           NCCL_TESTS: "tracekit.parsers.nccl_tests",
+           NCCL_TESTS: "tracekit.parsers.nccl_tests", NCCL_LOG: "tracekit.parsers.nccl_log",
+           NCCL_INSPECTOR: "tracekit.parsers.nccl_inspector", NCCL_PROFILER: "tracekit.parsers.nccl_profiler",
            **{fmt: f"tracekit.parsers.telemetry.{fmt}" for fmt in TELEMETRY_FORMATS}}
 
 PEEK_BYTES = 65536
@@ -43,12 +45,19 @@ def detect_bytes(head: bytes) -> str | None:
 
     if flight_recorder.sniff(head):
         return FLIGHT_RECORDER
-    from tracekit.parsers import nccl_tests
+    from tracekit.parsers import nccl_inspector, nccl_log, nccl_profiler, nccl_tests
 
     if nccl_tests.sniff_json(head):
         return NCCL_TESTS
-    if not text.startswith((b"{", b"[")) and nccl_tests.sniff_text(head):
-        return NCCL_TESTS
+    if nccl_inspector.sniff(head):
+        return NCCL_INSPECTOR
+    if nccl_profiler.sniff(head):
+        return NCCL_PROFILER
+    if not text.startswith(b"{"):
+        if nccl_log.sniff(head):
+            return NCCL_LOG
+        if nccl_tests.sniff_text(head):
+            return NCCL_TESTS
     return _detect_telemetry(head)
 
 

@@ -37,6 +37,7 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers._lines import LineSource, line_batches, strip_ansi, text
+from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -87,8 +88,9 @@ _SNIFF = re.compile(rb"nThread\s+\d+\s+nGpus\s+\d+\s+minBytes|#\s*size\s+count\s
                     rb"|Collective test starting:")
 _JSON_KEYS = re.compile(rb'"(results|minimum_bytes|out_of_place|in_place|alg_bw|bus_bw|nccl_version|'
                         rb'average_bus_bandwidth|average_bus_bandwidith|experiment_name)"\s*:')
+_COMMENT = re.compile(r"(?:^|[:>\]])\s*#")
 _HEADER_LINE = re.compile(
-    r"(?:^|[:>\]])\s*#|Using devices|nThread\s+\d|out-of-place|\(elements\)|Out of bounds values|Avg bus bandwidth"
+    r"Using devices|nThread\s+\d|out-of-place|\(elements\)|Out of bounds values|Avg bus bandwidth"
     r"|Collective test (starting|concluded)|Reducing maxBytes|Blocking Enabled|Parallel Init Enabled"
     r"|Writing JSON output")
 
@@ -154,12 +156,7 @@ class _Run:
 
 
 def _version_from_code(code: int | None) -> str | None:
-    """NCCL_VERSION_CODE (22703, or 2703 before 2.9) as "2.27.3"."""
-    if code is None or code <= 0:
-        return None
-    if code >= 10000:
-        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
-    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+    return version_of(code)
 
 
 def _num(tok: str) -> float | None:
@@ -182,9 +179,9 @@ def _int(tok: str | None) -> int | None:
 class TableReader:
     """Reads nccl-tests text line by line (`feed`), collecting `microbench` rows.
 
-    `feed` returns what the line was: "row", "header", "malformed row" or None (not nccl-tests
-    text); the NCCL log parser feeds it the lines that are not NCCL records, so a file holding both
-    yields both.
+    `feed` returns what the line was: "row", "header", "comment" (a `#` line that may be
+    nccl-tests' or anyone's), "malformed row" or None (not nccl-tests text). The NCCL log parser
+    feeds it the lines that are not NCCL records, so a file holding both yields both.
     """
 
     def __init__(self, source: str, *, file_test: str | None = None) -> None:
@@ -247,6 +244,8 @@ class TableReader:
             return "header"
         if _HEADER_LINE.search(line):
             return "header"
+        if _COMMENT.search(line):
+            return "comment"
         name = test_in(line)
         if name is not None:
             self._prelude_test = name
@@ -474,6 +473,8 @@ def _parse_text(where: str, sink: SourceSink) -> NcclTestsResult:
 def _count(stats: SourceStats, outcome: str | None) -> None:
     if outcome == "row":
         stats.store()
+    elif outcome == "comment":
+        stats.skip("header")
     elif outcome is None:
         stats.skip("not nccl-tests output")
     else:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,6 +98,21 @@ class HangResult:
     findings: list[str]
     source: str
     notes: list[str] = field(default_factory=list)
+    locations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def where(self, rank: int) -> str:
+        """ "host node-3, GPU 2 (pid 1234)" for a rank whose host or GPU is known, else ""."""
+        loc = self.locations.get(rank) or {}
+        parts = []
+        if loc.get("host"):
+            parts.append(f"host {loc['host']}")
+        if loc.get("local_device") is not None:
+            parts.append(f"GPU {loc['local_device']}")
+        text = ", ".join(parts)
+        if text and loc.get("pid") is not None:
+            text += f" (pid {loc['pid']})"
+        return text
 
     @property
     def hung(self) -> bool:
@@ -117,7 +133,8 @@ class HangResult:
     def to_json(self) -> dict[str, Any]:
         return {"groups": [g.to_json() for g in self.groups], "findings": list(self.findings),
                 "last_seq": self.last_seq(), "suspects": self.suspects, "source": self.source,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "locations": {str(r): v for r, v in sorted(self.locations.items())},
+                "messages": list(self.messages)}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True)
@@ -162,6 +179,8 @@ def _frame(collectives: pa.Table | Any) -> tuple[pl.DataFrame, str]:
     source = "call order within the traced window"
     if df.height and (df["source"] == "flight_recorder").any():
         df, source = df.filter(pl.col("source") == "flight_recorder"), "flight_recorder"
+    elif df.height and (df["source"] == "nccl_log").any():
+        df, source = df.filter(pl.col("source") == "nccl_log"), "nccl_log"
     elif df.height and df["seq_explicit"].fill_null(False).any():
         df, source = df.filter(pl.col("seq_explicit").fill_null(False)), "explicit sequence numbers"
     df = df.select(
@@ -199,6 +218,13 @@ class _Track:
         self.t_low: int | None = None
         self.candidates: list[int] = []
         self.rows: dict[int, dict[int, _Row]] = {}
+        self.seqs: np.ndarray = np.zeros(0, np.int64)
+
+    def next_after(self, seq: int) -> int:
+        """The first seq after `seq` that some rank reached (seqs may have gaps: NCCL's opCount
+        also counts the point-to-point calls of a communicator)."""
+        i = int(np.searchsorted(self.seqs, seq, side="right"))
+        return int(self.seqs[i]) if i < len(self.seqs) else seq + 1
 
     def __bool__(self) -> bool:
         return bool(self.last)
@@ -224,6 +250,8 @@ def _tracks(df: pl.DataFrame) -> dict[str, dict[bool, _Track]]:
         keys).agg(pl.col("ts").min())
     for g, p2p, lowest in lows.iter_rows():
         tracks[g][p2p].lowest = lowest
+    for g, p2p, seqs in df.group_by(keys).agg(pl.col("seq").unique().sort()).iter_rows():
+        tracks[g][p2p].seqs = np.asarray(seqs, np.int64)
     for g, p2p, ts in t_low.iter_rows():
         tracks[g][p2p].t_low = ts
     size = pl.when(pl.col("op").is_in(list(_SIZE_CHECKED)) & (pl.col("in_bytes").is_not_null()
@@ -243,8 +271,9 @@ def _tracks(df: pl.DataFrame) -> dict[str, dict[bool, _Track]]:
         for p2p, t in pair.items():
             if not t:
                 continue
-            lo, hi = min(t.last.values()), max(t.last.values())
-            for s in {*t.candidates, lo + 1, hi, t.lowest or lo}:
+            hi = max(t.last.values())
+            lows = {*t.last.values(), (t.lowest if t.lowest is not None else min(t.last.values())) - 1}
+            for s in {*t.candidates, *(t.next_after(v) for v in lows), hi, t.lowest or min(lows)}:
                 wanted.add((g, p2p, s))
     full = pl.DataFrame(sorted(wanted), schema={"group": pl.String, "p2p": pl.Boolean, "seq": pl.Int64},
                         orient="row")
@@ -281,12 +310,14 @@ def _group_info(groups: pa.Table | Any | None) -> dict[str, dict[str, Any]]:
 
 
 def find_hangs(collectives: pa.Table | Any, groups: pa.Table | Any | None = None, *,
-               ranks: pa.Table | Any | None = None) -> HangResult:
+               ranks: pa.Table | Any | None = None, messages: pa.Table | Any | None = None) -> HangResult:
     """Per group: last seq per rank, the first divergent seq, missing ranks and op/dtype/size mismatches.
 
     `collectives` and `groups` are tracekit tables (Arrow or polars); `ranks`, when given, tells
-    which ranks left a dump at all (a member without one cannot be judged). Flight Recorder rows
-    are used when present, else rows with explicit sequence numbers, else all rows.
+    which ranks left a dump at all (a member without one cannot be judged) and where each rank ran
+    (host, GPU). Flight Recorder rows are used when present, else NCCL-log rows (opCount per
+    commId), else rows with explicit sequence numbers, else all rows. `messages` (the
+    `log_messages` table) adds the NCCL warnings and watchdog timeouts of the ranks involved.
     """
     df, source = _frame(collectives)
     ginfo = _group_info(groups)
@@ -301,7 +332,85 @@ def find_hangs(collectives: pa.Table | Any, groups: pa.Table | Any | None = None
     tracks = _tracks(df)
     results = [_check_group(g, tracks[g], ginfo.get(g, {}), dumped, window) for g in sorted(tracks, key=_gorder)]
     findings = _findings(results, source)
-    return HangResult(groups=results, findings=findings, source=source)
+    result = HangResult(groups=results, findings=findings, source=source)
+    if ranks is not None:
+        result.locations = _locations(ranks)
+    _add_places_and_messages(result, messages)
+    return result
+
+
+def _locations(ranks: pa.Table | Any) -> dict[int, dict[str, Any]]:
+    rt = ranks if isinstance(ranks, pa.Table) else ranks.to_arrow()
+    cols = [c for c in ("rank", "host", "local_device", "pid", "bus_id") if c in rt.column_names]
+    out: dict[int, dict[str, Any]] = {}
+    for row in rt.select(cols).to_pylist():
+        if row.get("rank") is None:
+            continue
+        cur = out.setdefault(int(row["rank"]), {})
+        for k, v in row.items():
+            if k != "rank" and v is not None and cur.get(k) is None:
+                cur[k] = v
+    return {r: v for r, v in out.items() if v}
+
+
+_MESSAGE_LEVELS = ("WARN", "ERROR", "ABORT")
+MAX_MESSAGES_PER_RANK = 3
+
+
+def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None) -> None:
+    """Name where the suspects ran, and add the warnings and watchdog timeouts logged by the ranks
+    of the groups that did not end well (suspects first)."""
+    bad = [g for g in result.groups if g.status in ("hang", "mismatch", "stuck")]
+    if not bad:
+        return
+    lead = result.suspects
+    for r in lead[:8]:
+        where = result.where(r)
+        if where:
+            result.findings.insert(min(1, len(result.findings)) + lead.index(r), f"Rank {r} ran on {where}.")
+    if messages is None:
+        return
+    mt = messages if isinstance(messages, pa.Table) else messages.to_arrow()
+    if mt.num_rows == 0 or "rank" not in mt.column_names:
+        return
+    involved = [*lead, *sorted({r for g in bad for r in g.ranks} - set(lead))]
+    wanted = set(involved)
+    cols = [c for c in ("rank", "host", "pid", "ts_ns", "level", "subsystem", "message", "line", "location")
+            if c in mt.column_names]
+    per_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in mt.select(cols).to_pylist():
+        r = row.get("rank")
+        level = str(row.get("level") or "")
+        sub = str(row.get("subsystem") or "")
+        notable = level in _MESSAGE_LEVELS or sub == "watchdog" or (
+            sub == "lifecycle" and "Abort" in str(row.get("message") or ""))
+        if r is None or int(r) not in wanted or not notable:
+            continue
+        per_rank[int(r)].append(row)
+    for r in involved:
+        rows = sorted(per_rank.get(r, []), key=lambda m: (m.get("ts_ns") is None, m.get("ts_ns") or 0,
+                                                          m.get("line") or 0))
+        if not rows:
+            continue
+        result.messages.extend({**m, "rank": r} for m in rows[:MAX_MESSAGES_PER_RANK * 10])
+        where = result.where(r)
+        who = f"rank {r}" + (f" ({where})" if where else "")
+        watchdog = [m for m in rows if m.get("subsystem") == "watchdog"]
+        warns = [m for m in rows if m.get("subsystem") != "watchdog"]
+        if watchdog:
+            result.findings.append(f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}")
+        if warns:
+            first = warns[0]
+            more = f" ({len(warns)} in all)" if len(warns) > 1 else ""
+            line = f", line {first['line']}" if first.get("line") else ""
+            result.findings.append(f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
+                                   f"{_clip(first['message'])}{line}")
+
+
+def _clip(text: Any, limit: int = 200) -> str:
+    """One line of untrusted text, control characters escaped, cut to `limit` characters."""
+    s = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(text))
+    return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
 def _gorder(name: str) -> tuple[int, int, str]:
@@ -372,7 +481,8 @@ def _check_group(group: str, tracks: dict[bool, _Track], info: Mapping[str, Any]
     gname = _gname(group, desc)
     mismatches = _mismatches(coll)
     first_mm = min((m["seq"] for m in mismatches), default=None)
-    first_missing = min(last.values()) + 1 if last and min(last.values()) < max(last.values()) else None
+    first_missing = coll.next_after(min(last.values())) if last and min(last.values()) < max(last.values()) \
+        else None
     candidates = [s for s in (first_mm, first_missing) if s is not None]
     first = min(candidates) if candidates else None
     missing = sorted(r for r, s in last.items() if first is not None and s < first)
@@ -405,6 +515,9 @@ def _agreed_verdict(gname: str, coll: _Track, last: dict[int, int]) -> tuple[str
     rows = {r: row for r, row in coll.at(s).items() if r in last}
     op = Counter(row.op for row in rows.values()).most_common(1)[0][0] if rows else "?"
     pending = sorted(r for r, row in rows.items() if row.state != "completed")
+    if rows and all(row.state == "unknown" for row in rows.values()):
+        return "ok", (f"{gname}: all {len(judged)} ranks reached {op} seq {s}; no divergence (the source records "
+                      "when a call was issued, not when it finished).")
     if not pending:
         return "ok", f"{gname}: all {len(judged)} ranks reached {op} seq {s} and completed it; no divergence."
     if len(pending) < len(rows) and op not in _ROOTED:
@@ -482,7 +595,7 @@ def _last_op(coll: _Track, ranks: Sequence[int]) -> str:
     ops = sorted({row.op for row in rows})
     states = sorted({row.state for row in rows})
     text = f"{ops[0]} seq {rows[0].seq}" if len(ops) == 1 else f"seq {rows[0].seq}"
-    return text + (f", {states[0]}" if len(states) == 1 else "")
+    return text + (f", {states[0]}" if len(states) == 1 and states[0] != "unknown" else "")
 
 
 def _where(at: dict[int, _Row], ranks: Sequence[int]) -> str:
@@ -529,19 +642,21 @@ def _findings(groups: list[GroupHang], source: str) -> list[str]:
                      "(often a consequence).")
         out.append(lead)
     out.extend(g.verdict for g in bad)
-    if source != "flight_recorder" and out:
+    if source == "nccl_log" and out:
+        out.append("Sequence numbers are NCCL's opCount per communicator (commId), from NCCL logs.")
+    elif source != "flight_recorder" and out:
         out.append(f"Sequence numbers come from {source}, not from Flight Recorder dumps.")
     return out
 
 
-def _fr_parts(run: Any) -> tuple[pa.Table | None, pa.Table | None]:
-    """Every Flight Recorder source's own collectives and ranks. Ingest keeps one source per rank
-    in the merged tables (Kineto before Flight Recorder, one of a pickle/JSON pair), so a run with
-    both trace kinds has its dumps only under RUN/sources/<key>/."""
+def _fr_parts(run: Any, fmt: str = "flight_recorder") -> tuple[pa.Table | None, pa.Table | None]:
+    """Every Flight Recorder (or NCCL log) source's own collectives and ranks. Ingest keeps one
+    source per rank in the merged tables (Kineto before NCCL logs before Flight Recorder, one of a
+    pickle/JSON pair), so a run with several trace kinds has these only under RUN/sources/<key>/."""
     from tracekit import schema
 
     keys = [s["key"] for s in run.manifest.get("sources", [])
-            if s.get("format") == "flight_recorder" and not s.get("error") and s.get("key")]
+            if s.get("format") == fmt and not s.get("error") and s.get("key")]
     parts: dict[str, list[pa.Table]] = {"collectives": [], "ranks": []}
     for key in sorted(keys):
         for name, tables in parts.items():
@@ -555,6 +670,13 @@ def _fr_parts(run: Any) -> tuple[pa.Table | None, pa.Table | None]:
     return coll, ranks
 
 
+def _global_peers(coll: pa.Table, groups: pa.Table) -> pa.Table:
+    from tracekit.fabric import rank_maps, resolve_peers
+
+    table, _ = resolve_peers(coll, rank_maps(groups), [("peer", "peer_local")])
+    return table
+
+
 def hang_from_run(run: Any, *, write: bool = False) -> HangResult:
     """Run `find_hangs` on a run directory (path or `Run`); optionally save results/hang.json."""
     from tracekit.store import Run
@@ -562,8 +684,15 @@ def hang_from_run(run: Any, *, write: bool = False) -> HangResult:
     r = run if isinstance(run, Run) else Run(run)
     coll, ranks = _fr_parts(r)
     if coll is None:
+        coll, ranks = _fr_parts(r, "nccl_log")
+        if coll is not None:
+            coll = _global_peers(coll, r.table("groups"))
+    if coll is None:
         coll, ranks = r.table("collectives"), r.table("ranks")
-    result = find_hangs(coll, r.table("groups"), ranks=ranks)
+    merged = r.table("ranks")
+    if ranks is not None and merged.num_rows:
+        ranks = pa.concat_tables([ranks, merged], promote_options="permissive").unify_dictionaries()
+    result = find_hangs(coll, r.table("groups"), ranks=ranks, messages=r.table("log_messages"))
     if write:
         r.write_json("hang", result.to_json())
     return result

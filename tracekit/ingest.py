@@ -343,18 +343,22 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
 
 
 #: Which source describes a rank's collectives and events when several do: lower wins.
-FORMAT_PRIORITY = {detect.KINETO: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2}
+FORMAT_PRIORITY = {detect.KINETO: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2, detect.NCCL_INSPECTOR: 3,
+                   detect.NCCL_PROFILER: 4}
 #: Formats whose files are snapshots of the same history (keep one per rank), not windows of it.
 SNAPSHOT_FORMATS = {detect.FLIGHT_RECORDER}
 PER_RANK_TABLES = ("ranks", "collectives", "channels")
 
 
-def primary_sources(sources: Sequence[SourceReport]) -> dict[int, list[str]]:
+def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None = None) -> dict[int, list[str]]:
     """For each rank, the source keys whose rows count: every file of the best format for that
     rank (several Kineto windows of one rank all count), but one snapshot (Flight Recorder dumps
-    given as both pickle and JSON are the same history)."""
+    given as both pickle and JSON are the same history). With `having` (source keys), only those
+    sources compete: the best source of a table is chosen among the sources that have it."""
     by_rank: dict[int, list[SourceReport]] = {}
     for s in sources:
+        if having is not None and (s.key or "") not in having:
+            continue
         for r in s.ranks:
             by_rank.setdefault(r, []).append(s)
     chosen: dict[int, list[str]] = {}
@@ -368,9 +372,17 @@ def primary_sources(sources: Sequence[SourceReport]) -> dict[int, list[str]]:
     return chosen
 
 
+#: Per-rank tables whose source is chosen among the sources that have the table, not by the
+#: rank's best format overall: only NCCL logs describe channels, so a rank traced by the profiler
+#: still gets its channels from its NCCL log.
+PER_TABLE_CHOICE = ("channels",)
+
+
 def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> dict[str, int]:
     """Merge the per-source small tables into RUN/<table>.parquet (deterministic order)."""
     primary = primary_sources(sources)
+    choice = {name: primary_sources(sources, having={s.key or "" for s in sources if _has_part(run_dir, s, name)})
+              for name in PER_TABLE_CHOICE}
     aside: dict[str, int] = {}
     for r, keys in primary.items():
         for s in sources:
@@ -378,29 +390,31 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
                 aside[s.format or "?"] = aside.get(s.format or "?", 0) + 1
     if aside:
         kept = sorted({s.format or "?" for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks)})
+        also = (" (channels, log messages, NCCL's algo/proto and bus ids are still taken from the NCCL logs)"
+                if aside.get(detect.NCCL_LOG) else "")
         warnings.append("ranks covered by several sources: collectives and events come from "
                         f"{', '.join(kept)}; set aside (still in the run's sources/): "
-                        + ", ".join(f"{n} {fmt} rank-source(s)" for fmt, n in sorted(aside.items())))
-    counts: dict[str, int] = {}
+                        + ", ".join(f"{n} {fmt} rank-source(s)" for fmt, n in sorted(aside.items())) + also)
+    tables: dict[str, pa.Table] = {}
+    copied: dict[str, int] = {}
     order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
     for name in SMALL_TABLES:
-        if name in COPY_SINGLE_PART and _copy_single_part(run_dir, order, name, counts):
+        if name in COPY_SINGLE_PART and _copy_single_part(run_dir, order, name, copied):
             continue
+        chosen = choice.get(name, primary)
         parts = []
         for s in order:
             t = _read_part(run_dir, s.key or "", name)
             if t is None:
                 continue
             if name in PER_RANK_TABLES and t.num_rows:
-                ranks_here = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
+                ranks_here = [r for r in s.ranks if (s.key or "") in chosen.get(r, [])]
                 t = t.filter(pa.compute.is_in(t.column("rank"), pa.array(ranks_here, t.column("rank").type)))
             if name == "ranks":
                 t = t.set_column(t.schema.get_field_index("source_file"), "source_file",
                                  pa.array([s.path] * t.num_rows, pa.string()))
             parts.append(t)
-        path = run_dir / f"{name}.parquet"
         if not parts:
-            path.unlink(missing_ok=True)
             continue
         table = pa.concat_tables(parts, promote_options="permissive")
         table = table.unify_dictionaries().combine_chunks()
@@ -413,7 +427,17 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
         elif name == "collectives":
             table = table.sort_by([("rank", "ascending"), ("ts_ns", "ascending"),
                                    ("coll_id", "ascending")])
-        table = schema.conform(name, table).combine_chunks()
+        tables[name] = table
+    _merge_nccl(run_dir, sources, primary, tables, warnings)
+    counts: dict[str, int] = dict(copied)
+    for name in SMALL_TABLES:
+        path = run_dir / f"{name}.parquet"
+        if name in copied:
+            continue
+        if name not in tables:
+            path.unlink(missing_ok=True)
+            continue
+        table = schema.conform(name, tables[name]).combine_chunks()
         tmp = path.with_suffix(".parquet.tmp")
         pq.write_table(table, tmp, compression="zstd")
         tmp.replace(path)
@@ -470,7 +494,60 @@ def _copy_single_part(run_dir: Path, sources: list[SourceReport], name: str, cou
     return True
 
 
+def _has_part(run_dir: Path, source: SourceReport, name: str) -> bool:
+    return (run_dir / "sources" / (source.key or "") / f"{name}.parquet").is_file()
+
+
+def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, list[str]],
+                tables: dict[str, pa.Table], warnings: list[str]) -> None:
+    """What NCCL logs add across sources: global ranks of peers another log named (through the
+    merged `groups.rank_map`), one row per channel edge, algo/proto for calls whose log or trace
+    did not print it, and bus ids / hosts for ranks another format describes."""
+    from tracekit import fabric
+
+    logs = [s for s in sources if s.format == detect.NCCL_LOG]
+    if not logs:
+        return
+    maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
+    if "groups" in tables and "world" in tables["groups"].column_names:
+        worlds = [g for g, w in zip(tables["groups"].column("group").to_pylist(),
+                                    tables["groups"].column("world").to_pylist(), strict=True) if w]
+        if len(worlds) > 1:
+            warnings.append(f"the NCCL logs disagree on the world communicator ({', '.join(map(str, worlds))}): "
+                            "global ranks of the logs whose largest communicator is not the job's world are local "
+                            "to it")
+    if "channels" in tables:
+        ch, unknown = fabric.resolve_peers(fabric.dedup_channels(tables["channels"]), maps,
+                                           [("peer_rank", "peer_comm_rank"), ("proxy_rank", "proxy_comm_rank")])
+        tables["channels"] = ch
+        if unknown:
+            warnings.append(f"channels: {unknown} peer rank(s) stay communicator-local only (peer_comm_rank): no "
+                            "log of theirs maps them to a global rank")
+    if "collectives" in tables:
+        coll, _ = fabric.resolve_peers(tables["collectives"], maps, [("peer", "peer_local")])
+        donors = []
+        for s in logs:
+            if any((s.key or "") not in primary.get(r, []) for r in s.ranks):
+                part = _read_part(run_dir, s.key or "", "collectives")
+                if part is not None:
+                    donors.append(part.select(["rank", "op", "in_bytes", "nranks", "algo", "proto"])
+                                  .filter(pa.compute.is_valid(part.column("algo"))))
+        donor = pa.concat_tables(donors, promote_options="permissive") if donors else None
+        tables["collectives"], _ = fabric.fill_algo_proto(coll, donor)
+    if "ranks" in tables:
+        others = [t for s in logs if (t := _read_part(run_dir, s.key or "", "ranks")) is not None]
+        if others:
+            tables["ranks"] = fabric.fill_rank_facts(tables["ranks"],
+                                                     pa.concat_tables(others, promote_options="permissive"))
+
+
+_GROUP_ANY = ("world", "pxn", "gdr", "nvls", "collnet")
+_GROUP_MAX = ("n_nodes", "local_ranks", "n_channels", "p2p_channels")
+
+
 def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
+    from tracekit.fabric import merge_rank_maps
+
     merged: dict[str, dict[str, Any]] = {}
     for row in table.to_pylist():
         g = merged.get(row["group"])
@@ -485,6 +562,16 @@ def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
         if row["size"] is not None and (g["size"] is None or row["size"] > g["size"]):
             g["size"] = row["size"]
         g["dims"] = sorted(set(g["dims"]) | set(row["dims"] or []))
+        if row.get("rank_map"):
+            g["rank_map"] = merge_rank_maps([g.get("rank_map"), row["rank_map"]])
+        if row.get("ring_orders") and not g.get("ring_orders"):
+            g["ring_orders"] = row["ring_orders"]
+        for k in _GROUP_ANY:
+            if row.get(k) is not None:
+                g[k] = bool(g.get(k)) or row[k]
+        for k in _GROUP_MAX:
+            if row.get(k) is not None and (g.get(k) is None or row[k] > g[k]):
+                g[k] = row[k]
         ranks = list(row["ranks"] or [])
         if row["ranks_complete"]:
             if g["ranks_complete"] and g["ranks"] != ranks:
@@ -495,10 +582,16 @@ def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
                 g["ranks"], g["ranks_complete"] = ranks, True
         elif not g["ranks_complete"]:
             g["ranks"] = sorted(set(g["ranks"]) | set(ranks))
+    for g in merged.values():
+        rm = g.get("rank_map")
+        if rm:
+            known = [r for r in rm if r is not None]
+            g["ranks"] = sorted(set(g["ranks"]) | set(known))
+            g["ranks_complete"] = bool(g["ranks_complete"]) or len(known) == len(rm)
     rows = [merged[k] for k in sorted(merged, key=_group_sort_key)]
-    return pa.Table.from_pylist(rows, schema=pa.schema(
-        [f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f for f in schema.GROUPS],
-        metadata=schema.GROUPS.metadata))
+    fields = [f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f for f in schema.GROUPS]
+    fields += [table.schema.field(n) for n in table.column_names if n not in schema.GROUPS.names]
+    return pa.Table.from_pylist(rows, schema=pa.schema(fields, metadata=schema.GROUPS.metadata))
 
 
 def _group_sort_key(name: str) -> tuple[int, int, str]:
@@ -525,6 +618,7 @@ def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
 
 def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """A plain summary of a run directory (for `tracekit info`)."""
+    from tracekit.fabric import communicators, nccl_warnings
     from tracekit.store import Run
 
     run = Run(run_dir)
@@ -561,6 +655,9 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "tables": m.get("tables", {}),
         "groups": [{**g, "dims": list(g["dims"] or []), "ranks": list(g["ranks"] or []),
                     "collectives": per_group.get(g["group"], 0)} for g in groups],
+        "communicators": [c.to_json() for c in communicators(run.table("groups"), run.table("channels"),
+                                                                run.table("ranks"))],
+        "nccl_warnings": [f.to_json() for f in nccl_warnings(run.table("log_messages"))],
         "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
                                             "warnings", "error", "cached")} for s in sources],
         "warnings": m.get("warnings", []),

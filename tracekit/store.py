@@ -97,9 +97,15 @@ class ParseResult:
         return [] if self.rank is None else [self.rank]
 
 
+#: Rows of one small table a sink buffers before it streams them to the part's Parquet file (an
+#: NCCL log can hold millions of collective calls).
+SPILL_ROWS = 1 << 18
+
+
 class SourceSink:
     """Where a parser writes one source's rows: events stream to per-rank Parquet files, small
-    tables are buffered (they are small) and written on close."""
+    tables are buffered and written on close, or streamed once they grow past SPILL_ROWS (every
+    batch of a table must then have the same columns)."""
 
     def __init__(self, run_dir: Path, key: str, *, row_group_size: int = 65_536) -> None:
         self.run_dir = Path(run_dir)
@@ -110,6 +116,9 @@ class SourceSink:
         self._event_writers: dict[int, pq.ParquetWriter] = {}
         self._event_counts: Counter[int] = Counter()
         self._small: dict[str, list[pa.Table]] = {}
+        self._small_rows: Counter[str] = Counter()
+        self._small_writers: dict[str, pq.ParquetWriter] = {}
+        self._small_written: Counter[str] = Counter()
 
     def event_path(self, rank: int) -> Path:
         return self.run_dir / "events" / f"rank={rank}" / f"{self.key}.parquet"
@@ -142,6 +151,27 @@ class SourceSink:
         table = schema.conform(name, data)
         if table.num_rows:
             self._small.setdefault(name, []).append(table)
+            self._small_rows[name] += table.num_rows
+            if self._small_rows[name] >= SPILL_ROWS:
+                self._spill(name)
+
+    def _spill(self, name: str) -> None:
+        tables = self._small.pop(name, [])
+        self._small_rows[name] = 0
+        if not tables:
+            return
+        table = pa.concat_tables(tables, promote_options="permissive")
+        writer = self._small_writers.get(name)
+        if writer is None:
+            writer = pq.ParquetWriter(self.part_dir / f"{name}.parquet", table.schema, compression="zstd")
+            self._small_writers[name] = writer
+        elif table.schema.names != writer.schema.names:
+            raise RuntimeError(f"{name}: a batch with columns {table.schema.names} after streaming "
+                               f"{writer.schema.names}")
+        else:
+            table = table.cast(writer.schema)
+        writer.write_table(table)
+        self._small_written[name] += table.num_rows
 
     def close(self) -> dict[str, Any]:
         """Flush everything; return the part listing for the manifest."""
@@ -150,6 +180,11 @@ class SourceSink:
         parts: dict[str, Any] = {"events": {str(r): str(self.event_path(r).relative_to(self.run_dir))
                                             for r in sorted(self._event_writers)}}
         counts = {"events": sum(self._event_counts.values())}
+        for name in list(self._small_writers):
+            self._spill(name)
+            self._small_writers.pop(name).close()
+            parts[name] = str((self.part_dir / f"{name}.parquet").relative_to(self.run_dir))
+            counts[name] = self._small_written[name]
         for name, tables in self._small.items():
             table = pa.concat_tables(tables, promote_options="permissive")
             path = self.part_dir / f"{name}.parquet"

@@ -147,7 +147,7 @@ def test_real_read_order_never_changes_the_verdict(parsed, data):
 
 def test_json_document_shape(parsed):
     doc = json.loads(hang_of(parsed["missing_rank", "json"]).dumps())
-    assert set(doc) == {"groups", "findings", "last_seq", "suspects", "source", "notes"}
+    assert set(doc) == {"groups", "findings", "last_seq", "suspects", "source", "notes", "locations", "messages"}
     g = doc["groups"][0]
     for key in ("group", "desc", "ranks", "last_seq", "first_divergent_seq", "missing_ranks", "mismatches",
                 "verdict"):

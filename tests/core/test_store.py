@@ -63,3 +63,22 @@ def test_source_stats_balance():
     stats.skip("metadata", 2)
     assert stats.balanced and stats.read == 5
     assert json.loads(json.dumps(stats.to_dict()))["skipped"] == {"metadata": 2}
+
+
+def test_sink_streams_a_large_small_table(tmp_path, monkeypatch):
+    """A table past SPILL_ROWS is streamed to its part file, batch by batch, with every row kept."""
+    import pyarrow.parquet as pq
+
+    from tracekit import store
+
+    monkeypatch.setattr(store, "SPILL_ROWS", 10)
+    sink = store.SourceSink(tmp_path, "k")
+    for b in range(5):
+        sink.add("collectives", {"coll_id": list(range(b * 7, b * 7 + 7)), "rank": [b] * 7,
+                                 "op": ["all_reduce"] * 7, "line": list(range(7))})
+    sink.add("groups", {"group": ["g"]})
+    parts = sink.close()
+    table = pq.read_table(tmp_path / parts["collectives"])
+    assert table.column("coll_id").to_pylist() == list(range(35))
+    assert parts["rows"] == {"events": 0, "collectives": 35, "groups": 1}
+    assert "line" in table.column_names

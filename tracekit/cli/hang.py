@@ -23,8 +23,10 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
     """Say why a job hung: per process group, the last seq each rank reached, the first seq where
     the ranks diverge, the ranks that never issued it, and op/dtype/size mismatches.
 
-    PATHS is a run directory, or Flight Recorder dumps (pickle or JSON; files, directories or
-    globs), which are ingested first. A hang is a finding, not an error: the exit code is 0.
+    PATHS is a run directory, or Flight Recorder dumps (pickle or JSON) or NCCL debug logs (files,
+    directories or globs), which are ingested first. With NCCL logs the sequence is NCCL's opCount
+    per communicator, and the NCCL warnings and watchdog timeouts of the ranks involved are shown.
+    A hang is a finding, not an error: the exit code is 0.
     """
     from tracekit.hang import hang_from_paths
 

@@ -144,6 +144,7 @@ def _print(doc: dict[str, Any]) -> None:
                       ranks_txt, ",".join(g["dims"]) or "-", f"{g['collectives']:,}")
         out()
         out(t)
+    _print_communicators(out, doc.get("communicators") or [], doc.get("nccl_warnings") or [])
     t = Table(title="sources", title_justify="left", show_edge=False)
     for col in ("source", "format", "ranks", "read", "stored", "skipped", "status"):
         t.add_column(col, justify="right" if col in ("read", "stored") else "left")
@@ -161,3 +162,43 @@ def _print(doc: dict[str, Any]) -> None:
             out(f"warning: {Path(s['path']).name}: {w}", markup=False)
     for w in doc["warnings"]:
         out(f"warning: {w}", markup=False)
+
+
+def _print_communicators(out: Any, comms: list[dict[str, Any]], warns: list[dict[str, Any]]) -> None:
+    """The fabric NCCL built, per communicator (from NCCL logs), and the ranks' NCCL warnings."""
+    from rich.table import Table
+
+    for w in warns:
+        out(f"nccl: {w['text']}", markup=False)
+    if not comms:
+        return
+    t = Table(title="NCCL communicators (the fabric NCCL built)", title_justify="left", show_edge=False)
+    for col in ("communicator", "size", "ranks", "hosts", "channels", "ring", "tree", "NICs used", "PXN", "GDR",
+                "NVLS", "CollNet"):
+        t.add_column(col, justify="right" if col in ("size", "channels") else "left", overflow="fold")
+
+    def flag(v: bool | None) -> str:
+        return "-" if v is None else ("on" if v else "off")
+
+    for c in comms:
+        used = sum(len(v) for v in c["nics_used"].values())
+        avail = sum(len(v) for v in c["nics_available"].values())
+        nics = f"{used} of {avail}" if avail else (str(used) if used else "-")
+        t.add_row(c["group"], str(c["size"] or "-"), fmt_ranks(c["ranks"], limit=6) or "-",
+                  ", ".join(c["hosts"]) or "-", str(c["channels"] or "-"),
+                  _transports(c["transports"].get("ring")), _transports(c["transports"].get("tree")), nics,
+                  flag(c["pxn"]), flag(c["gdr"]), "on" if c["nvls"] else "off", "on" if c["collnet"] else "off")
+    out()
+    out(t)
+    for c in comms:
+        if c["network"]:
+            out(f"  {c['group']}: network {', '.join(c['network'])}", markup=False)
+        for note in c["notes"]:
+            out(f"  {c['group']}: {note}", markup=False)
+
+
+def _transports(counts: dict[str, int] | None) -> str:
+    """ "NET 16, P2P 112" (edges per transport)."""
+    if not counts:
+        return "-"
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

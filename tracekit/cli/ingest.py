@@ -47,7 +47,8 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
     _print(report)
     if not report.ingested:
         ignored = (f": {len(report.ignored)} file(s) found, none in a supported format (Kineto traces, "
-                   "Flight Recorder dumps, nccl-tests output)" if report.ignored else ": no input files")
+                   "Flight Recorder dumps, NCCL logs, NCCL Inspector or profiler-plugin files, nccl-tests "
+                   "output)" if report.ignored else ": no input files")
         raise click.ClickException("nothing ingested" + (
             f": {report.failed[0].error}" if len(report.failed) == 1 else
             f" ({len(report.failed)} sources failed)" if report.failed else ignored))

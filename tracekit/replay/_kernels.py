@@ -12,7 +12,8 @@ njit_inline = njit(inline=True)  # small helpers of hot loops
 # Flow modes understood by `route_flows` (passed in as plain ints by the callers).
 # 0 gpu->gpu, 1 gpu->its leaf (in-network reduction up), 2 leaf->gpu (down), 3 leaf->spine tier,
 # 4 spine tier->leaf, 5 gpu->NVSwitch (NVLS up), 6 NVSwitch->gpu (NVLS down), 7 spine tier of a
-# pod->core tier, 8 core tier->spine tier of a pod (src = pod index).
+# pod->core tier, 8 core tier->spine tier of a pod (src = pod index), 9 gpu->gpu from the source's
+# own NIC (as an NCCL log says a channel went: never re-routed through a PXN proxy).
 
 
 @njit
@@ -84,7 +85,7 @@ def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per
             out[pos + 1] = nvl_down[dst]
         return 2
     sender = src
-    if pxn and domain > 1:
+    if pxn and mode == 0 and domain > 1:
         proxy = src - src % gpus_per_host + dst % gpus_per_host
         if proxy != src and proxy // domain == src // domain:
             if write:

@@ -11,8 +11,9 @@ pipelined algorithm's step count goes into the latency multiplier and its pipeli
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from tracekit.replay.simulate import (
     MODE_GPU,
     MODE_LEAF_DOWN,
     MODE_LEAF_UP,
+    MODE_NET,
     MODE_NVLS_DOWN,
     MODE_NVLS_UP,
     MODE_SPINE_DOWN,
@@ -113,27 +115,35 @@ def channel_ring(gpus: np.ndarray, gpus_per_host: int, channel: int, ports_per_g
 
 def decompose(instances: Sequence[Instance], topology: Topology, gpu_of_rank: Mapping[int, int] | np.ndarray,
               *, rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto",
-              proto: str = "auto", channels: Mapping[str, int] | None = None) -> Flows:
+              proto: str = "auto", channels: Mapping[str, int] | None = None,
+              hops: Mapping[str, Mapping[tuple[int, int, int], tuple[int, int]]] | None = None) -> Flows:
     """Flows for every instance (release 0; `key` = instance key). See `decompose_plan`."""
     return decompose_plan(instances, topology, gpu_of_rank, rings=rings, algo=algo, proto=proto,
-                          channels=channels).flows
+                          channels=channels, hops=hops).flows
 
 
 def decompose_plan(instances: Sequence[Instance], topology: Topology,
                    gpu_of_rank: Mapping[int, int] | np.ndarray, *,
                    rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto",
-                   proto: str = "auto", channels: Mapping[str, int] | None = None) -> Decomposition:
+                   proto: str = "auto", channels: Mapping[str, int] | None = None,
+                   hops: Mapping[str, Mapping[tuple[int, int, int], tuple[int, int]]] | None = None
+                   ) -> Decomposition:
     """Flows, NCCL plans and fixed costs for every instance.
 
     `rings`: observed rings per group (one rank cycle per channel; all are used, and their count
     is the channel count); `channels`: channel count per group from NCCL logs; else NCCL's default
-    for the topology. `algo`/`proto`: "auto" follows each instance's traced algo/proto and NCCL's
+    for the topology. `hops`: per group, (channel, rank, next rank) of an observed ring edge NCCL
+    sent over the network -> (rank whose NIC sent it, rank whose NIC received it), from NCCL logs
+    (`tracekit.fabric.replay_fabric`): that edge leaves and enters through those GPUs' NICs (over
+    NVLink to them when they are not the edge's own GPUs) and is never re-routed through a PXN proxy.
+    `algo`/`proto`: "auto" follows each instance's traced algo/proto and NCCL's
     tuning rule where unknown; a name forces it where the shape allows.
     """
     acc = _Acc()
     spec = topology.spec
     gmap = np.asarray(gpu_of_rank) if not isinstance(gpu_of_rank, Mapping) else None
     p2p_ch = channels_for(topology)
+    ring_cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     plans: list[tuning.Plan | None] = []
     fill = np.ones(len(instances))
     latency = np.zeros(len(instances))
@@ -212,11 +222,61 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
         steps = {"all_reduce": 2 * (n - 1), "barrier": 2 * (n - 1)}.get(op, n - 1)
         factor = {"all_reduce": 2 * (n - 1) / n, "barrier": 0.0}.get(op, (n - 1) / n)
         per = s_wire * factor / n_ch
+        edge_hops = (hops or {}).get(inst.group or "") if observed else None
         for c in range(n_ch):
             order = _ring_order(observed[c], ranks) if observed else channel_ring(gpus, per_host, c, ports)
             ring = gpus[order]
+            if edge_hops:
+                src, dst, mode = _ring_hops(observed[c], ring, c, edge_hops, gpu, ring_cache)
+                acc.add(src, dst, per, lat_mult=steps, channel=c, mode=mode, key=k)
+                continue
             acc.add(ring, np.roll(ring, -1), per, lat_mult=steps, channel=c, key=k)
     return Decomposition(acc.flows(), plans, fill, latency)
+
+
+def _ring_hops(ring_ranks: list[int], ring: np.ndarray, channel: int,
+               hops: Mapping[tuple[int, int, int], tuple[int, int]], gpu: Callable[[int], int],
+               cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flows of one observed ring channel: a network edge goes from the GPU whose NIC NCCL sent
+    it with to the GPU whose NIC received it (MODE_NET), with NVLink legs to and from them."""
+    key = (id(hops), channel, tuple(ring_ranks))
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    src: list[int] = []
+    dst: list[int] = []
+    mode: list[int] = []
+
+    def add(a: int, b: int, m: int) -> None:
+        src.append(a)
+        dst.append(b)
+        mode.append(m)
+
+    n = len(ring_ranks)
+    for i, a in enumerate(ring_ranks):
+        b = ring_ranks[(i + 1) % n]
+        ga, gb = int(ring[i]), int(ring[(i + 1) % n])
+        hop = hops.get((channel, a, b))
+        if hop is None:
+            add(ga, gb, MODE_GPU)
+            continue
+        gs, gr = _gpu_or(gpu, hop[0], ga), _gpu_or(gpu, hop[1], gb)
+        if gs != ga:
+            add(ga, gs, MODE_GPU)
+        add(gs, gr, MODE_NET)
+        if gr != gb:
+            add(gr, gb, MODE_GPU)
+    out = (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(mode, np.int64))
+    cache[key] = out
+    return out
+
+
+def _gpu_or(gpu: Callable[[int], int], rank: int, default: int) -> int:
+    try:
+        return gpu(rank)
+    except (KeyError, IndexError):
+        return default
 
 
 def _ring_order(ring: list[int], ranks: list[int]) -> np.ndarray | None:

@@ -29,6 +29,7 @@ import pyarrow.compute
 
 from tracekit import schema
 from tracekit.errors import TracekitError
+from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
 from tracekit.replay import _kernels
 from tracekit.replay import dependencies as deps
@@ -213,7 +214,7 @@ class _Prepared:
     placement: dict[int, tuple[int, int]]  # rank -> (host index, local index)
     hosts: int
     gpus_per_host: int
-    rings: dict[str, list[list[int]]]
+    fabric: ObservedFabric  # rings, channel counts and network hops NCCL built (from NCCL logs)
     has_steps: bool
     dep_counts: dict[str, int] = field(default_factory=dict)
     dep_rule: np.ndarray | None = None
@@ -235,8 +236,10 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
     coll = pl.from_arrow(schema.conform("collectives", tables.get("collectives")))
     events = pl.from_arrow(schema.conform("events", tables["events"]))
     groups = pl.from_arrow(schema.conform("groups", tables.get("groups")))
-    channels = pl.from_arrow(schema.conform("channels", tables.get("channels")))
-    events, coll, groups, channels = (_plain(df) for df in (events, coll, groups, channels))
+    fabric = replay_fabric(schema.conform("groups", tables.get("groups")),
+                           schema.conform("channels", tables.get("channels")),
+                           schema.conform("ranks", tables.get("ranks")))
+    events, coll, groups = (_plain(df) for df in (events, coll, groups))
     if need_collectives and coll.height == 0:
         raise ReplayError("the run has no collective calls to replay (nothing was ingested, or the traces "
                           "hold no communication)")
@@ -361,7 +364,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         end_frac=end_frac, prev=prev, nxt=nxt, dep_ptr=dependencies.dep_ptr, dep_ids=dependencies.dep_ids,
         slack=dependencies.slack, order_by_start=order_by_start,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
-        placement=placement, hosts=hosts, gpus_per_host=per_host, rings=_rings(channels),
+        placement=placement, hosts=hosts, gpus_per_host=per_host, fabric=fabric,
         has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule,
         replay_dur=np.where(replay_d >= 0, replay_d, end - start))
 
@@ -476,33 +479,6 @@ def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _In
                  proto=protos[0] if protos else None)
 
 
-def _rings(channels: pl.DataFrame) -> dict[str, list[list[int]]]:
-    out: dict[str, list[list[int]]] = {}
-    if channels.height == 0:
-        return out
-    ring = channels.filter(pl.col("pattern").cast(pl.Utf8) == "ring")
-    for (group,), part in ring.group_by("group", maintain_order=True):
-        rings = []
-        for (_,), ch in part.sort("channel").group_by("channel", maintain_order=True):
-            nxt = {}
-            for row in ch.iter_rows(named=True):
-                direction = (row["direction"] or "send")
-                if str(direction).lower() in ("send", "next", "out", "tx") and row["peer_rank"] is not None:
-                    nxt[int(row["rank"])] = int(row["peer_rank"])
-            if not nxt:
-                continue
-            cur = min(nxt)
-            cycle = [cur]
-            while nxt.get(cur) is not None and nxt[cur] != cycle[0] and len(cycle) <= len(nxt):
-                cur = nxt[cur]
-                cycle.append(cur)
-            if len(cycle) == len(nxt):
-                rings.append(cycle)
-        if rings:
-            out[str(group)] = rings
-    return out
-
-
 # ------------------------------------------------------------------------------------------
 # Replay
 
@@ -524,7 +500,9 @@ class _Net:
         insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
                           dst=i.dst, splits=i.splits, group=i.group, proto=i.proto)
                  for k, i in enumerate(prep.instances)]
-        plan = decompose_plan(insts, self.topology, gmap, rings=prep.rings, algo=algo)
+        fab = prep.fabric
+        plan = decompose_plan(insts, self.topology, gmap, rings=fab.rings, channels=fab.channels, hops=fab.hops,
+                              algo=algo)
         self.flows: Flows = plan.flows
         self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
         self.indptr, self.ids = route(self.topology, self.flows)

@@ -18,6 +18,7 @@ MODE_NVLS_UP = 5
 MODE_NVLS_DOWN = 6
 MODE_CORE_UP = 7    # spine tier of a pod -> core tier (in-network reduction), src = pod index
 MODE_CORE_DOWN = 8
+MODE_NET = 9  # GPU to GPU over the network from the source GPU's own NIC, never through a PXN proxy
 
 
 @dataclass
@@ -61,10 +62,11 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
     """CSR paths (indptr, resource ids) of the flows on the topology."""
     r = topology.route
     n_gpus = r["n_gpus"]
-    gpu_modes = (flows.mode == MODE_GPU) | (flows.mode == MODE_LEAF_UP) | (flows.mode == MODE_LEAF_DOWN) | (
+    pair = (flows.mode == MODE_GPU) | (flows.mode == MODE_NET)
+    gpu_modes = pair | (flows.mode == MODE_LEAF_UP) | (flows.mode == MODE_LEAF_DOWN) | (
         flows.mode == MODE_NVLS_UP) | (flows.mode == MODE_NVLS_DOWN)
     if len(flows) and gpu_modes.any():
-        bad = gpu_modes & ((flows.src < 0) | (flows.src >= n_gpus) | ((flows.mode == MODE_GPU) & (
+        bad = gpu_modes & ((flows.src < 0) | (flows.src >= n_gpus) | (pair & (
             (flows.dst < 0) | (flows.dst >= n_gpus))))
         if bad.any():
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")

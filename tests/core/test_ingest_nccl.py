@@ -1,0 +1,115 @@
+"""Ingest of a folder mixing profiler traces, Flight Recorder dumps, an NCCL log, nccl-tests
+output and NCCL Inspector files: every table filled, each from the source that knows it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracekit.ingest import describe_run, ingest
+from tracekit.store import Run
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "sample_traces" / "gloo_moe_8rank"
+PARSERS_TESTS = REPO / "tests" / "parsers"
+NCCL_TESTS_REAL = REPO / ".." / "shared" / "real_traces" / "nccl_tests" / "all_reduce_perf_2node_16xH100.txt"
+sys.path.insert(0, str(PARSERS_TESTS))
+
+from nccl_eras import COMM_ID, Job, coll_line, job_log, prefix  # noqa: E402
+
+DP = "0x00000000000d9001"
+
+
+def nccl_log_for_the_sample() -> list[str]:
+    """An NCCL 2.24 log of the sample's 8 ranks: the world communicator (2 nodes x 4 GPUs), and a
+    4-rank communicator of ranks 0-3 whose AllReduce of 8960 bytes NCCL ran as TREE/LL, the call
+    the profiler traces show on the sample's group "1"."""
+    job = Job("2.24", hosts=2, gpus=4, warn_rank=5)
+    lines = job_log(job)
+    for r in range(4):
+        pre = prefix(job, r) + "NCCL INFO "
+        comm = f"0x66{r}"
+        init = (f"ncclCommSplit comm {comm} rank {r} nranks 4 cudaDev {job.dev(r)} nvmlDev {job.dev(r)} busId "
+                f"{job.bus(r)} parent {job.comm(r)} splitCount 1 color 0 key {r} commId {DP} - Init ")
+        lines += [pre + init + "START", pre + init + "COMPLETE"]
+        for k in range(4):
+            line = coll_line(job, r, "AllReduce", k, 2240, 7, 0).replace(job.comm(r), comm).replace("nranks=8",
+                                                                                                  "nranks=4")
+            lines += [pre + line, pre + "AllReduce: 8960 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1}"]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not NCCL_TESTS_REAL.is_file():
+        pytest.skip("real nccl-tests output not present")
+    src = tmp_path_factory.mktemp("inputs")
+    shutil.copytree(SAMPLE, src / "trainer")
+    (src / "nccl" / "node.log").parent.mkdir()
+    (src / "nccl" / "node.log").write_text("\n".join(nccl_log_for_the_sample()) + "\n")
+    shutil.copy(NCCL_TESTS_REAL, src / "nccl" / "all_reduce_perf.txt")
+    for p in sorted((PARSERS_TESTS / "nccl_data").glob("inspector_*.log")):
+        shutil.copy(p, src / "nccl" / p.name)
+    out = tmp_path_factory.mktemp("run") / "run"
+    report = ingest([src], out)
+    assert not report.failed, [s.error for s in report.failed]
+    return out
+
+
+def test_every_table_from_its_source(mixed: Path) -> None:
+    run = Run(mixed)
+    formats = {s["format"] for s in run.manifest["sources"]}
+    assert formats == {"kineto", "flight_recorder", "nccl_log", "nccl_tests", "nccl_inspector"}
+    coll = run.table("collectives").to_pylist()
+    assert {r["source"] for r in coll} == {"kineto"}
+    assert sorted({r["rank"] for r in coll}) == list(range(8))
+    groups = {g["group"]: g for g in run.table("groups").to_pylist()}
+    world = f"0x{COMM_ID:016x}"
+    assert {"1", world, DP} <= set(groups)
+    assert groups[DP]["rank_map"] == [0, 1, 2, 3] and groups[world]["ranks"] == list(range(8))
+    channels = run.table("channels").to_pylist()
+    assert sorted({r["rank"] for r in channels}) == list(range(8))
+    assert {r["transport"] for r in channels} == {"NET", "P2P"}
+    assert run.table("microbench").num_rows == 31
+    ranks = run.table("ranks").to_pylist()
+    assert [(r["rank"], r["source_format"]) for r in ranks] == [(r, "kineto") for r in range(8)]
+    assert all(r["bus_id"] for r in ranks) and ranks[1]["bus_id"] == "0000:28:00.0"
+    warn = [m for m in run.table("log_messages").to_pylist() if m["level"] == "WARN"]
+    assert [m["rank"] for m in warn] == [5]
+
+
+def test_profiler_rows_take_nccls_algorithm(mixed: Path) -> None:
+    coll = Run(mixed).table("collectives").to_pylist()
+    ar = [r for r in coll if r["op"] == "all_reduce" and r["in_bytes"] == 8960 and r["rank"] < 4]
+    assert ar and {(r["algo"], r["proto"]) for r in ar} == {("TREE", "LL")}
+    others = [r for r in coll if r["op"] == "all_to_all"]
+    assert {r["algo"] for r in others} == {None}
+
+
+def test_info_shows_the_fabric(mixed: Path) -> None:
+    doc = describe_run(mixed)
+    comms = {c["group"]: c for c in doc["communicators"]}
+    world = comms[f"0x{COMM_ID:016x}"]
+    assert world["hosts"] == ["node-0", "node-1"] and world["size"] == 8
+    assert world["transports"]["ring"] == {"NET": 4, "P2P": 12}
+    assert world["nics_used"] == {"node-0": ["mlx5_0:1"], "node-1": ["mlx5_0:1"]}
+    assert any("only 1 of 2 NICs on node-0 carried traffic" in n for n in world["notes"])
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    out = CliRunner().invoke(main, ["info", str(mixed)])
+    assert out.exit_code == 0, out.output
+    assert "NCCL communicators" in out.output and "only 1 of 2 NICs on node-0" in out.output
+    assert "nccl: rank 5 logged WARN: NET/IB : Got completion from peer" in out.output
+    assert [w["ranks"] for w in doc["nccl_warnings"]] == [[5]]
+
+
+def test_hang_prefers_flight_recorder_in_a_mixed_run(mixed: Path) -> None:
+    from tracekit.hang import hang_from_run
+
+    result = hang_from_run(mixed)
+    assert result.source == "flight_recorder"
