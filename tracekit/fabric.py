@@ -272,7 +272,8 @@ def communicators(groups: pa.Table, channels: pa.Table, ranks: pa.Table) -> list
             nics_available={h: sorted(v) for h, v in sorted(available.items())}, network=sorted(networks),
             pxn=pxn, gdr=gdr, nvls=bool(g.get("nvls")) or any(r.get("pattern") == "nvls" for r in rows),
             collnet=bool(g.get("collnet")) or any(r.get("pattern") == "collnet" for r in rows))
-        comm.notes = _notes(comm, net_rows, len(hosts))
+        untyped = sum(1 for r in rows if r.get("transport") is None and r.get("pattern") in ("ring", "tree"))
+        comm.notes = _notes(comm, net_rows, len(hosts), untyped)
         if g.get("n_nodes") and g["n_nodes"] > len(hosts) and hosts:
             comm.notes.append(f"{g['n_nodes']} nodes in the communicator, logs from {len(hosts)}: the others' "
                               "channels are not in this run")
@@ -281,9 +282,12 @@ def communicators(groups: pa.Table, channels: pa.Table, ranks: pa.Table) -> list
     return out
 
 
-def _notes(c: Communicator, net_rows: list[dict[str, Any]], n_hosts: int) -> list[str]:
+def _notes(c: Communicator, net_rows: list[dict[str, Any]], n_hosts: int, untyped: int = 0) -> list[str]:
     """The sentences a user should see at once about this communicator's fabric."""
     notes: list[str] = []
+    if untyped:
+        notes.append(f"{untyped} ring/tree edge(s) have no transport line: the logs stop before NCCL printed every "
+                     "connection (cut, or hung during setup), so transports and NICs are partial")
     plugins = Counter((r.get("detail") or "").split("/", 1)[0] for r in net_rows)
     if plugins.get("Socket"):
         share = plugins["Socket"] / sum(plugins.values())
@@ -294,7 +298,7 @@ def _notes(c: Communicator, net_rows: list[dict[str, Any]], n_hosts: int) -> lis
         notes.append("GPUDirect RDMA is off: NET traffic is staged through host memory")
     for host, avail in c.nics_available.items():
         used = c.nics_used.get(host, [])
-        if used and avail and len(used) < len(avail):
+        if used and avail and len(used) < len(avail) and not untyped:
             notes.append(f"only {len(used)} of {len(avail)} NICs on {host} carried traffic ({', '.join(used)})")
     if n_hosts > 1 and not net_rows and c.transports:
         notes.append("no NET channel in the logs although ranks sit on several hosts (only part of the ranks logged?)")

@@ -113,3 +113,19 @@ def test_hang_prefers_flight_recorder_in_a_mixed_run(mixed: Path) -> None:
 
     result = hang_from_run(mixed)
     assert result.source == "flight_recorder"
+
+
+def test_a_log_cut_during_setup_says_so_instead_of_blaming_nics(tmp_path: Path) -> None:
+    """The real 2.29 node log cut after 30 kB (mid-line, before most transport lines): the cut
+    line is a counted skip, and info says the fabric is partial rather than "only 3 of 9 NICs"."""
+    real = REPO / ".." / "shared" / "real_traces" / "nccl_logs" / "slurmv4_nccl2.29.3_2node_16rank_roce"
+    if not real.is_dir():
+        pytest.skip("real NCCL logs not present")
+    (src := tmp_path / "in").mkdir()
+    (src / "node.log").write_bytes((real / "node_tpgds-aihub0003.log").read_bytes()[:30000])
+    report = ingest([src], tmp_path / "run")
+    (s,) = report.sources
+    assert s.read == s.stored + sum(s.skipped.values()) and s.skipped.get("not an NCCL line") == 1
+    (comm,) = describe_run(tmp_path / "run")["communicators"]
+    assert any("no transport line" in n for n in comm["notes"])
+    assert not any(n.startswith("only ") for n in comm["notes"])

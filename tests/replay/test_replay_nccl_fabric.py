@@ -145,3 +145,26 @@ def _names(topo, indptr, ids, f: int) -> list[str]:
         src, dst = links[r // 2].split("--")
         out.append(f"{src}>{dst}" if r % 2 == 0 else f"{dst}>{src}")
     return out
+
+
+def test_printed_rings_repeat_over_duplicated_channels_and_gloo_groups_stay_apart() -> None:
+    """NCCL prints the searched rings (`Channel 00/02`) and duplicates them up to its channel
+    count: channel c runs ring c mod 2. A gloo group never takes an NCCL communicator's rings."""
+    import pyarrow as pa
+
+    from tracekit import schema
+    from tracekit.fabric import replay_fabric
+
+    groups = schema.conform("groups", pa.Table.from_pylist([
+        {"group": COMM, "backend": "nccl", "ranks": [0, 1, 2, 3], "size": 4, "ranks_complete": True,
+         "rank_map": [3, 2, 1, 0], "ring_orders": [[0, 1, 2, 3], [0, 2, 1, 3]], "n_channels": 4},
+        {"group": "7", "backend": "nccl", "ranks": [0, 1, 2, 3], "size": 4, "ranks_complete": True},
+        {"group": "8", "backend": "gloo", "ranks": [0, 1, 2, 3], "size": 4, "ranks_complete": True},
+        {"group": "9", "backend": "nccl", "ranks": [0, 1, 2], "size": 3, "ranks_complete": True},
+    ], schema=pa.schema([*schema.GROUPS, pa.field("rank_map", pa.list_(pa.int32())),
+                         pa.field("ring_orders", pa.list_(pa.list_(pa.int32()))), pa.field("n_channels", pa.int64())])))
+    fab = replay_fabric(groups, schema.empty("channels"))
+    want = [[3, 2, 1, 0], [3, 1, 2, 0]] * 2
+    assert fab.rings[COMM] == want and fab.channels[COMM] == 4
+    assert fab.rings["7"] == want and fab.via["7"] == COMM
+    assert "8" not in fab.via and "9" not in fab.via
