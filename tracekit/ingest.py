@@ -72,6 +72,7 @@ class IngestReport:
     warnings: list[str] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
     ignored: list[dict[str, str]] = field(default_factory=list)
+    validity: Any = None  # tracekit.validity.RunValidity, once the sources were checked
 
     @property
     def ingested(self) -> list[SourceReport]:
@@ -84,6 +85,13 @@ class IngestReport:
     @property
     def ranks(self) -> list[int]:
         return sorted({r for s in self.ingested for r in s.ranks})
+
+    def to_json(self) -> dict[str, Any]:
+        """What `tracekit ingest --json` prints: every source, the warnings, and the run's validity."""
+        return {"run": str(self.run_dir), "sources": [s.to_dict() for s in self.sources],
+                "ranks": self.ranks, "tables": self.tables, "warnings": list(self.warnings),
+                "ignored": list(self.ignored),
+                "validity": self.validity.to_json() if self.validity is not None else None}
 
 
 ProgressFn = Callable[[SourceReport, int, int], None]
@@ -247,11 +255,13 @@ def _prepare_out(out: Path) -> None:
 def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
            jobs: int | None = None, rank: int | None = None,
            comm_patterns: Sequence[str] | None = None,
-           progress: ProgressFn | None = None) -> IngestReport:
+           progress: ProgressFn | None = None, allow_mixed: bool = False) -> IngestReport:
     """Ingest trace files, directories and globs into the run directory `out`.
 
     Per-source failures are recorded in the report and the manifest; the other files still
-    ingest. Unchanged sources (same sha256, parser version and options) are cache hits.
+    ingest. Unchanged sources (same sha256, parser version and options) are cache hits. Sources
+    from different jobs raise `tracekit.validity.MixedRunError` unless `allow_mixed` (a rank
+    with sources from two jobs always does).
     """
     run_dir = Path(out)
     _prepare_out(run_dir)
@@ -329,6 +339,8 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     remove_stale_sources(run_dir, keep)
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
+    from tracekit.validity import check_run_dir
+    report.validity = check_run_dir(run_dir, [r for r in reports if r.ok and r.key], allow_mixed=allow_mixed)
     report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
     _rate_telemetry(run_dir, report)
     _write_manifest(run_dir, report, rank=rank, comm_patterns=comm_patterns)
@@ -610,6 +622,7 @@ def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
         "ranks": report.ranks,
         "warnings": report.warnings,
         "ignored": report.ignored,
+        "validity": report.validity.to_json() if report.validity is not None else None,
         "primary_sources": {str(r): keys for r, keys in
                             sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
     }
@@ -661,4 +674,12 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
                                             "warnings", "error", "cached")} for s in sources],
         "warnings": m.get("warnings", []),
+        "validity": _validity_json(run),
     }
+
+
+def _validity_json(run: Any) -> dict[str, Any]:
+    from tracekit.validity import run_validity
+
+    v = run_validity(run)
+    return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}

@@ -29,11 +29,16 @@ def test_ingest_then_info(traces: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "run"
     res = runner.invoke(main, ["ingest", str(traces), "-o", str(out), "--jobs", "1"])
+    assert res.exit_code == 1 and "2 different jobs" in res.stderr and "--allow-mixed" in res.stderr
+    assert not (out / "manifest.json").exists()
+    out = tmp_path / "mixed"
+    res = runner.invoke(main, ["ingest", str(traces), "-o", str(out), "--jobs", "1", "--allow-mixed"])
     assert res.exit_code == 0, res.output
     assert "kineto" in res.stdout and "4 source(s), 4 rank(s)" in res.stdout
-    assert "worker0_step_12" in res.stdout and "flow 786" in res.stdout
-    again = runner.invoke(main, ["ingest", str(traces), "-o", str(out)])
-    assert again.exit_code == 0 and again.stdout.count(" yes") >= 4
+    assert "worker0_step_12" in res.stdout and "skipped, by reason: flow " in res.stdout
+    assert "mixes 2 jobs" in res.stderr
+    again = runner.invoke(main, ["ingest", str(traces), "-o", str(out), "--allow-mixed"])
+    assert again.exit_code == 0 and "4 source(s) (4 cached)" in again.stdout
     info = runner.invoke(main, ["info", str(out)])
     assert info.exit_code == 0, info.output
     assert "ranks      4: 0-2,34" in info.stdout

@@ -117,9 +117,10 @@ def test_globs_rank_option_and_out_dir_inside_input(tmp_path: Path) -> None:
     inputs = tmp_path / "traces"
     shutil.copytree(src, inputs)
     report = ingest([str(inputs / "rank_not_found*.gz"), str(inputs / "rank-34*")],
-                    inputs / "run", rank=11)
+                    inputs / "run", rank=11, allow_mixed=True)  # two unrelated jobs
     assert sorted(report.ranks) == [11, 34]
-    again = ingest([inputs], inputs / "run", rank=11)
+    again = ingest([str(inputs / "rank_not_found*.gz"), inputs / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],
+                   inputs / "run", rank=11, allow_mixed=True)
     assert not any("run" in Path(s.path).parts[-2:-1] for s in again.sources)
     assert sum(s.cached for s in again.sources) == 2
 

@@ -29,3 +29,14 @@ def user_errors(fn: F) -> F:
 def json_option(fn: F) -> F:
     """`--json`: print machine-readable JSON instead of tables."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
+
+
+def console(*, stderr: bool = False) -> Any:
+    """A rich console that prints trace strings as they are (no markup): the terminal's width, or
+    160 columns when the output is not a terminal (a pipe, a file, a test)."""
+    from rich.console import Console
+
+    out = Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True)
+    if not out.is_terminal:
+        out = Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True, width=160)
+    return out

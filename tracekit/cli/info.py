@@ -124,8 +124,12 @@ def _print(doc: dict[str, Any]) -> None:
     ranks = doc["ranks"]
     out(f"run        {doc['run']}")
     out(f"tracekit   {doc['tracekit_version']} (schema {doc['schema_version']})")
+    validity = doc.get("validity") or {}
+    world = validity.get("world_size")
+    presence = (f" ({len(ranks)} of {world} present; missing {fmt_ranks(validity['missing_ranks'], limit=8)})"
+                if validity.get("missing_ranks") else "")
     out(f"ranks      {len(ranks)}: {fmt_ranks(ranks)}" + (
-        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else ""))
+        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else "") + presence)
     out(f"hosts      {len(doc['hosts'])}: {', '.join(doc['hosts']) or '-'}", markup=False)
     out(f"devices    {', '.join(doc['devices']) or '-'}", markup=False)
     out(f"formats    {', '.join(f'{k} ({v})' for k, v in sorted(doc['formats'].items())) or '-'}")
@@ -145,23 +149,24 @@ def _print(doc: dict[str, Any]) -> None:
         out()
         out(t)
     _print_communicators(out, doc.get("communicators") or [], doc.get("nccl_warnings") or [])
-    t = Table(title="sources", title_justify="left", show_edge=False)
-    for col in ("source", "format", "ranks", "read", "stored", "skipped", "status"):
-        t.add_column(col, justify="right" if col in ("read", "stored") else "left")
-    for s in doc["sources"]:
-        skipped = ", ".join(f"{k} {v}" for k, v in sorted((s.get("skipped") or {}).items())) or "-"
-        status = "error" if s.get("error") else ("cached" if s.get("cached") else "ok")
-        t.add_row(Path(s["path"]).name, s.get("format") or "?", ",".join(map(str, s.get("ranks") or [])) or "-",
-                  f"{s.get('read') or 0:,}", f"{s.get('stored') or 0:,}", skipped, status)
+    from tracekit._text import grouped_warnings, short_paths
+    from tracekit.cli.ingest import skipped_summary, sources_table
+
     out()
-    out(t)
+    out(sources_table(doc["sources"], title="sources"))
+    note = skipped_summary([s for s in doc["sources"] if not s.get("error")])
+    if note:
+        out(note, soft_wrap=True)
+    names = short_paths([s["path"] for s in doc["sources"]])
     for s in doc["sources"]:
         if s.get("error"):
             out(f"error: {s['error']}", markup=False)
-        for w in s.get("warnings") or []:
-            out(f"warning: {Path(s['path']).name}: {w}", markup=False)
+    for line in grouped_warnings((names[s["path"]], s.get("warnings") or []) for s in doc["sources"]):
+        out(f"warning: {line}", markup=False)
     for w in doc["warnings"]:
         out(f"warning: {w}", markup=False)
+    for f in validity.get("findings") or []:
+        out(f"warning: {f['text']}", markup=False)
 
 
 def _print_communicators(out: Any, comms: list[dict[str, Any]], warns: list[dict[str, Any]]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import user_errors
+from tracekit.cli._common import json_option, user_errors
 
 
 @click.command()
@@ -19,19 +19,28 @@ from tracekit.cli._common import user_errors
               help="Rank for traces whose distributedInfo has none (else taken from the file name).")
 @click.option("--comm-pattern", "comm_patterns", multiple=True, metavar="REGEX",
               help="Regex marking a GPU kernel as communication (repeatable; replaces the defaults).")
+@click.option("--allow-mixed", is_flag=True,
+              help="Keep sources of different jobs (world sizes, process groups or times that disagree) in one "
+                   "run; cross-rank results then mean little. A rank with sources from two jobs is still refused.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
 @user_errors
 def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None,
-           comm_patterns: tuple[str, ...], quiet: bool) -> None:
-    """Ingest trace files, directories and globs (format detected by content) into OUT."""
+           comm_patterns: tuple[str, ...], allow_mixed: bool, quiet: bool, as_json: bool) -> None:
+    """Ingest trace files, directories and globs (format detected by content) into OUT.
+
+    Sources from different jobs are refused (see --allow-mixed); the run records its world size
+    and which ranks it holds, and later commands warn when ranks are missing.
+    """
     from rich.console import Console
 
     from tracekit.ingest import ingest as run_ingest
 
     err = Console(stderr=True, markup=False, highlight=False)
     patterns = list(comm_patterns) if comm_patterns else None
-    if quiet or not err.is_terminal:
-        report = run_ingest(paths, out, jobs=jobs, rank=rank, comm_patterns=patterns)
+    options = {"jobs": jobs, "rank": rank, "comm_patterns": patterns, "allow_mixed": allow_mixed}
+    if quiet or as_json or not err.is_terminal:
+        report = run_ingest(paths, out, **options)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -42,9 +51,13 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
             def progress(source, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, description=Path(source.path).name)
 
-            report = run_ingest(paths, out, jobs=jobs, rank=rank, comm_patterns=patterns,
-                                progress=progress)
-    _print(report)
+            report = run_ingest(paths, out, progress=progress, **options)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report.to_json(), indent=1, sort_keys=True))
+    else:
+        _print(report)
     if not report.ingested:
         ignored = (f": {len(report.ignored)} file(s) found, none in a supported format (Kineto traces, "
                    "Flight Recorder dumps, NCCL logs, NCCL Inspector or profiler-plugin files, nccl-tests "
@@ -54,41 +67,76 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
             f" ({len(report.failed)} sources failed)" if report.failed else ignored))
 
 
-def _print(report) -> None:
-    from rich.console import Console
+def sources_table(sources: list, *, title: str | None = None):
+    """The per-source table `ingest` and `info` print: names told apart by their folders, numbers
+    never cut (the name column folds instead), skipped events as one count per source (read =
+    stored + skipped). Failed sources are left out: their errors are printed below the table."""
     from rich.table import Table
 
-    console = Console(markup=False, highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
-    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
-    table = Table(show_edge=False, title_justify="left")
-    for col in ("source", "format", "ranks", "events", "collectives", "skipped", "cached"):
-        table.add_column(col, justify="right" if col in ("events", "collectives") else "left",
-                         no_wrap=col != "skipped", overflow="fold")
-    for s in report.sources:
-        if not s.ok:
+    from tracekit._text import short_paths
+
+    names = short_paths([s["path"] for s in sources])
+    table = Table(show_edge=False, title=title, title_justify="left", pad_edge=False)
+    table.add_column("source", overflow="fold", ratio=1, min_width=12)
+    table.add_column("format", no_wrap=True)
+    table.add_column("ranks", overflow="fold", max_width=12)
+    for col in ("stored", "skipped"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for s in sources:
+        if s.get("error"):
             continue
-        skipped = ", ".join(f"{k} {v}" for k, v in sorted(s.skipped.items())) or "-"
-        table.add_row(Path(s.path).name, s.format or "?", ",".join(map(str, s.ranks)) or "-",
-                      f"{s.events:,}", f"{s.collectives:,}", skipped, "yes" if s.cached else "no")
+        skipped = sum((s.get("skipped") or {}).values())
+        table.add_row(names[s["path"]], _short_format(s.get("format")),
+                      ",".join(map(str, s.get("ranks") or [])) or "-", f"{s.get('stored') or 0:,}", f"{skipped:,}")
+    return table
+
+
+def _short_format(fmt: str | None) -> str:
+    return {"flight_recorder": "flightrec"}.get(fmt or "", fmt or "?")
+
+
+def skipped_summary(sources: list) -> str | None:
+    """ "skipped, by reason: flow 1,520, instant 16" over all sources, or None."""
+    total: dict[str, int] = {}
+    for s in sources:
+        for k, v in (s.get("skipped") or {}).items():
+            total[k] = total.get(k, 0) + v
+    if not total:
+        return None
+    return "skipped, by reason: " + ", ".join(f"{k} {v:,}" for k, v in sorted(total.items()))
+
+
+def _print(report) -> None:
+    from rich.console import Console
+
+    from tracekit._text import grouped_warnings, short_paths
+
+    console = Console(markup=False, highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(markup=False, highlight=False, soft_wrap=False, width=160)
+    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+    ok = [s.to_dict() for s in report.sources if s.ok]
     if report.ingested:
-        console.print(table)
-        console.print(f"{len(report.ingested)} source(s), {len(report.ranks)} rank(s) -> {report.run_dir}")
-    by_text: dict[str, list[str]] = {}
-    for s in report.sources:
-        for w in s.warnings:
-            by_text.setdefault(w, []).append(Path(s.path).name)
-    for w, names in by_text.items():
-        where = names[0] if len(names) == 1 else f"{len(names)} sources"
-        err.print(f"warning: {where}: {w}", markup=False)
+        console.print(sources_table(ok))
+        note = skipped_summary(ok)
+        if note:
+            console.print(note, soft_wrap=True)
+        cached = sum(1 for s in report.ingested if s.cached)
+        console.print(f"{len(report.ingested)} source(s){f' ({cached} cached)' if cached else ''}, "
+                      f"{len(report.ranks)} rank(s) -> {report.run_dir}", soft_wrap=True)
+        if report.validity is not None:
+            for f in report.validity.findings():
+                err.print(f"warning: {f.text}", markup=False)
+    names = short_paths([s.path for s in report.sources])
+    for line in grouped_warnings((names[s.path], s.warnings) for s in report.sources):
+        err.print(f"warning: {line}", markup=False)
     for w in report.warnings:
         err.print(f"warning: {w}", markup=False)
     if report.ingested or len(report.failed) > 1:
         for s in report.failed:
             err.print(f"error: {s.error}", markup=False)
     if report.ignored:
-        names = ", ".join(Path(i["path"]).name for i in report.ignored[:5])
+        ignored = ", ".join(Path(i["path"]).name for i in report.ignored[:5])
         more = f" and {len(report.ignored) - 5} more" if len(report.ignored) > 5 else ""
         err.print(f"note: ignored {len(report.ignored)} file(s) of unknown format found in directories: "
-                  f"{names}{more}", markup=False)
+                  f"{ignored}{more}", markup=False)
