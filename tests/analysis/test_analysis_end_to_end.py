@@ -27,8 +27,23 @@ def test_straggler_is_found_with_its_step(result, synth_wide):
     assert top["steps"][0] == truth["straggler"]["step"]
     # the others wait for the straggler's delay minus the slack they usually had at that point
     assert 0.75 * truth["straggler"]["delay_ns"] <= top["excess_ns"] <= 1.05 * truth["straggler"]["delay_ns"]
-    assert result.findings[0].startswith(f"rank {truth['straggler']['rank']} was last in ")
-    assert f"(mostly step {truth['straggler']['step']})" in result.findings[0]
+    straggler = next(f for f in result.findings if f.kind == "straggler")
+    assert straggler.text.startswith(f"rank {truth['straggler']['rank']} was last in ")
+    assert f"(mostly step {truth['straggler']['step']})" in straggler.text
+    assert straggler.ranks == (truth["straggler"]["rank"],) and straggler.severity == "warning"
+
+
+def test_root_cause_of_the_longest_wait_is_the_straggler(result, synth_wide):
+    """The worst wait names a pipeline peer; its chain of waits ends at the injected straggler."""
+    _, truth = synth_wide
+    first = result.findings[0]
+    assert first.kind == "root_cause" and first.data["root_rank"] == truth["straggler"]["rank"]
+    assert first.step == truth["straggler"]["step"]
+    assert 0.75 * truth["straggler"]["delay_ns"] <= first.value <= 1.25 * truth["straggler"]["delay_ns"]
+    inst = pl.from_arrow(result.instances)
+    worst = inst.sort("max_wait_ns", descending=True).row(0, named=True)
+    assert worst["waited_on"] == worst["last_rank"] and worst["root_rank"] == truth["straggler"]["rank"]
+    assert worst["chain_ranks"][0] == worst["last_rank"] and worst["chain_ranks"][-1] == worst["root_rank"]
 
 
 def test_ep_hot_ranks_match_truth(result, synth_wide):
@@ -97,12 +112,17 @@ def test_cli_summary_and_json(run_dir):
     runner = CliRunner()
     res = runner.invoke(main, ["analyze", str(run_dir), "--no-write", "--top", "3"])
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("Findings\n  - rank 1 was last in ")
+    assert res.output.startswith("Findings\n  - ")
+    assert "rank 1 was last in " in res.output and "Stalls by root cause" in res.output
     assert "Stragglers" in res.output and "clock alignment:" in res.output
     res = runner.invoke(main, ["analyze", str(run_dir), "--json", "--no-write"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert set(doc) >= JSON_KEYS and doc["stragglers"][0]["rank"] == 1
+    for f in doc["findings"]:
+        assert {"kind", "severity", "ranks", "group", "step", "value", "text"} <= set(f)
+    for s in doc["stalls"]:
+        assert s["waited_on"] == s["last_rank"] and s["root_rank"] is not None
 
 
 def test_cli_dims_override_and_errors(run_dir, tmp_path):

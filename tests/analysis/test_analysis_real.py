@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from tracekit.analysis import analyze
+from tracekit.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[2]
 DLRM = REPO.parent / "shared" / "real_traces" / "kineto" / "param_dlrm_kineto_8rank"
@@ -16,7 +17,6 @@ GLOO = REPO / "sample_traces" / "gloo_moe_8rank"
 
 
 def _ingest(paths: list[Path], out: Path):
-    ingest = pytest.importorskip("tracekit.ingest").ingest
     ingest([str(p) for p in paths], out)
     return analyze(out, write=False)
 
@@ -50,7 +50,9 @@ def test_dlrm_rank7_arrives_last_in_the_sendrecv(dlrm):
     worst = inst.sort("max_wait_ns", descending=True).row(0, named=True)
     assert worst["last_rank"] == 7 and 5e6 < worst["max_wait_ns"] < 9e6
     assert pl.from_arrow(dlrm.stragglers).row(0, named=True)["rank"] == 7
-    assert dlrm.findings[0].startswith("rank 7 was last in ")
+    assert next(f for f in dlrm.findings if f.kind == "straggler").text.startswith("rank 7 was last in ")
+    root = next(f for f in dlrm.findings if f.kind == "root_cause")
+    assert root.data["root_rank"] == 7 and root.data["waited_on"] == 7
 
 
 def test_gloo_straggler(gloo):
@@ -59,6 +61,21 @@ def test_gloo_straggler(gloo):
     top = pl.from_arrow(result.stragglers).row(0, named=True)
     assert top["rank"] == want["rank"] and top["steps"][0] == want["step"]
     assert top["excess_ns"] >= 0.5 * want["sleep_ms"] * 1e6
+
+
+def test_gloo_root_cause_is_the_injected_straggler(gloo):
+    """The longest wait (a PP send/recv whose peer sat in an EP all-to-all) goes back to rank 5,
+    which slept 80 ms in step 2 (truth.json); every stall of that cascade names it."""
+    result, truth = gloo
+    want = truth["injected"]["straggler"]
+    root = result.findings[0]
+    assert root.kind == "root_cause" and root.data["root_rank"] == want["rank"] and root.step == want["step"]
+    assert root.data["waited_on"] != want["rank"] and len(root.data["chain_ranks"]) >= 2
+    assert 0.9 * want["sleep_ms"] * 1e6 <= root.value <= 1.1 * want["sleep_ms"] * 1e6
+    casc = pl.from_arrow(result.root_causes).row(0, named=True)
+    assert casc["root_rank"] == want["rank"] and casc["instances"] >= 3
+    inst = pl.from_arrow(result.instances).filter(pl.col("max_wait_ns") > 50e6)
+    assert inst.height >= 3 and set(inst["root_rank"].to_list()) == {want["rank"]}
 
 
 def test_gloo_dims_and_hot_experts(gloo):

@@ -12,12 +12,14 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from tracekit.analysis import breakdown, ep, pp, stalls, steps
+from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
+from tracekit.finding import Finding
 from tracekit.store import Run
+from tracekit.validity import RunValidity, run_validity
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
 JSON_SCHEMA = "tracekit.analysis/1"
@@ -67,7 +69,14 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
 
 @dataclass
 class AnalysisResult:
-    """Every analysis table (Arrow) plus the alignment report and findings in words."""
+    """Every analysis table (Arrow), the alignment report, the run's validity, the hang verdict
+    (same code as `tracekit hang`) and the findings, as typed `Finding` objects.
+
+    `steps` holds each rank's step windows and `step_times` the one step time per step (see
+    `tracekit.analysis.steps.STEP_TIME`). `instances` carries, per instance, the rank waited on
+    and the root of its chain of waits; `participants` every rank's arrival and wait;
+    `root_causes` one row per cascade of waits; `critical_path` each step's critical path.
+    """
 
     ranks: pa.Table
     groups: pa.Table
@@ -83,7 +92,15 @@ class AnalysisResult:
     ep_traffic: pa.Table
     pp_bubbles: pa.Table
     alignment: dict[str, Any]
-    findings: list[str] = field(default_factory=list)
+    validity: RunValidity = field(default_factory=lambda: RunValidity(None, [], [], []))
+    step_times: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=steps.STEP_TIME_SCHEMA)))
+    participants: pa.Table = field(default_factory=lambda: pa.table({}))
+    root_causes: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CASCADE_SCHEMA)))
+    critical_path: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CRITICAL_SCHEMA)))
+    pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
+                                                                 "stage": pa.array([], pa.int32())}))
+    hang: Any = None  # tracekit.hang.HangResult when the run holds sequence numbers worth checking
+    findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
     def tables(self) -> dict[str, pa.Table]:
@@ -101,6 +118,13 @@ class AnalysisResult:
         """A JSON-ready dict; its layout is documented in docs/analysis.md."""
         return _to_json(self)
 
+    def mean_step_ns(self) -> float | None:
+        """The mean step time (see `tracekit.analysis.steps.STEP_TIME`), or None without steps."""
+        st = self.step_times
+        if st.num_rows == 0:
+            return None
+        return float(sum(st.column("step_ns").to_pylist()) / st.num_rows)
+
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=True, default=_default)
 
@@ -113,6 +137,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     `write=True`, the prepared tables and results/analysis.json are written into the run.
     """
     run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
+    validity = run_validity(run if run is not None else source)
     t, extra = _prepared(run if run is not None else source, dims, write)
     ev: pl.DataFrame = extra["events"]
     coll: pl.DataFrame = extra["collectives"]
@@ -122,6 +147,15 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
     parts = stalls.participants(coll, rk)
     inst = stalls.instances(parts) if parts.height else _empty_instances()
+    chains = rootcause.wait_chains(parts, inst)
+    inst = inst.join(chains.drop("waited_on"), on="instance", how="left").with_columns(
+        pl.when(pl.col("max_wait_ns") > 0).then(pl.col("last_rank")).cast(pl.Int32).alias("waited_on"))
+    parts = parts.join(inst.select("instance", "last_rank"), on="instance", how="left").with_columns(
+        pl.when(pl.col("wait_ns") > 0).then(pl.col("last_rank")).cast(pl.Int32).alias("waited_on")).drop("last_rank")
+    casc = rootcause.cascades(inst, parts)
+    comm_iv = breakdown.comm_intervals(ev, coll)
+    critical = rootcause.critical_path(parts, inst, windows, rk, breakdown.compute_intervals(ev, comm_iv,
+                                                                                             compute=compute))
     strag = stalls.stragglers(inst, parts) if parts.height else pl.DataFrame(
         schema={"rank": pl.Int32, "times_last": pl.UInt32, "instances": pl.UInt32, "delay_ns": pl.Int64,
                 "caused_ns": pl.Int64, "excess_ns": pl.Int64, "worst_wait_ns": pl.Int64, "steps": pl.List(pl.Int32),
@@ -129,12 +163,17 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     pairs = ep.ep_pairs(coll, grp)
     ep_inst, ep_groups, ep_traffic = ep.ep_summary(pairs, rk)
     bubbles = pp.pp_bubbles(parts, inst, grp, wide)
+    stage = pp.pp_stages(inst, grp)
     result = AnalysisResult(
         ranks=t["ranks"], groups=t["groups"], collectives=t["collectives"], mismatches=extra["mismatches"],
         steps=table(windows), per_rank_step=table(wide), per_rank_step_dim=table(long),
         instances=table(inst), stragglers=table(strag), ep_instances=table(ep_inst),
         ep_groups=table(ep_groups), ep_traffic=table(ep_traffic), pp_bubbles=table(bubbles),
-        alignment=extra["alignment"], top=top,
+        alignment=extra["alignment"], validity=validity, step_times=table(steps.step_times(windows, rk)),
+        participants=table(parts), root_causes=table(casc), critical_path=table(critical),
+        pp_stages=pa.table({"rank": pa.array(list(stage), pa.int32()),
+                            "stage": pa.array(list(stage.values()), pa.int32())}),
+        hang=_hang(run, source), top=top,
     )
     from tracekit.analysis.findings import findings
 
@@ -144,12 +183,26 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     return result
 
 
+def _hang(run: Run | None, source: RunLike) -> Any:
+    """`tracekit hang`'s verdict on the same run (the one code path for hang verdicts)."""
+    from tracekit.hang import find_hangs, hang_from_run
+
+    if run is not None:
+        return hang_from_run(run)
+    assert isinstance(source, Mapping)
+    coll = source.get("collectives")
+    if coll is None or coll.num_rows == 0:
+        return None
+    return find_hangs(coll, source.get("groups"), ranks=source.get("ranks"))
+
+
 def _empty_instances() -> pl.DataFrame:
     return pl.DataFrame(schema={
         "instance": pl.Int64, "group": pl.String, "seq": pl.Int64, "op": pl.String, "dim": pl.String,
         "step": pl.Int32, "participants": pl.UInt32, "nranks": pl.Int32, "dtype": pl.String,
         "bytes": pl.Int64, "first_arrival_ns": pl.Int64, "last_arrival_ns": pl.Int64,
         "last_end_ns": pl.Int64, "mean_wait_ns": pl.Float64, "src": pl.Int32, "dst": pl.Int32,
+        "first_rank": pl.Int32, "complete": pl.Boolean,
         "last_rank": pl.Int32, "max_wait_ns": pl.Int64, "duration_ns": pl.Int64, "caused_ns": pl.Int64,
         "algbw_gbps": pl.Float64, "busbw_gbps": pl.Float64, "slot": pl.Int64,
         "lead_ns": pl.Int64, "baseline_lead_ns": pl.Int64, "excess_ns": pl.Int64})
@@ -181,9 +234,10 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
             "overlap": d["overlap_ns"], "comm_total_ns": row["comm_ns"], "exposed_total_ns": row["exposed_ns"],
             "idle_ns": row["idle_ns"],
         })
-    stall_cols = ["instance", "group", "seq", "op", "dim", "step", "last_rank", "max_wait_ns", "caused_ns",
-                  "excess_ns",
-                  "participants", "bytes", "duration_ns", "busbw_gbps"]
+    stall_cols = ["instance", "group", "seq", "op", "dim", "step", "first_rank", "last_rank", "waited_on",
+                  "root_rank", "root_instance", "root_step", "root_stall_ns", "chain", "chain_ranks", "max_wait_ns",
+                  "caused_ns", "excess_ns", "participants", "nranks", "complete", "bytes", "duration_ns",
+                  "busbw_gbps"]
     groups = _pl(r.groups)
     stalls_rows = (r.stalls().join(groups.select("group", "desc"), on="group", how="left", maintain_order="left")
                    .select(*stall_cols, "desc").to_dicts() if inst.height else [])
@@ -195,25 +249,34 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
                pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
                pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
           .sort("dim", "op", "group", nulls_last=True))
+    from tracekit.analysis.steps import STEP_TIME
+
+    st = _pl(r.step_times)
     return {
         "schema": JSON_SCHEMA,
         "summary": {
             "ranks": rk.height, "groups": groups.height, "steps": sorted(set(wide.get_column("step").to_list())),
             "collective_calls": r.collectives.num_rows, "instances": inst.height,
-            "mismatches": r.mismatches.num_rows,
+            "mismatches": r.mismatches.num_rows, "mean_step_ns": r.mean_step_ns(), "step_time": STEP_TIME,
         },
+        "validity": r.validity.to_json(),
+        "step_times": st.to_dicts(),
         "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
         "alignment_residual_ns": r.alignment["residual_ns"],
         "alignment": r.alignment,
         "dims": {g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
+        "pp_stages": {str(k): v for k, v in _pl(r.pp_stages).iter_rows()},
         "per_rank_step": prs,
         "stalls": stalls_rows,
+        "root_causes": _pl(r.root_causes).head(r.top).to_dicts(),
+        "critical_path": _pl(r.critical_path).to_dicts(),
         "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
         "ep": _pl(r.ep_groups).to_dicts(),
         "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
         "bandwidth": bw.to_dicts(),
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
-        "findings": list(r.findings),
+        "hang": r.hang.to_json() if r.hang is not None else None,
+        "findings": [f.to_json() for f in r.findings],
     }
 
 

@@ -36,6 +36,9 @@ def participants(collectives: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame
 def instances(parts: pl.DataFrame) -> pl.DataFrame:
     """One row per instance: who arrived last and by how much, its duration and bandwidth.
 
+    first_rank = the earliest to arrive (it waited longest), last_rank = the last (the rank the
+    others waited on); complete = every member of the group took part (false when ranks are
+    missing from the run: the real last rank may be one of them).
     duration_ns = last end - last arrival (the time it ran once everyone was there);
     algbw_gbps = size / duration (bytes per ns = GB/s) with size the all_reduce, reduce_scatter
     and all_to_all input, the all_gather output, or the message; busbw_gbps = algbw x the
@@ -73,6 +76,7 @@ def instances(parts: pl.DataFrame) -> pl.DataFrame:
             pl.col("wait_ns").mean().alias("mean_wait_ns"),
             pl.col("rank").filter(pl.col("op") == "send").first().alias("src"),
             pl.col("rank").filter(pl.col("op") == "recv").first().alias("dst"),
+            pl.col("rank").sort_by(["arrive_ns", "rank"]).first().alias("first_rank"),
         )
         .join(last, on="instance")
         .with_columns(pl.when(pl.col("_p2p")).then(pl.lit("send_recv")).otherwise(pl.col("op")).alias("op"))
@@ -93,7 +97,9 @@ def instances(parts: pl.DataFrame) -> pl.DataFrame:
         pl.when(pl.col("duration_ns") > 0).then(pl.col("bytes") / pl.col("duration_ns")).alias("algbw_gbps"),
     ).with_columns((pl.col("algbw_gbps") * factor).alias("busbw_gbps")).drop("_gap", "_others_gap")
     out = out.with_columns(
-        pl.col("seq").rank("ordinal").over("group", "op", "step").cast(pl.Int64).alias("slot"))
+        pl.col("seq").rank("ordinal").over("group", "op", "step").cast(pl.Int64).alias("slot"),
+        (pl.col("participants").cast(pl.Int64) >= pl.coalesce("nranks", "participants").cast(pl.Int64))
+        .alias("complete"))
     second = (parts.sort(["instance", "arrive_ns"], descending=[False, True])
               .group_by("instance", maintain_order=True).agg(pl.col("arrive_ns").get(1).alias("_second")))
     lead = (parts.select("instance", "rank", "arrive_ns")

@@ -132,3 +132,28 @@ def assign_step(df: pl.DataFrame, windows: pl.DataFrame, *, ts: str = "ts_ns") -
     out = tmp.join(found, on="_r", how="left", maintain_order="left")
     step = pl.col("step").fill_null(pl.col("_ws")) if "step" in df.columns else pl.col("_ws")
     return out.with_columns(step.cast(pl.Int32).alias("step")).drop("_r", "_ws")
+
+
+#: The one definition of step time, named wherever a step time is shown.
+STEP_TIME = "step time: first rank in to last rank out (ProfilerStep windows on the aligned clock)"
+
+STEP_TIME_SCHEMA = {"step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "step_ns": pl.Int64,
+                    "ranks": pl.UInt32, "first_rank": pl.Int32, "last_rank": pl.Int32}
+
+
+def step_times(windows: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the step time (see STEP_TIME): from the earliest start of the step's window on
+    any rank to the latest end, on the aligned clock (own clock + clock_offset_ns). Also the
+    number of ranks with that step, and which rank started first and which ended last."""
+    if windows.height == 0:
+        return pl.DataFrame(schema=STEP_TIME_SCHEMA)
+    off = ranks.select(pl.col("rank").cast(pl.Int32), pl.col("clock_offset_ns").fill_null(0).alias("_off"))
+    w = (windows.with_columns(pl.col("rank").cast(pl.Int32)).join(off, on="rank", how="left")
+         .with_columns((pl.col("start_ns") + pl.col("_off").fill_null(0)).alias("_s"),
+                       (pl.col("end_ns") + pl.col("_off").fill_null(0)).alias("_e")))
+    out = w.group_by("step").agg(
+        pl.col("_s").min().alias("start_ns"), pl.col("_e").max().alias("end_ns"), pl.len().alias("ranks"),
+        pl.col("rank").sort_by(["_s", "rank"]).first().alias("first_rank"),
+        pl.col("rank").sort_by([pl.col("_e"), pl.col("rank")], descending=[True, False]).first().alias("last_rank"))
+    out = out.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"))
+    return out.select(list(STEP_TIME_SCHEMA)).cast(STEP_TIME_SCHEMA).sort("step")

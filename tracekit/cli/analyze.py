@@ -9,6 +9,9 @@ import click
 
 from tracekit.cli._common import json_option, user_errors
 
+LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
+          "explains (it arrived later than its usual gap); excess: the part beyond the step's usual pattern.")
+
 
 @click.command()
 @click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
@@ -22,7 +25,11 @@ from tracekit.cli._common import json_option, user_errors
 @click.option("--no-write", is_flag=True, help="Do not write the prepared tables and results/analysis.json.")
 @user_errors
 def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, no_write: bool) -> None:
-    """Match collectives, align clocks, classify dims, and report stalls, stragglers, EP and PP."""
+    """Match collectives, align clocks, classify dims, and report root causes, stragglers, EP and PP.
+
+    Findings come first, most important first, each saying when it rests on partial or assumed
+    data; then the tables they come from.
+    """
     from tracekit.analysis import analyze as run_analysis
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
@@ -35,50 +42,91 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
 
 def _print(result: Any, top: int) -> None:
     import polars as pl
-    from rich.console import Console
     from rich.table import Table
 
-    from tracekit.analysis import fmt_ns
+    from tracekit._text import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
+    from tracekit.analysis.findings import op_label
+    from tracekit.analysis.steps import STEP_TIME
+    from tracekit.cli._common import console as make_console
 
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    console = make_console()
     doc = result.to_json()
     console.print("Findings", style="bold")
-    for line in doc["findings"] or ["nothing stands out."]:
-        console.print(f"  - {line}")
+    for f in result.findings or []:
+        console.print(f"  - {f.text}")
+    if not result.findings:
+        console.print("  - nothing stands out.")
 
-    def show(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    def show(title: str, columns: list[str], rows: list[list[str]], caption: str | None = None) -> None:
         if not rows:
             return
-        t = Table(title=title, title_justify="left", show_edge=False)
+        t = Table(title=title, title_justify="left", show_edge=False, caption=caption, caption_justify="left")
         for c in columns:
-            t.add_column(c, justify="left" if c in ("group", "op", "dim", "dims", "steps") else "right")
+            text = c in ("group", "op", "dim", "dims", "steps", "worst wait", "ranks")
+            t.add_column(c, justify="left" if text else "right", no_wrap=not text,
+                         overflow="fold" if text else "ellipsis")
         for r in rows:
             t.add_row(*r)
         console.print()
         console.print(t)
 
+    steps = doc["step_times"]
+    if steps:
+        console.print()
+        console.print(f"{STEP_TIME}: mean {fmt_ns(doc['summary']['mean_step_ns'])}; "
+                      + ", ".join(f"step {s['step']} {fmt_ns(s['step_ns'])}" for s in steps[:12]))
+    inst = {s["instance"]: s for s in doc["stalls"]}
+    allinst = pl.from_arrow(result.instances)
+    where = {row["instance"]: row
+             for row in allinst.select("instance", "group", "op", "dim", "seq").iter_rows(named=True)}
+    show("Stalls by root cause (one row per cascade of waits)",
+         ["root", "step", "busy", "waits", "lost", "worst wait"], [
+             [str(c["root_rank"]), _step(c["root_step"]), fmt_ns(c["root_stall_ns"]), str(c["instances"]),
+              fmt_ns(c["total_wait_ns"]),
+              f"{fmt_ns(c['worst_wait_ns'])}: rank {c['worst_waiter']} waited for rank {c['worst_waited_on']} at "
+              + _at(where.get(c["worst_instance"]) or inst.get(c["worst_instance"]), op_label)]
+             for c in doc["root_causes"][:top]],
+         caption="root: the rank at the end of the chain of waits; busy: how long it was busy with its own work "
+                 "while the others waited; lost: every waiting rank's wait, summed.")
     show("Stragglers", ["rank", "last", "of", "delay", "caused", "excess", "steps"], [
         [str(s["rank"]), str(s["times_last"]), str(s["instances"]), fmt_ns(s["delay_ns"]),
-         fmt_ns(s["caused_ns"]), fmt_ns(s["excess_ns"]), ",".join(map(str, (s["steps"] or [])[:5]))]
-        for s in doc["stragglers"][:top] if s["times_last"]])
-    show("Longest waits", ["group", "seq", "op", "dim", "step", "last rank", "max wait", "busbw GB/s"], [
-        [str(s["group"]), str(s["seq"]), str(s["op"]), str(s["dim"]), str(s["step"]), str(s["last_rank"]),
-         fmt_ns(s["max_wait_ns"]), _num(s["busbw_gbps"])] for s in doc["stalls"][:top]])
+         fmt_ns(s["caused_ns"]), fmt_ns(s["excess_ns"]),
+         ",".join(str(x) for x in (s["steps"] or [])[:5] if x is not None) or "-"]
+        for s in doc["stragglers"][:top] if s["times_last"]], caption=LEGEND)
+    cp = doc["critical_path"]
+    cp_dims = sorted({d["dim"] for c in cp for d in c["comm_by_dim"]})
+    show("Critical path per step", ["step", "step time", "compute", *(f"{d} comm" for d in cp_dims), "idle", "ranks",
+                                    "jumps"], [
+        [str(c["step"]), fmt_ns(c["step_ns"]), fmt_ns(c["compute_ns"]),
+         *(fmt_ns({d["dim"]: d["ns"] for d in c["comm_by_dim"]}.get(dim, 0)) for dim in cp_dims),
+         fmt_ns(c["idle_ns"]), ",".join(map(str, c["ranks"])), str(c["hops"])] for c in cp[:top]],
+        caption="Walked back from the rank that ended the step, jumping to the rank it waited for; idle: nothing "
+                "traced on the path (host time, data loading, start skew).")
     prs = pl.DataFrame([{"rank": r["rank"], "span": r["span_ns"], "compute": r["compute_ns"],
                          "exposed": r["exposed_total_ns"], "idle": r["idle_ns"]} for r in doc["per_rank_step"]]
                        ) if doc["per_rank_step"] else None
     if prs is not None:
         agg = prs.group_by("rank").agg(pl.all().mean()).sort("rank")
-        show("Per rank (mean per step)", ["rank", "step time", "compute", "exposed comm", "idle"], [
+        show("Per rank (mean per step window)", ["rank", "window", "compute", "exposed comm", "idle"], [
             [str(r["rank"]), fmt_ns(r["span"]), fmt_ns(r["compute"]), fmt_ns(r["exposed"]), fmt_ns(r["idle"])]
-            for r in agg.head(max(top, 16)).iter_rows(named=True)])
-    show("EP groups", ["group", "ranks", "hot rank", "hot share", "imbalance", "inter-host"], [
-        [str(e["group"]), str(len(e["ranks"] or [])), str(e["hot_rank"]), _pct(e["hot_share"]),
-         _num(e["imbalance"]), _pct(e["inter_host_share"])] for e in doc["ep"][:top]])
-    show("Bandwidth (median per group and op)", ["group", "op", "dim", "n", "bytes", "busbw GB/s"], [
-        [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), _num(b["bytes_median"]),
-         _num(b["busbw_median_gbps"])] for b in doc["bandwidth"][:top]])
-    show("Groups", ["group", "dims"], [[g, ",".join(d)] for g, d in list(doc["dims"].items())[:top * 2]])
+            for r in agg.head(max(top, 16)).iter_rows(named=True)],
+            caption="window: the rank's own ProfilerStep span (not the step time, which runs from the first "
+                    "rank in to the last rank out).")
+    show("EP groups", ["group", "ranks", "splits", "hot rank", "hot share", "imbalance", "inter-host"], [
+        [str(e["group"]), f"{e['present']} of {e['members']}" if not e["complete"] else str(e["members"]),
+         "assumed" if e["splits_assumed"] >= 1 else ("measured" if not e["splits_assumed"] else
+                                                     f"{100 * e['splits_assumed']:.0f}% assumed"),
+         "-" if e["hot_rank"] is None else str(e["hot_rank"]), fmt_pct(e["hot_share"]),
+         "-" if e["imbalance"] is None else f"{e['imbalance']:.2f}x", fmt_pct(e["inter_host_share"])]
+        for e in doc["ep"][:top]],
+        caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
+                "received per rank; inter-host: '-' when hosts are unknown.")
+    show("Bandwidth (median per group and op)", ["group", "op", "dim", "n", "size", "busbw"], [
+        [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
+         fmt_rate(b["busbw_median_gbps"])] for b in doc["bandwidth"][:top]],
+        caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
+                "all_to_all (n-1)/n; 1 otherwise).")
+    show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
     a = doc["alignment"]
     console.print()
     console.print(f"clock alignment: {a['method']}; {a['instances_used']} instances, residual median "
@@ -86,12 +134,11 @@ def _print(result: Any, top: int) -> None:
                   f"max {fmt_ns(a['residual_ns']['max'])}")
 
 
-def _num(x: float | None) -> str:
-    if x is None:
+def _step(step: int | None) -> str:
+    return "-" if step is None else str(step)
+
+
+def _at(row: dict[str, Any] | None, op_label: Any) -> str:
+    if row is None:
         return "-"
-    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
+    return f"{op_label(row['dim'], row['op'], row['seq'])} on group {row['group']}"
