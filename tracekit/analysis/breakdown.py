@@ -16,8 +16,8 @@ BUSY = "__busy__"
 
 
 def compute_intervals(events: pl.DataFrame, comm: pl.DataFrame, *,
-                      compute: str | Sequence[str] = "auto") -> pl.DataFrame:
-    """Compute intervals (rank, s, e).
+                      compute: str | Sequence[str] = "auto", detail: bool = False) -> pl.DataFrame:
+    """Compute intervals (rank, s, e; with `detail`, also the event's name).
 
     `compute` is "auto" (per rank: events of kind "compute" when the rank has any, which is the
     GPU kernels; otherwise its CPU ops, as on a CPU-only gloo run), "gpu" (kind "compute"),
@@ -30,6 +30,8 @@ def compute_intervals(events: pl.DataFrame, comm: pl.DataFrame, *,
                        & (pl.col("dur_ns") > 0))
     cols = [pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("s"),
             (pl.col("ts_ns") + pl.col("dur_ns")).alias("e")]
+    if detail:
+        cols.append(pl.col("name").cast(pl.String))
     if not isinstance(compute, str):
         return ev.filter(pl.col("kind").is_in(list(compute))).select(cols)
     gpu = ev.filter(pl.col("kind") == "compute").select(cols)
@@ -52,8 +54,8 @@ def compute_intervals(events: pl.DataFrame, comm: pl.DataFrame, *,
     return pl.concat([gpu, ops])
 
 
-def comm_intervals(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
-    """Communication intervals (rank, s, e, dim).
+def comm_intervals(events: pl.DataFrame, collectives: pl.DataFrame, *, detail: bool = False) -> pl.DataFrame:
+    """Communication intervals (rank, s, e, dim; with `detail`, also coll_id and name).
 
     Per rank: its events of kind "comm" when it has any (GPU kernels; dim through coll_id,
     "OTHER" when unlinked), else its timed collective calls.
@@ -61,15 +63,18 @@ def comm_intervals(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFr
     cdim = collectives.select("coll_id", pl.col("dim").fill_null("OTHER"))
     ev = events.filter((pl.col("kind") == "comm") & pl.col("ts_ns").is_not_null()
                        & pl.col("dur_ns").is_not_null())
+    extra = [pl.col("coll_id"), pl.col("name").cast(pl.String)] if detail else []
     ev = ev.join(cdim, on="coll_id", how="left").select(
         pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("s"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("dim").fill_null("OTHER"))
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("dim").fill_null("OTHER"), *extra)
     have = ev.get_column("rank").unique().to_list()
+    named = [pl.col("coll_id"), pl.coalesce(pl.col("name").cast(pl.String), pl.col("op").cast(pl.String))
+             .alias("name")] if detail else []
     co = collectives.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()
                             & ~pl.col("rank").is_in(have)).select(
         pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("s"),
-        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("dim").fill_null("OTHER"))
-    return pl.concat([ev, co]).filter(pl.col("e") > pl.col("s"))
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("dim").fill_null("OTHER"), *named)
+    return pl.concat([ev, co], how="vertical_relaxed").filter(pl.col("e") > pl.col("s"))
 
 
 def per_rank_step(events: pl.DataFrame, collectives: pl.DataFrame, windows: pl.DataFrame, *,

@@ -12,12 +12,15 @@ BUS_FACTOR = {"all_reduce": "ar", "all_gather": "ag", "reduce_scatter": "ag", "a
 def participants(collectives: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     """One row per (instance, rank) with aligned arrival/end and the wait it suffered.
 
-    arrive_ns = ts_ns + clock_offset_ns (the common clock); wait_ns = the instance's latest
-    arrival minus this rank's arrival; gap_ns = the time between the end of this rank's previous
-    instance and this arrival (its own work in between; null for its first).
+    Only calls with a start and a duration count: a Flight Recorder dump without durations gives
+    enqueue times, which say nothing about waits. arrive_ns = ts_ns + clock_offset_ns (the common
+    clock); wait_ns = the instance's latest arrival minus this rank's arrival; gap_ns = the time
+    between the end of this rank's previous instance and this arrival (its own work in between;
+    null for its first).
     """
     off = ranks.select(pl.col("rank").cast(pl.Int32), pl.col("clock_offset_ns").fill_null(0).alias("_off"))
-    c = (collectives.filter(pl.col("instance").is_not_null() & pl.col("ts_ns").is_not_null())
+    c = (collectives.filter(pl.col("instance").is_not_null() & pl.col("ts_ns").is_not_null()
+                            & pl.col("dur_ns").is_not_null())
          .with_columns(pl.col("rank").cast(pl.Int32))
          .join(off, on="rank", how="left")
          .with_columns(pl.col("_off").fill_null(0))
