@@ -51,6 +51,11 @@ def seq_fmt() -> CustomJSHover:
     return CustomJSHover(code="return (value == null || value < 0) ? 'n/a' : String(value);")
 
 
+def rank_fmt() -> CustomJSHover:
+    """ "rank 5" for a rank column; "n/a" where it does not apply (-1)."""
+    return CustomJSHover(code="return (value == null || value < 0) ? 'n/a' : 'rank ' + String(value);")
+
+
 def lookup(values: Sequence[str]) -> CustomJSHover:
     """A formatter mapping an integer column to `values[i]` (Bokeh escapes the result)."""
     return CustomJSHover(args={"values": list(values)}, code="""
@@ -103,6 +108,11 @@ CSS = f"""
 .tk .cell {{ display: inline-block; min-width: 44px; padding: 2px 4px; margin: 1px; border-radius: 3px;
   text-align: center; font-size: 12px; font-variant-numeric: tabular-nums; }}
 .tk code {{ background: #f4f4f4; padding: 0 3px; border-radius: 3px; font-size: 12px; }}
+.tk .warn {{ background: #fdecea; border-left: 3px solid #c0392b; padding: 6px 10px; margin: 6px 0;
+  font-size: 13px; }}
+.tk .small {{ font-size: 12px; }}
+.tk ul.findings li.sev-error {{ color: #8e1b10; font-weight: 600; }}
+.tk ul.findings li.sev-warning::marker {{ content: "⚠ "; color: #c0392b; }}
 </style>
 """
 
@@ -113,8 +123,10 @@ def html_div(body: str, *, width: int | None = None) -> Div:
     return Div(text=CSS + f'<div class="tk">{body}</div>', **kw)
 
 
-def note_div(notes: Sequence[str], *, width: int | None = None) -> Div | None:
-    """Notices (resampling, truncation) shown above a figure, or None when there are none."""
+def note_div(notes: Sequence[str], *, width: int | None = None, warn: bool = False) -> Div | None:
+    """Notices shown above a figure (resampling, truncation; with `warn`, what the data lacks:
+    missing ranks, unknown hosts, assumed splits), or None when there are none."""
     if not notes:
         return None
-    return html_div("".join(f'<div class="note">{esc(n)}</div>' for n in notes), width=width)
+    cls = "warn" if warn else "note"
+    return html_div("".join(f'<div class="{cls}">{esc(n)}</div>' for n in notes), width=width)

@@ -1,8 +1,11 @@
-"""Shape run tables and analysis/replay results into plain column dicts for the figures.
+"""Shape typed results into plain column dicts for the figures; nothing here decides anything.
 
-Nothing here imports Bokeh: every function takes Arrow tables or JSON-like results and returns
-numpy arrays, lists and dicts, so it is unit-tested without a browser. Times on the timeline are
-milliseconds since the start of the run on the aligned clock (own ``ts_ns`` + the rank's
+Every number comes from the library: the analysis (`tracekit.analysis.AnalysisResult`: aligned
+clocks, instances, waits and their root causes, the per rank and step breakdown, EP traffic, PP
+stages, step times, findings), the hang verdict (`tracekit.hang.HangResult`) and the replay
+(`tracekit.replay.engine.ReplayResult`). This module only selects, orders, scales and merges
+for drawing. It imports no Bokeh, so it is unit-tested without a browser. Times on the timeline
+are milliseconds since the start of the run on the aligned clock (own ``ts_ns`` + the rank's
 ``clock_offset_ns``).
 
 Intervals shorter than one pixel are merged per lane into "busy" bars that keep their count and
@@ -20,72 +23,46 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tracekit import schema
+from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
+from tracekit.analysis import breakdown
 
-# Okabe-Ito: distinguishable with every common form of colour-blindness.
-DIM_ORDER: tuple[str, ...] = ("DP", "PP", "EP", "TP", "CP", "OTHER")
+__all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
+           "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
+           "overlap_data", "rank_layout", "replay_data", "timeline_data"]
+
+# Okabe-Ito (and Tol's wine for WORLD): distinguishable with every common form of colour-blindness.
+DIM_ORDER: tuple[str, ...] = ("DP", "PP", "EP", "TP", "CP", "WORLD", "OTHER")
 DIM_COLORS: dict[str, str] = {
     "DP": "#0072B2",  # blue
     "PP": "#E69F00",  # orange
     "EP": "#009E73",  # bluish green
     "TP": "#D55E00",  # vermillion
     "CP": "#56B4E9",  # sky blue
+    "WORLD": "#882255",  # wine
     "OTHER": "#CC79A7",  # reddish purple
 }
-DIM_LABELS: dict[str, str] = {"DP": "DP", "PP": "PP", "EP": "EP", "TP": "TP", "CP": "CP", "OTHER": "other"}
+#: The names the CLI prints (`tracekit analyze` says WORLD; "other" is what no rule classified).
+DIM_LABELS: dict[str, str] = {"DP": "DP", "PP": "PP", "EP": "EP", "TP": "TP", "CP": "CP", "WORLD": "WORLD",
+                              "OTHER": "other"}
 COMPUTE_COLOR = "#9A9A9A"
-COMPUTE_KINDS = ("compute", "memcpy", "memset")
 MERGED_NAME = "(merged: intervals shorter than a pixel)"
 MAX_NAME_CHARS = 160
 
-# nccl-tests bus-bandwidth factors, as functions of the number of ranks.
-_BUSBW_FACTOR = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-}
-
-Tables = Mapping[str, pa.Table]
-
 
 def norm_dim(dim: str | None) -> str:
-    """Map a collective's dim onto the drawn categories (WORLD, unknown and null become OTHER)."""
+    """The drawn category of a dim (unknown and null become OTHER)."""
     d = (dim or "").upper()
     return d if d in DIM_COLORS else "OTHER"
 
 
-def busbw_factor(op: str | None, nranks: int | None) -> float:
-    """The nccl-tests factor turning algbw into busbw (1 for p2p, broadcast, reduce)."""
-    n = int(nranks or 0)
-    fn = _BUSBW_FACTOR.get(op or "")
-    if fn is None or n < 2:
-        return 1.0
-    return float(fn(n))
+def _plain(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))
 
 
-def fmt_ns(ns: float | None) -> str:
-    """A duration in the unit a person reads best: ns, µs, ms or s."""
-    if ns is None or not np.isfinite(ns):
-        return "n/a"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Bytes in B, KB, MB or GB (decimal units, as bandwidths are quoted)."""
-    if n is None or not np.isfinite(n):
-        return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
+def _df(table: pa.Table) -> pl.DataFrame:
+    out = pl.from_arrow(table)
+    assert isinstance(out, pl.DataFrame)
+    return _plain(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,74 +136,17 @@ def merge_short(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *, min_ns:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables -> frames
+# Rows
 
 
-def tables_of(run_or_tables: Any, names: Sequence[str]) -> dict[str, pa.Table]:
-    """Read the named tables from a Run or a mapping (missing ones come back empty)."""
-    out: dict[str, pa.Table] = {}
-    for name in names:
-        if isinstance(run_or_tables, Mapping):
-            t = run_or_tables.get(name)
-            out[name] = schema.empty(name) if t is None else schema.conform(name, t)
-        else:
-            out[name] = run_or_tables.table(name)
-    return out
-
-
-def _frame(table: pa.Table, columns: Sequence[str]) -> pl.DataFrame:
-    """A polars frame of the given columns, dictionary columns decoded to plain strings."""
-    cols = {}
-    for c in columns:
-        col = table.column(c)
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        cols[c] = col
-    return pl.from_arrow(pa.table(cols)) if cols else pl.DataFrame()
-
-
-def rank_layout(ranks: pa.Table, groups: pa.Table, collectives: pa.Table,
-                extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
-    """Row order for per-rank figures: grouped by PP stage (when known), then host, then rank.
-
-    The PP stage of a rank is its position, in rank order, within the pipeline it belongs to
-    (ranks joined by PP groups or by PP send/recv pairs).
-    """
-    r = _frame(ranks, ["rank", "host", "clock_offset_ns"])
-    host = {int(k): (h or "") for k, h in zip(r["rank"].to_list(), r["host"].to_list(), strict=False)}
-    offset = {int(k): int(o or 0) for k, o in zip(r["rank"].to_list(), r["clock_offset_ns"].to_list(), strict=False)}
+def rank_layout(analysis: Any, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
+    """Row order for per-rank figures: by PP stage (the analysis' `pp_stages`), then host, then rank."""
+    r = _df(analysis.ranks).select("rank", "host", "clock_offset_ns")
+    host = {int(k): (h or "") for k, h in zip(r["rank"].to_list(), r["host"].to_list(), strict=True)}
+    offset = {int(k): int(o or 0) for k, o in zip(r["rank"].to_list(), r["clock_offset_ns"].to_list(), strict=True)}
+    stages = _df(analysis.pp_stages)
+    stage = {int(k): int(v) for k, v in zip(stages["rank"].to_list(), stages["stage"].to_list(), strict=True)}
     all_ranks = sorted(set(host) | {int(x) for x in extra_ranks})
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            x = parent[x]
-        return x
-
-    def union(a: int, b: int) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
-    pp_ranks: set[int] = set()
-    g = _frame(groups, ["group", "ranks", "dims"])
-    for members, dims in zip(g["ranks"].to_list(), g["dims"].to_list(), strict=False):
-        if members and dims and "PP" in dims:
-            for m in members[1:]:
-                union(int(members[0]), int(m))
-            pp_ranks.update(int(m) for m in members)
-    c = _frame(collectives, ["rank", "peer", "dim"]).filter(
-        (pl.col("dim") == "PP") & pl.col("peer").is_not_null())
-    for a, b in zip(c["rank"].to_list(), c["peer"].to_list(), strict=False):
-        union(int(a), int(b))
-        pp_ranks.update((int(a), int(b)))
-    stage: dict[int, int | None] = {}
-    comps: dict[int, list[int]] = {}
-    for x in sorted(pp_ranks):
-        comps.setdefault(find(x), []).append(x)
-    for members in comps.values():
-        for i, x in enumerate(sorted(members)):
-            stage[x] = i
     has_stage = bool(stage)
     order = sorted(all_ranks, key=lambda x: (stage.get(x, 1 << 30) if has_stage else 0, host.get(x, ""), x))
     rows = {x: i for i, x in enumerate(order)}
@@ -235,7 +155,7 @@ def rank_layout(ranks: pa.Table, groups: pa.Table, collectives: pa.Table,
         parts = []
         if has_stage:
             parts.append(f"stage {stage[x]}" if x in stage else "no stage")
-        parts.append(host.get(x) or "unknown host")
+        parts.append(host.get(x) or "host unknown")
         label = " · ".join(parts)
         if bands and bands[-1]["label"] == label:
             bands[-1]["y1"] = i
@@ -243,71 +163,6 @@ def rank_layout(ranks: pa.Table, groups: pa.Table, collectives: pa.Table,
             bands.append({"label": label, "y0": i, "y1": i})
     return {"order": order, "row": rows, "host": host, "stage": stage, "offset": offset, "bands": bands,
             "labels": {i: f"r{x}" for i, x in enumerate(order)}}
-
-
-def comm_intervals(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
-    """One row per drawn communication interval, on the rank's own clock.
-
-    Comm kernels in `events` are joined to their collective row by ``coll_id``; collectives that
-    carry their own times but no kernel event (Flight Recorder, NCCL logs) are added from
-    ``collectives``. Columns: rank, ts_ns, dur_ns, name, op, group, seq, instance, dim, bytes,
-    nranks.
-    """
-    coll = collectives.select(
-        "coll_id", "rank", "group", "seq", "op", "instance", "dim", "nranks",
-        pl.max_horizontal(pl.col("in_bytes").fill_null(0), pl.col("out_bytes").fill_null(0)).alias("bytes"),
-        pl.col("ts_ns").alias("c_ts"), pl.col("dur_ns").alias("c_dur"), pl.col("name").alias("c_name"),
-    )
-    ev = events.filter(pl.col("kind") == "comm").select("rank", "ts_ns", "dur_ns", "name", "coll_id")
-    joined = ev.join(coll.drop("rank"), on="coll_id", how="left").select(
-        "rank", "ts_ns", "dur_ns", "name", "op", "group", "seq", "instance", "dim", "bytes", "nranks")
-    used = ev["coll_id"].drop_nulls().unique()
-    extra = coll.filter(pl.col("c_ts").is_not_null() & pl.col("c_dur").is_not_null()
-                        & ~pl.col("coll_id").is_in(used.implode())).select(
-        "rank", pl.col("c_ts").alias("ts_ns"), pl.col("c_dur").alias("dur_ns"),
-        pl.coalesce(pl.col("c_name"), pl.col("op")).alias("name"),
-        "op", "group", "seq", "instance", "dim", "bytes", "nranks")
-    out = pl.concat([joined, extra], how="vertical_relaxed")
-    return out.with_columns(pl.col("op").fill_null("other"), pl.col("dim").fill_null("OTHER"))
-
-
-COMM_NAME_RE = r"^(c10d::|gloo:|nccl:|record_param_comms)"
-
-
-def compute_intervals(events: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
-    """Compute intervals (rank, ts_ns, dur_ns, name): a rank's GPU kernels (kinds compute, memcpy,
-    memset) when it has any; otherwise its CPU ops (a CPU-only gloo run), leaving out
-    communication ops and any op that encloses one of the rank's communication intervals (an
-    autograd wrapper waiting in an all-to-all is not compute)."""
-    cols = ["rank", "ts_ns", "dur_ns", "name"]
-    gpu = events.filter(pl.col("kind").is_in(list(COMPUTE_KINDS))).select(cols)
-    gpu_ranks = gpu["rank"].unique().implode()
-    ops = events.filter((pl.col("kind") == "cpu_op") & ~pl.col("rank").is_in(gpu_ranks)
-                        & pl.col("coll_id").is_null() & (pl.col("dur_ns") > 0)
-                        & ~pl.col("name").fill_null("").str.contains(COMM_NAME_RE)).select(cols)
-    if ops.height and comm.height:
-        starts = comm.select(pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("c_ts")).sort("c_ts")
-        ops = ops.with_columns(pl.col("rank").cast(pl.Int32)).sort("ts_ns").join_asof(
-            starts, left_on="ts_ns", right_on="c_ts", by="rank", strategy="forward", check_sortedness=False)
-        ops = ops.filter(pl.col("c_ts").is_null() | (pl.col("c_ts") >= pl.col("ts_ns") + pl.col("dur_ns")))
-        ops = ops.select(cols)
-    return pl.concat([gpu.with_columns(pl.col("rank").cast(pl.Int32)), ops.with_columns(pl.col("rank").cast(pl.Int32))])
-
-
-def add_waits(comm: pl.DataFrame) -> pl.DataFrame:
-    """Add ``wait_ns``: per instance, the latest participant's start minus this rank's start
-    (aligned clock, column ``t``), clipped to the interval. Instances are ``instance`` or, when
-    null, (group, seq)."""
-    key = pl.when(pl.col("instance").is_not_null()).then(pl.format("i{}", pl.col("instance"))) \
-        .otherwise(pl.format("g{}/{}", pl.col("group"), pl.col("seq")))
-    comm = comm.with_columns(key.alias("_key"))
-    comm = comm.with_columns(
-        pl.col("t").max().over("_key").alias("_last"),
-        pl.len().over("_key").alias("_n"),
-    )
-    wait = pl.when((pl.col("_n") > 1) & pl.col("group").is_not_null()) \
-        .then((pl.col("_last") - pl.col("t")).clip(0, None)).otherwise(0)
-    return comm.with_columns(pl.min_horizontal(wait, pl.col("dur_ns")).alias("wait_ns")).drop("_last", "_n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,49 +203,53 @@ def _str_ids(values: pl.Series, names: dict[str, int]) -> np.ndarray:
     return v.replace_strict(names, return_dtype=pl.Int32).to_numpy()
 
 
-def busbw_factors(ops: pl.Series, nranks: pl.Series) -> np.ndarray:
-    """`busbw_factor` for whole columns."""
-    n = nranks.cast(pl.Float64).fill_null(0).to_numpy()
-    op = ops.cast(pl.String).fill_null("").to_numpy()
-    safe = np.maximum(n, 2.0)
-    f = np.where(np.isin(op, ["all_gather", "reduce_scatter", "all_to_all"]), (safe - 1) / safe, 1.0)
-    f = np.where(op == "all_reduce", 2 * (safe - 1) / safe, f)
-    return np.where(n >= 2, f, 1.0)
-
-
-def timeline_data(tables: Tables, *, width_px: int = 1400, max_glyphs: int = 60_000,
-                  max_total: int = 250_000, zoom: int = 8, max_levels: int = 4,
+def timeline_data(analysis: Any, events: pl.DataFrame | pa.Table, *, width_px: int = 1400,
+                  max_glyphs: int = 60_000, max_total: int = 250_000, zoom: int = 8, max_levels: int = 4,
                   overview_bins: int = 800) -> TimelineData:
-    """Build the timeline's layers (compute, comm per dim, stall) at several levels of detail.
+    """The timeline's layers (compute, comm per dim, stall) at several levels of detail.
 
-    `max_glyphs` caps the bars one view draws; `max_total` caps the bars shipped in the file over
-    all levels. Either cap coarsens the merge threshold of a level (doubling it) until it holds.
+    Compute and communication intervals are the analysis' own (`tracekit.analysis.breakdown`);
+    each communication interval carries its instance's op, group, seq, bytes and bus bandwidth,
+    and the rank's wait there, the rank it waited on and the root of that wait
+    (`AnalysisResult.participants` and `instances`). `max_glyphs` caps the bars one view draws;
+    `max_total` caps the bars shipped in the file over all levels. Either cap coarsens the merge
+    threshold of a level (doubling it) until it holds.
     """
-    t = tables_of(tables, ["ranks", "groups", "events", "collectives"])
-    ev_cols = ["rank", "kind", "name", "ts_ns", "dur_ns", "step", "coll_id"]
-    events = _frame(t["events"], ev_cols).filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
-    colls = _frame(t["collectives"], ["coll_id", "rank", "group", "seq", "op", "instance", "dim", "nranks",
-                                      "in_bytes", "out_bytes", "ts_ns", "dur_ns", "name"])
-    comm = comm_intervals(events, colls)
-    compute = compute_intervals(events, comm)
-    seen_ranks = set(comm["rank"].unique().to_list()) | set(compute["rank"].unique().to_list())
-    layout = rank_layout(t["ranks"], t["groups"], t["collectives"], extra_ranks=sorted(seen_ranks))
+    ev = events if isinstance(events, pl.DataFrame) else _df(events)
+    ev = _plain(ev).filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    colls = _df(analysis.collectives)
+    comm = breakdown.comm_intervals(ev, colls, detail=True)
+    compute = breakdown.compute_intervals(ev, comm, detail=True)
+    inst = _df(analysis.instances)
+    parts = _df(analysis.participants) if analysis.participants.num_columns else pl.DataFrame(
+        schema={"instance": pl.Int64, "rank": pl.Int32, "wait_ns": pl.Int64, "waited_on": pl.Int32})
+    info = colls.select("coll_id", "instance", "op", "group", "seq", pl.col("rank").cast(pl.Int32).alias("_r"))
+    per = (inst.select("instance", pl.col("op").alias("_iop"), "bytes", "busbw_gbps", "root_rank")
+           .join(parts.select("instance", pl.col("rank").cast(pl.Int32).alias("_r"), "wait_ns", "waited_on"),
+                 on="instance", how="left"))
+    comm = (comm.join(info, on="coll_id", how="left")
+            .join(per, on=["instance", "_r"], how="left")
+            .with_columns(pl.coalesce("_iop", "op").fill_null("other").alias("op")))
+    seen = set(comm["rank"].unique().to_list()) | set(compute["rank"].unique().to_list())
+    layout = rank_layout(analysis, extra_ranks=sorted(seen))
     off = pl.DataFrame({"rank": list(layout["offset"]), "_off": list(layout["offset"].values())},
                        schema={"rank": pl.Int32, "_off": pl.Int64})
 
     def aligned(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(pl.col("rank").cast(pl.Int32)).join(off, on="rank", how="left").with_columns(
-            (pl.col("ts_ns") + pl.col("_off").fill_null(0)).alias("t")).drop("_off")
+            (pl.col("s") + pl.col("_off").fill_null(0)).alias("s"),
+            (pl.col("e") + pl.col("_off").fill_null(0)).alias("e")).drop("_off")
 
-    comm = add_waits(aligned(comm))
-    compute = aligned(compute)
-    starts = [df["t"].min() for df in (comm, compute) if df.height]
-    ends = [(df["t"] + df["dur_ns"]).max() for df in (comm, compute) if df.height]
+    comm, compute = aligned(comm), aligned(compute)
+    step_times = _df(analysis.step_times)
+    starts = [df["s"].min() for df in (comm, compute) if df.height]
+    ends = [df["e"].max() for df in (comm, compute) if df.height]
+    if starts and step_times.height:  # the run starts where its first step does, when that is earlier
+        starts.append(step_times["start_ns"].min())
+        ends.append(step_times["end_ns"].max())
     t0 = int(min(starts)) if starts else 0
     span_ns = max(int(max(ends)) - t0, 1) if ends else 1
     names: dict[str, int] = {MERGED_NAME: 0}
-
-    # raw rows per layer: lane id, start, end (ns since t0), y, and attributes
     raw: dict[str, dict[str, np.ndarray]] = {}
     row_of = layout["row"]
 
@@ -398,38 +257,38 @@ def timeline_data(tables: Tables, *, width_px: int = 1400, max_glyphs: int = 60_
         return ranks.cast(pl.Int64).replace_strict(row_of, return_dtype=pl.Int64).to_numpy()
 
     if compute.height:
-        s = (compute["t"] - t0).to_numpy().astype(np.int64)
-        raw["compute"] = {"row": rows_for(compute["rank"]), "s": s,
-                          "e": s + compute["dur_ns"].to_numpy().astype(np.int64),
+        s = (compute["s"] - t0).to_numpy().astype(np.int64)
+        raw["compute"] = {"row": rows_for(compute["rank"]), "rank": compute["rank"].to_numpy().astype(np.int64),
+                          "s": s, "e": (compute["e"] - t0).to_numpy().astype(np.int64),
                           "name_id": _str_ids(compute["name"], names)}
-    upper = pl.col("dim").cast(pl.String).str.to_uppercase()
-    comm = comm.with_columns(pl.when(upper.is_in(list(DIM_COLORS))).then(upper).otherwise(pl.lit("OTHER"))
-                             .alias("dim"))
+    comm = comm.with_columns(pl.col("dim").map_elements(norm_dim, return_dtype=pl.String))
     for dim in DIM_ORDER:
         part = comm.filter(pl.col("dim") == dim)
         if not part.height:
             continue
-        s = (part["t"] - t0).to_numpy().astype(np.int64)
-        dur = part["dur_ns"].to_numpy().astype(np.int64)
-        wait = part["wait_ns"].to_numpy().astype(np.int64)
-        nbytes = part["bytes"].fill_null(0).to_numpy().astype(np.float64)
-        factor = busbw_factors(part["op"], part["nranks"])
-        xfer = np.maximum(dur - wait, 1)
-        busbw = np.where(nbytes > 0, nbytes * factor / xfer, -1.0)  # bytes/ns == GB/s; -1: unknown
+        s = (part["s"] - t0).to_numpy().astype(np.int64)
+        e = (part["e"] - t0).to_numpy().astype(np.int64)
+        wait = np.minimum(part["wait_ns"].fill_null(0).to_numpy().astype(np.int64), e - s)
         raw[f"comm:{dim}"] = {
-            "row": rows_for(part["rank"]), "s": s, "e": s + dur,
+            "row": rows_for(part["rank"]), "rank": part["rank"].to_numpy().astype(np.int64), "s": s, "e": e,
             "name_id": _str_ids(part["name"], names),
             "op": part["op"].cast(pl.String).fill_null("").to_numpy().astype(object),
             "group": part["group"].cast(pl.String).fill_null("").str.slice(0, MAX_NAME_CHARS).to_numpy()
             .astype(object),
             "seq": part["seq"].fill_null(-1).to_numpy().astype(np.int64),
-            "bytes": nbytes, "busbw": busbw.astype(np.float32), "wait_ns": wait.astype(np.float64),
+            # -1 marks "not applicable" (Bokeh prints NaN before any formatter sees it)
+            "bytes": part["bytes"].fill_null(-1).to_numpy().astype(np.float64),
+            "busbw": part["busbw_gbps"].fill_null(-1.0).to_numpy().astype(np.float32),
+            "wait_ns": wait.astype(np.float64),
+            "waited_on": part["waited_on"].fill_null(-1).to_numpy().astype(np.int64),
+            "root": part["root_rank"].fill_null(-1).to_numpy().astype(np.int64),
         }
         has_wait = wait > 0
         if has_wait.any():
-            st = raw.setdefault("stall", {"row": np.zeros(0, np.int64), "s": np.zeros(0, np.int64),
-                                          "e": np.zeros(0, np.int64)})
+            st = raw.setdefault("stall", {"row": np.zeros(0, np.int64), "rank": np.zeros(0, np.int64),
+                                          "s": np.zeros(0, np.int64), "e": np.zeros(0, np.int64)})
             st["row"] = np.concatenate([st["row"], raw[f"comm:{dim}"]["row"][has_wait]])
+            st["rank"] = np.concatenate([st["rank"], raw[f"comm:{dim}"]["rank"][has_wait]])
             st["s"] = np.concatenate([st["s"], s[has_wait]])
             st["e"] = np.concatenate([st["e"], s[has_wait] + wait[has_wait]])
     layers = [k for k in ["compute", *(f"comm:{d}" for d in DIM_ORDER), "stall"] if k in raw]
@@ -470,8 +329,8 @@ def timeline_data(tables: Tables, *, width_px: int = 1400, max_glyphs: int = 60_
     if merged_full:
         notes.append(f"At full view, {merged_full:,} intervals shorter than a pixel are merged into busy "
                      f"bars (their shading shows how busy); zoom in for detail.")
-
-    steps = _step_marks(events, layout["offset"], t0)
+    steps = [{"step": int(s), "x0": (a - t0) / 1e6, "x1": (b - t0) / 1e6}
+             for s, a, b in step_times.select("step", "start_ns", "end_ns").iter_rows()]
     overview = _overview(raw, layers, span_ns, len(layout["order"]), overview_bins)
     name_list = [""] * len(names)
     for v, i in names.items():
@@ -525,6 +384,8 @@ def _level(raw: dict[str, dict[str, np.ndarray]], layers: list[str], min_ns: flo
             d["bytes"] = np.concatenate([cols["bytes"][keep], np.full(nm, -1.0)])
             d["busbw"] = np.concatenate([cols["busbw"][keep], np.full(nm, -1.0, np.float32)])
             d["wait_ns"] = np.concatenate([cols["wait_ns"][keep], np.full(nm, -1.0)])
+            d["waited_on"] = np.concatenate([cols["waited_on"][keep], np.full(nm, -1, np.int64)])
+            d["root"] = np.concatenate([cols["root"][keep], np.full(nm, -1, np.int64)])
         out[layer] = d
     return out, merged, glyphs
 
@@ -540,22 +401,6 @@ def _max_per_window(level: Mapping[str, Mapping[str, Any]], window_ms: float) ->
         return int(counts.sum())
     c = np.cumsum(np.concatenate([[0], counts]))
     return int((c[3:] - c[:-3]).max())
-
-
-def _step_marks(events: pl.DataFrame, offset: Mapping[int, int], t0: int) -> list[dict[str, Any]]:
-    """Step boundaries: the earliest aligned start of each step across ranks."""
-    ev = events.filter(pl.col("step").is_not_null())
-    if not ev.height:
-        return []
-    off = pl.DataFrame({"rank": list(offset), "_off": list(offset.values())},
-                       schema={"rank": pl.Int32, "_off": pl.Int64})
-    ev = ev.with_columns(pl.col("rank").cast(pl.Int32)).join(off, on="rank", how="left")
-    g = ev.group_by("step").agg(
-        (pl.col("ts_ns") + pl.col("_off").fill_null(0)).min().alias("start"),
-        (pl.col("ts_ns") + pl.col("dur_ns") + pl.col("_off").fill_null(0)).max().alias("end"),
-    ).sort("step")
-    return [{"step": int(s), "x0": (a - t0) / 1e6, "x1": (b - t0) / 1e6}
-            for s, a, b in zip(g["step"].to_list(), g["start"].to_list(), g["end"].to_list(), strict=False)]
 
 
 def coverage(s: np.ndarray, e: np.ndarray, span_ns: float, bins: int) -> np.ndarray:
@@ -579,16 +424,50 @@ def coverage(s: np.ndarray, e: np.ndarray, span_ns: float, bins: int) -> np.ndar
     return out[:bins]
 
 
+def _union_rows(row: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals merged where they overlap within a row (so a rank counts once per moment)."""
+    if s.size == 0:
+        return row, s, e
+    order = np.lexsort((s, row))
+    row, s, e = row[order], s[order], e[order]
+    span = int(max(e.max() - s.min(), 1)) + 1
+    shift = (row - row.min()) * (2 * span)
+    run_end = np.maximum.accumulate(e + shift) - shift
+    new = np.ones(s.size, bool)
+    new[1:] = (row[1:] != row[:-1]) | (s[1:] > run_end[:-1])
+    idx = np.flatnonzero(new)
+    return row[idx], s[idx], np.maximum.reduceat(e, idx)
+
+
+def coverage_rows(row: np.ndarray, s: np.ndarray, e: np.ndarray, nrows: int, span_ns: float, bins: int
+                  ) -> np.ndarray:
+    """Per row and time bin, the fraction of the bin its (merged) intervals cover, in [0, 1]."""
+    out = np.zeros((nrows, bins), dtype=np.float64)
+    row, s, e = _union_rows(np.asarray(row, np.int64), np.asarray(s, np.float64), np.asarray(e, np.float64))
+    for r in np.unique(row):
+        sel = row == r
+        out[r] = coverage(s[sel], e[sel], span_ns, bins)
+    return np.clip(out, 0.0, 1.0)
+
+
 def _overview(raw: dict[str, dict[str, np.ndarray]], layers: list[str], span_ns: float, nrows: int,
               bins: int) -> dict[str, Any]:
-    """Ranks busy per time bin: compute, and communication per dim (for the range selector)."""
+    """Ranks busy per time bin, for the range selector: how many ranks communicate, per dim
+    (stacked; a rank that runs two dims at once counts once, split between them) and how many
+    compute (a line). Neither can exceed the number of ranks."""
     x = (np.arange(bins) + 0.5) * span_ns / bins / 1e6
-    out: dict[str, Any] = {"x": x, "series": {}}
-    for layer in layers:
-        cols = raw[layer]
-        out["series"][layer] = coverage(cols["s"], cols["e"], span_ns, bins).astype(np.float32)
-    out["nrows"] = nrows
-    return out
+    comm_layers = [lay for lay in layers if lay.startswith("comm:")]
+    cov = {lay: coverage_rows(raw[lay]["row"], raw[lay]["s"], raw[lay]["e"], nrows, span_ns, bins)
+           for lay in comm_layers}
+    if cov:
+        total = np.sum(list(cov.values()), axis=0)
+        scale = np.where(total > 1.0, 1.0 / np.maximum(total, 1e-12), 1.0)
+        cov = {lay: c * scale for lay, c in cov.items()}
+    series = {lay: c.sum(axis=0).astype(np.float32) for lay, c in cov.items()}
+    if "compute" in raw:
+        series["compute"] = coverage_rows(raw["compute"]["row"], raw["compute"]["s"], raw["compute"]["e"], nrows,
+                                          span_ns, bins).sum(axis=0).astype(np.float32)
+    return {"x": x, "series": series, "nrows": nrows}
 
 
 def level_for(level_ms_per_px: Sequence[float], visible_ms: float, width_px: int) -> int:
@@ -601,103 +480,84 @@ def level_for(level_ms_per_px: Sequence[float], visible_ms: float, width_px: int
     return max(len(level_ms_per_px) - 1, 0)
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # Overlap, EP, links, replay, hang
 
 
-def overlap_data(analysis: Mapping[str, Any] | None, rank_order: Sequence[int] | None = None
-                 ) -> dict[str, Any] | None:
-    """Hidden vs exposed communication per rank and dim, in ms per step (mean over steps)."""
-    rows = (analysis or {}).get("per_rank_step") or []
-    if not rows:
+def overlap_data(analysis: Any, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
+    """Hidden vs exposed communication per rank and dim, in ms per step window (mean over the
+    rank's steps), from the analysis' per rank and step breakdown."""
+    wide = _df(analysis.per_rank_step)
+    if wide.height == 0:
         return None
-    acc: dict[int, dict[str, list[float]]] = {}
-    steps: dict[int, set] = {}
-    compute: dict[int, float] = {}
-    for r in rows:
-        rank = int(r["rank"])
-        steps.setdefault(rank, set()).add(r.get("step"))
-        compute[rank] = compute.get(rank, 0.0) + float(r.get("compute_ns") or 0)
-        comm = r.get("comm_ns") or {}
-        exposed = r.get("exposed_ns") or {}
-        for dim, c in comm.items():
-            d = norm_dim(dim)
-            ex = float(exposed.get(dim) or 0)
-            slot = acc.setdefault(rank, {}).setdefault(d, [0.0, 0.0])
-            slot[0] += max(float(c or 0) - ex, 0.0)
-            slot[1] += ex
-    ranks = [r for r in (rank_order or sorted(acc)) if r in acc or r in compute]
-    if not ranks:
-        return None
-    dims = [d for d in DIM_ORDER if any(d in acc.get(r, {}) for r in ranks)]
+    long = _df(analysis.per_rank_step_dim).with_columns(
+        pl.col("dim").map_elements(norm_dim, return_dtype=pl.String))
+    n_steps = wide.group_by("rank").agg(pl.len().alias("n"))
+    per = (long.group_by("rank", "dim").agg(pl.col("comm_ns").sum(), pl.col("exposed_ns").sum())
+           .join(n_steps, on="rank"))
+    compute = wide.group_by("rank").agg((pl.col("compute_ns").sum() / pl.len()).alias("c"))
+    ranks = [r for r in (rank_order or sorted(wide["rank"].unique().to_list()))
+             if r in set(wide["rank"].to_list())]
+    dims = [d for d in DIM_ORDER if d in set(per["dim"].to_list())]
     cols: dict[str, Any] = {"rank": [f"r{r}" for r in ranks]}
     for d in dims:
-        for j, part in enumerate(("hidden", "exposed")):
-            cols[f"{d}_{part}"] = np.array(
-                [acc.get(r, {}).get(d, [0.0, 0.0])[j] / 1e6 / max(len(steps.get(r, ())), 1) for r in ranks])
-    cols["compute"] = np.array([compute.get(r, 0.0) / 1e6 / max(len(steps.get(r, ())), 1) for r in ranks])
+        part = {r: (c, x, n) for r, c, x, n in per.filter(pl.col("dim") == d)
+                .select("rank", "comm_ns", "exposed_ns", "n").iter_rows()}
+        cols[f"{d}_hidden"] = np.array([(part[r][0] - part[r][1]) / part[r][2] / 1e6 if r in part else 0.0
+                                        for r in ranks])
+        cols[f"{d}_exposed"] = np.array([part[r][1] / part[r][2] / 1e6 if r in part else 0.0 for r in ranks])
+    comp = dict(compute.iter_rows())
+    cols["compute"] = np.array([comp.get(r, 0.0) / 1e6 for r in ranks])
     totals = {d: (float(np.sum(cols[f"{d}_hidden"])), float(np.sum(cols[f"{d}_exposed"]))) for d in dims}
     return {"ranks": ranks, "dims": dims, "columns": cols, "totals_ms": totals}
 
 
-def ep_data(tables: Tables, *, max_ranks: int = 256) -> dict[str, Any] | None:
-    """The EP traffic matrix (bytes src -> dst, summed over all-to-all calls) and per-rank load."""
-    t = tables_of(tables, ["collectives", "groups"])
-    c = _frame(t["collectives"], ["rank", "group", "op", "dim", "in_bytes", "in_splits", "nranks"]).filter(
-        (pl.col("op") == "all_to_all") & (pl.col("dim").is_null() | (pl.col("dim") == "EP")))
-    if not c.height:
+def ep_data(analysis: Any, *, max_ranks: int = 256) -> dict[str, Any] | None:
+    """The EP traffic matrix among the ranks present (the analysis' `ep_traffic`), the bytes each
+    receives, the per-group figures (`ep_groups`) and the notes that qualify them."""
+    traffic = _df(analysis.ep_traffic)
+    groups = _df(analysis.ep_groups)
+    if groups.height == 0:
         return None
-    g = _frame(t["groups"], ["group", "ranks"])
-    members = {str(k): [int(x) for x in v]
-               for k, v in zip(g["group"].to_list(), g["ranks"].to_list(), strict=True) if v}
-    pairs: dict[tuple[int, int], float] = {}
-    calls = 0
-    for rank, group, in_bytes, splits in zip(c["rank"].to_list(), c["group"].to_list(), c["in_bytes"].to_list(),
-                                             c["in_splits"].to_list(), strict=False):
-        peers = members.get(str(group))
-        if not peers:
-            continue
-        if splits is not None and len(splits) == len(peers):
-            parts = [float(x or 0) for x in splits]
-        elif in_bytes:
-            parts = [float(in_bytes) / len(peers)] * len(peers)
-        else:
-            continue
-        calls += 1
-        for dst, b in zip(peers, parts, strict=False):
-            pairs[(int(rank), dst)] = pairs.get((int(rank), dst), 0.0) + b
-    if not pairs:
-        return None
-    ranks = sorted({a for a, _ in pairs} | {b for _, b in pairs})
+    notes = [f.text for f in analysis.findings
+             if f.kind in ("assumed_splits", "partial_run") and f.group is not None]
+    hot = sorted({int(r) for rs in groups["hot_ranks"].to_list() for r in (rs or [])})
+    if traffic.height == 0:
+        return {"labels": [], "matrix": np.zeros((0, 0)), "recv": np.zeros(0), "sent": np.zeros(0), "unit": "B",
+                "scale": 1.0, "groups": groups.to_dicts(), "hot": hot, "notes": notes, "block": 1,
+                "assumed": bool(groups["splits_assumed"].max() or 0)}
+    ranks = sorted(set(traffic["src"].to_list()) | set(traffic["dst"].to_list()))
     n = len(ranks)
     block = int(np.ceil(n / max_ranks))
     idx = {r: i // block for i, r in enumerate(ranks)}
     m = int(np.ceil(n / block))
     mat = np.zeros((m, m), dtype=np.float64)
-    for (a, b), v in pairs.items():
+    assumed = np.zeros((m, m), dtype=bool)
+    for a, b, v, guess in traffic.select("src", "dst", "bytes", "assumed").iter_rows():
         mat[idx[a], idx[b]] += v
+        assumed[idx[a], idx[b]] |= bool(guess)
     labels = [f"r{ranks[i * block]}" if block == 1 else f"r{ranks[i * block]}-{ranks[min((i + 1) * block, n) - 1]}"
               for i in range(m)]
-    recv = mat.sum(axis=0)
-    sent = mat.sum(axis=1)
-    hot = int(np.argmax(recv))
-    return {"labels": labels, "matrix_bytes": mat, "recv_bytes": recv, "sent_bytes": sent,
-            "hot": labels[hot], "hot_share": float(recv[hot] / recv.sum()) if recv.sum() else 0.0,
-            "imbalance": float(recv.max() / recv.mean()) if recv.mean() else 0.0,
-            "calls": calls, "block": block}
+    unit, scale = bytes_unit(float(mat.max()) if mat.size else 0.0)
+    recv, sent = mat.sum(axis=0), mat.sum(axis=1)
+    runit, rscale = bytes_unit(float(recv.max()) if recv.size else 0.0)
+    return {"labels": labels, "matrix": mat / scale, "assumed": bool(assumed.any()), "unit": unit, "scale": scale,
+            "recv": recv / rscale, "sent": sent / rscale, "recv_unit": runit, "groups": groups.to_dicts(),
+            "hot": [f"r{r}" for r in hot], "notes": notes, "block": block}
 
 
-def link_data(tables: Tables, *, max_links: int = 48, max_bins: int = 400, top_n: int = 6,
-              t0_ns: int | None = None) -> dict[str, Any] | None:
-    """Link utilisation grids (links x time bins, max utilisation per bin) per origin, all on one
-    link order, plus the top links as lines."""
-    t = tables_of(tables, ["link_samples", "topology_links"])
-    ls = _frame(t["link_samples"], ["link", "ts_ns", "interval_ns", "tx_bytes", "rx_bytes", "tx_util", "rx_util",
-                                    "origin"])
-    if not ls.height:
+def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order: Sequence[str] = (),
+              max_links: int = 32, max_bins: int = 400, t0_ns: int | None = None) -> dict[str, Any] | None:
+    """Link utilisation grids per origin (telemetry first, then the replayed topologies in the
+    order they were given, `order`), each over its own busiest links, and the busiest link of
+    each origin as a line."""
+    ls = _df(link_samples)
+    if ls.height == 0:
         return None
-    tl = _frame(t["topology_links"], ["link", "gbps"])
-    if tl.height:
+    if topology_links is not None and topology_links.num_rows:
+        tl = _df(topology_links).select("link", "gbps").unique("link", keep="first")
         ls = ls.join(tl, on="link", how="left")
     else:
         ls = ls.with_columns(pl.lit(None, dtype=pl.Float64).alias("gbps"))
@@ -705,136 +565,102 @@ def link_data(tables: Tables, *, max_links: int = 48, max_bins: int = 400, top_n
     from_bytes = pl.max_horizontal(pl.col("tx_bytes"), pl.col("rx_bytes")) * 8 / secs / (pl.col("gbps") * 1e9)
     ls = ls.with_columns(
         pl.coalesce(pl.max_horizontal(pl.col("tx_util"), pl.col("rx_util")), from_bytes).alias("util"),
-        pl.col("origin").fill_null("telemetry"),
-        pl.col("interval_ns").fill_null(0),
+        pl.col("origin").fill_null("telemetry"), pl.col("interval_ns").fill_null(0),
     ).filter(pl.col("util").is_not_null() & pl.col("ts_ns").is_not_null())
-    if not ls.height:
+    if ls.height == 0:
         return None
-    rank = ls.group_by("link").agg(pl.col("util").max().alias("peak"), pl.col("util").mean().alias("mean")) \
-        .sort(["peak", "mean", "link"], descending=[True, True, False])
-    n_links = rank.height
-    links = rank["link"].to_list()[:max_links]
-    notes = []
-    if n_links > max_links:
-        notes.append(f"Showing the {max_links} busiest of {n_links} links.")
-    origins = sorted(ls["origin"].unique().to_list(), key=lambda o: (o != "telemetry", o))
-    grids: dict[str, dict[str, Any]] = {}
-    lines: dict[str, dict[str, Any]] = {}
-    li = {name: i for i, name in enumerate(links)}
+    wanted = [f"replay:{name}" for name in order]
+    present = ls["origin"].unique().to_list()
+    origins = ([o for o in present if o == "telemetry"] + [o for o in wanted if o in present]
+               + sorted(o for o in present if o != "telemetry" and o not in wanted))
+    panels = []
     for origin in origins:
-        part = ls.filter((pl.col("origin") == origin) & pl.col("link").is_in(links))
-        if not part.height:
-            continue
+        part = ls.filter(pl.col("origin") == origin)
+        rank = (part.group_by("link").agg(pl.col("util").max().alias("peak"), pl.col("util").mean().alias("mean"))
+                .sort(["peak", "mean", "link"], descending=[True, True, False]))
+        links = rank["link"].to_list()[:max_links]
+        part = part.filter(pl.col("link").is_in(links))
         ts0 = int(part["ts_ns"].min())
         base = t0_ns if t0_ns is not None and abs(ts0 - t0_ns) < 3_600 * 10**9 else ts0
-        ends = (part["ts_ns"] + part["interval_ns"]).max()
-        span = max(int(ends) - base, 1)
-        ts_rel = (part["ts_ns"].to_numpy() - base).astype(np.float64)
+        span = max(int((part["ts_ns"] + part["interval_ns"]).max()) - base, 1)
         nb = int(min(max_bins, max(part.group_by("link").len()["len"].max(), 1)))
-        w = span / nb
-        bi = np.clip((ts_rel / w).astype(np.int64), 0, nb - 1)
+        bi = np.clip(((part["ts_ns"].to_numpy() - base) / (span / nb)).astype(np.int64), 0, nb - 1)
+        li = {name: i for i, name in enumerate(links)}
         grid = np.full((len(links), nb), np.nan, dtype=np.float32)
-        lidx = np.array([li[x] for x in part["link"].to_list()], dtype=np.int64)
         util = part["util"].to_numpy().astype(np.float32)
-        flat = lidx * nb + bi
-        order = np.argsort(util)  # assign ascending so the max wins
-        g = grid.reshape(-1)
-        g[flat[order]] = util[order]
-        grids[origin] = {"grid": grid, "x0_ms": 0.0, "dw_ms": span / 1e6, "base_ns": base,
-                         "aligned": t0_ns is not None and base == t0_ns}
-        top = links[:top_n]
-        lines[origin] = {}
-        for name in top:
-            p = part.filter(pl.col("link") == name).sort("ts_ns")
-            if p.height:
-                lines[origin][name] = {"x": (p["ts_ns"].to_numpy() - base) / 1e6,
-                                       "util": p["util"].to_numpy().astype(np.float32)}
-    return {"links": links, "origins": list(grids), "grids": grids, "lines": lines,
-            "peak": dict(zip(rank["link"].to_list(), rank["peak"].to_list(), strict=False)),
-            "total_links": n_links, "notes": notes}
+        flat = np.array([li[x] for x in part["link"].to_list()], dtype=np.int64) * nb + bi
+        order_up = np.argsort(util)  # assign ascending so the max wins
+        grid.reshape(-1)[flat[order_up]] = util[order_up]
+        top = links[0]
+        line = part.filter(pl.col("link") == top).sort("ts_ns")
+        kind = "telemetry" if origin == "telemetry" else "replay"
+        panels.append({
+            "origin": origin, "name": origin.split(":", 1)[-1], "kind": kind, "links": links, "grid": grid,
+            "x0_ms": 0.0, "dw_ms": span / 1e6, "aligned": t0_ns is not None and base == t0_ns,
+            "total_links": rank.height, "peak": float(rank["peak"].max()),
+            "line": {"link": top, "x": (line["ts_ns"].to_numpy() - base) / 1e6,
+                     "util": line["util"].to_numpy().astype(np.float32)}})
+    notes = [f"{p['name']}: showing the {len(p['links'])} busiest of {p['total_links']} links."
+             for p in panels if p["total_links"] > len(p["links"])]
+    return {"panels": panels, "notes": notes}
 
 
-def replay_data(replay: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Step time per topology, and traced vs replayed per instance (ms)."""
-    results = (replay or {}).get("results") or []
-    if not results:
+def replay_data(replay: Any) -> dict[str, Any] | None:
+    """Per topology, in the order given: the mean step time and its change against the baseline
+    (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
+    traced vs replayed duration of every instance, the hottest links, and the replay's findings."""
+    if replay is None or not replay.results:
         return None
-    topo, traced_ms, replayed_ms, err_med, err_p90 = [], [], [], [], []
+    topo, step_ms, delta, err_med, err_p90 = [], [], [], [], []
     inst: dict[str, list] = {k: [] for k in ("topology", "traced_ms", "replayed_ms", "dim", "op", "group", "seq")}
     exposed: dict[str, dict[str, float]] = {}
     hot: list[dict[str, Any]] = []
-    for res in results:
-        name = str(res.get("topology", "?"))
-        steps = {str(k): float(v) for k, v in (res.get("step_ns") or {}).items()}
-        traced = res.get("traced_step_ns")
-        if isinstance(traced, Mapping):
-            tvals = [float(v) for v in traced.values()]
-        elif traced is None:
-            tvals = []
-        else:
-            tvals = [float(traced)]
-        topo.append(name)
-        replayed_ms.append(float(np.mean(list(steps.values()))) / 1e6 if steps else float("nan"))
-        traced_ms.append(float(np.mean(tvals)) / 1e6 if tvals else float("nan"))
-        err = res.get("replay_error") or {}
-        err = err.get("cross_validated") or err  # the figure quoted as "replay error"
-        err_med.append(err.get("median"))
-        err_p90.append(err.get("p90"))
-        exposed[name] = {norm_dim(k): float(v) / 1e6 for k, v in (res.get("exposed_ns") or {}).items()}
-        for i in res.get("instances") or []:
+    base = None
+    for res in replay.results:
+        steps = list((res.step_ns or {}).values())
+        mean = float(np.mean(steps)) if steps else float("nan")
+        base = mean if base is None else base
+        topo.append(res.topology)
+        step_ms.append(mean / 1e6)
+        delta.append((mean - base) / base if base else 0.0)
+        err = res.replay_error  # ReplayErrors: .median and .p90 are the cross-validated figures
+        err_med.append(None if err is None else err.median)
+        err_p90.append(None if err is None else err.p90)
+        exposed[res.topology] = {norm_dim(k): float(v) / 1e6 for k, v in (res.exposed_ns or {}).items()}
+        for i in res.instances or []:
             if i.get("traced_ns") is None or i.get("replayed_ns") is None:
                 continue
-            inst["topology"].append(name)
+            inst["topology"].append(res.topology)
             inst["traced_ms"].append(float(i["traced_ns"]) / 1e6)
             inst["replayed_ms"].append(float(i["replayed_ns"]) / 1e6)
             inst["dim"].append(norm_dim(i.get("dim")))
             inst["op"].append(str(i.get("op") or ""))
             inst["group"].append(str(i.get("group") or "")[:MAX_NAME_CHARS])
             inst["seq"].append(int(i["seq"]) if i.get("seq") is not None else -1)
-        for h in (res.get("hot_links") or [])[:5]:
-            hot.append({"topology": name, **{k: h.get(k) for k in ("link", "peak_util", "mean_util", "bytes")}})
-    return {"topologies": topo, "traced_step_ms": traced_ms, "replayed_step_ms": replayed_ms,
+        for h in (res.hot_links or [])[:5]:
+            hot.append({"topology": res.topology, **{k: h.get(k) for k in ("link", "peak_util", "mean_util", "bytes")}})
+    traced = list((replay.results[0].traced_step_ns or {}).values())
+    return {"topologies": topo, "step_ms": step_ms, "delta": delta,
+            "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,
             "error_median": err_med, "error_p90": err_p90, "instances": inst, "exposed_ms": exposed,
-            "hot_links": hot}
+            "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
 
 
-def hang_from_collectives(tables: Tables) -> dict[str, dict[int, int]] | None:
-    """{group: {rank: last seq}} when the collectives look like a hang dump: some call was started
-    and never completed, or the ranks of a group stopped at different seqs. ("scheduled" alone
-    is not enough: gloo Flight Recorder dumps mark finished calls that way.)"""
-    t = tables_of(tables, ["collectives"])
-    c = _frame(t["collectives"], ["rank", "group", "seq", "state"]).filter(
-        pl.col("seq").is_not_null() & pl.col("group").is_not_null())
-    if not c.height:
-        return None
-    g = c.group_by(["group", "rank"]).agg(pl.col("seq").max())
-    uneven = g.group_by("group").agg((pl.col("seq").max() != pl.col("seq").min()).alias("u"))["u"].any()
-    if not uneven and not c.filter(pl.col("state") == "started").height:
-        return None
-    out: dict[str, dict[int, int]] = {}
-    for group, rank, seq in zip(g["group"].to_list(), g["rank"].to_list(), g["seq"].to_list(), strict=True):
-        out.setdefault(str(group), {})[int(rank)] = int(seq)
-    return out
-
-
-def hang_data(hang: Mapping[str, Mapping[Any, Any]] | None) -> dict[str, Any] | None:
-    """Per group: ranks, last seq per rank, how far each lags the furthest, and the laggards."""
-    if not hang:
+def hang_data(hang: Any) -> dict[str, Any] | None:
+    """Per group of a `tracekit.hang.HangResult`: its verdict and status, each rank's last seq, and
+    which ranks the verdict names (the same code and words as `tracekit hang`)."""
+    if hang is None or not hang.groups:
         return None
     groups = []
-    for group, per_rank in sorted(hang.items(), key=lambda kv: str(kv[0])):
-        ranks = sorted(int(r) for r in per_rank)
-        if not ranks:
-            continue
-        seqs = [int(per_rank[r] if r in per_rank else per_rank[str(r)]) for r in ranks]
-        top = max(seqs)
-        lag = [top - s for s in seqs]
-        behind = [r for r, x in zip(ranks, lag, strict=False) if x > 0]
-        groups.append({"group": str(group), "ranks": ranks, "last_seq": seqs, "lag": lag, "max_seq": top,
-                       "behind": behind})
-    if not groups:
-        return None
-    return {"groups": groups, "max_lag": max(max(g["lag"]) for g in groups)}
+    for g in hang.groups:
+        ranks = sorted(g.last_seq)
+        top = max(g.last_seq.values()) if g.last_seq else None
+        groups.append({"group": g.group, "desc": g.desc, "status": g.status, "verdict": g.verdict,
+                       "ranks": ranks, "last_seq": [g.last_seq[r] for r in ranks], "max_seq": top,
+                       "suspects": list(g.suspects), "missing": list(g.missing_ranks),
+                       "no_dump": fmt_ranks(g.no_dump_ranks, limit=8)})
+    return {"groups": groups, "findings": list(hang.findings), "hung": hang.hung, "source": hang.source,
+            "suspects": list(hang.suspects)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ came from a trace reaches the page either as a Bokeh data field (escaped by Boke
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from bokeh.models.layouts import LayoutDOM
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
+from tracekit._text import fmt_bytes, fmt_pct
 from tracekit.viz import data as D
 from tracekit.viz._bokeh import esc as _esc
 from tracekit.viz._bokeh import html_div, lookup, note_div, style
@@ -93,18 +94,29 @@ def overlap_figure(ov: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
 # EP
 
 
-def ep_figures(ep: Mapping[str, Any], analysis_ep: Sequence[Mapping[str, Any]] | None = None, *,
-               width: int = 1400) -> LayoutDOM:
-    """The EP traffic matrix (src x dst, MB) and the bytes each rank receives."""
+def ep_figures(ep: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
+    """The per-group EP figures of the analysis (a table), the traffic matrix among the ranks
+    present and the bytes each receives, in the unit that fits the data."""
+    groups = sorted(ep["groups"], key=lambda g: (g["imbalance"] is None, -(g["imbalance"] or 0), str(g["group"])))
+    rows = "".join(_ep_row(g) for g in groups[:12])
+    head = ("<h3>EP groups, most imbalanced first</h3><table><tr><th>group</th><th>ranks</th><th>splits</th>"
+            "<th>hot rank</th><th>hot share</th><th>imbalance (max/mean)</th><th>inter-host bytes</th></tr>"
+            + rows + "</table><p class='muted small'>A rank is hot when it receives at least 1.25x the mean in "
+            "some all-to-all; imbalance is the largest max/mean over the group's all-to-alls (as tracekit "
+            "analyze prints it).</p>")
     labels = ep["labels"]
     n = len(labels)
-    mat = np.asarray(ep["matrix_bytes"]) / 1e6
+    if n == 0:
+        return html_div(head, width=width)
+    unit = ep["unit"]
+    mat = np.asarray(ep["matrix"])
     src_i, dst_i = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
     side = int(min(640, max(400, 16 * n + 120)))
     mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=float(mat.max()) or 1.0)
-    m = figure(width=side + 90, height=side, x_range=FactorRange(*labels), y_range=FactorRange(*labels[::-1]),
-               title="EP traffic: MB sent, source to destination", x_axis_label="destination rank",
-               y_axis_label="source rank", tools="box_zoom,reset,save", toolbar_location="right")
+    what = "assumed even (split sizes not in the trace)" if ep["assumed"] else "from the traced split sizes"
+    m = figure(width=side + 110, height=side, x_range=FactorRange(*labels), y_range=FactorRange(*labels[::-1]),
+               title=f"EP traffic ({unit}), source to destination", x_axis_label="destination rank",
+               y_axis_label="source rank", tools="box_zoom,reset,save", toolbar_location="below")
     style(m)
     m.grid.grid_line_color = None
     m.xaxis.major_label_orientation = 1.0
@@ -112,115 +124,117 @@ def ep_figures(ep: Mapping[str, Any], analysis_ep: Sequence[Mapping[str, Any]] |
         m.xaxis.major_label_text_font_size = "0pt"
         m.yaxis.major_label_text_font_size = "0pt"
     cells = ColumnDataSource({"src": [labels[i] for i in src_i.ravel()], "dst": [labels[j] for j in dst_i.ravel()],
-                              "mb": mat.ravel()})
+                              "v": mat.ravel()})
     m.rect(x="dst", y="src", width=1, height=1, source=cells, line_color=None,
-           fill_color={"field": "mb", "transform": mapper})
-    m.add_tools(HoverTool(tooltips=[("from", "@src"), ("to", "@dst"), ("MB", "@mb{0,0.00}")]))
-    m.add_layout(ColorBar(color_mapper=mapper, ticker=BasicTicker(), title="MB", width=10,
-                          label_standoff=6), "right")
-
-    recv = np.asarray(ep["recv_bytes"]) / 1e6
-    hot = ep["hot"]
-    hot_set = {hot} | {f"r{g.get('hot_rank')}" for g in (analysis_ep or []) if g.get("hot_rank") is not None}
-    colors = [D.DIM_COLORS["TP"] if lab in hot_set else D.DIM_COLORS["EP"] for lab in labels]
-    b = figure(width=max(width - side - 120, 420), height=side, x_range=FactorRange(*labels),
-               title=f"Bytes received per rank (vermillion: hot ranks). Hottest: {hot}, "
-                     f"{ep['imbalance']:.2f}x the mean",
-               x_axis_label="rank", y_axis_label="MB received", tools="box_zoom,reset,save",
-               toolbar_location="right")
+           fill_color={"field": "v", "transform": mapper})
+    m.add_tools(HoverTool(tooltips=[("from", "@src"), ("to", "@dst"), (unit, "@v{0,0.00}")]))
+    m.add_layout(ColorBar(color_mapper=mapper, ticker=BasicTicker(), title=unit, width=10, label_standoff=6),
+                 "right")
+    recv = np.asarray(ep["recv"])
+    runit = ep["recv_unit"]
+    hot = set(ep["hot"])
+    colors = [D.DIM_COLORS["TP"] if lab in hot else D.DIM_COLORS["EP"] for lab in labels]
+    b = figure(width=max(width - side - 140, 420), height=side, x_range=FactorRange(*labels),
+               title="Bytes received per rank" + (" (vermillion: hot ranks)" if hot else ""),
+               x_axis_label="rank", y_axis_label=f"{runit} received", tools="box_zoom,reset,save",
+               toolbar_location="below")
     style(b)
     b.xgrid.grid_line_color = None
     b.xaxis.major_label_orientation = 1.0
     if n > 40:
         b.xaxis.major_label_text_font_size = "0pt"
-    src = ColumnDataSource({"rank": labels, "mb": recv, "sent": np.asarray(ep["sent_bytes"]) / 1e6, "color": colors})
-    b.vbar(x="rank", top="mb", width=0.8, source=src, fill_color="color", line_color=None)
+    src = ColumnDataSource({"rank": labels, "v": recv, "sent": np.asarray(ep["sent"]), "color": colors})
+    b.vbar(x="rank", top="v", width=0.8, source=src, fill_color="color", line_color=None)
     b.add_layout(Span(location=float(recv.mean()), dimension="width", line_color="#333333", line_dash="dashed"))
-    b.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("received", "@mb{0,0.00} MB"),
-                                    ("sent", "@sent{0,0.00} MB")]))
+    b.add_tools(HoverTool(tooltips=[("rank", "@rank"), ("received", f"@v{{0,0.00}} {runit}"),
+                                    ("sent", f"@sent{{0,0.00}} {runit}")]))
     b.y_range.start = 0
-    head = (f"<p>{ep['calls']:,} all-to-all calls. The dashed line is the mean load; the hottest rank is "
-            f"<b>{_esc(hot)}</b>, receiving {ep['imbalance']:.2f}x the mean ({100 * ep['hot_share']:.1f}% of all "
-            f"all-to-all bytes).</p>")
+    head += f"<p>Traffic among the ranks present, summed over the all-to-alls, {_esc(what)}. The dashed line is the " \
+            "mean received.</p>"
     if ep.get("block", 1) > 1:
         head += f"<p class='muted'>Ranks are grouped in blocks of {ep['block']} to keep the matrix readable.</p>"
-    if analysis_ep:
-        rows = "".join(
-            f"<tr><td>{_esc(g.get('group'))}</td><td class='num'>{len(g.get('ranks') or [])}</td>"
-            f"<td>r{_esc(g.get('hot_rank'))}</td><td class='num'>{100 * float(g.get('hot_share') or 0):.1f}%</td>"
-            f"<td class='num'>{float(g.get('imbalance') or 0):.2f}x</td>"
-            f"<td class='num'>{100 * float(g.get('inter_host_share') or 0):.0f}%</td></tr>"
-            for g in sorted(analysis_ep, key=lambda g: -float(g.get("imbalance") or 0))[:12])
-        head += ("<h3>EP groups, most imbalanced first</h3><table><tr><th>group</th><th>ranks</th><th>hot rank</th>"
-                 "<th>hot share</th><th>imbalance (max/mean)</th><th>inter-host bytes</th></tr>" + rows + "</table>")
     return column(html_div(head, width=width), row(m, b))
+
+
+def _ep_row(g: Mapping[str, Any]) -> str:
+    ranks = str(g["members"]) if g["complete"] else f"{g['present']} of {g['members']}"
+    hot = "-" if g["hot_rank"] is None else f"r{g['hot_rank']}"
+    imb = "-" if g["imbalance"] is None else f"{g['imbalance']:.2f}x"
+    cells = [(g["group"], False), (ranks, True), (_splits(g["splits_assumed"]), False), (hot, False),
+             (fmt_pct(g["hot_share"]), True), (imb, True), (fmt_pct(g["inter_host_share"]), True)]
+    return "<tr>" + "".join(f"<td class='num'>{_esc(v)}</td>" if num else f"<td>{_esc(v)}</td>"
+                            for v, num in cells) + "</tr>"
+
+
+def _splits(share: float) -> str:
+    return "assumed" if share >= 1 else ("measured" if share <= 0 else f"{100 * share:.0f}% assumed")
 
 
 # ---------------------------------------------------------------------------------------------
 # Links
 
 
-def link_figures(ld: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
-    """Link utilisation heatmaps (telemetry and replay side by side, one colour scale) and the
-    busiest links as lines."""
-    links = ld["links"]
-    nl = len(links)
-    origins = ld["origins"]
-    mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0, nan_color="#ffffff")
-    px = _rows_px(nl, big=16, total=700)
-    each = int((width - 120) / max(len(origins), 1))
-    y_range = Range1d(-0.5, nl - 0.5)  # busiest link at the top: row j is drawn at y = nl - 1 - j
-    overrides = {nl - 1 - j: name for j, name in enumerate(links)}
-    figs = []
-    link_fmt = lookup(links[::-1])
-    # heatmaps on the run's clock share one x range (pan one, the others follow)
-    aligned = [ld["grids"][o] for o in origins if ld["grids"][o].get("aligned")]
-    shared = Range1d(min(g["x0_ms"] for g in aligned), max(g["x0_ms"] + g["dw_ms"] for g in aligned)) \
-        if len(aligned) > 1 else None
-    for i, origin in enumerate(origins):
-        g = ld["grids"][origin]
-        kind = "telemetry" if origin == "telemetry" else f"replay on {origin.split(':', 1)[-1]}"
-        f = figure(width=each + (190 if i == 0 else 0), height=max(260, int(nl * px) + 90), y_range=y_range,
-                   x_range=shared if shared is not None and g.get("aligned") else Range1d(
-                       g["x0_ms"], g["x0_ms"] + g["dw_ms"]), title=f"Link utilisation: {kind}",
-                   x_axis_label="time (ms)" + (" since run start" if g.get("aligned") else ""),
-                   tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="right")
-        style(f)
-        f.grid.grid_line_color = None
-        f.image(image=[np.asarray(g["grid"])[::-1]], x=g["x0_ms"], y=-0.5, dw=g["dw_ms"], dh=nl,
-                color_mapper=mapper)
-        f.yaxis.ticker = FixedTicker(ticks=list(range(nl)))
-        f.yaxis.major_label_overrides = overrides
-        f.yaxis.major_label_text_font_size = "8pt" if px >= 8 else "0pt"
-        if i:
-            f.yaxis.visible = False
-        f.add_tools(HoverTool(tooltips=[("link", "$y{link}"), ("time", "$x{0,0.000} ms"),
-                                        ("utilisation", "@image{0.0%}")], formatters={"$y": link_fmt}))
-        figs.append(f)
-    figs[-1].add_layout(ColorBar(color_mapper=mapper, title="utilisation", width=10,
-                                 formatter=NumeralTickFormatter(format="0%")), "right")
+PCT = "0.[00]%"
 
-    lines = figure(width=width, height=300, title="Busiest links over time (solid: telemetry, dashed: replay)",
+
+def link_figures(ld: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
+    """One utilisation heatmap per origin, stacked in the order given (telemetry first, then the
+    replayed topologies as passed to --topology), each titled in full and labelled with its own
+    busiest links, on one colour scale; then the busiest link of each origin as a line."""
+    panels = ld["panels"]
+    top = max(max(p["peak"] for p in panels), 1e-6)
+    high = 1.0 if top > 0.5 else top
+    mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=high, nan_color="#e8e8e8")
+    aligned = [p for p in panels if p["aligned"]]
+    shared = Range1d(0.0, max(p["x0_ms"] + p["dw_ms"] for p in aligned)) if len(aligned) > 1 else None
+    figs: list[Any] = []
+    for p in panels:
+        nl = len(p["links"])
+        px = _rows_px(nl, big=16, total=420)
+        kind = "telemetry" if p["kind"] == "telemetry" else f"replay on {p['name']}"
+        f = figure(width=width - 110, height=max(200, int(nl * px) + 90), y_range=Range1d(-0.5, nl - 0.5),
+                   x_range=shared if shared is not None and p["aligned"] else Range1d(p["x0_ms"],
+                                                                                       p["x0_ms"] + p["dw_ms"]),
+                   title=f"Link utilisation, {kind}",
+                   x_axis_label="time (ms)" + (" since run start" if p["aligned"] else ""),
+                   tools="xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location="right")
+        style(f, title_size="11pt")
+        f.grid.grid_line_color = None
+        grid = np.asarray(p["grid"])
+        if p["kind"] != "telemetry":
+            grid = np.nan_to_num(grid, nan=0.0)  # a replayed link with no sample carried nothing
+        f.image(image=[grid[::-1]], x=p["x0_ms"], y=-0.5, dw=p["dw_ms"], dh=nl, color_mapper=mapper)
+        f.yaxis.ticker = FixedTicker(ticks=list(range(nl)))
+        f.yaxis.major_label_overrides = {nl - 1 - j: name for j, name in enumerate(p["links"])}
+        f.yaxis.major_label_text_font_size = "8pt" if px >= 8 else "0pt"
+        f.add_tools(HoverTool(tooltips=[("link", "$y{link}"), ("time", "$x{0,0.000} ms"),
+                                        ("utilisation", "@image{0.[00]%}")],
+                              formatters={"$y": lookup(p["links"][::-1])}))
+        f.add_layout(ColorBar(color_mapper=mapper, title="utilisation", width=10,
+                              formatter=NumeralTickFormatter(format=PCT)), "right")
+        figs.append(f)
+    lines = figure(width=width - 110, height=300, title="The busiest link of each source over time",
                    x_axis_label="time (ms)", y_axis_label="utilisation", tools="xpan,xwheel_zoom,box_zoom,reset,save")
     style(lines)
-    lines.yaxis.formatter = NumeralTickFormatter(format="0%")
+    lines.yaxis.formatter = NumeralTickFormatter(format=PCT)
     lines.y_range.start = 0
     items = []
-    color_of: dict[str, str] = {}
-    for origin in origins:
-        for name, series in ld["lines"].get(origin, {}).items():
-            color = color_of.setdefault(name, LINE_COLORS[len(color_of) % len(LINE_COLORS)])
-            src = ColumnDataSource({"x": series["x"], "util": series["util"], "link": [name] * len(series["x"]),
-                                    "origin": [origin] * len(series["x"])})
-            r = lines.line(x="x", y="util", source=src, color=color, line_width=1.6,
-                           line_dash="solid" if origin == "telemetry" else "dashed")
-            items.append(LegendItem(label=f"{name} ({origin})"[:70], renderers=[r]))
+    for i, p in enumerate(panels):
+        line = p["line"]
+        src = ColumnDataSource({"x": line["x"], "util": line["util"], "link": [line["link"]] * len(line["x"]),
+                                "origin": [p["name"]] * len(line["x"])})
+        r = lines.line(x="x", y="util", source=src, color=LINE_COLORS[i % len(LINE_COLORS)], line_width=1.8,
+                       line_dash="solid" if p["kind"] == "telemetry" else DASHES[(i // len(LINE_COLORS)) % 3])
+        items.append(LegendItem(label=f"{p['name']}: {line['link']}"[:90], renderers=[r]))
     lines.add_tools(HoverTool(tooltips=[("link", "@link"), ("source", "@origin"), ("time", "@x{0,0.000} ms"),
-                                        ("utilisation", "@util{0.0%}")]))
+                                        ("utilisation", "@util{0.[00]%}")]))
     lines.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="8pt", border_line_color=None),
-                     "right")
-    parts = [x for x in (note_div(ld.get("notes") or [], width=width), row(*figs), lines) if x is not None]
+                     "below")
+    parts = [x for x in (note_div(ld.get("notes") or [], width=width), *figs, lines) if x is not None]
     return column(*parts)
+
+
+DASHES = ("dashed", "dotted", "dashdot")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,30 +242,46 @@ def link_figures(ld: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
 
 
 def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
-    """Step time per topology, traced vs replayed per instance, and exposed comm per topology."""
+    """Step time per topology (in the order given, against the baseline, as `tracekit replay`
+    prints it), exposed communication per topology, and traced vs replayed per instance."""
     topo = rd["topologies"]
-    traced = [x for x in rd["traced_step_ms"] if x == x]
-    cats = (["traced"] if traced else []) + topo
-    vals = ([float(np.mean(traced))] if traced else []) + list(rd["replayed_step_ms"])
-    base = vals[0] if traced else None
-    delta = [("" if base in (None, 0) or (i == 0 and traced) else f"{100 * (v / base - 1):+.0f}%")
-             for i, v in enumerate(vals)]
-    colors = ["#9A9A9A" if (traced and i == 0) else "#0072B2" for i in range(len(cats))]
-    s = figure(width=min(560, 140 + 110 * len(cats)), height=380, x_range=FactorRange(*cats),
-               title="Step time per topology", y_axis_label="mean step time (ms)", tools="save",
-               toolbar_location="right")
+    n = len(topo)
+    labels = [f"{ms:.3f} ms ({d:+.1%})" for ms, d in zip(rd["step_ms"], rd["delta"], strict=True)]
+    height = 80 + 44 * n
+    s = figure(width=width - 110, height=height, y_range=FactorRange(*topo[::-1]),
+               title="Step time per topology (mean; change against the first, the baseline)",
+               x_axis_label="step time (ms)", tools="save", toolbar_location="right")
     style(s)
-    s.xgrid.grid_line_color = None
-    s.xaxis.major_label_orientation = 0.5 if len(cats) > 3 else 0
-    src = ColumnDataSource({"topology": cats, "ms": vals, "delta": delta, "color": colors,
-                            "label": [f"{v:.2f} ms {d}".strip() for v, d in zip(vals, delta, strict=True)]})
-    s.vbar(x="topology", top="ms", width=0.7, source=src, fill_color="color", line_color=None)
-    s.text(x="topology", y="ms", text="label", source=src, text_align="center", text_baseline="bottom",
-           text_font_size="9pt", y_offset=-2)
-    s.add_tools(HoverTool(tooltips=[("topology", "@topology"), ("step", "@ms{0,0.000} ms"), ("vs traced", "@delta")]))
-    s.y_range.start = 0
-    s.y_range.range_padding = 0.15
-
+    s.ygrid.grid_line_color = None
+    colors = ["#555555"] + ["#0072B2"] * (n - 1)
+    src = ColumnDataSource({"topology": topo, "ms": rd["step_ms"], "label": labels, "color": colors})
+    s.hbar(y="topology", right="ms", height=0.6, source=src, fill_color="color", line_color=None)
+    s.text(x="ms", y="topology", text="label", source=src, text_baseline="middle", text_font_size="9pt",
+           x_offset=6)
+    if rd.get("traced_step_ms"):
+        s.add_layout(Span(location=rd["traced_step_ms"], dimension="height", line_color="#D55E00",
+                          line_dash="dashed", line_width=1.5))
+    s.add_tools(HoverTool(tooltips=[("topology", "@topology"), ("step", "@label")]))
+    s.x_range = Range1d(0, max([x for x in rd["step_ms"] if x == x] + [rd.get("traced_step_ms") or 0, 1e-9]) * 1.3)
+    figs: list[Any] = [s]
+    exposed = rd.get("exposed_ms") or {}
+    dims = [d for d in D.DIM_ORDER if any(d in exposed.get(t, {}) for t in topo)]
+    if dims:
+        e = figure(width=width - 110, height=height + 40, y_range=FactorRange(*topo[::-1]),
+                   title="Exposed communication per step, by dim", x_axis_label="ms per step", tools="save",
+                   toolbar_location="right")
+        style(e)
+        e.ygrid.grid_line_color = None
+        cols: dict[str, Any] = {"topology": topo}
+        for d in dims:
+            cols[d] = [exposed.get(t, {}).get(d, 0.0) for t in topo]
+        rs = e.hbar_stack(dims, y="topology", height=0.6, color=[D.DIM_COLORS[d] for d in dims],
+                          source=ColumnDataSource(cols), line_color=None)
+        e.add_layout(Legend(items=[LegendItem(label=D.DIM_LABELS[d], renderers=[r]) for d, r in zip(dims, rs,
+                                                                                               strict=True)],
+                            orientation="horizontal", label_text_font_size="8pt", border_line_color=None), "above")
+        e.x_range.start = 0
+        figs.append(e)
     inst = rd["instances"]
     sc = figure(width=900, height=520, x_axis_type="log", y_axis_type="log",
                 title="Per collective: traced vs replayed (dashed: equal)",
@@ -273,92 +303,61 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                 src = ColumnDataSource({k: [inst[k][i] for i in sel] for k in inst})
                 r = sc.scatter(x="traced_ms", y="replayed_ms", source=src, marker=MARKERS[ti % len(MARKERS)],
                                size=8, fill_color=D.DIM_COLORS[dim], fill_alpha=0.6, line_color=D.DIM_COLORS[dim])
-                items.append(LegendItem(label=f"{D.DIM_LABELS[dim]} on {name}"[:60], renderers=[r]))
+                items.append(LegendItem(label=f"{D.DIM_LABELS[dim]} on {name}"[:80], renderers=[r]))
         sc.add_tools(HoverTool(tooltips=[("topology", "@topology"), ("group", "@group"), ("seq", "@seq"),
                                          ("op", "@op"), ("dim", "@dim"), ("traced", "@traced_ms{0,0.000} ms"),
                                          ("replayed", "@replayed_ms{0,0.000} ms")]))
         sc.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="8pt", border_line_color=None),
                       "right")
-
-    figs: list[Any] = [s, sc]
-    exposed = rd.get("exposed_ms") or {}
-    dims = [d for d in D.DIM_ORDER if any(d in exposed.get(t, {}) for t in topo)]
-    if dims:
-        e = figure(width=min(520, 160 + 90 * len(topo)), height=380, x_range=FactorRange(*topo),
-                   title="Exposed comm per step", y_axis_label="ms per step", tools="save",
-                   toolbar_location="right")
-        style(e)
-        e.xgrid.grid_line_color = None
-        e.xaxis.major_label_orientation = 0.5 if len(topo) > 2 else 0
-        data: dict[str, Any] = {"topology": topo}
-        for d in dims:
-            data[d] = [exposed.get(t, {}).get(d, 0.0) for t in topo]
-        rs = e.vbar_stack(dims, x="topology", width=0.7, color=[D.DIM_COLORS[d] for d in dims],
-                          source=ColumnDataSource(data), line_color=None)
-        e.add_layout(Legend(items=[LegendItem(label=D.DIM_LABELS[d], renderers=[r]) for d, r in zip(dims, rs,
-                                                                                               strict=True)],
-                            label_text_font_size="8pt", border_line_color=None), "right")
-        e.y_range.start = 0
-        figs.append(e)
-
-    rows_html = []
-    errors = {(med, p90) for med, p90 in zip(rd["error_median"], rd["error_p90"], strict=True) if med is not None}
-    for name, med, p90 in zip(topo, rd["error_median"], rd["error_p90"], strict=True):
-        if med is not None:
-            label = "the baseline replay" if len(errors) == 1 else f"<b>{_esc(name)}</b>"
-            rows_html.append(f"<li>Replay error of {label} (the observed network replayed against the trace, "
-                             "cross-validated: each collective predicted without its own step or itself): "
-                             f"median {100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</li>")
-            if len(errors) == 1:
-                break
-    hot = rd.get("hot_links") or []
+    figs.append(sc)
     text = ""
-    if rows_html:
-        text += "<ul>" + "".join(rows_html) + "</ul>"
+    med, p90 = rd["error_median"][0], rd["error_p90"][0]
+    if med is not None:
+        text += (f"<p>Replay error of the baseline {_esc(topo[0])} (the observed network replayed against the "
+                 "trace, cross-validated: each collective predicted without its own step or itself): median "
+                 f"{100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</p>")
+    if rd.get("traced_step_ms"):
+        text += (f"<p>Dashed vermillion line: the traced step (mean) {rd['traced_step_ms']:.3f} ms.</p>")
+    cautions = [f for f in rd.get("findings") or []]
+    if cautions:
+        text += "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in cautions)
+    hot = rd.get("hot_links") or []
     if hot:
         text += ("<h3>Hottest links in the replay</h3><table><tr><th>topology</th><th>link</th><th>peak</th>"
                  "<th>mean</th><th>bytes</th></tr>" + "".join(
                      f"<tr><td>{_esc(h['topology'])}</td><td>{_esc(h.get('link'))}</td>"
                      f"<td class='num'>{100 * float(h.get('peak_util') or 0):.0f}%</td>"
                      f"<td class='num'>{100 * float(h.get('mean_util') or 0):.0f}%</td>"
-                     f"<td class='num'>{_esc(D.fmt_bytes(h.get('bytes')))}</td></tr>" for h in hot) + "</table>")
-    parts: list[Any] = [row(figs[0], *figs[2:]), figs[1]]
-    if text:
-        parts.append(html_div(text, width=width))
-    return column(*parts)
+                     f"<td class='num'>{_esc(fmt_bytes(h.get('bytes')))}</td></tr>" for h in hot) + "</table>")
+    return column(html_div(text, width=width), *figs)
 
 
 # ---------------------------------------------------------------------------------------------
 # Hang
 
-
-def _lag_color(lag: int, max_lag: int) -> tuple[str, str]:
-    if lag <= 0:
-        return "#d9f0e3", "#1b5e20"
-    steps = ("#fde0b2", "#f9b26b", "#e9772f", "#c0392b")
-    i = min(len(steps) - 1, int((len(steps) - 1) * (lag - 1) / max(max_lag - 1, 1)))
-    return steps[i], "#000000" if i < 2 else "#ffffff"
+_STATUS = {"ok": ("#d9f0e3", "#1b5e20"), "dump_skew": ("#fde0b2", "#000000"), "stuck": ("#f9b26b", "#000000"),
+           "hang": ("#e9772f", "#ffffff"), "mismatch": ("#e9772f", "#ffffff")}
+SUSPECT = ("#c0392b", "#ffffff")
 
 
 def hang_div(hd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
-    """Per group, each rank's last sequence number, coloured by how far it lags the furthest."""
-    parts = ["<h2>Where each rank stopped</h2><p>Each cell is a rank and the last collective sequence number "
-             "it reached in that group. Green: reached the furthest seq; orange to red: behind it (the likely "
-             "culprits are the ranks that are behind, or the ones the others wait for).</p>"]
-    for g in sorted(hd["groups"], key=lambda g: (-max(g["lag"]), g["group"])):
+    """The verdict of `tracekit hang`, then per group its verdict and each rank's last seq, the
+    ranks the verdict names in red."""
+    lead = "".join(f"<li>{_esc(x)}</li>" for x in hd["findings"]) or \
+        "<li>no divergence: every rank reached the same seq in every group.</li>"
+    parts = [f"<h2>Verdict</h2><ul class='findings'>{lead}</ul><p class='muted small'>Sequence numbers from "
+             f"{_esc(hd['source'])}. Each cell is a rank and the last collective sequence number it reached in that "
+             "group; red: a rank the verdict names.</p>"]
+    order = {"mismatch": 0, "hang": 0, "stuck": 1, "dump_skew": 2, "ok": 3}
+    for g in sorted(hd["groups"], key=lambda g: (order.get(g["status"], 3), g["group"])):
         cells = []
-        for r, seq, lag in zip(g["ranks"], g["last_seq"], g["lag"], strict=True):
-            bg, fg = _lag_color(lag, hd["max_lag"])
+        for r, seq in zip(g["ranks"], g["last_seq"], strict=True):
+            bg, fg = SUSPECT if r in g["suspects"] else _STATUS.get(g["status"], _STATUS["ok"])
             cells.append(f'<span class="cell" style="background:{bg};color:{fg}" '
                          f'title="rank {r}: last seq {seq}">r{r}<br>{seq}</span>')
-        if g["behind"]:
-            ahead = len(g["ranks"]) - len(g["behind"])
-            who = ", ".join(str(r) for r in g["behind"][:20]) + (" ..." if len(g["behind"]) > 20 else "")
-            verb = f"rank {who} is" if len(g["behind"]) == 1 else f"ranks {who} are"
-            msg = f"{verb} behind; {ahead} rank{'s' if ahead != 1 else ''} reached seq {g['max_seq']}."
-        else:
-            msg = f"all {len(g['ranks'])} ranks reached seq {g['max_seq']}."
-        parts.append(f"<h3>group {_esc(g['group'])}</h3><p>{_esc(msg)}</p><div>{''.join(cells)}</div>")
+        title = f"group {g['group']}" + (f" ({g['desc']})" if g["desc"] and g["desc"] != g["group"] else "")
+        parts.append(f"<h3>{_esc(title)}: {_esc(g['status'])}</h3><p>{_esc(g['verdict'])}</p>"
+                     f"<div>{''.join(cells)}</div>")
     return html_div("".join(parts), width=width)
 
 

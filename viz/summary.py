@@ -7,59 +7,62 @@ from typing import Any
 
 from tracekit import __version__
 from tracekit.viz._bokeh import esc
-from tracekit.viz.data import fmt_ns
 
 TAB_HELP = {
-    "Timeline": "every rank on one clock; striped = waiting for the last rank; drag the lower box to zoom",
+    "Timeline": "every rank on one clock; striped = waiting for the last rank (hover names it, and the root of "
+                "the wait); drag the lower box to zoom",
     "Overlap": "communication hidden behind compute vs exposed, per rank and dim",
     "EP": "who sends how much to whom in all-to-all, and the load per rank",
-    "Links": "link utilisation over time, telemetry next to replay",
+    "Links": "link utilisation over time: telemetry, then each replayed topology in the order given",
     "Replay": "the same work on other networks: step time and per-collective durations",
-    "Hang": "the last collective each rank reached",
+    "Hang": "the verdict of tracekit hang: the last collective each rank reached, and who to look at",
 }
+_SEVERITY = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}
 
 
 def header_html(data: Mapping[str, Any]) -> str:
-    """The title line above the tabs."""
-    kpis = dict(data["summary"]["kpis"])
-    hosts = str(kpis.get("hosts", "0"))
-    where = "hosts unknown" if hosts in ("0", "") else f"on {esc(hosts)} hosts"
-    return (f"<h2>{esc(data['title'])}</h2><p class='muted'>{esc(kpis.get('ranks', '0'))} ranks, "
-            f"{where} · made by tracekit {esc(__version__)} · hover for details, "
-            f"click legend entries to hide them</p>")
+    """The title line above the tabs: what the run holds, warnings included."""
+    hosts = data["hosts"]
+    where = "hosts unknown" if not hosts else f"on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
+    return (f"<h2>{esc(data['title'])}</h2><p class='muted'>{esc(data['presence'])}, {esc(where)} · made by "
+            f"tracekit {esc(__version__)} · hover for details, click legend entries to hide them</p>")
 
 
-def _table(head: list[str], rows: list[list[tuple[str, bool]]]) -> str:
+def _table(head: list[str], rows: list[list[tuple[str, bool]]], caption: str | None = None) -> str:
     h = "".join(f"<th>{esc(x)}</th>" for x in head)
     body = "".join("<tr>" + "".join(f"<td class='num'>{esc(v)}</td>" if num else f"<td>{esc(v)}</td>"
                                     for v, num in r) + "</tr>" for r in rows)
-    return f"<table><tr>{h}</tr>{body}</table>"
+    cap = f"<p class='muted small'>{esc(caption)}</p>" if caption else ""
+    return f"<table><tr>{h}</tr>{body}</table>{cap}"
 
 
 def summary_html(data: Mapping[str, Any]) -> str:
-    """Headline numbers, findings in words, the worst stalls and stragglers, and notices."""
+    """Headline numbers, findings (warnings marked), the stalls by root cause, the stragglers."""
     s = data["summary"]
     out = ["<div>" + "".join(f"<div class='kpi'><b>{esc(v)}</b><span>{esc(k)}</span></div>"
                              for k, v in s["kpis"]) + "</div>"]
-    lines = [*s["findings"], *s["sentences"]]
+    out.append(f"<p class='muted small'>{esc(s['step_time'][0].upper() + s['step_time'][1:])}.</p>")
     out.append("<h3>What stands out</h3>")
-    if lines:
-        out.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul>")
+    if s["findings"] or s["replay"]:
+        items = [f"<li class='{_SEVERITY.get(f.severity, 'sev-info')}'>{esc(f.text)}</li>" for f in s["findings"]]
+        items += [f"<li class='sev-info'>{esc(x)}</li>" for x in s["replay"]]
+        out.append("<ul class='findings'>" + "".join(items) + "</ul>")
     else:
-        out.append("<p class='muted'>No findings: no analysis results for this run.</p>")
-    if s["stalls"]:
-        rows = [[(str(x.get("group", "")), False), (str(x.get("op", "")), False), (str(x.get("dim", "")), False),
-                 (str(x.get("seq", "")), True), (str(x.get("step", "")), True), (f"r{x.get('last_rank', '?')}", False),
-                 (fmt_ns(_num(x.get("max_wait_ns"))), True)] for x in s["stalls"]]
-        out.append("<h3>Longest stalls (others waiting for the last rank to join)</h3>")
-        out.append(_table(["group", "op", "dim", "seq", "step", "last rank", "longest wait"], rows))
+        out.append("<p class='muted'>Nothing stands out.</p>")
+    if s["roots"]:
+        rows = [[(f"r{x['root']}", False), (x["step"], True), (x["busy"], True), (x["waits"], True),
+                 (x["lost"], True), (x["worst"], False)] for x in s["roots"]]
+        out.append("<h3>Stalls by root cause (one row per cascade of waits)</h3>")
+        out.append(_table(["root", "step", "busy", "waits", "lost", "worst wait"], rows,
+                          "root: the rank at the end of the chain of waits; busy: how long it was busy with its own "
+                          "work while the others waited; lost: every waiting rank's wait, summed."))
     if s["stragglers"]:
-        rows = [[(f"r{x.get('rank', '?')}", False), (str(x.get("times_last", "")), True),
-                 (str(x.get("instances", "")), True), (fmt_ns(_num(x.get("delay_ns"))), True),
-                 (fmt_ns(_num(x.get("worst_wait_ns"))), True),
-                 (", ".join(str(v) for v in (x.get("steps") or [])[:8]), False)] for x in s["stragglers"]]
-        out.append("<h3>Ranks most often last</h3>")
-        out.append(_table(["rank", "times last", "collectives", "total delay caused", "worst wait", "steps"], rows))
+        rows = [[(f"r{x['rank']}", False), (x["last"], True), (x["of"], True), (x["delay"], True),
+                 (x["caused"], True), (x["excess"], True), (x["steps"], False)] for x in s["stragglers"]]
+        out.append("<h3>Stragglers (ranks most often last)</h3>")
+        out.append(_table(["rank", "last", "of", "delay", "caused", "excess", "steps"], rows,
+                          "delay: the waits of the collectives where the rank was last; caused: the part its own "
+                          "work explains; excess: the part beyond the step's usual pattern."))
     if data.get("notes"):
         out.append("<h3>Notes on this report</h3>")
         out.append("".join(f"<div class='note'>{esc(n)}</div>" for n in data["notes"]))
@@ -68,10 +71,3 @@ def summary_html(data: Mapping[str, Any]) -> str:
         out.append("<h3>Tabs</h3><ul>" + "".join(f"<li><b>{esc(t)}</b>: {esc(TAB_HELP[t])}</li>" for t in tabs)
                    + "</ul>")
     return "".join(out)
-
-
-def _num(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None

@@ -15,6 +15,7 @@ from bokeh.models import (
     BoxAnnotation,
     ColumnDataSource,
     CustomJS,
+    Div,
     FixedTicker,
     HoverTool,
     Label,
@@ -29,7 +30,7 @@ from bokeh.models.layouts import LayoutDOM
 from bokeh.plotting import figure
 
 from tracekit.viz import data as D
-from tracekit.viz._bokeh import bytes_fmt, duration_fmt, gbps_fmt, lookup, note_div, seq_fmt, style
+from tracekit.viz._bokeh import bytes_fmt, duration_fmt, gbps_fmt, lookup, note_div, rank_fmt, seq_fmt, style
 
 LOD_JS = """
 if (cb_obj.__tk_timer != null) clearTimeout(cb_obj.__tk_timer);
@@ -76,7 +77,8 @@ def _tooltips(layer: str) -> list[tuple[str, str]]:
     return [("name", "@name_id{name}"), ("op", "@op"), ("group", "@group"), ("seq", "@seq{seq}"),
             ("rank", "@y{rank}"), ("start", "@x0{0,0.000} ms"), ("bytes", "@bytes{bytes}"),
             ("duration", "@dur_ns{dur}"), ("busbw", "@busbw{gbps}"),
-            ("wait for last rank", "@wait_ns{dur}"), ("intervals", "@count")]
+            ("waited", "@wait_ns{dur}"), ("waited for", "@waited_on{who}"), ("root of the wait", "@root{who}"),
+            ("intervals", "@count")]
 
 
 def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM, Range1d]:
@@ -90,6 +92,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
     top = -0.5 - 16 / row_px  # room above row 0 for the step labels
     p = figure(width=width, height=frame_h + 126, x_range=x_range, y_range=Range1d(nrows - 0.5, top),
                tools="xpan,xwheel_zoom,box_zoom,reset,save", active_scroll="xwheel_zoom", active_drag="xpan",
+               toolbar_location="above",
                title=f"Timeline: {len(rows['order'])} ranks on the aligned clock "
                      f"(each row: compute on top, communication below; striped = waiting for the last rank)",
                x_axis_label="time since run start (ms, aligned clock)")
@@ -121,7 +124,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
 
     formatters: dict[str, Any] = {"@name_id": lookup(td.names), "@dur_ns": duration_fmt(),
                                   "@wait_ns": duration_fmt(), "@bytes": bytes_fmt(), "@busbw": gbps_fmt(),
-                                  "@seq": seq_fmt(),
+                                  "@seq": seq_fmt(), "@waited_on": rank_fmt(), "@root": rank_fmt(),
                                   "@y": lookup([f"r{r}" for r in rows["order"]])}
     level0 = td.levels[0] if td.levels else {}
     shown: dict[str, ColumnDataSource] = {}
@@ -139,7 +142,8 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
                             line_color=None,
                             hatch_pattern="/", hatch_color="#ffffff", hatch_alpha=0.9, hatch_scale=7,
                             hatch_weight=2.0)
-            items.append(LegendItem(label="stall: waiting for the last rank", renderers=[swatch, r]))
+            items.append(LegendItem(label="waiting for the last rank (hover: who, and the root)",
+                                    renderers=[swatch, r]))
             continue
         color = D.COMPUTE_COLOR if layer == "compute" else D.DIM_COLORS[layer.split(":", 1)[1]]
         r = p.hbar(y="y", left="x0", right="x1", height=D.LANE_HEIGHT, source=src, fill_color=color,
@@ -165,9 +169,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
         p.add_layout(Label(x=s["x0"], y=-0.5, y_offset=2, text=f"step {s['step']}", text_font_size="8pt",
                            text_color="#333333", x_offset=3, text_baseline="bottom"))
 
-    info = Label(x=width - 260, x_units="screen", y=4, y_units="screen", text="", text_font_size="8pt",
-                 text_color="#777777")
-    p.add_layout(info)
+    info = Div(text="", width=width, styles={"font-size": "11px", "color": "#777777", "text-align": "right"})
     finer = [{k: ColumnDataSource(v, name=f"timeline:{k}:lod{i + 1}") for k, v in lv.items()}
              for i, lv in enumerate(td.levels[1:])]
     if finer or td.merged_full_view:
@@ -177,7 +179,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
         x_range.js_on_change("end", cb)
 
     overview = _overview(td, x_range, width)
-    parts = [x for x in (note_div(td.notes, width=width), p, overview) if x is not None]
+    parts = [x for x in (note_div(td.notes, width=width), p, info, overview) if x is not None]
     return column(*parts), x_range
 
 
@@ -195,9 +197,12 @@ def _overview(td: D.TimelineData, x_range: Range1d, width: int) -> figure:
             colors.append(D.DIM_COLORS[dim])
             labels.append(f"{D.DIM_LABELS[dim]} comm")
     pad = td.span_ms * 0.01
-    o = figure(width=width, height=150, x_range=Range1d(-pad, td.span_ms + pad), tools="", toolbar_location=None,
-               title="Whole run: ranks busy (drag or resize the box to move the timeline)",
-               x_axis_label="time since run start (ms)", y_axis_label="ranks busy")
+    n = max(int(ov["nrows"]), 1)
+    o = figure(width=width, height=170, x_range=Range1d(-pad, td.span_ms + pad), y_range=Range1d(0, n * 1.08),
+               tools="", toolbar_location=None,
+               title=f"Whole run: how many of the {n} ranks communicate (stacked by dim) and compute (line); "
+                     "drag or resize the box to move the timeline",
+               x_axis_label="time since run start (ms)", y_axis_label="ranks")
     style(o, title_size="10pt")
     o.min_border_left = 110
     source = ColumnDataSource(src)

@@ -1,24 +1,101 @@
-"""Fixtures for the viz tests."""
+"""Report inputs made by the real pipeline (ingest -> analyze -> replay -> hang), never by hand.
+
+Both bundled samples always run; the real third-party traces in ../shared/real_traces run when
+present (a clean checkout skips only those). `hostile` is the gloo sample with a kernel name and a
+process-group description replaced by HTML, ingested like any trace.
+"""
 
 from __future__ import annotations
 
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from viz_inputs import tiny_analysis, tiny_replay, tiny_tables
+
+from tracekit.analysis import AnalysisResult, analyze
+from tracekit.ingest import ingest
+from tracekit.replay.engine import ReplayResult, replay_run
+from tracekit.store import Run
+from tracekit.viz.report import build_report_data
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+REAL = REPO.parent / "shared" / "real_traces"
+HOSTILE = "<img src=x onerror=window.__pwned=1>"
+GLOO_TOPOLOGIES = ["single-switch", "fat-tree:nic_gbps=100,oversub=4"]
+SYNTH_TOPOLOGIES = ["rail-optimized:nic_gbps=400", "rail-optimized:nic_gbps=400,sharp=true",
+                    "fat-tree:nic_gbps=100,oversub=4"]
 
 
-@pytest.fixture
-def tables() -> dict[str, pa.Table]:
-    return tiny_tables()
+@dataclass
+class Pipeline:
+    """One run through the whole pipeline, and the report data built from its results."""
+
+    run: Run
+    analysis: AnalysisResult
+    replay: ReplayResult | None
+    data: dict[str, Any]
+    topologies: list[str]
 
 
-@pytest.fixture
-def analysis() -> dict[str, Any]:
-    return tiny_analysis()
+def pipeline(paths: list[Path], out: Path, topologies: list[str] | None = None, **ingest_options: Any) -> Pipeline:
+    ingest([str(p) for p in paths], out, **ingest_options)
+    result = analyze(out)
+    replay = replay_run(out, topologies) if topologies else None
+    run = Run(out)
+    return Pipeline(run, result, replay, build_report_data(run, analysis=result, replay=replay), topologies or [])
 
 
-@pytest.fixture
-def replay() -> dict[str, Any]:
-    return tiny_replay()
+def _real(*parts: str) -> Path:
+    path = REAL.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gloo(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    return pipeline([SAMPLES / "gloo_moe_8rank"], tmp_path_factory.mktemp("gloo") / "run", GLOO_TOPOLOGIES)
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    return pipeline([SAMPLES / "synth_moe_16rank"], tmp_path_factory.mktemp("synth") / "run", SYNTH_TOPOLOGIES)
+
+
+@pytest.fixture(scope="session")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    """The gloo sample's traces with `aten::mm` on rank 0 and the description of group 3
+    (ep_stage0) on every rank replaced by HTML."""
+    d = tmp_path_factory.mktemp("hostile")
+    for src in sorted((SAMPLES / "gloo_moe_8rank").glob("rank*.pt.trace.json.gz")):
+        text = gzip.decompress(src.read_bytes()).decode()
+        text = text.replace("ep_stage0", HOSTILE)
+        if src.name.startswith("rank0."):
+            text = text.replace('"name": "aten::mm"', f'"name": "{HOSTILE}"')
+        (d / src.name).write_bytes(gzip.compress(text.encode()))
+    return pipeline([d], d / "run", GLOO_TOPOLOGIES[:1])
+
+
+@pytest.fixture(scope="session")
+def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    return pipeline([_real("kineto", "param_dlrm_kineto_8rank")], tmp_path_factory.mktemp("dlrm") / "run",
+                    ["single-switch"])
+
+
+@pytest.fixture(scope="session")
+def type_mismatch(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    path = _real("flight_recorder", "gloo_torch2.13_cpu", "type_mismatch")
+    return pipeline([path / "pickle", path / "json"], tmp_path_factory.mktemp("fr") / "run")
+
+
+@pytest.fixture(scope="session")
+def one_of_eight(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    return pipeline([_real("kineto", "tracelens_b200_eager_rank0of8")], tmp_path_factory.mktemp("b200") / "run")
+
+
+@pytest.fixture(scope="session")
+def two_of_128(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
+    return pipeline([_real("kineto", "hta_trace_filter_sampled_2rank")], tmp_path_factory.mktemp("hta") / "run")

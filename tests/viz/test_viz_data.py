@@ -1,14 +1,19 @@
-"""viz.data: shaping tables into column dicts (no Bokeh, no browser)."""
+"""viz.data: shaping the library's typed results into column dicts (no Bokeh, no browser).
+
+Inputs come from the real pipeline (tests/viz/conftest.py); each defect of issue 12 that lived in
+this module has a regression test here, named after it.
+"""
 
 from __future__ import annotations
 
 import sys
 
 import numpy as np
+import polars as pl
 import pytest
+from conftest import GLOO_TOPOLOGIES, SYNTH_TOPOLOGIES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from viz_inputs import HOSTILE, MS, tiny_link_samples
 
 from tracekit.viz import data as D
 
@@ -84,59 +89,6 @@ def test_merge_short_matches_naive_twin(rows, min_ns) -> None:
     assert m.keep.size + m.merged == len(rows)
 
 
-def test_timeline_aligns_clocks_and_marks_the_stall(tables) -> None:
-    td = D.timeline_data(tables, width_px=1000)
-    assert td.rows["order"] == [0, 1, 2, 3]
-    dp = td.levels[-1]["comm:DP"]
-    # aligned: ranks 0-2 enter at 2 ms, rank 3 at 3 ms; all end at 4 ms (t0 is the run start, 0 ms)
-    starts = sorted(np.round(dp["x0"], 3).tolist())
-    assert starts == [2.0, 2.0, 2.0, 3.0]
-    waits = sorted(dp["wait_ns"].tolist())
-    assert waits == [0.0, MS, MS, MS]
-    stall = td.levels[-1]["stall"]
-    assert len(stall["x0"]) == 3 and np.allclose(stall["x1"], 3.0)
-    # busbw of an all-reduce: 2(n-1)/n * bytes / (dur - wait), bytes/ns == GB/s
-    late = int(np.argmin(dp["wait_ns"]))
-    assert dp["busbw"][late] == pytest.approx(1.5 * 64 * MS / MS, rel=1e-4)
-
-
-def test_timeline_includes_collectives_without_kernels(tables) -> None:
-    td = D.timeline_data(tables)
-    pp = td.levels[-1]["comm:PP"]
-    assert sorted(pp["op"]) == ["recv", "send"]
-    assert np.allclose(pp["x0"], 4.5)
-
-
-def test_timeline_merges_below_pixel_and_reports(tables) -> None:
-    td = D.timeline_data(tables, width_px=200)
-    assert td.merged_full_view >= 80  # 4 ranks x 20 tiny kernels
-    comp = td.levels[0]["compute"]
-    assert comp["count"].sum() == 4 * 21
-    assert any("merged" in n for n in td.notes)
-    assert td.levels[-1]["compute"]["count"].max() == 1  # the finest level shows every kernel
-    assert td.merged_finest == 0
-    # merged bars get the merged label, real kernels keep their (unescaped) names for Bokeh to escape
-    assert td.names[0] == D.MERGED_NAME and HOSTILE in td.names
-
-
-def test_timeline_glyph_cap_is_respected(tables) -> None:
-    td = D.timeline_data(tables, width_px=100_000, max_glyphs=20)
-    for k, level in enumerate(td.levels):
-        assert D._max_per_window(level, td.span_ms / 8**k) <= 20
-    assert td.merged_finest > 0 and "stay merged" in " ".join(td.notes)
-
-
-def test_timeline_from_synth_groups_by_stage_and_host() -> None:
-    from tracekit.synth import make_run_tables
-
-    tables, _ = make_run_tables(hosts=2, gpus_per_host=4, pp=2, ep=2, steps=1)
-    td = D.timeline_data(tables)
-    labels = [b["label"] for b in td.rows["bands"]]
-    assert labels == ["stage 0 · node000", "stage 1 · node001"]
-    assert td.steps and td.steps[0]["step"] == 0
-    assert set(td.layers) >= {"compute", "comm:DP", "comm:EP", "comm:PP"}
-
-
 def test_level_for_picks_the_coarsest_fine_enough_level() -> None:
     px = [1.0, 0.125, 0.015625]
     assert D.level_for(px, 1000, 1000) == 0
@@ -149,58 +101,140 @@ def test_coverage_counts_fractions_of_bins() -> None:
     assert cov.tolist() == pytest.approx([1.5, 1.0, 0.5, 0.0])
 
 
-def test_overlap_data_mean_per_step(analysis) -> None:
-    ov = D.overlap_data(analysis)
-    assert ov["dims"] == ["DP", "EP"]
-    assert ov["columns"]["DP_exposed"].tolist() == pytest.approx([2.0] * 4)
-    assert ov["columns"]["EP_hidden"].tolist() == pytest.approx([0.25] * 4)
-    assert D.overlap_data(None) is None
+def test_coverage_rows_counts_a_rank_once_per_moment() -> None:
+    """Two overlapping intervals of one rank cover a bin once; two ranks cover it twice."""
+    cov = D.coverage_rows(np.array([0, 0, 1]), np.array([0.0, 0.0, 0.0]), np.array([10.0, 10.0, 5.0]), 2, 10.0, 2)
+    assert np.allclose(cov, [[1.0, 1.0], [1.0, 0.0]])
 
 
-def test_ep_matrix_from_splits(tables) -> None:
-    ep = D.ep_data(tables)
-    assert ep["labels"] == ["r0", "r1", "r2", "r3"]
-    assert ep["matrix_bytes"].sum() == pytest.approx(4 * 10_000)
-    assert ep["recv_bytes"].tolist() == pytest.approx([4_000, 28_000, 4_000, 4_000])
-    assert ep["hot"] == "r1" and ep["imbalance"] == pytest.approx(2.8)
+def test_pipeline_stages_are_the_analysis_stages(gloo, synth) -> None:
+    """Regression: the report numbered stages by its own rule (a 3 -> 1 pipeline came out {1:0, 3:1});
+    the rows now follow `AnalysisResult.pp_stages`, and the gloo sample's truth (stage 0: ranks 0-3)."""
+    for p in (gloo, synth):
+        td = p.data["timeline"]
+        assert td.rows["stage"] == dict(pl.from_arrow(p.analysis.pp_stages).iter_rows())
+        stages = [td.rows["stage"][r] for r in td.rows["order"]]
+        assert stages == sorted(stages)
+    assert {r for r, s in gloo.data["timeline"].rows["stage"].items() if s == 0} == {0, 1, 2, 3}
 
 
-def test_ep_blocks_large_matrices(tables) -> None:
-    ep = D.ep_data(tables, max_ranks=2)
-    assert ep["labels"] == ["r0-1", "r2-3"] and ep["matrix_bytes"].shape == (2, 2)
+def test_timeline_waits_are_the_analysis_waits(gloo) -> None:
+    """Regression: the report computed waits with its own rule. Every striped bar is a
+    participant's `wait_ns` from the analysis (clipped to its interval), and names the rank
+    waited on and the root of the wait."""
+    parts = pl.from_arrow(gloo.analysis.participants).filter(pl.col("wait_ns") > 0)
+    waits: dict[int, list[int]] = {}
+    for w, on in parts.select("wait_ns", "waited_on").iter_rows():
+        waits.setdefault(on, []).append(w)
+    seen = 0
+    for layer, cols in gloo.data["timeline"].levels[-1].items():
+        if not layer.startswith("comm:"):
+            continue
+        for wait, on, root in zip(cols["wait_ns"], cols["waited_on"], cols["root"], strict=True):
+            if wait > 0:
+                seen += 1
+                assert on >= 0 and root >= 0
+                assert any(wait <= w + 1 for w in waits[on])
+    assert seen > 20
 
 
-def test_link_data_grid_and_lines(tables) -> None:
-    tables = {**tables, "link_samples": tiny_link_samples()}
-    ld = D.link_data(tables, max_links=2, top_n=1)
-    assert ld["links"][0] == "host-a/nic0->leaf0" and len(ld["links"]) == 2
-    assert ld["origins"] == ["telemetry", "replay:rail-2x"]
-    grid = ld["grids"]["telemetry"]["grid"]
-    assert grid.shape == (2, 10) and grid[0].tolist() == pytest.approx([max(0.1 * w, 0.05) for w in range(10)])
-    assert ld["notes"] and list(ld["lines"]["telemetry"]) == ["host-a/nic0->leaf0"]
-    assert D.link_data({}) is None
+def test_overview_never_counts_more_ranks_than_the_run_has(synth, gloo) -> None:
+    """Regression: "ranks busy" reached 30 on 16 ranks (streams and dims counted twice)."""
+    for p in (synth, gloo):
+        ov = p.data["timeline"].overview
+        comm = sum(v for k, v in ov["series"].items() if k.startswith("comm:"))
+        assert comm.max() <= ov["nrows"] + 1e-6
+        assert ov["series"]["compute"].max() <= ov["nrows"] + 1e-6
+        assert comm.max() > 0.5 * ov["nrows"]  # and it still shows the busy moments
 
 
-def test_replay_data(replay) -> None:
-    rd = D.replay_data(replay)
-    assert rd["topologies"] == ["observed", "rail-2x"]
-    assert rd["traced_step_ms"] == pytest.approx([8.0, 8.0])
-    assert rd["replayed_step_ms"] == pytest.approx([8.0, 6.4])
-    assert len(rd["instances"]["traced_ms"]) == 4
-    assert D.replay_data({"results": []}) is None
+def test_ep_figures_are_the_analysis_figures(synth) -> None:
+    """Regression: the EP headline (5.61x, 35.1%) disagreed with its own table (5.69x, 70.1%);
+    there is no run-wide headline any more, only the analysis' per-group figures."""
+    ep = synth.data["ep"]
+    groups = {g["group"]: g for g in pl.from_arrow(synth.analysis.ep_groups).to_dicts()}
+    assert {g["group"]: g["imbalance"] for g in ep["groups"]} == {k: g["imbalance"] for k, g in groups.items()}
+    assert sorted(ep["hot"]) == sorted(f"r{r}" for g in groups.values() for r in g["hot_ranks"])
+    traffic = pl.from_arrow(synth.analysis.ep_traffic)
+    assert ep["matrix"].sum() * ep["scale"] == pytest.approx(traffic["bytes"].sum())
 
 
-def test_hang_data_and_from_collectives(tables) -> None:
-    hd = D.hang_data({"dp0": {0: 42, 1: 42, "2": 41, 3: 42}})
-    g = hd["groups"][0]
-    assert g["behind"] == [2] and g["lag"] == [0, 0, 1, 0] and hd["max_lag"] == 1
-    assert D.hang_from_collectives(tables) is None  # everything completed
+def test_ep_unit_fits_kilobyte_traffic(gloo) -> None:
+    """Regression: MB for kilobyte data (the gloo sample moves a few KB per all-to-all)."""
+    ep = gloo.data["ep"]
+    assert ep["unit"] == "KB" and ep["matrix"].max() >= 1
+    assert ep["recv_unit"] == "KB"
 
 
-def test_formatters() -> None:
-    assert D.fmt_ns(1.5e6) == "1.50 ms" and D.fmt_ns(2500) == "2.5 µs" and D.fmt_ns(None) == "n/a"
-    assert D.fmt_bytes(2e9) == "2.00 GB" and D.busbw_factor("all_reduce", 4) == 1.5
-    assert D.norm_dim("WORLD") == "OTHER" and D.norm_dim(None) == "OTHER"
+def test_ep_draws_only_ranks_present(two_of_128) -> None:
+    """Regression: 2 of 128 ranks present, the EP tab invented 126 absent ranks each receiving 12.4 MB."""
+    ep = two_of_128.data["ep"]
+    assert ep["labels"] == ["r0", "r1"] and ep["matrix"].shape == (2, 2)
+    group = ep["groups"][0]
+    assert not group["complete"] and group["members"] == 128 and group["hot_rank"] is None
+    assert group["bytes_outside"] > 0
+    assert any("2 of 128 members present" in n for n in ep["notes"])
+
+
+def test_ep_assumed_splits_are_said(dlrm) -> None:
+    """Regression: DLRM has no split sizes; the matrix was drawn as observed and even traffic was "hot"."""
+    ep = dlrm.data["ep"]
+    assert ep["assumed"] and ep["hot"] == []
+    assert any("traffic assumed even" in n for n in ep["notes"])
+    assert all(g["hot_rank"] is None for g in ep["groups"])
+
+
+def test_link_panels_keep_the_topology_order(synth) -> None:
+    """Regression: panels were in alphabetical order, not the --topology order."""
+    assert [p["name"] for p in synth.data["links"]["panels"]] == SYNTH_TOPOLOGIES
+
+
+def test_link_panels_label_their_own_links(synth) -> None:
+    """Regression: one link list for all panels left white bands (links absent from a topology)
+    and labels on the first panel only."""
+    for p in synth.data["links"]["panels"]:
+        grid = np.asarray(p["grid"])
+        assert grid.shape[0] == len(p["links"]) and len(set(p["links"])) == len(p["links"])
+        assert not np.isnan(grid).all(axis=1).any()  # every drawn link has samples in this panel
+        assert p["line"]["link"] == p["links"][0]
+
+
+def test_replay_data_follows_the_topology_order_and_the_cli(gloo) -> None:
+    rd = gloo.data["replay"]
+    assert rd["topologies"] == GLOO_TOPOLOGIES
+    assert rd["delta"][0] == 0.0
+    steps = [float(np.mean(list(r.step_ns.values()))) / 1e6 for r in gloo.replay.results]
+    assert rd["step_ms"] == pytest.approx(steps)
+
+
+def test_hang_data_is_tracekit_hang(type_mismatch) -> None:
+    """Regression: on the real type_mismatch dumps the Hang tab was all green while `tracekit hang`
+    blamed rank 3 (a broadcast against an all_reduce)."""
+    hd = type_mismatch.data["hang"]
+    assert hd["hung"] and hd["suspects"] == [3]
+    group = next(g for g in hd["groups"] if g["group"] == "0")
+    assert group["status"] == "mismatch" and group["suspects"] == [3]
+    assert hd["findings"][0].startswith("Start with rank 3")
+
+
+def test_world_is_named_as_the_cli_names_it() -> None:
+    """Regression: "WORLD" in the CLI was "other comm" in the report."""
+    assert D.norm_dim("WORLD") == "WORLD" and D.DIM_LABELS["WORLD"] == "WORLD"
+    assert D.norm_dim(None) == "OTHER" and D.DIM_COLORS["WORLD"] != D.DIM_COLORS["OTHER"]
+
+
+def test_timeline_merges_below_pixel_and_reports(synth) -> None:
+    td = D.timeline_data(synth.analysis, synth.run.scan("events").collect(), width_px=200)
+    assert td.merged_full_view > 0 and any("merged" in n for n in td.notes)
+    assert td.levels[-1]["compute"]["count"].max() == 1 and td.merged_finest == 0  # the finest level shows all
+    assert td.names[0] == D.MERGED_NAME
+
+
+def test_timeline_glyph_cap_is_respected(synth) -> None:
+    td = D.timeline_data(synth.analysis, synth.run.scan("events").collect(), width_px=100_000, max_glyphs=200)
+    for k, level in enumerate(td.levels):
+        assert D._max_per_window(level, td.span_ms / 8**k) <= 200
+    assert td.merged_finest > 0 and "stay merged" in " ".join(td.notes)
 
 
 def test_data_module_never_imports_bokeh() -> None:
@@ -208,34 +242,3 @@ def test_data_module_never_imports_bokeh() -> None:
 
     code = "import sys, tracekit.viz.data; sys.exit('bokeh' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
-
-
-def test_cpu_ops_are_compute_when_a_rank_has_no_kernels() -> None:
-    import polars as pl
-
-    ev = pl.DataFrame({
-        "rank": [0, 0, 0, 0, 0, 1],
-        "kind": ["cpu_op", "cpu_op", "cpu_op", "comm", "cpu_op", "compute"],
-        "name": ["aten::mm", "autograd::MoE", "gloo:all_to_all", "gloo:all_to_all", "aten::add", "gemm"],
-        "ts_ns": [0, 100, 110, 120, 300, 0],
-        "dur_ns": [50, 100, 30, 30, 10, 40],
-        "coll_id": [None, None, None, 7, None, None],
-    })
-    comm = ev.filter(pl.col("kind") == "comm").select("rank", "ts_ns", "dur_ns")
-    got = D.compute_intervals(ev, comm).sort("rank", "ts_ns")
-    # rank 0: aten ops only (the wrapper enclosing the all-to-all and the comm-named op are left out);
-    # rank 1 has GPU kernels, so its CPU ops would be ignored
-    assert got["name"].to_list() == ["aten::mm", "aten::add", "gemm"]
-
-
-def test_hang_needs_uneven_seqs_or_a_started_call() -> None:
-    from tracekit import schema
-
-    def colls(states, seqs):
-        return {"collectives": schema.conform("collectives", {
-            "coll_id": list(range(len(seqs))), "rank": list(range(len(seqs))), "group": ["0"] * len(seqs),
-            "seq": seqs, "state": states})}
-
-    assert D.hang_from_collectives(colls(["scheduled"] * 4, [5, 5, 5, 5])) is None  # gloo marks done calls so
-    assert D.hang_from_collectives(colls(["completed", "started", "completed", "completed"], [5] * 4)) is not None
-    assert D.hang_from_collectives(colls(["scheduled"] * 4, [5, 5, 4, 5])) == {"0": {0: 5, 1: 5, 2: 4, 3: 5}}

@@ -1,4 +1,5 @@
-"""viz.report: the report's plain data, the written file, and the `tracekit report` command."""
+"""viz.report: the report's data, the file, and `tracekit report`, built from real pipeline
+outputs; what the report shows equals what the CLI prints for the same run."""
 
 from __future__ import annotations
 
@@ -6,106 +7,139 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from viz_inputs import HOSTILE, tiny_link_samples
+from conftest import HOSTILE, SAMPLES
 
 from tracekit.cli import main
 from tracekit.viz import report as R
+from tracekit.viz.summary import summary_html
+
+#: A number as the CLI and the report print it: a duration, a share, a size, a factor or a count.
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?: ?(?:ns|µs|ms|s|%|x|KB|MB|GB|B)\b)?")
 
 
-@pytest.fixture
-def full(tables, analysis, replay):
-    tables = {**tables, "link_samples": tiny_link_samples()}
-    return R.build_report_data(tables, analysis=analysis, replay=replay, hang={"dp0": {0: 3, 1: 3, 2: 2, 3: 3}})
+def cli(*args: str) -> str:
+    res = CliRunner().invoke(main, list(args))
+    assert res.exit_code == 0, res.output
+    return res.output
 
 
-def test_tabs_in_order_when_data_exists(full) -> None:
-    assert full["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "Hang"]
+def _strip_tags(html: str) -> str:
+    import html as h
+
+    return h.unescape(re.sub(r"<[^>]+>", " ", html))
 
 
-def test_tabs_only_when_data_exists(tables) -> None:
-    data = R.build_report_data(tables, analysis={"findings": []})
-    assert data["tabs"] == ["Summary", "Timeline", "EP"]
-    assert data["overlap"] is None and data["replay"] is None and data["hang"] is None
+def test_tabs_in_order_when_data_exists(synth, gloo, type_mismatch) -> None:
+    assert synth.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay"]
+    assert gloo.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "Hang"]  # + FR dumps
+    assert type_mismatch.data["tabs"] == ["Summary", "EP", "Hang"]
 
 
-def test_summary_has_numbers_and_findings(full) -> None:
-    s = full["summary"]
-    kpis = dict(s["kpis"])
-    assert kpis["ranks"] == "4" and kpis["hosts"] == "2" and kpis["steps"] == "1"
-    assert any("late" in f for f in s["findings"])
-    assert any("rail-2x" in x and "-" in x for x in s["sentences"])
-    assert any("Hang" in x and "rank 2 stopped" in x for x in s["sentences"])
-    assert s["stalls"][0]["last_rank"] == 3
+def test_results_must_be_typed(gloo) -> None:
+    """Regression: the report took ad-hoc dicts, and grew branches to serve hand-made stand-ins."""
+    with pytest.raises(TypeError, match="AnalysisResult"):
+        R.build_report_data(gloo.run, analysis=gloo.analysis.to_json())
+    with pytest.raises(TypeError, match="ReplayResult"):
+        R.build_report_data(gloo.run, analysis=gloo.analysis, replay=gloo.replay.to_json())
 
 
-def test_analysis_is_computed_when_omitted(tables) -> None:
-    pytest.importorskip("tracekit.analysis")
-    data = R.build_report_data(tables)
-    assert data["overlap"] is not None and "Overlap" in data["tabs"]
+def test_title_names_the_input_not_a_cache_hash(tmp_path) -> None:
+    """Regression: `replay PATH --report` titled the report with its cache directory's hash."""
+    out = tmp_path / "r.html"
+    cli("replay", str(SAMPLES / "gloo_moe_8rank"), "--topology", "single-switch", "--cache",
+        str(tmp_path / "0f3a9c2e"), "--report", str(out))
+    text = out.read_text()
+    assert "<title>tracekit report: gloo_moe_8rank</title>" in text and "0f3a9c2e" not in text.split("</title>")[0]
 
 
-def test_write_report_escapes_trace_strings(tmp_path, tables, analysis, replay) -> None:
-    tables = {**tables, "link_samples": tiny_link_samples()}
-    info = R.write_report(tables, tmp_path / "r.html", analysis=analysis, replay=replay, hang={HOSTILE: {0: 1, 1: 0}})
+def test_one_step_time_named_everywhere(synth) -> None:
+    """Regression: two step-time definitions side by side (39.85 ms "per rank" vs 45.48 ms "traced")."""
+    kpis = dict(synth.data["summary"]["kpis"])
+    label = "mean step time (first rank in to last rank out)"
+    assert list(kpis).count(label) == 1 and not any("per rank" in k for k in kpis)
+    from tracekit._text import fmt_ns
+
+    assert kpis[label] == fmt_ns(synth.analysis.mean_step_ns())
+    out = cli("analyze", str(synth.run.path), "--no-write")
+    assert f"step time: first rank in to last rank out (ProfilerStep windows on the aligned clock): mean " \
+           f"{kpis[label]}" in out
+
+
+@pytest.mark.parametrize("name", ["gloo", "synth", "type_mismatch", "one_of_eight", "dlrm"])
+def test_every_number_in_the_summary_is_one_the_cli_prints(name, request) -> None:
+    """Each number of the Summary tab (headline figures, findings, stall and straggler tables)
+    appears, formatted the same way, in the output of the CLI commands for the same run."""
+    p = request.getfixturevalue(name)
+    run = str(p.run.path)
+    outputs = [cli("analyze", run, "--no-write"), cli("info", run),
+               cli("report", run, "-o", str(p.run.path / "r.html"))]
+    if p.replay is not None:
+        args = ["replay", run, "--no-write"]
+        for t in p.topologies:
+            args += ["--topology", t]
+        outputs.append(cli(*args))
+    said = set(NUMBER.findall("\n".join(outputs)))
+    shown = set(NUMBER.findall(_strip_tags(summary_html(p.data))))
+    assert len(shown) >= 5
+    assert shown <= said, sorted(shown - said)
+
+
+def test_report_names_the_rank_hang_names(type_mismatch) -> None:
+    """Regression: `tracekit hang` blamed rank 3 on the real type_mismatch dumps while the report's
+    Hang tab was green and the Summary said nothing; now both quote the same verdict."""
+    hang_out = cli("hang", str(type_mismatch.run.path), "--no-write")
+    verdict = type_mismatch.data["hang"]["findings"][0]
+    assert verdict in hang_out and "rank 3" in verdict
+    texts = [f.text for f in type_mismatch.data["summary"]["findings"] if f.kind == "hang"]
+    assert verdict in texts
+    analyze_out = cli("analyze", str(type_mismatch.run.path), "--no-write")
+    assert verdict in analyze_out
+
+
+def test_partial_run_is_said_on_every_tab(one_of_eight) -> None:
+    """Regression: rank 0 of an 8-rank job was reported as "the most idle of any rank", never as
+    1 of 8 ranks present."""
+    data = one_of_eight.data
+    assert data["presence"] == "1 of 8 ranks present"
+    assert dict(data["summary"]["kpis"])["ranks present"] == "1 of 8"
+    for tab in data["tabs"]:
+        if tab != "Summary":
+            assert any("1 of 8 ranks present" in c for c in data["caveats"][tab]), tab
+    texts = " ".join(f.text for f in data["summary"]["findings"])
+    assert "the most of any rank" not in texts and "cross-rank findings (waits" in texts
+
+
+def test_unknown_hosts_are_said(dlrm) -> None:
+    """Regression: with hosts unknown, every rank silently landed on one host."""
+    assert dict(dlrm.data["summary"]["kpis"])["hosts"] == "unknown"
+    for tab in ("Replay", "EP"):
+        assert any("name no rank's host" in c for c in dlrm.data["caveats"][tab])
+
+
+def test_write_report_escapes_trace_strings(hostile, tmp_path) -> None:
+    """A kernel name and a process-group description that are HTML, from a real trace."""
+    info = R.write_report(hostile.run, tmp_path / "r.html", analysis=hostile.analysis, replay=hostile.replay)
     text = info.path.read_text()
-    assert info.size_bytes == len(text.encode()) and info.size_bytes < 5_000_000
-    assert info.tabs[-1] == "Hang" and info.raw_intervals > 0
+    assert info.size_bytes == len(text.encode()) and info.size_bytes < 8_000_000
+    assert HOSTILE in hostile.data["timeline"].names  # reaches the page as a data field for Bokeh to escape
     assert HOSTILE not in text  # never raw: Bokeh's JSON is HTML-escaped, Div text is escaped twice
-    # Div text decodes to escaped HTML; data fields decode to the raw string that BokehJS escapes
-    assert "&amp;lt;img src=x onerror" in text
+    assert "&amp;lt;img src=x onerror" in text  # the group description in a finding, inside a Div
     assert re.search(r"<script[^>]*>\s*window.__pwned", text) is None
 
 
-def test_write_report_cdn_is_small(tmp_path, tables, analysis) -> None:
-    inline = R.write_report(tables, tmp_path / "a.html", analysis=analysis)
-    cdn = R.write_report(tables, tmp_path / "b.html", analysis=analysis, cdn=True)
+def test_write_report_cdn_is_small(gloo, tmp_path) -> None:
+    inline = R.write_report(gloo.run, tmp_path / "a.html", analysis=gloo.analysis, replay=gloo.replay)
+    cdn = R.write_report(gloo.run, tmp_path / "b.html", analysis=gloo.analysis, replay=gloo.replay, cdn=True)
     assert cdn.size_bytes < inline.size_bytes / 4
     assert "cdn.bokeh.org" in cdn.path.read_text()
 
 
-def test_write_report_from_run_dir_and_cli(tmp_path) -> None:
-    from tracekit.synth import make_run_tables, write_run
-
-    tables, _ = make_run_tables(hosts=1, gpus_per_host=4, pp=2, ep=2, steps=1)
-    write_run(tables, tmp_path / "run")
-    result = CliRunner().invoke(main, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "out" / "r.html")])
-    assert result.exit_code == 0, result.output
-    assert re.match(r"wrote .*r\.html \(\d+\.\d MB; tabs: Summary, Timeline, Overlap, EP\)", result.output)
-    assert "intervals" in result.output
-    assert (tmp_path / "out" / "r.html").stat().st_size > 100_000
+def test_cli_report_reads_the_stored_replay(gloo, tmp_path) -> None:
+    out = cli("report", str(gloo.run.path), "-o", str(tmp_path / "out" / "r.html"))
+    assert re.match(r"wrote .*r\.html \(\d+\.\d MB; tabs: Summary, Timeline, Overlap, EP, Links, Replay, Hang\)", out)
+    assert "intervals" in out
 
 
 def test_cli_missing_run_is_a_clean_error(tmp_path) -> None:
     result = CliRunner().invoke(main, ["report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 1 and "not a tracekit run" in result.output
-
-
-def test_hang_dump_without_times(tmp_path) -> None:
-    """A Flight Recorder-like input: collectives with no times, some never completed."""
-    from tracekit import schema
-
-    rows = {"coll_id": [], "rank": [], "group": [], "seq": [], "op": [], "state": []}
-    for rank in range(4):
-        last = 7 if rank == 2 else 8
-        for seq in range(last + 1):
-            for k, v in (("coll_id", rank * 100 + seq), ("rank", rank), ("group", "0"), ("seq", seq),
-                         ("op", "all_reduce"), ("state", "completed" if seq < last else "started")):
-                rows[k].append(v)
-    tables = {"ranks": schema.conform("ranks", {"rank": [0, 1, 2, 3], "host": ["a", "a", "b", "b"]}),
-              "collectives": schema.conform("collectives", rows)}
-    data = R.build_report_data(tables)
-    assert data["tabs"][0] == "Summary" and data["tabs"][-1] == "Hang" and "Timeline" not in data["tabs"]
-    assert data["hang"]["groups"][0]["behind"] == [2]
-    info = R.write_report(tables, tmp_path / "hang.html")
-    assert info.raw_intervals == 0 and info.tabs == data["tabs"]
-
-
-def test_unaligned_tables_are_prepared_when_analysis_is_json(tables) -> None:
-    pytest.importorskip("tracekit.analysis")
-    import pyarrow as pa
-
-    ranks = tables["ranks"]
-    i = ranks.schema.get_field_index("clock_offset_ns")
-    tables = {**tables, "ranks": ranks.set_column(i, "clock_offset_ns", pa.nulls(4, pa.int64()))}
-    data = R.build_report_data(tables, analysis={"findings": []})
-    assert any(v != 0 for v in data["timeline"].rows["offset"].values())  # host b's clock was moved

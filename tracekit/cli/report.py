@@ -31,3 +31,5 @@ def report(run_dir: Path, out: Path, cdn: bool) -> None:
                    f"{info.merged_intervals:,} still merged at the finest zoom level")
     else:
         click.echo(f"{info.raw_intervals:,} intervals, none merged")
+    for note in info.notes:
+        click.echo(f"note: {note}")

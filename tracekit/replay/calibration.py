@@ -52,6 +52,10 @@ class ErrorStats:
     def to_dict(self) -> dict[str, float]:
         return {"median": self.median, "p90": self.p90}
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> ErrorStats:
+        return cls(float(doc.get("median") or 0.0), float(doc.get("p90") or 0.0), int(doc.get("n") or 0))
+
 
 @dataclass(frozen=True)
 class ReplayErrors:
@@ -86,6 +90,14 @@ class ReplayErrors:
         if self.basis != "measured":
             out["note"] = WHAT_IF_NOTE
         return out
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ReplayErrors:
+        """The errors `to_dict` wrote (results/replay.json), typed again."""
+        return cls(*(ErrorStats.from_dict(doc.get(k) or {}) for k in KINDS),
+                   by_op={op: {k: ErrorStats.from_dict(s) for k, s in kinds.items()}
+                          for op, kinds in (doc.get("by_op") or {}).items()},
+                   split=str(doc.get("split") or ""), basis=str(doc.get("basis") or "measured"))
 
 
 @dataclass(frozen=True)

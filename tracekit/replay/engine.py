@@ -94,6 +94,19 @@ class TopologyResult:
             "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
         }
 
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> TopologyResult:
+        """A result read back from results/replay.json (its link samples are in the run's
+        `link_samples` table, not in the JSON)."""
+        empty = pa.table({})
+        return cls(topology=str(doc["topology"]), step_ns=dict(doc.get("step_ns") or {}),
+                   traced_step_ns=dict(doc.get("traced_step_ns") or {}), comm_ns=dict(doc.get("comm_ns") or {}),
+                   exposed_ns=dict(doc.get("exposed_ns") or {}), instances=list(doc.get("instances") or []),
+                   hot_links=list(doc.get("hot_links") or []),
+                   replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
+                   link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
+                   n_flows=0)
+
 
 @dataclass(frozen=True)
 class Fallback:
@@ -150,6 +163,24 @@ class ReplayResult:
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ReplayResult:
+        """The result `to_json` wrote (results/replay.json), typed again."""
+        results = [TopologyResult.from_dict(r) for r in doc.get("results") or []]
+        names = [r.topology for r in results]
+        return cls(topologies=list(doc.get("topologies") or names), results=results,
+                   baseline=names[0] if names else "",
+                   efficiency=dict((doc.get("calibration") or {}).get("efficiency") or {}),
+                   errors=results[0].replay_error if results else None,
+                   dependencies=dict(doc.get("dependencies") or {}),
+                   findings=[Finding.from_json(f) for f in doc.get("findings") or []])
+
+    @classmethod
+    def load(cls, run: Run | str | os.PathLike[str]) -> ReplayResult | None:
+        """The replay stored in a run directory (results/replay.json), or None."""
+        doc = (run if isinstance(run, Run) else Run(run)).read_json("replay")
+        return cls.from_json(doc) if isinstance(doc, Mapping) else None
 
     def result(self, name: str) -> TopologyResult:
         for r in self.results:
