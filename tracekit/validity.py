@@ -161,6 +161,29 @@ class RunValidity:
                    allow_mixed=bool(doc.get("allow_mixed")))
 
 
+def replay_cautions(v: RunValidity) -> list[Finding]:
+    """What a replay of this run must say about the data it rests on (replay_caution findings)."""
+    out: list[Finding] = []
+    if v.mixed:
+        out.append(Finding(kind="replay_caution", severity="warning", value=float(len(v.jobs)),
+                           text=f"this run mixes {len(v.jobs)} jobs: the replay schedules their traffic as one job",
+                           data={"reason": "mixed_jobs"}))
+    if v.partial:
+        out.append(Finding(
+            kind="replay_caution", severity="warning", value=float(v.n_present), ranks=tuple(v.missing_ranks),
+            text=f"{v.presence()}: the replay moves only their traffic, and a collective whose other members are "
+                 "outside the run has no flows, so topologies can hardly differ",
+            data={"reason": "partial_run"}))
+    if v.hosts_unknown:
+        out.append(Finding(
+            kind="replay_caution", severity="warning", value=float(len(v.hosts_unknown)),
+            ranks=tuple(v.hosts_unknown),
+            text="hosts unknown: ranks were placed on hosts by rank order (the topology's GPUs per host), so "
+                 "which traffic crosses NICs and leaves follows that guess, not the job",
+            data={"reason": "unknown_hosts"}))
+    return out
+
+
 def _date(ns: int | None) -> str:
     if ns is None:
         return "?"

@@ -118,8 +118,7 @@ def _caveats(analysis: AnalysisResult) -> dict[str, list[str]]:
     run_wide = [f.text for f in v.findings()]
     for tab in ("Summary", "Timeline", "Overlap"):
         out[tab] += [t for f, t in zip(v.findings(), run_wide, strict=True) if f.kind != "unknown_hosts"]
-    for tab in ("Links", "Replay"):
-        out[tab] += run_wide
+    out["Links"] += run_wide  # the Replay tab shows the replay's own cautions, which say the same
     out["EP"] += [f.text for f in analysis.findings if f.kind in ("assumed_splits", "partial_run") and f.group]
     out["EP"] += [t for f, t in zip(v.findings(), run_wide, strict=True) if f.kind == "unknown_hosts"]
     return out

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from conftest import HOSTILE, SAMPLES
+from viz_runs import HOSTILE, SAMPLES
 
 from tracekit.cli import main
 from tracekit.viz import report as R
@@ -112,8 +112,10 @@ def test_partial_run_is_said_on_every_tab(one_of_eight) -> None:
 def test_unknown_hosts_are_said(dlrm) -> None:
     """Regression: with hosts unknown, every rank silently landed on one host."""
     assert dict(dlrm.data["summary"]["kpis"])["hosts"] == "unknown"
-    for tab in ("Replay", "EP"):
+    for tab in ("Links", "EP"):
         assert any("name no rank's host" in c for c in dlrm.data["caveats"][tab])
+    cautions = [f.text for f in dlrm.data["replay"]["findings"] if f.kind == "replay_caution"]
+    assert any(t.startswith("hosts unknown: ranks were placed on hosts by rank order") for t in cautions)
 
 
 def test_write_report_escapes_trace_strings(hostile, tmp_path) -> None:

@@ -58,12 +58,14 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
     """Match, align and classify: the tables every later step needs.
 
     `source` is a run directory (path or `Run`) or a dict of tables. Returns "ranks" (with
-    clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step) and
-    "events" (as stored). With a run and `write=True`, the three small tables are written back.
+    clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step),
+    "events" (as stored) and "step_times" (the one step time per step, `steps.STEP_TIME`). With a
+    run and `write=True`, the three small tables are written back.
     """
     out, extra = _prepared(source, dims, write)
     events = extra["events_in"]
     out["events"] = events if isinstance(events, pa.Table) else table(extra["events"], "events")
+    out["step_times"] = table(steps.step_times(extra["windows"], frame(out["ranks"], "ranks")))
     return out
 
 

@@ -250,6 +250,7 @@ class _Prepared:
     dep_counts: dict[str, int] = field(default_factory=dict)
     dep_rule: np.ndarray | None = None
     replay_dur: np.ndarray | None = None  # replayed durations of timed events (events.replay_dur_ns or traced)
+    step_time: dict[str, float] = field(default_factory=dict)  # the analysis' step times (steps.STEP_TIME)
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -397,7 +398,17 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
         placement=placement, hosts=hosts, gpus_per_host=per_host, fabric=fabric,
         has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule,
-        replay_dur=np.where(replay_d >= 0, replay_d, end - start))
+        replay_dur=np.where(replay_d >= 0, replay_d, end - start),
+        step_time=_step_times(tables.get("step_times")))
+
+
+def _step_times(table: pa.Table | None) -> dict[str, float]:
+    """{step: step time} from `analysis.prepare`'s step_times (one step-time definition for the
+    analysis, the replay and the report), or {} when the tables carry none."""
+    if table is None or table.num_rows == 0:
+        return {}
+    return {str(s): float(ns) for s, ns in zip(table.column("step").to_pylist(), table.column("step_ns").to_pylist(),
+                                               strict=True) if s is not None and ns is not None}
 
 
 def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -814,6 +825,9 @@ def _timeline(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> pa.Table:
 
 def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, exact: bool = False
            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per step, the replayed and the traced step time. The traced one is the analysis' step time
+    (`tracekit.analysis.steps.STEP_TIME`) when known, and the replayed one moves from it by as much
+    as the span of the step's events moved; else both are the span of the step's events."""
     keys = prep.step if prep.has_steps else np.zeros(prep.step.size, np.int64)
     out: dict[str, Any] = {}
     traced: dict[str, Any] = {}
@@ -823,8 +837,11 @@ def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, exact: bool =
             continue
         sel = keys == s
         label = str(int(s)) if prep.has_steps else "all"
-        out[label] = fmt(np.nanmax(end[sel]) - np.nanmin(start[sel]))
-        traced[label] = fmt(prep.end[sel].max() - prep.start[sel].min())
+        replayed_span = np.nanmax(end[sel]) - np.nanmin(start[sel])
+        traced_span = prep.end[sel].max() - prep.start[sel].min()
+        base = prep.step_time.get(label, traced_span)
+        out[label] = fmt(base + replayed_span - traced_span)
+        traced[label] = fmt(base)
     return out, traced
 
 
@@ -939,7 +956,8 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
 def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | TopologySpec], *,
                baseline: str | TopologySpec | None = None, write: bool = True, **options: Any) -> ReplayResult:
     """Prepare a run (match, align, classify), replay it, and store results/replay.json and the
-    replayed link samples next to any telemetry."""
+    replayed link samples next to any telemetry. The run's validity (missing ranks, unknown
+    hosts, mixed jobs) comes first among the result's cautions."""
     from tracekit.analysis import prepare
 
     run = run if isinstance(run, Run) else Run(run)
@@ -948,6 +966,9 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
         if name not in tables and run.has(name):
             tables[name] = run.table(name)
     result = replay(tables, topologies, baseline=baseline, **options)
+    from tracekit.validity import replay_cautions, run_validity
+
+    result.findings[:0] = replay_cautions(run_validity(run))
     if write:
         from tracekit.export import write_replay_timelines
 
