@@ -309,7 +309,6 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                                          ("replayed", "@replayed_ms{0,0.000} ms")]))
         sc.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="8pt", border_line_color=None),
                       "right")
-    figs.append(sc)
     text = ""
     med, p90 = rd["error_median"][0], rd["error_p90"][0]
     if med is not None:
@@ -317,19 +316,21 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                  "trace, cross-validated: each collective predicted without its own step or itself): median "
                  f"{100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</p>")
     if rd.get("traced_step_ms"):
-        text += (f"<p>Dashed vermillion line: the traced step (mean) {rd['traced_step_ms']:.3f} ms.</p>")
-    cautions = [f for f in rd.get("findings") or []]
-    if cautions:
-        text += "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in cautions)
+        text += f"<p>Dashed vermillion line: the traced step (mean) {rd['traced_step_ms']:.3f} ms.</p>"
+    text += "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in rd.get("findings") or [])
     hot = rd.get("hot_links") or []
+    table = ""
     if hot:
-        text += ("<h3>Hottest links in the replay</h3><table><tr><th>topology</th><th>link</th><th>peak</th>"
+        table = ("<h3>Hottest links in the replay</h3><table><tr><th>topology</th><th>link</th><th>peak</th>"
                  "<th>mean</th><th>bytes</th></tr>" + "".join(
                      f"<tr><td>{_esc(h['topology'])}</td><td>{_esc(h.get('link'))}</td>"
                      f"<td class='num'>{100 * float(h.get('peak_util') or 0):.0f}%</td>"
                      f"<td class='num'>{100 * float(h.get('mean_util') or 0):.0f}%</td>"
                      f"<td class='num'>{_esc(fmt_bytes(h.get('bytes')))}</td></tr>" for h in hot) + "</table>")
-    return column(html_div(text, width=width), *figs)
+    parts = [*figs, html_div(text, width=width), sc]
+    if table:
+        parts.append(html_div(table, width=width))
+    return column(*parts)
 
 
 # ---------------------------------------------------------------------------------------------

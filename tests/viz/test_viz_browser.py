@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import HOSTILE
+from viz_runs import HOSTILE
 
 from tracekit.viz.report import write_report
 

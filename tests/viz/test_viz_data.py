@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import polars as pl
 import pytest
-from conftest import GLOO_TOPOLOGIES, SYNTH_TOPOLOGIES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from viz_runs import GLOO_TOPOLOGIES, SYNTH_TOPOLOGIES
 
 from tracekit.viz import data as D
 
