@@ -145,3 +145,13 @@ def test_cli_report_reads_the_stored_replay(gloo, tmp_path) -> None:
 def test_cli_missing_run_is_a_clean_error(tmp_path) -> None:
     result = CliRunner().invoke(main, ["report", str(tmp_path / "nope"), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 1 and "not a tracekit run" in result.output
+
+
+def test_replay_quotes_the_analysis_step_time(gloo, synth) -> None:
+    """One step time: the replay's traced step is the analysis' (first rank in to last rank out)."""
+    import polars as pl
+
+    for p in (gloo, synth):
+        want = {str(s): ns for s, ns in pl.from_arrow(p.analysis.step_times).select("step", "step_ns").iter_rows()}
+        for res in p.replay.results:
+            assert res.traced_step_ns == pytest.approx(want)
