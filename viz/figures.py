@@ -7,7 +7,7 @@ came from a trace reaches the page either as a Bokeh data field (escaped by Boke
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np

@@ -213,11 +213,10 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
 
 def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[str], *,
                  analysis: AnalysisResult | None = None, replay: Any = None, hang: Any = None,
-                 whatif: Any = None,
-                 cdn: bool = False,
-                 width: int = WIDTH) -> ReportInfo:
+                 whatif: Any = None, cdn: bool = False, width: int = WIDTH) -> ReportInfo:
     """Write the standalone HTML report for a run; return where, how big, and what was merged."""
-    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif, width_px=width - PLOT_MARGIN)
+    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif,
+                             width_px=width - PLOT_MARGIN)
     text = render(data, cdn=cdn, width=width)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ def test_one_job_when_nothing_disagrees() -> None:
 def test_sources_that_disagree_are_two_jobs(other: SourceJob) -> None:
     first = src("a", (0,), groups={"0": (0, 1, 2, 3)})
     assert len(group_jobs([first, other])) == 2
-    with pytest.raises(MixedRunError, match="2 different jobs.*--allow-mixed"):
+    with pytest.raises(MixedRunError, match=r"2 different jobs.*--allow-mixed"):
         check_sources([first, other])
     v = check_sources([first, other], allow_mixed=True)
     assert v.mixed and any(f.kind == "mixed_jobs" and f.severity == "error" for f in v.findings())
@@ -42,7 +42,7 @@ def test_sources_that_disagree_are_two_jobs(other: SourceJob) -> None:
 
 def test_a_rank_with_sources_from_two_jobs_is_refused_even_when_mixing() -> None:
     a, b = src("a.json", (1,), world=8), src("b.json", (1,), world=2, start=3 * 365 * 24 * HOUR)
-    with pytest.raises(MixedRunError, match="rank 1 has sources from two of them: a.json .* and b.json"):
+    with pytest.raises(MixedRunError, match=r"rank 1 has sources from two of them: a.json .* and b.json"):
         check_sources([a, b], allow_mixed=True)
 
 
@@ -62,7 +62,7 @@ def test_whole_real_trace_folder_is_refused(tmp_path: Path) -> None:
     (worlds 1 to 300, 3.5 years apart) and analyze reported a delay of 203,975,728 s."""
     if not REAL.is_dir():
         pytest.skip(f"{REAL} not present")
-    with pytest.raises(MixedRunError, match="different jobs, and rank \\d+ has sources from two of them"):
+    with pytest.raises(MixedRunError, match=r"different jobs, and rank \d+ has sources from two of them"):
         ingest([str(REAL)], tmp_path / "run")
 
 
