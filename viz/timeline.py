@@ -198,7 +198,7 @@ def _overview(td: D.TimelineData, x_range: Range1d, width: int) -> figure:
             labels.append(f"{D.DIM_LABELS[dim]} comm")
     pad = td.span_ms * 0.01
     n = max(int(ov["nrows"]), 1)
-    o = figure(width=width, height=80, x_range=Range1d(-pad, td.span_ms + pad), y_range=Range1d(0, n * 1.08),
+    o = figure(width=width, height=170, x_range=Range1d(-pad, td.span_ms + pad), y_range=Range1d(0, n * 1.08),
                tools="", toolbar_location=None,
                title=f"Whole run: how many of the {n} ranks communicate (stacked by dim) and compute (line); "
                      "drag or resize the box to move the timeline",
