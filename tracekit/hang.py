@@ -457,6 +457,10 @@ def _mm(seq: int, fieldname: str, major: Any, minority: list[int], values: dict[
             "values": [{"value": v, "ranks": rs} for v, rs in values.items()]}
 
 
+#: How ingest marks the default group it assumed for calls that name none (parsers/_kineto_calls.py).
+ASSUMED_GROUP = "(assumed)"
+
+
 def _check_group(group: str, tracks: dict[bool, _Track], info: Mapping[str, Any],
                  dumped: set[int], window: Mapping[int, int]) -> GroupHang:
     coll, p2p = tracks[False], tracks[True]
@@ -500,6 +504,9 @@ def _check_group(group: str, tracks: dict[bool, _Track], info: Mapping[str, Any]
                     "not checked.")
     if no_dump and complete:
         verdict += f" No dump from {_rk(no_dump)}: not checked."
+    if status in ("hang", "mismatch") and str(desc or "").endswith(ASSUMED_GROUP):
+        verdict += (" The trace names no process group: calls were matched by their order on each rank, which "
+                    "can pair unrelated calls, so this divergence may not be real.")
     return GroupHang(group=group, desc=desc, ranks=sorted(members), ranks_complete=complete,
                      last_seq={r: max(s, 0) for r, s in last.items()}, last_completed_seq=last_done,
                      first_divergent_seq=first, missing_ranks=missing, no_dump_ranks=no_dump,

@@ -404,3 +404,16 @@ def test_coalesced_ops_share_a_seq_and_do_not_mismatch():
     rnd.shuffle(rows)
     g = find_hangs(table(rows), None).groups[0]
     assert g.status == "ok" and g.mismatches == [] and g.last_seq == dict.fromkeys(range(4), 7)
+
+
+def test_divergence_on_an_assumed_group_says_it_may_not_be_real():
+    """Regression: on the HTA 2-of-128 Kineto sample (no process groups in the trace) `hang` named
+    rank 1 for a dtype mismatch between calls only paired by their order on each rank."""
+    rows = [{"rank": r, "group": "0", "seq": s, "source": "kineto", "seq_explicit": False,
+             "dtype": "Long" if (r, s) == (0, 0) else "Byte"} for r in (0, 1) for s in range(3)]
+    assumed = schema.conform("groups", {"group": ["0"], "desc": ["default_pg (assumed)"],
+                                        "ranks": pa.array([[0, 1]], pa.list_(pa.int32())), "ranks_complete": [True]})
+    g = find_hangs(table(rows), assumed).groups[0]
+    assert g.status == "mismatch" and "may not be real" in g.verdict
+    named = find_hangs(table(rows), groups(("0", [0, 1], True))).groups[0]
+    assert named.status == "mismatch" and "may not be real" not in named.verdict

@@ -59,8 +59,9 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
 
     `source` is a run directory (path or `Run`) or a dict of tables. Returns "ranks" (with
     clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step),
-    "events" (as stored, a null step filled from the step windows) and "step_times" (the one step time per step, `steps.STEP_TIME`). With a
-    run and `write=True`, the three small tables are written back.
+    "events" (as stored, a null step filled from the step windows) and "step_times" (the one
+    step time per step, `steps.STEP_TIME`). With a run and `write=True`, the three small tables
+    are written back.
     """
     out, extra = _prepared(source, dims, write)
     events = extra["events_in"]
