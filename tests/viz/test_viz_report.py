@@ -169,3 +169,21 @@ def test_replay_quotes_the_analysis_step_time_when_events_carry_no_step(one_of_e
     assert want
     res = replay_run(one_of_eight.run.path, ["single-switch"]).results[0]
     assert res.traced_step_ns == pytest.approx(want)
+
+
+def test_busiest_links_chart_one_line_per_source_each_its_own_style(synth) -> None:
+    """Regression: 12-14 dashed lines with repeated colours, and "0%" on every y tick on small runs."""
+    from bokeh.models import GlyphRenderer
+    from bokeh.plotting import figure as Figure
+
+    from tracekit.viz import figures
+
+    panels = synth.data["links"]["panels"]
+    lay = figures.link_figures(synth.data["links"], width=1400)
+    chart = next(m for m in lay.select({"type": Figure}) if m.title.text.startswith("The busiest link"))
+    lines = [r.glyph for r in chart.select({"type": GlyphRenderer})]
+    assert len(lines) == len(panels) >= 3
+    styles = {(g.line_color, tuple(g.line_dash) if isinstance(g.line_dash, list) else str(g.line_dash))
+              for g in lines}
+    assert len(styles) == len(lines)
+    assert chart.yaxis[0].formatter.format == figures.PCT and "[00]" in figures.PCT  # 0.4% is not "0%"
