@@ -187,3 +187,16 @@ def test_busiest_links_chart_one_line_per_source_each_its_own_style(synth) -> No
               for g in lines}
     assert len(styles) == len(lines)
     assert chart.yaxis[0].formatter.format == figures.PCT and "[00]" in figures.PCT  # 0.4% is not "0%"
+
+
+def test_stall_table_is_one_row_per_cascade(synth) -> None:
+    """Regression: the synth stall table listed one cascade eight times, each with its own "last
+    rank"; now a row is a root (rank and step), and the Summary's table is the analysis' table."""
+    import polars as pl
+
+    casc = pl.from_arrow(synth.analysis.root_causes)
+    assert casc.height >= 3 and casc.select("root_rank", "root_step").is_unique().all()
+    assert casc["instances"].max() >= 8  # the big cascade of the synth sample, in one row
+    html = summary_html(synth.data)
+    for row in casc.head(3).iter_rows(named=True):
+        assert f"<td>r{row['root_rank']}</td><td class='num'>{row['root_step']}</td>" in html
