@@ -1,5 +1,6 @@
-"""Ingest of a folder mixing profiler traces, Flight Recorder dumps, an NCCL log, nccl-tests
-output and NCCL Inspector files: every table filled, each from the source that knows it."""
+"""Ingest of a folder mixing profiler traces, Flight Recorder dumps, an NCCL log and nccl-tests
+output: every table filled, each from the source that knows it. NCCL Inspector files of another
+job are refused."""
 
 from __future__ import annotations
 
@@ -51,18 +52,29 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (src / "nccl" / "node.log").parent.mkdir()
     (src / "nccl" / "node.log").write_text("\n".join(nccl_log_for_the_sample()) + "\n")
     shutil.copy(NCCL_TESTS_REAL, src / "nccl" / "all_reduce_perf.txt")
-    for p in sorted((PARSERS_TESTS / "nccl_data").glob("inspector_*.log")):
-        shutil.copy(p, src / "nccl" / p.name)
     out = tmp_path_factory.mktemp("run") / "run"
     report = ingest([src], out)
     assert not report.failed, [s.error for s in report.failed]
     return out
 
 
+def test_inspector_files_of_another_job_are_refused(tmp_path: Path) -> None:
+    """The NCCL Inspector fixtures are a 2-rank job of July 2026, not the sample's 8-rank job of
+    November: mixed in, rank 0 would have sources from two jobs, which ingest refuses (issue 12)."""
+    from tracekit.validity import MixedRunError
+
+    inspector = sorted((PARSERS_TESTS / "nccl_data").glob("inspector_*.log"))
+    alone = ingest(inspector, tmp_path / "inspector")
+    assert not alone.failed and {s["format"] for s in Run(tmp_path / "inspector").manifest["sources"]} == {
+        "nccl_inspector"}
+    with pytest.raises(MixedRunError, match=r"rank 0 has sources from two of them: .*inspector_node-a"):
+        ingest([SAMPLE, *inspector], tmp_path / "mixed")
+
+
 def test_every_table_from_its_source(mixed: Path) -> None:
     run = Run(mixed)
     formats = {s["format"] for s in run.manifest["sources"]}
-    assert formats == {"kineto", "flight_recorder", "nccl_log", "nccl_tests", "nccl_inspector"}
+    assert formats == {"kineto", "flight_recorder", "nccl_log", "nccl_tests"}
     coll = run.table("collectives").to_pylist()
     assert {r["source"] for r in coll} == {"kineto"}
     assert sorted({r["rank"] for r in coll}) == list(range(8))
