@@ -5,6 +5,8 @@ are ingested together, and the replay's flows follow the log's rings, channel co
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute
 import pytest
 
 from tracekit.ingest import ingest
@@ -168,3 +170,17 @@ def test_printed_rings_repeat_over_duplicated_channels_and_gloo_groups_stay_apar
     assert fab.rings[COMM] == want and fab.channels[COMM] == 4
     assert fab.rings["7"] == want and fab.via["7"] == COMM
     assert "8" not in fab.via and "9" not in fab.via
+
+
+def test_a_log_without_whole_rings_still_gives_the_channel_count(run: Run) -> None:
+    """One node's log of a job whose rank 0 logged elsewhere: no ring closes, but NCCL's channel
+    count (`2 coll channels`) is used instead of the topology default (8 here)."""
+    tables = dict(_prepared(run))
+    tables["groups"] = tables["groups"].drop_columns(["ring_orders"])
+    ch = tables["channels"]
+    tables["channels"] = ch.filter(pa.compute.less(ch.column("rank"), 4))
+    prep = engine._prepare(tables)
+    assert not prep.fabric.rings and set(prep.fabric.channels.values()) == {2}
+    net = engine._Net(prep, parse_spec(f"rail-optimized:hosts=2,gpus={GPUS}"), "ring")
+    keys = [k for k, i in enumerate(prep.instances) if i.op == "all_reduce" and len(i.ranks) == 8]
+    assert set(net.flows.channel[np.isin(net.flows.key, keys)].tolist()) == {0, 1}
