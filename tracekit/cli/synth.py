@@ -19,6 +19,9 @@ from tracekit.cli._common import user_errors
 @click.option("--pp", default=2, show_default=True, help="Pipeline stages.")
 @click.option("--ep", default=2, show_default=True, help="Expert-parallel group size (divides DP).")
 @click.option("--steps", default=2, show_default=True, help="Training steps.")
+@click.option("--micro-batches", "micro_batches", default=2, show_default=True, help="Micro-batches per step.")
+@click.option("--layers", "layers_per_stage", default=2, show_default=True, help="Layers per pipeline stage.")
+@click.option("--kernels", "kernels_per_block", default=3, show_default=True, help="Compute kernels per block.")
 @click.option("--seed", default=0, show_default=True, help="Random seed.")
 @click.option("--straggler", "straggler_rank", type=int, default=1, show_default=True,
               help="Rank that stalls at the start of --straggler-step (-1 for none).")
@@ -44,7 +47,8 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, **para
     if fmt == "kineto":
         paths = write_kineto(tables, out)
         (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
-        click.echo(f"wrote {len(paths)} Kineto traces and truth.json to {out}")
+        click.echo(f"wrote {len(paths)} Kineto traces ({tables['events'].num_rows} events, "
+                   f"{tables['collectives'].num_rows} collective calls) and truth.json to {out}")
     else:
         write_run(tables, out, truth=truth)
         click.echo(f"wrote run {out}: {tables['ranks'].num_rows} ranks, {tables['events'].num_rows} events, "
