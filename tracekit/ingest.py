@@ -175,17 +175,30 @@ def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | 
     return hashlib.sha256(opts.encode()).hexdigest()[:20]
 
 
-def _clear_parts(run_dir: Path, key: str) -> None:
+def _clear_parts(run_dir: Path, key: str, event_parts: Iterable[Path] | None = None) -> None:
+    """Remove a source's parts; its event files are `event_parts` when known (else found by a glob
+    over every rank, which costs a directory listing per rank)."""
     shutil.rmtree(run_dir / "sources" / key, ignore_errors=True)
-    for p in (run_dir / "events").glob(f"rank=*/{key}.parquet"):
-        p.unlink()
+    if event_parts is None:
+        event_parts = (run_dir / "events").glob(f"rank=*/{key}.parquet")
+    for p in event_parts:
+        Path(p).unlink(missing_ok=True)
+
+
+def _event_parts_by_source(run_dir: Path) -> dict[str, list[Path]]:
+    """Every event file in the run, by source key (one listing of the events tree)."""
+    parts: dict[str, list[Path]] = {}
+    for p in (run_dir / "events").glob("rank=*/*.parquet"):
+        parts.setdefault(p.stem, []).append(p)
+    return parts
 
 
 def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
-               patterns: Sequence[str] | None) -> dict[str, Any]:
-    """Parse one source into its parts (runs in a worker process); never raises."""
+               patterns: Sequence[str] | None, stale: Sequence[Path] | None = None) -> dict[str, Any]:
+    """Parse one source into its parts (runs in a worker process); never raises. `stale` lists
+    event files a previous parse of this source left (None: look for them)."""
     run = Path(run_dir)
-    _clear_parts(run, key)
+    _clear_parts(run, key, stale)
     try:
         module = _parser(fmt)
         if module is None:
@@ -313,11 +326,13 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
             done += 1
             if progress is not None:
                 progress(rep, done, total)
+    stale = _event_parts_by_source(run_dir) if todo else {}
     n_jobs = max(1, min(jobs or (os.cpu_count() or 1), len(todo) or 1))
     small = sum(rep.size or 0 for rep, _ in todo) < PARALLEL_MIN_BYTES
     if n_jobs == 1 or len(todo) <= 1 or (jobs is None and small):
         for rep, fmt in todo:
-            _apply(rep, _parse_one(rep.path, str(run_dir), rep.key or "", fmt, rank, comm_patterns))
+            _apply(rep, _parse_one(rep.path, str(run_dir), rep.key or "", fmt, rank, comm_patterns,
+                                   stale.get(rep.key or "", [])))
             done += 1
             if progress is not None:
                 progress(rep, done, total)
@@ -325,7 +340,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx) as pool:
             futures = {pool.submit(_parse_one, rep.path, str(run_dir), rep.key or "", fmt, rank,
-                                   comm_patterns): rep for rep, fmt in todo}
+                                   comm_patterns, stale.get(rep.key or "", [])): rep for rep, fmt in todo}
             for fut in as_completed(futures):
                 rep = futures[fut]
                 try:
@@ -557,11 +572,24 @@ _GROUP_ANY = ("world", "pxn", "gdr", "nvls", "collnet")
 _GROUP_MAX = ("n_nodes", "local_ranks", "n_channels", "p2p_channels")
 
 
+def _distinct_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The table's rows as dicts, repeats dropped (first occurrence kept, in order): every source
+    of a run usually lists the same process groups."""
+    import polars as pl
+
+    if table.num_rows < 2:
+        return table.to_pylist()
+    plain = table.cast(pa.schema([f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                                  for f in table.schema]))
+    return pl.from_arrow(plain).unique(maintain_order=True).to_dicts()
+
+
 def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
+    """One row per group. Applying a row twice changes nothing, so repeats are dropped first."""
     from tracekit.fabric import merge_rank_maps
 
     merged: dict[str, dict[str, Any]] = {}
-    for row in table.to_pylist():
+    for row in _distinct_rows(table):
         g = merged.get(row["group"])
         if g is None:
             merged[row["group"]] = {**row, "ranks": list(row["ranks"] or []),

@@ -850,8 +850,12 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
     out.mkdir(parents=True, exist_ok=True)
     ranks = tables["ranks"].to_pylist()
     groups = tables["groups"].to_pylist()
-    pg_config = [{"pg_name": g["group"], "pg_desc": g["desc"], "backend_config": "cuda:nccl",
-                  "pg_size": g["size"], "ranks": g["ranks"]} for g in groups]
+    pg_config: dict[int, list[dict[str, Any]]] = {}  # as PyTorch lists them: only the rank's own groups
+    for g in groups:
+        entry = {"pg_name": g["group"], "pg_desc": g["desc"], "backend_config": "cuda:nccl",
+                 "pg_size": g["size"], "ranks": g["ranks"]}
+        for member in g["ranks"]:
+            pg_config.setdefault(member, []).append(entry)
     group_by_name = {g["group"]: g for g in groups}
     coll_by_id = {c["coll_id"]: c for c in tables["collectives"].to_pylist()}
     events = tables["events"].to_pylist()
@@ -934,7 +938,8 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
             "schemaVersion": 1,
             "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
             "distributedInfo": {"backend": "nccl", "rank": r, "world_size": info["world_size"],
-                                "pg_count": len(pg_config), "pg_config": pg_config, "nccl_version": "2.27.5"},
+                                "pg_count": len(pg_config.get(r, [])), "pg_config": pg_config.get(r, []),
+                                "nccl_version": "2.27.5"},
             "hostname": info["host"],
             "displayTimeUnit": "ms",
             "baseTimeNanoseconds": base,
