@@ -366,7 +366,7 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
     path = run_dir / "sources" / key / f"{name}.parquet"
     if not path.is_file():
         return None
-    return schema.conform(name, pq.read_table(path))
+    return schema.conform(name, pq.ParquetFile(path).read())  # half the cost of read_table on small files
 
 
 #: Which source describes a rank's collectives and events when several do: lower wins.
