@@ -254,7 +254,7 @@ class Run:
         files = self.event_files(ranks)
         if not files:
             return schema.empty("events")
-        tables = [pq.read_table(f) for f in files]
+        tables = [pq.ParquetFile(f).read() for f in files]  # read_table costs twice as much per file
         return schema.conform("events", pa.concat_tables(tables, promote_options="permissive"))
 
     def write_table(self, name: str, table: pa.Table) -> Path:

@@ -363,7 +363,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
     for i, v in enumerate(inst_raw):
         if v >= 0:
             by_inst[int(v)].append(i)
-    rows = {int(key[0]): part for key, part in coll.group_by("instance")}
+    rows = {int(k): part for k, part in coll.rows_by_key("instance", named=True, include_key=True).items()}
     instances: list[_Inst] = []
     inst = np.full(n, -1, np.int64)
     sched_inst = np.full(n, -1, np.int64)
@@ -471,22 +471,24 @@ def _given_placement(all_ranks: list[int], given: Mapping[int, tuple[int, int]]
     return placement, hosts, max(g for _, g in placement.values()) + 1
 
 
-def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _Inst:
-    ops = [o for o in part.get_column("op").to_list() if o]
+def _instance_info(part: list[dict[str, Any]], group_ranks: dict[str, list[int]]) -> _Inst:
+    """What the replay needs of one instance, from its collective rows (one dict per member call)."""
+    ops = [row["op"] for row in part if row["op"]]
     op = ops[0] if ops else "other"
     if {"send", "recv"} & set(ops):
         op = "send"
-    group = str(part.get_column("group").to_list()[0])
-    dims = [d for d in part.get_column("dim").to_list() if d]
-    seqs = [s for s in part.get_column("seq").to_list() if s is not None]
-    algos = [a for a in part.get_column("algo").to_list() if a]
-    protos = [p for p in part.get_column("proto").to_list() if p] if "proto" in part.columns else []
-    participants = sorted(set(part.get_column("rank").to_list()))
+    group = str(part[0]["group"])
+    dims = [row["dim"] for row in part if row["dim"]]
+    seqs = [row["seq"] for row in part if row["seq"] is not None]
+    algos = [row["algo"] for row in part if row["algo"]]
+    protos = [row["proto"] for row in part if row.get("proto")]
+    participants = sorted({row["rank"] for row in part})
     order = group_ranks.get(group) or []
-    ranks = [r for r in order if r in participants] + [r for r in participants if r not in order]
-    in_b = [b for b in part.get_column("in_bytes").to_list() if b is not None]
-    out_b = [b for b in part.get_column("out_bytes").to_list() if b is not None]
-    n = max(len(ranks), int(max(part.get_column("nranks").drop_nulls().to_list() or [1])))
+    present, listed = set(participants), set(order)
+    ranks = [r for r in order if r in present] + [r for r in participants if r not in listed]
+    in_b = [row["in_bytes"] for row in part if row["in_bytes"] is not None]
+    out_b = [row["out_bytes"] for row in part if row["out_bytes"] is not None]
+    n = max(len(ranks), int(max([row["nranks"] for row in part if row["nranks"] is not None] or [1])))
     nbytes = float(max(in_b or [0]))
     if op == "all_gather":
         nbytes = float(max(out_b)) if out_b else nbytes * n
@@ -498,7 +500,7 @@ def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _In
         nbytes = 0.0
     splits: dict[int, list[float]] = {}
     src = dst = None
-    for row in part.iter_rows(named=True):
+    for row in part:
         if op == "all_to_all" and row["in_splits"]:
             splits[row["rank"]] = [float(x) for x in row["in_splits"]]
         if op == "send":
@@ -511,7 +513,7 @@ def _instance_info(part: pl.DataFrame, group_ranks: dict[str, list[int]]) -> _In
                 if src is None and row["peer"] is not None:
                     src = row["peer"]
     if op == "all_to_all" and not splits:
-        recv = {row["rank"]: row["out_splits"] for row in part.iter_rows(named=True) if row["out_splits"]}
+        recv = {row["rank"]: row["out_splits"] for row in part if row["out_splits"]}
         if recv and len(recv) == len(ranks):
             for i, r in enumerate(ranks):
                 splits[r] = [float(recv[q][i]) if len(recv[q]) > i else 0.0 for q in ranks]
