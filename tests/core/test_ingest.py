@@ -176,3 +176,63 @@ def test_describe_run(dlrm_run: Path) -> None:
     assert doc["steps"] == [10] and doc["formats"] == {"kineto": 8}
     assert doc["groups"][0]["collectives"] == 64
     assert doc["span"]["duration_s"] and doc["span"]["duration_s"] < 1
+
+
+def test_reparse_removes_the_sources_stale_event_files(dlrm: list[Path], tmp_path: Path) -> None:
+    """A source parsed again (its record gone, e.g. a crash after the events were written) loses
+    every event file a previous parse left, at any rank, not only the ranks it writes now."""
+    out = tmp_path / "run"
+    ingest(dlrm[:2], out)
+    key = json.loads((out / "manifest.json").read_text())["sources"][0]["key"]
+    [part] = list((out / "events").glob(f"rank=*/{key}.parquet"))
+    stale = out / "events" / "rank=99" / f"{key}.parquet"
+    stale.parent.mkdir()
+    shutil.copy(part, stale)
+    (out / "sources" / key / "source.json").unlink()
+    report = ingest(dlrm[:2], out)
+    assert not report.failed and not stale.exists() and part.exists()
+    assert 99 not in {r["rank"] for r in Run(out).events().select(["rank"]).to_pylist()}
+
+
+def test_groups_listed_by_every_source_merge_to_one_row_each(tmp_path: Path) -> None:
+    from tracekit.synth import make_run_tables, write_kineto
+
+    tables, _ = make_run_tables(hosts=2, gpus_per_host=4, pp=2, ep=2, steps=1)
+    write_kineto(tables, tmp_path / "k")
+    report = ingest([tmp_path / "k"], tmp_path / "run")
+    assert not report.failed and not report.warnings
+    got = Run(tmp_path / "run").table("groups").to_pylist()
+    want = {g["group"]: sorted(g["ranks"]) for g in tables["groups"].to_pylist()}
+    assert {g["group"]: sorted(g["ranks"]) for g in got} == want
+    assert all(g["ranks_complete"] and g["size"] == len(g["ranks"]) for g in got)
+
+
+def test_group_rows_merge_in_source_order() -> None:
+    """Repeated rows are dropped before merging; what differs still merges: the first complete
+    rank list wins (a differing one warns), partial lists are unioned, desc/backend fill in."""
+    import pyarrow as pa
+
+    from tracekit.ingest import _merge_groups
+
+    a = {"group": "1", "desc": "", "backend": None, "ranks": [0, 1], "size": 2, "dims": ["DP"],
+         "ranks_complete": False}
+    rows = [a,
+            {"group": "1", "desc": "x", "backend": "nccl", "ranks": [0, 2], "size": 3, "dims": [],
+             "ranks_complete": True},
+            a,
+            {"group": "1", "desc": "y", "backend": "gloo", "ranks": [0, 3], "size": 2, "dims": None,
+             "ranks_complete": True},
+            {"group": "3", "desc": None, "backend": None, "ranks": [1, 2], "size": None, "dims": None,
+             "ranks_complete": False},
+            {"group": "3", "desc": "pp", "backend": None, "ranks": [0, 1], "size": 2, "dims": ["PP"],
+             "ranks_complete": False},
+            {"group": "3", "desc": None, "backend": None, "ranks": [1, 2], "size": None, "dims": None,
+             "ranks_complete": False}]
+    warnings: list[str] = []
+    out = _merge_groups(schema.conform("groups", pa.Table.from_pylist(rows)), warnings)
+    assert out.to_pylist() == [
+        {"group": "1", "desc": "x", "backend": "nccl", "ranks": [0, 2], "size": 3, "dims": ["DP"],
+         "ranks_complete": True},
+        {"group": "3", "desc": "pp", "backend": None, "ranks": [0, 1, 2], "size": 2, "dims": ["PP"],
+         "ranks_complete": False}]
+    assert warnings == ["group '1': ranks differ between sources; kept the first"]
