@@ -373,23 +373,23 @@ def _hsize(names: Sequence[str]) -> int:
 
 def _bars(title: str, labels: Sequence[str], names: Sequence[str], values: Sequence[float], unit: str, *,
           width: int) -> Any:
-    """Horizontal bars, the baseline (first, gray) on top, each labelled with its change."""
+    """Horizontal bars, the baseline (first, gray) on top, each labelled with its value and change
+    as `tracekit whatif` prints them ("44.423 ms (-2.2%)")."""
     base = values[0] if values and values[0] == values[0] else None
-    delta = ["" if i == 0 or not base else f"{100 * (v / base - 1):+.1f}%" for i, v in enumerate(values)]
+    delta = ["" if i == 0 or not base else f"({(v - base) / base:+.1%})" for i, v in enumerate(values)]
+    top = max((v for v in values if v == v), default=1.0) or 1.0
     p = figure(width=width, height=_hsize(labels), y_range=FactorRange(*reversed(labels)), title=title,
-               x_axis_label=unit, tools="save", toolbar_location="right")
+               x_range=Range1d(0, top * 1.55), x_axis_label=unit, tools="save", toolbar_location="right")
     style(p)
     p.ygrid.grid_line_color = None
     src = ColumnDataSource({"label_": list(labels), "name": list(names), "v": list(values), "delta": delta,
                             "color": ["#9A9A9A"] + ["#0072B2"] * (len(names) - 1),
-                            "label": [f" {v:.2f} {unit} {d}".rstrip() for v, d in zip(values, delta, strict=True)]})
+                            "label": [f" {v:.3f} {unit} {d}".rstrip() for v, d in zip(values, delta, strict=True)]})
     p.hbar(y="label_", right="v", height=0.7, source=src, fill_color="color", line_color=None)
     p.text(x="v", y="label_", text="label", source=src, text_align="left", text_baseline="middle",
            text_font_size="9pt")
     p.add_tools(HoverTool(tooltips=[("scenario", "@name"), ("value", f"@v{{0,0.000}} {unit}"),
                                     ("vs baseline", "@delta")]))
-    p.x_range.start = 0
-    p.x_range.range_padding = 0.45
     return p
 
 
@@ -471,14 +471,14 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                             _stacked("Exposed communication per step", labels, names, wd["exposed_ms"], wd["dims"],
                                      "ms", width=bar_w))]
     if wd["traffic_dims"]:
-        parts.append(_stacked("Inter-host traffic by dim (bytes leaving hosts through their NICs)", labels, names,
-                              wd["traffic_gb"], wd["traffic_dims"], "GB", width=bar_w))
+        parts.append(_stacked("Inter-host traffic by dim", labels, names, wd["traffic_gb"], wd["traffic_dims"],
+                              "GB leaving hosts through their NICs, over the run", width=bar_w))
     for ep in wd["ep"]:
         text = []
         if ep["imbalance"]:
             text.append(f"max/mean {ep['imbalance'][0]:.2f} &rarr; {ep['imbalance'][1]:.2f} (worst EP group)")
         if ep["a2a_ms"]:
-            text.append(f"all-to-all per instance {ep['a2a_ms'][0]:.3f} &rarr; {ep['a2a_ms'][1]:.3f} ms")
+            text.append(f"EP all-to-all per instance (mean) {ep['a2a_ms'][0]:.3f} ms &rarr; {ep['a2a_ms'][1]:.3f} ms")
         if ep["truncated"]:
             text.append(f"first {len(ep['ranks'])} ranks shown")
         parts.append(html_div(f"<h3>{_esc(ep['scenario'])}</h3><p>{'; '.join(text)}</p>", width=width))
@@ -486,17 +486,18 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     for g in wd["grids"]:
         moved = set(g["moved"])
         parts.append(html_div(f"<h3>{_esc(g['scenario'])}: rank &rarr; host</h3><p class='muted'>"
-                              f"{len(moved)} rank(s) moved (orange).</p>", width=width))
+                              "Each cell is a GPU, labelled with the rank on it; orange: a rank on another host "
+                              "or GPU than traced.</p>", width=width))
         parts.append(row(_placement_grid(g["before"], "traced", set()), _placement_grid(g["after"], "scenario", moved)))
     rows = []
     for st in wd["storage"]:
         worst = st["worst"]
-        ckpt = "-" if st["checkpoint_ms"] is None else f"{st['checkpoint_ms']:.2f} ms"
+        ckpt = "-" if st["checkpoint_ms"] is None else f"{st['checkpoint_ms']:.3f} ms"
         rows.append(f"<tr><td>{_esc(st['scenario'])}</td><td>{_esc(st['network'])}</td>"
                     f"<td class='num'>{ckpt}</td>"
                     f"<td class='num'>{st['slowed']}</td><td>"
                     + ("-" if worst is None else _esc(f"{worst['op']} {worst['dim']} group {worst['group']} seq "
-                                                      f"{worst['seq']}: {worst['baseline_ms']:.3f} -> "
+                                                      f"{worst['seq']}: {worst['baseline_ms']:.3f} ms -> "
                                                       f"{worst['scenario_ms']:.3f} ms"))
                     + "</td></tr>")
     if rows:

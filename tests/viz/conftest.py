@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import pytest
-from viz_runs import GLOO_TOPOLOGIES, HOSTILE, REAL, SAMPLES, SYNTH_TOPOLOGIES, Pipeline, pipeline
+from viz_runs import (
+    GLOO_TOPOLOGIES,
+    HOSTILE,
+    REAL,
+    SAMPLES,
+    SYNTH_TOPOLOGIES,
+    WHATIF_SCENARIOS,
+    WHATIF_TOPOLOGY,
+    Pipeline,
+    pipeline,
+)
 
 
 def _real(*parts: str) -> Path:
@@ -65,3 +76,13 @@ def one_of_eight(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
 @pytest.fixture(scope="session")
 def two_of_128(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
     return pipeline([_real("kineto", "hta_trace_filter_sampled_2rank")], tmp_path_factory.mktemp("hta") / "run")
+
+
+@pytest.fixture(scope="session")
+def synth_whatif(synth: Pipeline) -> tuple[Any, dict[str, Any]]:
+    """`tracekit.whatif` on the bundled 16-rank sample, and the report data built with it."""
+    from tracekit.viz.report import build_report_data
+    from tracekit.whatif import whatif
+
+    result = whatif(synth.run.path, WHATIF_SCENARIOS, topology=WHATIF_TOPOLOGY)
+    return result, build_report_data(synth.run, analysis=synth.analysis, replay=synth.replay, whatif=result)

@@ -304,3 +304,22 @@ def test_128_rank_report_size_and_time_to_render(browser, tmp_path) -> None:
         assert page.errors == []
     finally:
         page.close()
+
+
+def test_whatif_tab_renders_with_no_text_overlapping(browser, synth, synth_whatif, tmp_path) -> None:
+    """The What-if tab of the bundled sample (EPLB, placement, checkpoint): bars labelled in full,
+    titles whole, the placement grids and the EP load drawn, no console error."""
+    result, _ = synth_whatif
+    path = write_report(synth.run, tmp_path / "whatif.html", analysis=synth.analysis, replay=synth.replay,
+                        whatif=result).path
+    page = Page(browser, path)
+    try:
+        assert page.tabs()[-1] == "What-if"
+        page.show("What-if")
+        page.shot("synth-what-if")
+        assert sum(c["colours"] > 3 for c in page.canvases()) >= 5  # step, exposed, traffic, EP load, 2 grids
+        assert "model vs model" in " ".join(page.page.locator(".tk").all_inner_texts())
+        assert page.text_problems() == []
+        assert page.errors == []
+    finally:
+        page.close()

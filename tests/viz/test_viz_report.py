@@ -200,3 +200,28 @@ def test_stall_table_is_one_row_per_cascade(synth) -> None:
     html = summary_html(synth.data)
     for row in casc.head(3).iter_rows(named=True):
         assert f"<td>r{row['root_rank']}</td><td class='num'>{row['root_step']}</td>" in html
+
+
+def test_replay_of_a_partial_run_says_so(one_of_eight) -> None:
+    """Regression: rank 0 of an 8-rank job replayed with error 0.0% and the same step on every
+    topology, without a word that 7 of its 8 ranks were absent."""
+    from tracekit.replay.engine import replay_run
+
+    res = replay_run(one_of_eight.run.path, ["single-switch", "fat-tree:nic_gbps=100,oversub=4"])
+    partial = [f for f in res.findings if f.kind == "replay_caution" and f.data.get("reason") == "partial_run"]
+    assert len(partial) == 1 and partial[0].severity == "warning"
+    assert partial[0].text.startswith("1 of 8 ranks present: the replay moves only their traffic")
+
+
+def test_replay_baseline_far_from_the_trace_is_a_caution(gloo) -> None:
+    """Regression: a baseline replay +29% off the traced step came with no caution. On the gloo
+    sample the replay of step 1 is more than 5% off: the Replay tab and the Summary say it."""
+    from tracekit.replay.engine import CAUTION_STEP
+
+    base = gloo.replay.results[0]
+    off = {s for s, ns in base.step_ns.items() if abs(ns / base.traced_step_ns[s] - 1) > CAUTION_STEP}
+    said = {str(f.step) for f in gloo.replay.findings if f.data.get("reason") == "baseline_step"}
+    assert off and said == off
+    assert all(f.kind == "replay_caution" and f.severity == "warning" for f in gloo.replay.findings
+               if f.data.get("reason") == "baseline_step")
+    assert any("off the traced step" in f.text for f in gloo.data["replay"]["findings"])

@@ -18,6 +18,10 @@ SAMPLES = REPO / "sample_traces"
 REAL = REPO.parent / "shared" / "real_traces"
 HOSTILE = "<img src=x onerror=window.__pwned=1>"
 GLOO_TOPOLOGIES = ["single-switch", "fat-tree:nic_gbps=100,oversub=4"]
+#: What-ifs on the bundled 16-rank sample (as in the README, less the slow placement search).
+WHATIF_TOPOLOGY = "rail-optimized:nic_gbps=400"
+WHATIF_SCENARIOS = ["eplb:redundant=8", "placement:pp-adjacent",
+                    "checkpoint:bytes_per_rank=1GB,every=2,at=0.5,via=backend,storage=4"]
 SYNTH_TOPOLOGIES = ["rail-optimized:nic_gbps=400", "rail-optimized:nic_gbps=400,sharp=true",
                     "fat-tree:nic_gbps=100,oversub=4"]
 
