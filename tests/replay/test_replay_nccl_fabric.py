@@ -184,3 +184,16 @@ def test_a_log_without_whole_rings_still_gives_the_channel_count(run: Run) -> No
     net = engine._Net(prep, parse_spec(f"rail-optimized:hosts=2,gpus={GPUS}"), "ring")
     keys = [k for k, i in enumerate(prep.instances) if i.op == "all_reduce" and len(i.ranks) == 8]
     assert set(net.flows.channel[np.isin(net.flows.key, keys)].tolist()) == {0, 1}
+
+
+def test_a_nic_gpu_on_another_host_is_not_used() -> None:
+    """With a what-if placement a logged NIC rank may sit on another host than the edge: the edge
+    then leaves from its own GPU (no cross-host 'NVLink' leg), still as MODE_NET."""
+    topo = build(parse_spec(f"rail-optimized:hosts=2,gpus={GPUS}"))
+    inst = Instance(0, "all_reduce", list(range(8)), 1 << 20, group="g")
+    ring = [0, 1, 2, 3, 4, 5, 6, 7]
+    hops = {"g": {(0, 3, 4): (6, 4), (0, 7, 0): (7, 2)}}
+    flows = decompose_plan([inst], topo, np.arange(8), algo="ring", rings={"g": [ring]}, hops=hops).flows
+    edges = set(zip(flows.src.tolist(), flows.dst.tolist(), flows.mode.tolist(), strict=True))
+    assert (3, 4, MODE_NET) in edges and not any(s == 3 and d == 6 for s, d, _ in edges)
+    assert {(7, 2, MODE_NET), (2, 0, MODE_GPU)} <= edges

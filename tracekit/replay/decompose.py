@@ -227,7 +227,7 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
             order = _ring_order(observed[c], ranks) if observed else channel_ring(gpus, per_host, c, ports)
             ring = gpus[order]
             if edge_hops:
-                src, dst, mode = _ring_hops(observed[c], ring, c, edge_hops, gpu, ring_cache)
+                src, dst, mode = _ring_hops(observed[c], ring, c, edge_hops, gpu, per_host, ring_cache)
                 acc.add(src, dst, per, lat_mult=steps, channel=c, mode=mode, key=k)
                 continue
             acc.add(ring, np.roll(ring, -1), per, lat_mult=steps, channel=c, key=k)
@@ -235,11 +235,12 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
 
 
 def _ring_hops(ring_ranks: list[int], ring: np.ndarray, channel: int,
-               hops: Mapping[tuple[int, int, int], tuple[int, int]], gpu: Callable[[int], int],
+               hops: Mapping[tuple[int, int, int], tuple[int, int]], gpu: Callable[[int], int], per_host: int,
                cache: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flows of one observed ring channel: a network edge goes from the GPU whose NIC NCCL sent
-    it with to the GPU whose NIC received it (MODE_NET), with NVLink legs to and from them."""
+    it with to the GPU whose NIC received it (MODE_NET), with NVLink legs to and from them. A NIC
+    GPU placed on another host than the edge's own GPU (a what-if placement) is not used."""
     key = (id(hops), channel, tuple(ring_ranks))
     hit = cache.get(key)
     if hit is not None:
@@ -262,6 +263,8 @@ def _ring_hops(ring_ranks: list[int], ring: np.ndarray, channel: int,
             add(ga, gb, MODE_GPU)
             continue
         gs, gr = _gpu_or(gpu, hop[0], ga), _gpu_or(gpu, hop[1], gb)
+        gs = gs if gs // per_host == ga // per_host else ga
+        gr = gr if gr // per_host == gb // per_host else gb
         if gs != ga:
             add(ga, gs, MODE_GPU)
         add(gs, gr, MODE_NET)
