@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from tracekit import schema
 from tracekit.errors import InputError, TracekitError
+from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect
 from tracekit.store import MANIFEST, SMALL_TABLES, SourceSink, remove_stale_sources, write_manifest
 
@@ -268,14 +269,18 @@ def _prepare_out(out: Path) -> None:
 def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
            jobs: int | None = None, rank: int | None = None,
            comm_patterns: Sequence[str] | None = None,
-           progress: ProgressFn | None = None, allow_mixed: bool = False) -> IngestReport:
+           progress: ProgressFn | None = None, allow_mixed: bool = False,
+           executor: str | Executor | None = None) -> IngestReport:
     """Ingest trace files, directories and globs into the run directory `out`.
 
     Per-source failures are recorded in the report and the manifest; the other files still
     ingest. Unchanged sources (same sha256, parser version and options) are cache hits. Sources
     from different jobs raise `tracekit.validity.MixedRunError` unless `allow_mixed` (a rank
-    with sources from two jobs always does).
+    with sources from two jobs always does). `executor` "ray" or "ray://HOST:PORT" parses each
+    file as a Ray task writing its parts into `out` (which must then be on storage every node
+    shares); the default parses here (`jobs`).
     """
+    exe = parse_executor(executor)
     run_dir = Path(out)
     _prepare_out(run_dir)
     if comm_patterns is not None:
@@ -329,7 +334,19 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     stale = _event_parts_by_source(run_dir) if todo else {}
     n_jobs = max(1, min(jobs or (os.cpu_count() or 1), len(todo) or 1))
     small = sum(rep.size or 0 for rep, _ in todo) < PARALLEL_MIN_BYTES
-    if n_jobs == 1 or len(todo) <= 1 or (jobs is None and small):
+    if not exe.is_local and todo:
+        def finished(i: int, record: dict[str, Any]) -> None:
+            nonlocal done
+            _apply(todo[i][0], record)
+            done += 1
+            if progress is not None:
+                progress(todo[i][0], done, total)
+
+        shared = str(run_dir.resolve())
+        run_tasks(exe, _parse_one, [(str(Path(rep.path).resolve()), shared, rep.key or "", fmt, rank,
+                                     list(comm_patterns) if comm_patterns is not None else None)
+                                    for rep, fmt in todo], done=finished)
+    elif n_jobs == 1 or len(todo) <= 1 or (jobs is None and small):
         for rep, fmt in todo:
             _apply(rep, _parse_one(rep.path, str(run_dir), rep.key or "", fmt, rank, comm_patterns,
                                    stale.get(rep.key or "", [])))

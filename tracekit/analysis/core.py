@@ -18,6 +18,8 @@ from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.finding import Finding
+from tracekit.errors import TracekitError
+from tracekit.executors import Executor, parse_executor
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
 
@@ -137,21 +139,36 @@ class AnalysisResult:
 
 
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
-            compute: str | Sequence[str] = "auto", write: bool = True) -> AnalysisResult:
+            compute: str | Sequence[str] = "auto", write: bool = True,
+            executor: str | Executor | None = None) -> AnalysisResult:
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
     `write=True`, the prepared tables and results/analysis.json are written into the run.
+    `executor` "ray" or "ray://HOST:PORT" reads events per rank partition in Ray tasks
+    (`tracekit.analysis.partitioned`); the results are the same.
     """
+    exe = parse_executor(executor)
     run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
+    if not exe.is_local and run is None:
+        raise TracekitError("the ray executor analyses a run directory, not tables in memory")
     validity = run_validity(run if run is not None else source)
-    t, extra = _prepared(run if run is not None else source, dims, write)
-    ev: pl.DataFrame = extra["events"]
-    coll: pl.DataFrame = extra["collectives"]
+    if exe.is_local:
+        t, extra = _prepared(run if run is not None else source, dims, write)
+        ev: pl.DataFrame = extra["events"]
+        coll: pl.DataFrame = extra["collectives"]
+        windows: pl.DataFrame = extra["windows"]
+        wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
+        compute_iv = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, coll), compute=compute)
+    else:
+        from tracekit.analysis import partitioned
+
+        assert run is not None
+        t, extra = partitioned.prepared(run, exe, dims=dims, write=write, compute=compute)
+        coll, windows, wide, long = extra["collectives"], extra["windows"], extra["wide"], extra["long"]
+        compute_iv = extra["compute"]
     rk = frame(t["ranks"], "ranks")
     grp = frame(t["groups"], "groups")
-    windows: pl.DataFrame = extra["windows"]
-    wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
     parts = stalls.participants(coll, rk)
     inst = stalls.instances(parts) if parts.height else _empty_instances()
     chains = rootcause.wait_chains(parts, inst)
@@ -160,9 +177,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     parts = parts.join(inst.select("instance", "last_rank"), on="instance", how="left").with_columns(
         pl.when(pl.col("wait_ns") > 0).then(pl.col("last_rank")).cast(pl.Int32).alias("waited_on")).drop("last_rank")
     casc = rootcause.cascades(inst, parts)
-    comm_iv = breakdown.comm_intervals(ev, coll)
-    critical = rootcause.critical_path(parts, inst, windows, rk, breakdown.compute_intervals(ev, comm_iv,
-                                                                                             compute=compute))
+    critical = rootcause.critical_path(parts, inst, windows, rk, compute_iv)
     strag = stalls.stragglers(inst, parts) if parts.height else pl.DataFrame(
         schema={"rank": pl.Int32, "times_last": pl.UInt32, "instances": pl.UInt32, "delay_ns": pl.Int64,
                 "caused_ns": pl.Int64, "excess_ns": pl.Int64, "worst_wait_ns": pl.Int64, "steps": pl.List(pl.Int32),

@@ -19,6 +19,13 @@ def step_windows(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFram
     frequent repeated collective, DP preferred ("cadence": step k ends when its k-th call ends);
     else one step 0 spanning everything ("whole"). Windows of a rank never overlap.
     """
+    found, extents = event_windows(events)
+    return finish_windows(found, extents, collectives)
+
+
+def event_windows(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The part of `step_windows` that reads events, rank by rank (so it can run per rank
+    partition): windows from annotations or `events.step`, and each rank's event extent."""
     ev = events.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
     ann = (
         ev.with_columns(pl.col("name").str.extract(STEP_RE, 1).cast(pl.Int32).alias("_s"))
@@ -27,7 +34,6 @@ def step_windows(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFram
                                     (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"))
         .rename({"_s": "step"}).with_columns(pl.lit("annotation").alias("source"))
     )
-    parts = [ann]
     done = set(ann.get_column("rank").to_list())
     by_step = (
         ev.filter(pl.col("step").is_not_null() & ~pl.col("rank").is_in(list(done)))
@@ -35,9 +41,16 @@ def step_windows(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFram
                                       (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"))
         .with_columns(pl.lit("events.step").alias("source"))
     )
-    parts.append(by_step)
-    done |= set(by_step.get_column("rank").to_list())
-    extents = _extents(ev, collectives)
+    found = pl.concat([p.select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA) for p in (ann, by_step)])
+    return found, _extents(ev, None)
+
+
+def finish_windows(found: pl.DataFrame, extents: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFrame:
+    """The rest of `step_windows`, from the collectives alone: cadence or whole-run windows for
+    the ranks whose events gave none, then windows clipped so that they never overlap."""
+    parts = [found.select(list(WINDOW_SCHEMA)).cast(WINDOW_SCHEMA)]
+    done = set(found.get_column("rank").to_list())
+    extents = _extents(extents, collectives)
     rest = extents.filter(~pl.col("rank").is_in(list(done)))
     if rest.height:
         cad = _cadence(collectives.filter(pl.col("rank").is_in(rest.get_column("rank").to_list())), rest)
@@ -53,13 +66,20 @@ def step_windows(events: pl.DataFrame, collectives: pl.DataFrame) -> pl.DataFram
     return out.filter(pl.col("end_ns") > pl.col("start_ns"))
 
 
-def _extents(ev: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
-    cols = [pl.col("rank").cast(pl.Int32), pl.col("ts_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e")]
-    both = pl.concat([
-        ev.select(cols),
-        coll.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()).select(cols),
-    ])
-    return both.group_by("rank").agg(pl.col("ts_ns").min().alias("start_ns"), pl.col("e").max().alias("end_ns"))
+def _extents(ev: pl.DataFrame, coll: pl.DataFrame | None) -> pl.DataFrame:
+    """Per rank, the earliest start and latest end of `ev` (events, or extents already reduced
+    to rank, start_ns, end_ns) and of the timed collectives when given."""
+    if "start_ns" in ev.columns:
+        parts = [ev.select(pl.col("rank").cast(pl.Int32), pl.col("start_ns").alias("ts_ns"),
+                           pl.col("end_ns").alias("e"))]
+    else:
+        parts = [ev.select(pl.col("rank").cast(pl.Int32), pl.col("ts_ns"),
+                           (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"))]
+    if coll is not None:
+        parts.append(coll.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null()).select(
+            pl.col("rank").cast(pl.Int32), pl.col("ts_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("e")))
+    return pl.concat(parts).group_by("rank").agg(pl.col("ts_ns").min().alias("start_ns"),
+                                                 pl.col("e").max().alias("end_ns"))
 
 
 def _cadence(coll: pl.DataFrame, extents: pl.DataFrame) -> pl.DataFrame:

@@ -40,3 +40,13 @@ def console(*, stderr: bool = False) -> Any:
     if not out.is_terminal:
         out = Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True, width=160)
     return out
+
+
+def executor_options(fn: F) -> F:
+    """`--executor` and `--task-memory`: run per-file or per-rank work here or as Ray tasks."""
+    fn = click.option("--task-memory", default=None, metavar="SIZE",
+                      help="Memory each Ray task reserves, e.g. 4GiB (Ray schedules by it; default: none).")(fn)
+    return click.option("--executor", default="local", show_default=True, metavar="local|ray[://HOST:PORT]",
+                        help="Run the work here, or as Ray tasks: `ray` joins the connected cluster, RAY_ADDRESS "
+                             "or a new local Ray; `ray://HOST:PORT` connects through Ray Client. The run "
+                             "directory must be on storage every node shares (docs/scale.md).")(fn)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import executor_options, json_option, user_errors
 
 LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
           "explains (it arrived later than its usual gap); excess: the part beyond the step's usual pattern.")
@@ -23,17 +23,21 @@ LEGEND = ("delay: the waits of the collectives where the rank was last; caused: 
 @click.option("--compute", default="auto", show_default=True,
               help="What counts as compute: auto, gpu, cpu, or comma-separated event kinds.")
 @click.option("--no-write", is_flag=True, help="Do not write the prepared tables and results/analysis.json.")
+@executor_options
 @user_errors
-def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, no_write: bool) -> None:
+def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, no_write: bool, executor: str,
+            task_memory: str | None) -> None:
     """Match collectives, align clocks, classify dims, and report root causes, stragglers, EP and PP.
 
     Findings come first, most important first, each saying when it rests on partial or assumed
     data; then the tables they come from.
     """
     from tracekit.analysis import analyze as run_analysis
+    from tracekit.executors import parse_executor
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
-    result = run_analysis(run, dims=dims, top=top, compute=kinds, write=not no_write)
+    result = run_analysis(run, dims=dims, top=top, compute=kinds, write=not no_write,
+                          executor=parse_executor(executor, task_memory=task_memory))
     if as_json:
         click.echo(result.dumps())
         return

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import executor_options, json_option, user_errors
 
 
 @click.command()
@@ -24,9 +24,11 @@ from tracekit.cli._common import json_option, user_errors
                    "run; cross-rank results then mean little. A rank with sources from two jobs is still refused.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_option
+@executor_options
 @user_errors
 def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None,
-           comm_patterns: tuple[str, ...], allow_mixed: bool, quiet: bool, as_json: bool) -> None:
+           comm_patterns: tuple[str, ...], allow_mixed: bool, quiet: bool, as_json: bool, executor: str,
+           task_memory: str | None) -> None:
     """Ingest trace files, directories and globs (format detected by content) into OUT.
 
     Sources from different jobs are refused (see --allow-mixed); the run records its world size
@@ -34,11 +36,13 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
     """
     from rich.console import Console
 
+    from tracekit.executors import parse_executor
     from tracekit.ingest import ingest as run_ingest
 
     err = Console(stderr=True, markup=False, highlight=False)
     patterns = list(comm_patterns) if comm_patterns else None
-    options = {"jobs": jobs, "rank": rank, "comm_patterns": patterns, "allow_mixed": allow_mixed}
+    options = {"jobs": jobs, "rank": rank, "comm_patterns": patterns, "allow_mixed": allow_mixed,
+               "executor": parse_executor(executor, task_memory=task_memory)}
     if quiet or as_json or not err.is_terminal:
         report = run_ingest(paths, out, **options)
     else:

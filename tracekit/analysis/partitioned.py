@@ -1,0 +1,104 @@
+"""The analysis with its event-reading steps mapped over rank partitions (Ray tasks, or here).
+
+Matching, alignment and classification read only the collectives; the two steps that read
+events, step windows and the per rank and step breakdown, work rank by rank. So the driver never
+holds the events: each task reads its ranks' Parquet partitions from the run directory and
+returns small tables, which the driver reduces (concatenated in rank order, as the whole-run
+functions order them). The results are the same tables, bit for bit, as `analyze` on one machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from tracekit.analysis import breakdown, steps
+from tracekit.analysis._frames import frame, table
+from tracekit.analysis.classify import Overrides, classify
+from tracekit.analysis.clocks import align_clocks
+from tracekit.analysis.matching import match_collectives
+from tracekit.executors import Executor, run_tasks
+from tracekit.store import Run
+
+#: At most this many tasks per phase; larger runs put several ranks in a task.
+MAX_TASKS = 256
+
+
+def rank_chunks(ranks: Sequence[int], max_tasks: int = MAX_TASKS) -> list[list[int]]:
+    """Consecutive groups of ranks, at most `max_tasks` of them."""
+    ranks = sorted(ranks)
+    if not ranks:
+        return []
+    size = math.ceil(len(ranks) / max_tasks)
+    return [ranks[i:i + size] for i in range(0, len(ranks), size)]
+
+
+def _events(run_path: str, ranks: list[int]) -> pl.DataFrame:
+    return frame(Run(run_path).events(ranks=ranks), "events")
+
+
+def windows_task(run_path: str, ranks: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Map, phase 1: step windows found in these ranks' events, and their event extents."""
+    return steps.event_windows(_events(run_path, ranks))
+
+
+def breakdown_task(run_path: str, ranks: list[int], collectives: pl.DataFrame, windows: pl.DataFrame,
+                   compute: str | Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Map, phase 2: the per rank and step breakdown of these ranks."""
+    return breakdown.per_rank_step(_events(run_path, ranks), collectives, windows, compute=compute)
+
+
+def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, write: bool,
+             compute: str | Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What `core._prepared` returns, plus the breakdown ("wide", "long"), computed per rank
+    partition on `executor`; the events themselves are never loaded here."""
+    coll, mismatches = match_collectives(run.table("collectives"))
+    ranks, align = align_clocks(coll, run.table("ranks"))
+    coll, groups = classify(coll, run.table("groups"), ranks, overrides=dims)
+    c = frame(coll, "collectives")
+    path = str(run.path.resolve())
+    event_ranks = sorted({int(p.parent.name.split("=", 1)[1]) for p in run.event_files()})
+    found = run_tasks(executor, windows_task, [(path, chunk) for chunk in rank_chunks(event_ranks)])
+    windows = steps.finish_windows(_concat([f for f, _ in found], steps.WINDOW_SCHEMA),
+                                   _concat([e for _, e in found], _EXTENT_SCHEMA), c)
+    c = steps.assign_step(c, windows)
+    coll = table(c, "collectives")
+    if write:
+        for name, tab in (("collectives", coll), ("ranks", ranks), ("groups", groups)):
+            run.write_table(name, tab)
+    work_ranks = sorted(set(event_ranks) | set(windows.get_column("rank").to_list()))
+    calls = []
+    for chunk in rank_chunks(work_ranks):
+        calls.append((path, chunk, c.filter(pl.col("rank").cast(pl.Int32).is_in(chunk)),
+                      windows.filter(pl.col("rank").is_in(chunk)), compute))
+    parts = run_tasks(executor, breakdown_task, calls)
+    wide, long = _reduce(parts)
+    extra = {"alignment": align, "mismatches": mismatches, "windows": windows, "collectives": c,
+             "wide": wide, "long": long}
+    return {"ranks": ranks, "groups": groups, "collectives": coll}, extra
+
+
+_EXTENT_SCHEMA = {"rank": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def _concat(frames: list[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
+    frames = [f for f in frames if f.height]
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def _reduce(parts: list[tuple[pl.DataFrame, pl.DataFrame]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    if not parts:
+        return breakdown.per_rank_step(pl.DataFrame(schema=_EVENT_SCHEMA), pl.DataFrame(schema=_COLL_SCHEMA),
+                                       pl.DataFrame(schema=steps.WINDOW_SCHEMA))
+    wides = [w for w, _ in parts]
+    longs = [g for _, g in parts if g.height] or [parts[0][1]]
+    return pl.concat(wides, how="vertical_relaxed"), pl.concat(longs, how="vertical_relaxed")
+
+
+_EVENT_SCHEMA = frame(None, "events").schema
+_COLL_SCHEMA = frame(None, "collectives").schema
