@@ -1,0 +1,87 @@
+"""Executors without Ray: spec parsing, and the partitioned analysis (run inline) against the whole-run one."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracekit.analysis import analyze, partitioned
+from tracekit.cli import main
+from tracekit.executors import Executor, ExecutorError, parse_executor, parse_size, run_tasks
+from tracekit.ingest import ingest
+from tracekit.store import Run
+from tracekit.synth import make_run_tables, write_kineto
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_parse_executor():
+    assert parse_executor(None) == parse_executor("local") == Executor()
+    assert parse_executor("ray") == Executor("ray", None, None)
+    assert parse_executor("ray://head:10001", task_memory="4GiB") == Executor("ray", "ray://head:10001", 4 << 30)
+    assert parse_executor(Executor("ray"), task_memory=1000) == Executor("ray", None, 1000)
+    for bad in ("spark", "ray://", "ray:head"):
+        with pytest.raises(ExecutorError, match="unknown executor"):
+            parse_executor(bad)
+
+
+@pytest.mark.parametrize(("text", "size"), [("512MiB", 512 << 20), ("2G", 2_000_000_000), ("1.5gib", 3 << 29),
+                                            ("4096", 4096), (" 3 KiB ", 3072)])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1GiB", "0", "4PB"])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ExecutorError):
+        parse_size(bad)
+
+
+def test_rank_chunks():
+    assert partitioned.rank_chunks([5, 1, 3, 2, 4], max_tasks=2) == [[1, 2, 3], [4, 5]]
+    assert partitioned.rank_chunks(range(4), max_tasks=10) == [[0], [1], [2], [3]]
+    assert partitioned.rank_chunks([]) == []
+
+
+def test_local_run_tasks_in_order():
+    seen = []
+    assert run_tasks(Executor(), pow, [(2, 3), (3, 2)], done=lambda i, r: seen.append((i, r))) == [8, 9]
+    assert seen == [(0, 8), (1, 9)]
+
+
+def test_cli_unknown_executor_is_a_clean_error(tmp_path):
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path), "-o", str(tmp_path / "run"), "--executor", "spark"])
+    assert result.exit_code == 1
+    assert "unknown executor 'spark'" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path), "--executor", "ray", "--task-memory", "lots"])
+    assert result.exit_code == 1 and "cannot read task memory 'lots'" in result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("partitioned")
+    tables, _ = make_run_tables(hosts=2, gpus_per_host=4, pp=2, ep=2, steps=2, straggler_rank=3,
+                                clock_skew_ns=2_000_000, seed=7)
+    write_kineto(tables, base / "traces")
+    ingest([base / "traces"], base / "synth")
+    ingest([REPO / "sample_traces" / "gloo_moe_8rank"], base / "gloo")  # CPU-only: compute from CPU ops
+    return {"synth": base / "synth", "gloo": base / "gloo"}
+
+
+@pytest.mark.parametrize("name", ["synth", "gloo"])
+@pytest.mark.parametrize("max_tasks", [256, 3])
+def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatch):
+    """The map over rank partitions (here run inline) gives the whole-run tables exactly."""
+    monkeypatch.setattr(partitioned, "MAX_TASKS", max_tasks)
+    whole = analyze(runs[name], write=False)
+    t, extra = partitioned.prepared(Run(runs[name]), Executor(), dims=None, write=False, compute="auto")
+    from tracekit.analysis import breakdown
+    from tracekit.analysis.core import _prepared
+
+    _, ref = _prepared(runs[name], None, False)
+    wide, long = breakdown.per_rank_step(ref["events"], ref["collectives"], ref["windows"])
+    assert extra["windows"].equals(ref["windows"])
+    assert extra["collectives"].equals(ref["collectives"])
+    assert extra["wide"].equals(wide) and extra["long"].equals(long)
+    assert t["collectives"].equals(whole.collectives) and t["ranks"].equals(whole.ranks)
+    assert wide.height > 8 and long.height > 8
