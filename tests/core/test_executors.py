@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
@@ -10,7 +12,7 @@ from tracekit.cli import main
 from tracekit.executors import Executor, ExecutorError, parse_executor, parse_size, run_tasks
 from tracekit.ingest import ingest
 from tracekit.store import Run
-from tracekit.synth import make_run_tables, write_kineto
+from tracekit.synth import make_run_tables, write_kineto, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,10 +67,21 @@ def runs(tmp_path_factory):
     write_kineto(tables, base / "traces")
     ingest([base / "traces"], base / "synth")
     ingest([REPO / "sample_traces" / "gloo_moe_8rank"], base / "gloo")  # CPU-only: compute from CPU ops
-    return {"synth": base / "synth", "gloo": base / "gloo"}
+    # no ProfilerStep annotations and no step on events or collectives: windows from the DP cadence,
+    # whose extents include the collectives, and steps assigned to collectives from those windows
+    ev = tables["events"]
+    keep = pc.invert(pc.fill_null(pc.starts_with(pc.cast(ev.column("name"), pa.string()), "ProfilerStep"), False))
+    ev = ev.filter(keep)
+    bare = {**tables, "events": ev.set_column(ev.schema.get_field_index("step"), "step",
+                                              pa.nulls(ev.num_rows, ev.schema.field("step").type))}
+    coll = tables["collectives"]
+    bare["collectives"] = coll.set_column(coll.schema.get_field_index("step"), "step",
+                                          pa.nulls(coll.num_rows, coll.schema.field("step").type))
+    write_run(bare, base / "cadence")
+    return {"synth": base / "synth", "gloo": base / "gloo", "cadence": base / "cadence"}
 
 
-@pytest.mark.parametrize("name", ["synth", "gloo"])
+@pytest.mark.parametrize("name", ["synth", "gloo", "cadence"])
 @pytest.mark.parametrize("max_tasks", [256, 3])
 def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatch):
     """The map over rank partitions (here run inline) gives the whole-run tables exactly."""
@@ -85,3 +98,19 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatc
     assert extra["wide"].equals(wide) and extra["long"].equals(long)
     assert t["collectives"].equals(whole.collectives) and t["ranks"].equals(whole.ranks)
     assert wide.height > 8 and long.height > 8
+    if name == "cadence":
+        assert "cadence" in set(ref["windows"].get_column("source"))
+        assert ref["collectives"].get_column("step").null_count() < ref["collectives"].height
+
+
+def test_cadence_windows_are_deterministic(runs):
+    """Two DP groups tie as the cadence signature (one per PP stage); the choice must not depend
+    on polars' group_by order, or the same run gives different windows from one call to the next."""
+    from tracekit.analysis import steps
+    from tracekit.analysis.core import _prepared
+
+    _, ref = _prepared(runs["cadence"], None, False)
+    first = steps.step_windows(ref["events"], ref["collectives"])
+    assert "cadence" in set(first.get_column("source"))
+    for _ in range(12):
+        assert steps.step_windows(ref["events"], ref["collectives"]).equals(first)

@@ -93,7 +93,9 @@ def _cadence(coll: pl.DataFrame, extents: pl.DataFrame) -> pl.DataFrame:
     sig = ["group", "op", "in_bytes"]
     counts = (c.group_by([*sig, "rank"]).len()
               .group_by(sig).agg(pl.col("len").median().alias("n"))
-              .filter(pl.col("n") >= 2).sort(["n", "in_bytes"], descending=[False, True], nulls_last=True))
+              .filter(pl.col("n") >= 2)
+              # group breaks ties (two DP groups of one size, one per PP stage): group_by order is arbitrary
+              .sort(["n", "in_bytes", "group"], descending=[False, True, False], nulls_last=True))
     if counts.height == 0:
         return empty
     chosen = counts.row(0, named=True)
