@@ -98,6 +98,13 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatc
     assert extra["wide"].equals(wide) and extra["long"].equals(long)
     assert t["collectives"].equals(whole.collectives) and t["ranks"].equals(whole.ranks)
     assert wide.height > 8 and long.height > 8
+    # the whole analysis through the partitioned path (tasks run inline instead of on Ray)
+    monkeypatch.setattr(partitioned, "run_tasks", lambda exe, fn, calls, done=None: [fn(*c) for c in calls])
+    mapped = analyze(runs[name], write=False, executor="ray")
+    for key, tab in whole.tables().items():
+        assert tab.equals(mapped.tables()[key]), key
+    assert whole.critical_path.num_rows > 0
+    assert [f.to_json() for f in whole.findings] == [f.to_json() for f in mapped.findings]
     if name == "cadence":
         assert "cadence" in set(ref["windows"].get_column("source"))
         assert ref["collectives"].get_column("step").null_count() < ref["collectives"].height

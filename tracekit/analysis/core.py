@@ -17,9 +17,9 @@ from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
-from tracekit.finding import Finding
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
+from tracekit.finding import Finding
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
 

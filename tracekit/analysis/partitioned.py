@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analysis import breakdown, steps
+from tracekit.analysis import breakdown, rootcause, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
@@ -46,9 +46,23 @@ def windows_task(run_path: str, ranks: list[int]) -> tuple[pl.DataFrame, pl.Data
 
 
 def breakdown_task(run_path: str, ranks: list[int], collectives: pl.DataFrame, windows: pl.DataFrame,
-                   compute: str | Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Map, phase 2: the per rank and step breakdown of these ranks."""
-    return breakdown.per_rank_step(_events(run_path, ranks), collectives, windows, compute=compute)
+                   compute: str | Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Map, phase 2: the per rank and step breakdown of these ranks, and their compute time as
+    disjoint intervals (rank, s, e) for the critical path (which takes the same union)."""
+    ev = _events(run_path, ranks)
+    wide, long = breakdown.per_rank_step(ev, collectives, windows, compute=compute)
+    iv = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, collectives), compute=compute)
+    return wide, long, _union_by_rank(iv)
+
+
+def _union_by_rank(iv: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, the union of intervals as disjoint sorted intervals (touching ones kept apart,
+    as `rootcause` merges only overlapping ones)."""
+    out = []
+    for (rank,), part in iv.sort("rank", "s").group_by("rank", maintain_order=True):
+        s, e = rootcause._union(part.get_column("s").to_numpy(), part.get_column("e").to_numpy())
+        out.append(pl.DataFrame({"rank": pl.Series([rank] * len(s), dtype=pl.Int32), "s": s, "e": e}))
+    return pl.concat(out) if out else pl.DataFrame(schema={"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64})
 
 
 def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, write: bool,
@@ -75,9 +89,10 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
         calls.append((path, chunk, c.filter(pl.col("rank").cast(pl.Int32).is_in(chunk)),
                       windows.filter(pl.col("rank").is_in(chunk)), compute))
     parts = run_tasks(executor, breakdown_task, calls)
-    wide, long = _reduce(parts)
+    wide, long = _reduce([(w, g) for w, g, _ in parts])
     extra = {"alignment": align, "mismatches": mismatches, "windows": windows, "collectives": c,
-             "wide": wide, "long": long}
+             "wide": wide, "long": long,
+             "compute": _concat([iv for _, _, iv in parts], {"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64})}
     return {"ranks": ranks, "groups": groups, "collectives": coll}, extra
 
 
