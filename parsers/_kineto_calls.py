@@ -52,6 +52,9 @@ COLLECTIVE_OPS = {
 NOT_A_CALL = frozenset({"wait", "work_wait", "abort", "shutdown"})
 
 _KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+#: NCCL 2.4-2.7 kernel names: `ncclAllReduceRingLLKernel_sum_f32`, `ncclSendRecvKernel_copy_i8`.
+_KERNEL_OP_LEGACY = re.compile(r"\bnccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv)"
+                               r"(?:Tree|Ring|CollNet)?(?:LL128|LL)?Kernel_")
 KERNEL_OPS = {
     "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
     "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "other", "Send": "send",
@@ -59,6 +62,45 @@ KERNEL_OPS = {
     "AllToAllv": "all_to_all", "Gather": "gather", "Scatter": "scatter",
 }
 _INTS = re.compile(r"-?\d+")
+
+# What a launched NCCL kernel's name says about the algorithm (docs/formats.md "NCCL kernel
+# names"). NCCL instantiates one kernel per algorithm with the LL protocol and dispatches the
+# protocol inside it, so the protocol in a name is never the one used (NCCL 2.4-2.18
+# enqueue.cc NCCL_FUNC5; 2.19+ src/device/generate.py `best_kernel`). NCCL 2.4-2.18 kernels are
+# per algorithm; since 2.19 a kernel is TREE for tree and RING for every other algorithm
+# (AllGather and Broadcast always RING).
+_ALGO_NAMES = "TREE|RING|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT"
+_KERNEL_PER_ALGO = re.compile(r"\bncclKernel_([A-Za-z]+)_(" + _ALGO_NAMES + r")_(?:LL128|LL|SIMPLE)_")
+_KERNEL_LEGACY = re.compile(r"\bnccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce)(Tree|Ring|CollNet)"
+                            r"(?:LL128|LL)?Kernel_")
+_KERNEL_DEV = re.compile(r"\bncclDevKernel_([A-Za-z]+)_(?:[A-Za-z0-9]+_)*?(TREE|RING)_(?:LL128|LL|SIMPLE)\b")
+#: NCCL >= 2.19: the algorithms a RING-named kernel may be running (generate.py algos_of_coll).
+_NOT_TREE = {
+    "AllReduce": "RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE",
+    "AllGather": "RING|COLLNET_DIRECT|NVLS|PAT",
+    "ReduceScatter": "RING|COLLNET_DIRECT|NVLS|PAT",
+    "Broadcast": "RING", "Reduce": "RING",
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def kernel_algo(name: str) -> str | None:
+    """The NCCL algorithm a collective kernel's name shows: one NCCL name (`RING`, `TREE`, ...),
+    or `A|B|...` when the name narrows it to several, or None (SendRecv, Generic, RCCL, or a
+    name without an algorithm). The protocol is never read from a name (see above)."""
+    m = _KERNEL_PER_ALGO.search(name)
+    if m:
+        return None if m.group(1) == "SendRecv" else m.group(2)
+    m = _KERNEL_LEGACY.search(name)
+    if m:
+        return {"Tree": "TREE", "Ring": "RING", "CollNet": "COLLNET"}[m.group(2)]
+    m = _KERNEL_DEV.search(name)
+    if m:
+        coll = m.group(1)
+        if m.group(2) == "TREE":
+            return "TREE" if coll == "AllReduce" else None
+        return _NOT_TREE.get(coll)
+    return None
 
 
 @dataclass(slots=True)
@@ -144,6 +186,9 @@ def kernel_op(name: str) -> tuple[str, str | None]:
             if coll.startswith(k):
                 return KERNEL_OPS[k], None
         return "other", None
+    m = _KERNEL_OP_LEGACY.search(name)
+    if m:
+        return KERNEL_OPS[m.group(1)], None
     if "dpsk::ep::" in name or "deep_ep::" in name:
         return ("all_to_all" if re.search(r"dispatch|combine", name) else "other"), "EP"
     if "all_reduce" in name or "cross_device_reduce" in name:
@@ -591,6 +636,7 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
             "out_bytes": out_b, "nranks": size, "peer": peer, "in_splits": in_splits,
             "out_splits": out_splits, "ts": ts, "dur": end - ts, "name": name, "lane": lane,
             "comms_id": comms_id, "dim_hint": dim_hint, "_issue": issue,
+            "algo": kernel_algo(name) if call.kernels else None,
             "_gpu": bool(call.kernels), "_kcorr": call.kernels[0].corr if call.kernels else None,
             "_ordinals": [m.ordinal for m in call.kernels + call.markers],
             "_desc": desc, "_ranks": ranks, "_complete": complete, "_in_rows": in_rows,
@@ -674,6 +720,7 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
         "step": [int(s) if s >= 0 else None for s in step],
         "comms_id": [r["comms_id"] for r in rows],
         "dim_hint": [r["dim_hint"] for r in rows],
+        "algo": [r["algo"] for r in rows],
     }
     return cols, ordinal_map
 

@@ -38,6 +38,7 @@ from tracekit.parsers._kineto_calls import (
     build_collectives,
     dtype_bytes,
     groups_from_config,
+    kernel_algo,
     kernel_op,
     op_from_name,
     parse_rank_list,
@@ -48,16 +49,17 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 
 __all__ = [
     "COLLECTIVE_OPS", "DEFAULT_COMM_PATTERNS", "DTYPE_BYTES", "FORMAT", "KERNEL_OPS", "PARSER_VERSION",
-    "Args", "Event", "KinetoResult", "compile_patterns", "dtype_bytes", "kernel_op", "op_from_name",
+    "Args", "Event", "KinetoResult", "compile_patterns", "dtype_bytes", "kernel_algo", "kernel_op", "op_from_name",
     "parse", "parse_rank_list", "rank_from_name", "torch_dtype",
 ]
 
 FORMAT = "kineto"
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
 DEFAULT_COMM_PATTERNS: tuple[str, ...] = (
     r"\bnccl(?:Dev)?Kernel_",
+    r"\bnccl(?:AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv)\w*Kernel_",
     r"\brccl",
     r"dpsk::ep::",
     r"deep_ep::",
@@ -848,6 +850,7 @@ def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident:
             "dtype": pa.array(coll_cols["dtype"], pa.string()),
             "dim_hint": pa.array(coll_cols["dim_hint"], pa.string()),
             "comms_id": pa.array(coll_cols["comms_id"], pa.string()),
+            "algo": pa.array(coll_cols["algo"], pa.string()),
             "in_bytes": pa.array(coll_cols["in_bytes"], pa.int64()),
             "out_bytes": pa.array(coll_cols["out_bytes"], pa.int64()),
             "nranks": pa.array(coll_cols["nranks"], pa.int32()),

@@ -49,6 +49,7 @@ import pyarrow.compute
 
 from tracekit import __version__, schema
 from tracekit.errors import TracekitError
+from tracekit.parsers._kineto_calls import kernel_algo
 from tracekit.store import Run, SourceSink, write_manifest
 
 #: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
@@ -654,7 +655,7 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
     co: dict[str, list] = {k: [] for k in ("coll_id", "rank", "group", "seq", "op", "dtype", "in_bytes",
                                            "out_bytes", "nranks", "peer", "in_splits", "out_splits", "ts_ns",
                                            "dur_ns", "state", "source", "instance", "dim", "seq_explicit",
-                                           "name", "lane", "step")}
+                                           "name", "lane", "step", "algo")}
     for r in range(spec.world):
         seq_counter: dict[str, int] = {}
         ordinal = 0
@@ -696,6 +697,7 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
                 co["dim"].append(inst.dim)
                 co["seq_explicit"].append(True)
                 co["name"].append(name)
+                co["algo"].append(kernel_algo(name))
                 co["lane"].append(lane)
                 co["step"].append(step)
             ev["rank"].append(r)

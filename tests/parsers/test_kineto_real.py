@@ -274,3 +274,22 @@ def test_comm_patterns_option(real: Path, tmp_path: Path) -> None:
     p = parse_into(path, tmp_path, comm_patterns=[r"^ncclDevKernel_"])
     assert p.collectives.num_rows == 1
     assert kineto.compile_patterns([]).search("ncclKernel_AllReduce") is None
+
+
+def test_kernel_names_give_the_algorithm(real: Path, tmp_path: Path) -> None:
+    """NCCL 2.17 (nccl_data) and the DLRM traces name the algorithm of each collective kernel; a
+    2.19+ RING-named AllGather (B200) only rules out tree; SendRecv and RCCL's Generic say nothing;
+    no kernel name gives the protocol."""
+    p = parse_into(real / "hta_nccl_parser_config" / "nccl_data.json.gz", tmp_path / "a")
+    c = p.collectives.to_pydict()
+    assert set(c["algo"]) == {"RING"} and len(c["algo"]) == 21 and set(c["proto"]) == {None}
+    p = parse_into(next(real.glob("param_dlrm_kineto_8rank/worker0_*")), tmp_path / "b")
+    c = p.collectives.to_pydict()
+    assert {(op, a) for op, a in zip(c["op"], c["algo"], strict=True)} == {("all_reduce", "RING"),
+                                                                            ("all_to_all", None)}
+    p = parse_into(real / "tracelens_b200_eager_rank0of8" / "eager_trace.json.gz", tmp_path / "c")
+    ag = [r for r in p.collectives.to_pylist() if r["name"].startswith("ncclDevKernel_AllGather")]
+    assert [r["algo"] for r in ag] == ["RING|COLLNET_DIRECT|NVLS|PAT"]
+    assert {r["algo"] for r in p.collectives.to_pylist() if "multimem" in r["name"]} == {None}
+    p = parse_into(real / "tracelens_mi300_resnet_rank0of8" / "resnet_act_checkpoint.json.gz", tmp_path / "d")
+    assert set(p.collectives.column("algo").to_pylist()) == {None}

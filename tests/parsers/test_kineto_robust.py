@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,34 @@ def test_counting_rule_holds(tmp_path_factory: pytest.TempPathFactory, events: l
     expect = sum(1 for e in events if e["ph"] == "X" and e.get("cat") in known
                  and isinstance(e.get("ts"), (int, float)) and not isinstance(e.get("name", ""), int))
     assert s.stored == expect
+
+
+@pytest.mark.parametrize("name, algo", [
+    # NCCL 2.8-2.18: one kernel per algorithm, the protocol always LL in the name
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "RING"),
+    ("ncclKernel_AllReduce_TREE_LL_Sum_half", "TREE"),
+    ("ncclKernel_AllReduce_COLLNET_DIRECT_LL_Sum_float", "COLLNET_DIRECT"),
+    ("ncclKernel_AllReduce_NVLS_TREE_LL_Sum_float", "NVLS_TREE"),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t", "RING"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", None),
+    # NCCL >= 2.19: TREE, or RING for every other algorithm
+    ("ncclDevKernel_AllReduce_Sum_f32_TREE_LL(ncclDevKernelArgsStorage<4096ul>)", "TREE"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE"),
+    ("ncclDevKernel_AllGather_RING_LL", "RING|COLLNET_DIRECT|NVLS|PAT"),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "RING|COLLNET_DIRECT|NVLS|PAT"),
+    ("ncclDevKernel_Broadcast_RING_LL", "RING"),
+    ("ncclDevKernel_SendRecv", None),
+    ("ncclDevKernel_Generic", None),  # RCCL
+    # NCCL 2.4-2.7
+    ("ncclAllReduceTreeLLKernel_sum_f32", "TREE"),
+    ("ncclAllReduceRingLLKernel_sum_f32", "RING"),
+    ("multimem_all_reduce_kernel", None),
+])
+def test_kernel_name_algorithm(name: str, algo: str | None) -> None:
+    assert kineto.kernel_algo(name) == algo
+
+
+def test_legacy_kernel_names_are_communication() -> None:
+    assert kineto.kernel_op("ncclAllReduceRingLLKernel_sum_f32(ncclColl)") == ("all_reduce", None)
+    assert kineto.kernel_op("ncclSendRecvKernel_copy_i8(ncclColl)") == ("other", None)
+    assert any(re.search(p, "ncclAllGatherRingLLKernel_copy_i8") for p in kineto.DEFAULT_COMM_PATTERNS)

@@ -289,3 +289,39 @@ def test_tuning_picks_tree_for_large_all_reduce_on_two_nodes():
     assert dec.fill[0] == pytest.approx(1 + 15 * 2**19 / 2**29)
 
 
+
+
+# ---- the traced algorithm (kernel names, NCCL logs) against NCCL's tuning rule --------------------
+
+NOT_TREE = "RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE"  # an NCCL >= 2.19 RING-named all-reduce kernel
+SAMPLE = "rail-optimized:hosts=2,gpus=4,nic_gbps=400"  # the bundled sample's DP group: 2 hosts x 4 GPUs
+
+
+def _plan(spec, algo=None, traced_on=None, nbytes=64 * 2**20):
+    topo = _topo(spec)
+    inst = Instance(0, "all_reduce", list(range(8)), nbytes, algo=algo)
+    base = (_topo(traced_on), np.arange(8)) if traced_on else None
+    return decompose_plan([inst], topo, np.arange(topo.n_gpus), traced_on=base).plans[0]
+
+
+def test_a_kernel_name_that_rules_out_tree_gives_ring_where_the_rule_picks_tree():
+    assert _plan(SAMPLE).algo == "tree"  # NCCL's rule alone, for 64 MiB on 2 hosts
+    plan = _plan(SAMPLE, NOT_TREE)
+    assert (plan.algo, plan.source) == ("ring", "trace")  # the rule's protocol within the traced set
+    assert _plan(SAMPLE, "TREE").algo == "tree"
+    assert _plan(SAMPLE, "ring").algo == "ring"
+
+
+def test_a_what_if_weighs_the_in_network_reduction_the_traced_network_lacked():
+    sharp = SAMPLE + ",sharp=true"
+    # without knowing where the trace came from, a traced RING stays a ring
+    assert _plan(sharp, "RING").algo == "ring"
+    # on a SHARP what-if of a ring-traced run, the rule weighs CollNet (new there) against the ring
+    plan = _plan(sharp, "RING", traced_on=SAMPLE)
+    assert plan.algo in ("collnet_direct", "collnet_chain") and plan.source == "tuning"
+    assert _plan(sharp, NOT_TREE, traced_on=SAMPLE).algo in ("collnet_direct", "collnet_chain")
+    # a what-if that adds no algorithm keeps the traced one (the rule alone would pick tree)
+    plan = _plan(SAMPLE.replace("nic_gbps=400", "nic_gbps=800"), "RING", traced_on=SAMPLE)
+    assert (plan.algo, plan.source) == ("ring", "trace")
+    # a traced algorithm the what-if cannot run falls back to the rule
+    assert _plan(SAMPLE, "COLLNET_DIRECT").source == "tuning"

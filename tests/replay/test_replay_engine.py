@@ -62,7 +62,7 @@ def test_json_shape_is_exact():
     assert list(r) == ["topology", "step_ns", "traced_step_ns", "comm_ns", "exposed_ns", "instances",
                        "hot_links", "replay_error"]
     assert list(r["instances"][0]) == ["group", "seq", "op", "dim", "traced_ns", "replayed_ns", "calibration",
-                                       "cross_validation", "fallback"]
+                                       "cross_validation", "fallback", "algo", "proto", "algo_source"]
     assert list(r["hot_links"][0]) == ["link", "peak_util", "mean_util", "bytes"]
     assert list(r["replay_error"]) == ["uncalibrated", "in_sample", "cross_validated", "by_op", "split", "basis"]
     for kind in ("uncalibrated", "in_sample", "cross_validated"):
@@ -167,3 +167,21 @@ def test_topology_sized_from_the_run():
     res = replay(tables, ["rail-optimized", "rail-optimized:hosts=1,gpus=2"])
     gpus = [sum(k == "gpu" for k in r.topology_nodes.column("kind").to_pylist()) for r in res.results]
     assert gpus == [16, 8]
+
+
+def test_synth_all_reduce_replays_as_the_ring_it_models():
+    """synth models a ring all-reduce and names its kernel as NCCL 2.27 does (RING: not tree); the
+    baseline follows it where NCCL's rule alone would pick tree, and a SHARP what-if weighs the
+    CollNet it adds against the ring."""
+    tables, _ = make_run_tables(hosts=4, pp=2, ep=2, steps=1, micro_batches=1, layers_per_stage=1)
+    assert set(tables["collectives"].column("algo").to_pylist()) == {
+        None, "RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE"}
+    res = replay(tables, ["rail-optimized:nic_gbps=400", "rail-optimized:nic_gbps=400,sharp=true"])
+    base, sharp = ([i for i in r.instances if i["op"] == "all_reduce"] for r in res.results)
+    assert {(i["algo"], i["algo_source"]) for i in base} == {("ring", "trace")}
+    assert {i["algo"] for i in sharp} <= {"collnet_direct", "collnet_chain"}
+    untraced = tables["collectives"].set_column(
+        tables["collectives"].schema.get_field_index("algo"), "algo",
+        pa.nulls(tables["collectives"].num_rows, pa.string()))
+    res = replay({**tables, "collectives": untraced}, ["rail-optimized:nic_gbps=400"])
+    assert {i["algo"] for i in res.results[0].instances if i["op"] == "all_reduce"} == {"tree"}

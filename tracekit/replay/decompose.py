@@ -126,8 +126,8 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
                    gpu_of_rank: Mapping[int, int] | np.ndarray, *,
                    rings: Mapping[str, list[list[int]]] | None = None, algo: str = "auto",
                    proto: str = "auto", channels: Mapping[str, int] | None = None,
-                   hops: Mapping[str, Mapping[tuple[int, int, int], tuple[int, int]]] | None = None
-                   ) -> Decomposition:
+                   hops: Mapping[str, Mapping[tuple[int, int, int], tuple[int, int]]] | None = None,
+                   traced_on: tuple[Topology, Mapping[int, int] | np.ndarray] | None = None) -> Decomposition:
     """Flows, NCCL plans and fixed costs for every instance.
 
     `rings`: observed rings per group (one rank cycle per channel; all are used, and their count
@@ -136,8 +136,12 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
     sent over the network -> (rank whose NIC sent it, rank whose NIC received it), from NCCL logs
     (`tracekit.fabric.replay_fabric`): that edge leaves and enters through those GPUs' NICs (over
     NVLink to them when they are not the edge's own GPUs) and is never re-routed through a PXN proxy.
-    `algo`/`proto`: "auto" follows each instance's traced algo/proto and NCCL's
-    tuning rule where unknown; a name forces it where the shape allows.
+    `algo`/`proto`: "auto" follows each instance's traced algo/proto (one algorithm, or the set a
+    kernel name narrows it to) where the shape can run it, and NCCL's tuning rule where unknown; a
+    name forces it where the shape allows. `traced_on`: the (topology, placement) the trace was
+    recorded on, when `topology` is a what-if: algorithms the what-if offers and that one did not
+    (in-network reduction) are weighed against the traced choice by the tuning rule, since NCCL
+    would have considered them.
     """
     acc = _Acc()
     spec = topology.spec
@@ -150,6 +154,14 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
 
     def gpu(rank: int) -> int:
         return int(gmap[rank]) if gmap is not None else int(gpu_of_rank[rank])
+
+    def newly_offered(op: str, ranks: list[int], shape: tuning.Shape) -> frozenset[str]:
+        if traced_on is None:
+            return frozenset()
+        base_topo, base_map = traced_on
+        base_gpus = [int(base_map[r]) for r in ranks]
+        base = tuning.shape_of(base_topo, base_gpus, n_ranks=len(ranks))
+        return frozenset(a for a in tuning.ALGOS if tuning.offered(op, a, shape) and not tuning.offered(op, a, base))
 
     for idx, inst in enumerate(instances):
         ranks = list(inst.ranks)
@@ -189,8 +201,10 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
         want_algo = inst.algo if algo == "auto" else algo
         want_proto = inst.proto if proto == "auto" else proto
         source = "trace" if algo == "auto" and (inst.algo or inst.proto) else "forced"
-        plan = tuning.select("all_reduce" if op == "barrier" else op, inst.nbytes, shape, n_ch,
-                             algo=want_algo, proto=want_proto, source=source)
+        coll = "all_reduce" if op == "barrier" else op
+        also = newly_offered(coll, ranks, shape) if algo == "auto" and want_algo else frozenset()
+        plan = tuning.select(coll, inst.nbytes, shape, n_ch, algo=want_algo, proto=want_proto, source=source,
+                             also=also)
         plans[idx] = plan
         latency[idx] = plan.latency_us * 1000.0
         s_wire = inst.nbytes / plan.efficiency

@@ -537,16 +537,20 @@ def _gpu_map(prep: _Prepared, spec: TopologySpec) -> dict[int, int]:
 class _Net:
     """One topology with the run's flows decomposed and routed (release times set per call)."""
 
-    def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str, storage: StorageFlows | None = None) -> None:
+    def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str, storage: StorageFlows | None = None,
+                 baseline: _Net | None = None) -> None:
         spec = sized(spec, hosts=prep.hosts, gpus=prep.gpus_per_host)
         self.topology: Topology = build(spec)
         gmap = _gpu_map(prep, spec)
+        self.gmap = gmap
         insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
                           dst=i.dst, splits=i.splits, group=i.group, proto=i.proto)
                  for k, i in enumerate(prep.instances)]
         fab = prep.fabric
+        traced_on = (baseline.topology, baseline.gmap) if baseline is not None else None
         plan = decompose_plan(insts, self.topology, gmap, rings=fab.rings, channels=fab.channels, hops=fab.hops,
-                              algo=algo)
+                              algo=algo, traced_on=traced_on)
+        self.plans = plan.plans
         self.flows: Flows = plan.flows
         self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
         self.indptr, self.ids = route(self.topology, self.flows)
@@ -633,7 +637,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
 
     results = []
     for name, spec in zip(names, ordered, strict=False):
-        net = base_net if spec is base_spec else _Net(prep, spec, algo, storage)
+        net = base_net if spec is base_spec else _Net(prep, spec, algo, storage, baseline=base_net)
         first = (raw, raw_out) if net is base_net else None
         results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
                                    n_windows, first))
@@ -780,7 +784,10 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
                   "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k]),
                   "calibration": cal.in_sample_source[k], "cross_validation": cal.cross_validated_source[k],
-                  "fallback": i.fallback.reason if i.fallback is not None else None}
+                  "fallback": i.fallback.reason if i.fallback is not None else None,
+                  "algo": net.plans[k].algo if net.plans[k] is not None else None,
+                  "proto": net.plans[k].proto if net.plans[k] is not None else None,
+                  "algo_source": net.plans[k].source if net.plans[k] is not None else None}
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
         topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,

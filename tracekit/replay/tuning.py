@@ -12,6 +12,7 @@ docs/replay.md ("Algorithm and protocol") gives the rule in words.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from tracekit.replay.topology import Topology, TopologySpec
@@ -68,6 +69,21 @@ def normalize_algo(name: str | None) -> str | None:
     key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
     key = _ALIASES.get(key.replace("_", ""), _ALIASES.get(key, key))
     return key if key in ALGOS else None
+
+
+def normalize_algos(value: str | None) -> frozenset[str] | None:
+    """The algorithms a traced `algo` value allows: one NCCL name, or several joined by `|`
+    when the source narrows the choice without naming it (kernel names since NCCL 2.19 say only
+    TREE or not; see docs/data-model.md). None when nothing usable is given."""
+    if not value:
+        return None
+    found = frozenset(a for a in (normalize_algo(part) for part in str(value).split("|")) if a)
+    return found or None
+
+
+def offered(op: str, algo: str, shape: Shape) -> bool:
+    """Whether NCCL can run `algo` for `op` on the shape with any protocol."""
+    return any(enabled(op, algo, p, shape) for p in PROTOS)
 
 
 def normalize_proto(name: str | None) -> str | None:
@@ -338,28 +354,34 @@ def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channe
     return 1, chunk
 
 
-def select(op: str, nbytes: float, shape: Shape, channels: int, *, algo: str | None = None,
-           proto: str | None = None, source: str = "tuning") -> Plan:
+def select(op: str, nbytes: float, shape: Shape, channels: int, *, algo: str | Collection[str] | None = None,
+           proto: str | None = None, source: str = "tuning", also: Collection[str] = ()) -> Plan:
     """NCCL's choice for one call: the enabled (algo, proto) of least predicted time, restricted
-    to `algo`/`proto` when given (from the trace or forced). An algorithm that cannot run on the
-    shape (NVLS without NVSwitch, SHARP without `sharp`) falls back to the rule's choice."""
-    want_algo, want_proto = normalize_algo(algo), normalize_proto(proto)
+    to `algo` (a name, `a|b`, or a set: from the trace or forced) and to `proto` for those
+    algorithms. `also` adds algorithms the rule may weigh against them, with any protocol (a
+    what-if topology's in-network reduction that the traced network lacked). A restriction the
+    shape cannot run falls back to the rule's choice."""
+    want = (normalize_algos(algo) if isinstance(algo, str) or algo is None
+            else frozenset(a for a in (normalize_algo(x) for x in algo) if a) or None)
+    want_proto = normalize_proto(proto)
+    extra = frozenset(a for a in (normalize_algo(x) for x in also) if a) - (want or frozenset())
     best: tuple[float, str, str] | None = None
     for a in ALGOS:
-        if want_algo and a != want_algo:
+        if want and a not in want and a not in extra:
             continue
         for p in PROTOS:
-            if want_proto and p != want_proto:
+            if want_proto and p != want_proto and (not want or a in want):
                 continue
             t = predicted_us(op, a, p, nbytes, shape, channels)
             if math.isfinite(t) and (best is None or t < best[0]):
                 best = (t, a, p)
-    if best is None and (want_algo or want_proto):
+    if best is None and (want or want_proto):
         return select(op, nbytes, shape, channels, source="tuning")
     if best is None:
         best = (math.inf, "ring", "Simple")
     _, a, p = best
     depth, chunk = pipeline(op, a, p, nbytes, shape, channels)
+    constrained = (want is not None and a in want) or (want is None and want_proto is not None)
     return Plan(algo=a, proto=p, channels=channels, depth=depth, chunk_bytes=chunk,
                 efficiency=efficiency(op, a, p, shape), latency_us=latency_us(op, a, p, shape),
-                source=source if (want_algo or want_proto) else "tuning")
+                source=source if constrained else "tuning")
