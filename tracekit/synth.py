@@ -28,6 +28,10 @@ included. The share is fixed at the start (an instance never speeds up or slows 
 where the replay re-solves max-min fair rates among flows at every event: the two models agree
 on lone transfers and differ, on purpose, under contention (docs/design-notes.md).
 
+Kernel names are NCCL 2.27's for what is modelled: `ncclDevKernel_AllReduce_Sum_bf16_RING_LL` (the
+kernel every algorithm but tree runs in; the model is a ring, so the traced `algo` excludes tree
+and replay on a fabric without NVLS or SHARP picks the ring) and `ncclDevKernel_SendRecv`.
+
 The result is a set of tracekit tables (instance, dim and the true clock offsets filled) plus a
 `truth` dict of what was injected: per-host clock skew, a straggler, skewed expert routing, and
 optionally one degraded NIC.

@@ -21,7 +21,8 @@ from tracekit.cli._common import json_option, user_errors
 @click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where raw trace paths are ingested (default: a temp directory keyed by the paths).")
 @click.option("--algo", type=click.Choice(["auto", "ring", "tree"]), default="auto", show_default=True,
-              help="Collective algorithm for all-reduce (auto: as traced, else ring).")
+              help="Collective algorithm (auto: the traced one from kernel names or NCCL logs where the "
+                   "topology can run it, else NCCL's tuning rule; a what-if also weighs algorithms it adds).")
 @click.option("--merge", type=click.FloatRange(min=0, max=0.1), default=0.0, show_default=True,
               help="Let flows finish early by up to this fraction of their age to merge events "
                    "(faster, approximate; 0: exact).")
