@@ -325,3 +325,4 @@ def test_a_what_if_weighs_the_in_network_reduction_the_traced_network_lacked():
     assert (plan.algo, plan.source) == ("ring", "trace")
     # a traced algorithm the what-if cannot run falls back to the rule
     assert _plan(SAMPLE, "COLLNET_DIRECT").source == "tuning"
+
