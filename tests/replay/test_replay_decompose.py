@@ -326,3 +326,30 @@ def test_a_what_if_weighs_the_in_network_reduction_the_traced_network_lacked():
     # a traced algorithm the what-if cannot run falls back to the rule
     assert _plan(SAMPLE, "COLLNET_DIRECT").source == "tuning"
 
+
+
+def test_sample_dp_all_reduce_by_hand():
+    """The bundled sample's DP all-reduce: 64 MiB over 8 ranks on 2 hosts x 4 GPUs, rail-optimized
+    400 Gb/s (50 B/ns per NIC). synth traced it at 643.2 us = its bandwidth term plus 14 x 4 us;
+    the replay's 817 us (uncalibrated) decomposes as follows (docs/replay.md, section 3.1)."""
+    S = 64 * 2**20
+    inst = Instance(0, "all_reduce", list(range(8)), S, algo=NOT_TREE)
+    # 8 channels, 2 per NIC: each NIC carries 2 of the ring's crossing edges, 2(n-1)/n S / 8 each
+    band = 2 * 7 / 8 * S / 4 / 50
+    assert band == pytest.approx(587_202.6, abs=0.1)
+    t, _, _ = _time(f"{SAMPLE},{ZERO_LAT}", inst, proto="Simple")
+    assert t == pytest.approx(band, rel=1e-9)
+    # what the rule runs: ring/LL128 (NCCL's factor 0.92), 14 steps of 1.5 us each (NVLink to the
+    # rail's GPU 150 ns + NIC-leaf 600 + leaf-NIC 600 + NVLink 150; PCIe adds none)
+    t, dec, _ = _time(SAMPLE, inst, proto="auto")
+    assert (dec.plans[0].algo, dec.plans[0].proto) == ("ring", "LL128")
+    assert t == pytest.approx(band / 0.92 + 14 * 1_500, rel=1e-9)  # 659.3 us
+    # the rest is contention: a send of one ring flow's size from GPU 0 to GPU 4, released with it,
+    # shares NIC 0 with channels 0 and 4: three flows at 50/3 B/ns, so the whole instance takes 3/2
+    # as long (synth keeps a started transfer's full share; max-min re-shares at every event)
+    topo = _topo(f"{SAMPLE},{ZERO_LAT}")
+    both = [inst, Instance(1, "send", [0, 4], 2 * 7 / 8 * S / 8, src=0, dst=4)]
+    flows = decompose_plan(both, topo, np.arange(8), proto="Simple").flows
+    assert (flows.key == 1).sum() == 1  # one NIC port per GPU: one flow
+    out = simulate(topo, *route(topo, flows), flows)
+    assert out.finish[flows.key == 0].max() == pytest.approx(1.5 * band, rel=1e-9)
