@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 from click.testing import CliRunner
 
 from tracekit.cli import main
@@ -73,3 +74,54 @@ def test_raw_path_that_ingests_nothing_names_the_problem(tmp_path):
     assert result.exit_code == 1
     assert "nothing ingested" in result.output and "unknown format" in result.output
     assert "Traceback" not in result.output
+
+
+def test_calibration_from_another_run_is_out_of_sample(tmp_path):
+    """Calibrate on the bundled sample (healthy network), score a run `tracekit synth` made with
+    another seed and a slow NIC on rank 5: the error is reported out of sample, with the sample's
+    efficiencies, and it points at the slow NIC (the collectives of rank 5's groups are far off,
+    the others on target), where a fit on the run itself absorbs the slowdown into its efficiency."""
+    from pathlib import Path
+
+    from tracekit.ingest import ingest
+    from tracekit.store import Run
+
+    sample = tmp_path / "sample"
+    ingest([Path(__file__).parents[2] / "sample_traces" / "synth_moe_16rank"], sample)
+    topo = "rail-optimized:nic_gbps=400"
+    assert CliRunner().invoke(main, ["replay", str(sample), "--topology", topo]).exit_code == 0
+    saved = json.loads((sample / "results" / "calibration.json").read_text())
+    assert saved["topology"] == topo and saved["run"] == str(sample)
+    held = tmp_path / "heldout"
+    result = CliRunner().invoke(main, ["synth", "-o", str(held), "--hosts", "4", "--gpus", "4", "--pp", "2", "--ep",
+                                       "8", "--steps", "3", "--seed", "7", "--slow-nic", "5"])
+    assert result.exit_code == 0, result.output
+
+    def run(*extra):
+        result = CliRunner().invoke(main, ["replay", str(held), "--topology", topo, "--no-write", *extra])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    own = json.loads(run("--json"))
+    doc = json.loads(run("--json", "--calibration-from", str(sample)))
+    err = doc["results"][0]["replay_error"]
+    assert list(err) == ["uncalibrated", "out_of_sample", "by_op", "split", "calibrated_on", "basis"]
+    assert err["calibrated_on"] == str(sample) and err["split"] == "out-of-sample"
+    assert doc["calibration"]["efficiency"] == saved["efficiency"] != own["calibration"]["efficiency"]
+    assert err["uncalibrated"] == own["results"][0]["replay_error"]["uncalibrated"]  # same physics
+    # the saved file gives the same figures as re-fitting the run
+    again = json.loads(run("--json", "--calibration-from", str(sample / "results" / "calibration.json")))
+    assert again["results"][0]["replay_error"]["out_of_sample"] == err["out_of_sample"]
+    members = {g["group"]: g["ranks"] for g in Run(held).table("groups").to_pylist()}
+
+    def off(d, slow):
+        return np.median([abs(i["replayed_ns"] - i["traced_ns"]) / i["traced_ns"] for i in d["results"][0]["instances"]
+                          if i["op"] == "all_reduce" and (5 in members[i["group"]]) == slow])
+
+    assert off(doc, slow=True) > 0.5 and off(doc, slow=False) < 0.01
+    assert off(own, slow=False) > 0.2  # the self-fit's efficiency is pulled up by the slow group
+    text = run("--calibration-from", str(sample), "--verbose")
+    first = text.splitlines()[0]
+    assert f"(out of sample: calibrated on {sample}); uncalibrated median" in first and "in sample" not in first
+    assert f"calibration (from {sample}, traced / modelled): all_reduce:2^26 x" in text
+    assert "replay error per op (median / p90): uncalibrated | out of sample" in text

@@ -26,6 +26,10 @@ from tracekit.cli._common import json_option, user_errors
 @click.option("--merge", type=click.FloatRange(min=0, max=0.1), default=0.0, show_default=True,
               help="Let flows finish early by up to this fraction of their age to merge events "
                    "(faster, approximate; 0: exact).")
+@click.option("--calibration-from", "calibration_from", default=None, metavar="RUN|FILE",
+              help="Apply the calibration fitted on another run of the job (a run directory or traces, "
+                   "replayed on the baseline to fit it, or a results/calibration.json written by replay) "
+                   "instead of fitting on this one: the error is then out of sample.")
 @click.option("--no-write", is_flag=True, help="Do not store results/replay.json and link samples in the run.")
 @click.option("--nccl-tests", "nccl_tests", type=click.Path(exists=True, path_type=Path), default=None,
               metavar="FILE", help="Replay each row of an nccl-tests output on --topology and compare "
@@ -35,11 +39,12 @@ from tracekit.cli._common import json_option, user_errors
 @json_option
 @user_errors
 def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | None,
-           report_path: Path | None, cache: Path | None, algo: str, merge: float, no_write: bool,
-           nccl_tests: Path | None, verbose: bool, as_json: bool) -> None:
+           report_path: Path | None, cache: Path | None, algo: str, merge: float, calibration_from: str | None,
+           no_write: bool, nccl_tests: Path | None, verbose: bool, as_json: bool) -> None:
     """Replay the communication of RUN (a run directory, or raw trace paths) on each --topology
     and compare step time, exposed communication per dim and the hottest link with the baseline."""
     from tracekit.errors import TracekitError
+    from tracekit.replay.engine import calibration_from as load_calibration
     from tracekit.replay.engine import open_run, replay_run
 
     if not topologies and baseline is None:
@@ -50,12 +55,22 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if not paths:
         raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
     run = open_run(list(paths), cache=cache)
+    options: dict = {}
+    notes = []
+    if calibration_from is not None:
+        base = baseline if baseline is not None else topologies[0]
+        saved = load_calibration(calibration_from, base, algo=algo)
+        options = {"efficiency": saved.efficiency, "calibrated_on": saved.name}
+        if saved.topology is not None and saved.topology != str(base):
+            notes.append(f"note: the calibration was fitted on {saved.topology}, applied to baseline {base}")
     result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
-                        merge=merge)
+                        merge=merge, **options)
     if as_json:
         click.echo(result.dumps())
     else:
         click.echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
+        for note in notes:
+            click.echo(_printable(note))
         _physics_notes(topologies)
     if report_path is not None:
         try:
@@ -123,9 +138,14 @@ def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None =
     dims = sorted({d for r in results for d in r["exposed_ns"]})
     lines = []
     err = base["replay_error"]
-    lines.append(f"baseline {_printable(base['topology'])}: replay error per instance {_pct(err['cross_validated'])} "
-                 f"(cross-validated, {err['split']}); in sample {_pct(err['in_sample'])}; uncalibrated "
-                 f"{_pct(err['uncalibrated'])}")
+    if err.get("calibrated_on") is not None:
+        lines.append(f"baseline {_printable(base['topology'])}: replay error per instance {_pct(err['out_of_sample'])} "
+                     f"(out of sample: calibrated on {_printable(str(err['calibrated_on']))}); uncalibrated "
+                     f"{_pct(err['uncalibrated'])}")
+    else:
+        lines.append(f"baseline {_printable(base['topology'])}: replay error per instance "
+                     f"{_pct(err['cross_validated'])} (cross-validated, {err['split']}); in sample "
+                     f"{_pct(err['in_sample'])}; uncalibrated {_pct(err['uncalibrated'])}")
     ident = doc.get("identity")
     if ident:
         lines.append(f"identity (traced durations replayed): max step error {ident['max_step_error']:.2e}, "
@@ -150,7 +170,9 @@ def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None =
     if len(results) > 1:
         lines.append(f"note: {WHAT_IF_NOTE}")
     if efficiency:
-        lines.append("calibration (traced / modelled): " + ", ".join(
+        source = err.get("calibrated_on")
+        lines.append(f"calibration ({'from ' + _printable(str(source)) + ', ' if source is not None else ''}"
+                     "traced / modelled): " + ", ".join(
             f"{_printable(k)} x{v:.2f}" for k, v in sorted(efficiency.items())))
     for f in doc.get("findings") or []:
         if f["kind"] == "replay_caution" and f["severity"] != "info":
@@ -166,11 +188,15 @@ def _verbose_lines(doc: dict[str, Any]) -> list[str]:
     if deps:
         lines.append("dependency edges per rule: " + ", ".join(f"{k} {v}" for k, v in deps.items()))
     err = doc["results"][0]["replay_error"]
-    lines.append("replay error per op (median / p90): uncalibrated | in sample | cross-validated")
+    if err.get("calibrated_on") is not None:
+        kinds_shown, heads = ("uncalibrated", "out_of_sample"), "uncalibrated | out of sample"
+    else:
+        kinds_shown = ("uncalibrated", "in_sample", "cross_validated")
+        heads = "uncalibrated | in sample | cross-validated"
+    lines.append(f"replay error per op (median / p90): {heads}")
     for op, kinds in err["by_op"].items():
         lines.append(f"  {_printable(op)}: " + " | ".join(
-            f"{kinds[k]['median']:.1%} / {kinds[k]['p90']:.1%}" for k in ("uncalibrated", "in_sample",
-                                                                          "cross_validated")))
+            f"{kinds[k]['median']:.1%} / {kinds[k]['p90']:.1%}" for k in kinds_shown))
     unseen = (doc.get("calibration") or {}).get("unseen_buckets") or {}
     if unseen:
         lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(

@@ -60,7 +60,11 @@ class ErrorStats:
 @dataclass(frozen=True)
 class ReplayErrors:
     """The replay error of a topology. `basis` is "measured" on the baseline; a what-if
-    topology carries the baseline's figures with basis "baseline" (see WHAT_IF_NOTE)."""
+    topology carries the baseline's figures with basis "baseline" (see WHAT_IF_NOTE).
+
+    With a calibration fitted on another run (`calibrated_on` names it) nothing is fitted here:
+    the error is out of sample (`out_of_sample`, the figure quoted), and `in_sample` /
+    `cross_validated` hold the same figures internally but are not reported."""
 
     uncalibrated: ErrorStats
     in_sample: ErrorStats
@@ -69,20 +73,42 @@ class ReplayErrors:
     split: str
     basis: str = "measured"
     unseen: dict[str, str] = field(default_factory=dict)
+    calibrated_on: str | None = None
+
+    @property
+    def quoted(self) -> ErrorStats:
+        """The figure quoted as "replay error": cross-validated, or out of sample when the
+        calibration came from another run."""
+        return self.cross_validated
+
+    @property
+    def label(self) -> str:
+        return (f"out of sample, calibrated on {self.calibrated_on}" if self.calibrated_on is not None
+                else "cross-validated")
 
     @property
     def median(self) -> float:
-        """The figure quoted as "replay error": the cross-validated median."""
-        return self.cross_validated.median
+        return self.quoted.median
 
     @property
     def p90(self) -> float:
-        return self.cross_validated.p90
+        return self.quoted.p90
 
     def inherited(self) -> ReplayErrors:
         return replace(self, basis="baseline")
 
     def to_dict(self) -> dict[str, Any]:
+        if self.calibrated_on is not None:
+            kinds = {"uncalibrated": "uncalibrated", "out_of_sample": "cross_validated"}
+            out = {k: getattr(self, attr).to_dict() for k, attr in kinds.items()}
+            out["by_op"] = {op: {k: per[attr].to_dict() for k, attr in kinds.items()}
+                            for op, per in self.by_op.items()}
+            out["split"] = self.split
+            out["calibrated_on"] = self.calibrated_on
+            out["basis"] = self.basis
+            if self.basis != "measured":
+                out["note"] = WHAT_IF_NOTE
+            return out
         out: dict[str, Any] = {k: getattr(self, k).to_dict() for k in KINDS}
         out["by_op"] = {op: {k: s.to_dict() for k, s in kinds.items()} for op, kinds in self.by_op.items()}
         out["split"] = self.split
@@ -209,9 +235,11 @@ def applied(ops: Sequence[str], nbytes: np.ndarray, modelled: np.ndarray, effici
 
 
 def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
-                  cal: Calibration) -> ReplayErrors:
+                  cal: Calibration, calibrated_on: str | None = None) -> ReplayErrors:
     """The three errors over the instances the model gives traffic, overall and per op; the
-    buckets that cross-validation had to fill without a fit of their own are listed in `unseen`."""
+    buckets that cross-validation had to fill without a fit of their own are listed in `unseen`.
+    `calibrated_on`: `cal` was fitted on that other run (`applied`), so the error is out of
+    sample."""
     valid = (modelled > 0) & (traced > 0)
     tr = np.where(valid, traced, 1.0)
     rel = {"uncalibrated": np.abs(modelled - tr) / tr,
@@ -227,4 +255,5 @@ def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, mo
     return ReplayErrors(uncalibrated=ErrorStats.of(rel["uncalibrated"][valid]),
                         in_sample=ErrorStats.of(rel["in_sample"][valid]),
                         cross_validated=ErrorStats.of(rel["cross_validated"][valid]),
-                        by_op=by_op, split=cal.split, unseen=dict(sorted(unseen.items())))
+                        by_op=by_op, split="out-of-sample" if calibrated_on is not None else cal.split,
+                        unseen=dict(sorted(unseen.items())), calibrated_on=calibrated_on)

@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute
 
-from tracekit import schema
+from tracekit import __version__, schema
 from tracekit.errors import TracekitError
 from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
@@ -158,6 +158,7 @@ class ReplayResult:
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
                                 "split": self.errors.split if self.errors else None,
+                                "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
                 "findings": [f.to_json() for f in self.findings]}
 
@@ -599,8 +600,8 @@ class _Net:
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
            baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
            merge: float = 0.0, efficiency: Mapping[str, float] | None = None,
-           placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None
-           ) -> ReplayResult:
+           placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None,
+           calibrated_on: str | None = None) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
     topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
     replay error measured.
@@ -609,7 +610,9 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     `ReplayResult.efficiency`), applied as it is instead of a fit on the changed run; `placement`
     (rank -> (host index, GPU index in the host)) to override the hosts of the `ranks` table; and
     `storage`, north-south flows (checkpoints, data loading) added on every topology, which must
-    have storage nodes (their durations in `TopologyResult.storage_ns`). An optional
+    have storage nodes (their durations in `TopologyResult.storage_ns`). `calibrated_on` names
+    the run `efficiency` was fitted on when it is another run of the same job (`tracekit replay
+    --calibration-from`): the error is then reported as out of sample. An optional
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
     specs = [parse_spec(t) for t in topologies]
@@ -632,7 +635,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     cal = (applied([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), raw, efficiency)
            if efficiency is not None else _calibration(prep, traced, raw))
     errors = replay_errors([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]),
-                           traced, raw, cal)
+                           traced, raw, cal, calibrated_on=calibrated_on if efficiency is not None else None)
     no_flow = raw <= 0
 
     results = []
@@ -719,10 +722,12 @@ def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity) ->
                                f"step ({ns / 1e6:.3f} ms vs {traced / 1e6:.3f} ms): read what-ifs with care",
                                severity="warning", step=int(step) if step.lstrip("-").isdigit() else None,
                                value=rel, data={"reason": "baseline_step"}))
-    if errors.cross_validated.p90 > CAUTION_P90:
-        out.append(Finding("replay_caution", f"cross-validated replay error p90 is {errors.cross_validated.p90:.1%} "
+    if errors.p90 > CAUTION_P90:
+        what = (f"out-of-sample replay error p90 (calibrated on {errors.calibrated_on})"
+                if errors.calibrated_on is not None else "cross-validated replay error p90")
+        out.append(Finding("replay_caution", f"{what} is {errors.p90:.1%} "
                            f"(above {CAUTION_P90:.0%}): per-collective predictions are uncertain",
-                           severity="warning", value=errors.cross_validated.p90,
+                           severity="warning", value=errors.p90,
                            data={"reason": "cross_validated_p90"}))
     if identity.instances_fallen_back:
         out.append(Finding("replay_caution", f"{identity.instances_fallen_back} collective instance"
@@ -982,6 +987,10 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
         from tracekit.export import write_replay_timelines
 
         run.write_json("replay", result.to_json())
+        if result.errors is not None and result.errors.calibrated_on is None:
+            run.write_json("calibration", {
+                "run": str(run.path), "topology": result.baseline, "efficiency": dict(result.efficiency),
+                "split": result.errors.split, "tracekit_version": __version__})
         write_replay_timelines(run, result)
         old = run.table("link_samples")
         if old.num_rows:
@@ -992,3 +1001,47 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
                                   promote_options="permissive")
         run.write_table("link_samples", merged)
     return result
+
+
+@dataclass(frozen=True)
+class SavedCalibration:
+    """A per-(op, size) efficiency fitted on one run, to apply to another (`replay(...,
+    efficiency=, calibrated_on=)`): `name` says where it came from, `topology` the baseline it
+    was fitted on."""
+
+    efficiency: dict[str, float]
+    name: str
+    topology: str | None
+
+
+def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpec, *,
+                     algo: str = "auto") -> SavedCalibration:
+    """The calibration of another run: a JSON file written by `tracekit replay`
+    (`RUN/results/calibration.json`, or a `replay.json`), or a run directory / trace paths,
+    replayed on `baseline` to fit it (nothing is written to that run; trace paths are ingested into
+    their own temporary cache)."""
+    path = Path(source)
+    if path.is_file() and path.suffix == ".json":
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ReplayError(f"{path}: not a calibration file ({exc})") from None
+        eff = doc.get("efficiency") if isinstance(doc, dict) else None
+        if eff is None and isinstance(doc, dict):
+            eff = (doc.get("calibration") or {}).get("efficiency")
+            topo = (doc.get("topologies") or [None])[0]
+        else:
+            topo = doc.get("topology") if isinstance(doc, dict) else None
+        if not isinstance(eff, dict) or not eff:
+            raise ReplayError(f"{path}: no fitted efficiency in it (write one with tracekit replay)")
+        try:
+            eff = {str(k): float(v) for k, v in eff.items()}
+        except (TypeError, ValueError):
+            raise ReplayError(f"{path}: efficiency values must be numbers") from None
+        name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)
+        return SavedCalibration(eff, name, topo)
+    other = open_run([str(source)])
+    fitted = replay_run(other, [baseline], write=False, algo=algo)
+    if fitted.errors is None or not fitted.efficiency:
+        raise ReplayError(f"{source}: nothing to calibrate on (no collective with traffic)")
+    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline)
