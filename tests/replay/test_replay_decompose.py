@@ -353,3 +353,23 @@ def test_sample_dp_all_reduce_by_hand():
     assert (flows.key == 1).sum() == 1  # one NIC port per GPU: one flow
     out = simulate(topo, *route(topo, flows), flows)
     assert out.finish[flows.key == 0].max() == pytest.approx(1.5 * band, rel=1e-9)
+
+
+def test_collnet_takes_a_nic_share_per_channel():
+    """Why SHARP slows the sample's EP all-to-all: under max-min fairness each flow gets an equal
+    share of a saturated NIC, and CollNet puts one flow per channel on every GPU's NIC (8 here) where
+    the ring puts one per channel crossing hosts through that NIC (2). A transfer released with the
+    all-reduce on NIC 0 of host 0 therefore gets 1/9 of it next to CollNet and 1/3 next to the ring
+    (test_sample_dp_all_reduce_by_hand)."""
+    topo = _topo(f"{SAMPLE},sharp=true,{ZERO_LAT}")
+    S = 64 * 2**20
+    per = S / 4 / 8 / 0.85  # a GPU's share, per channel, as S/0.85
+    both = [Instance(0, "all_reduce", list(range(8)), S), Instance(1, "send", [0, 4], per, src=0, dst=4)]
+    dec = decompose_plan(both, topo, np.arange(8), algo="collnet_direct", proto="Simple")
+    assert dec.plans[0].algo == "collnet_direct"
+    up = dec.flows.mode == MODE_LEAF_UP
+    assert np.bincount(dec.flows.src[up], minlength=8).tolist() == [8] * 8  # 8 channels on every NIC
+    out = simulate(topo, *route(topo, dec.flows), dec.flows)
+    assert out.finish[dec.flows.key == 1].max() == pytest.approx(9 * per / 50, rel=1e-9)
+    alone = decompose_plan(both[1:], topo, np.arange(8), proto="Simple").flows
+    assert simulate(topo, *route(topo, alone), alone).finish.max() == pytest.approx(per / 50, rel=1e-9)
