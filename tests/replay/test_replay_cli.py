@@ -125,3 +125,16 @@ def test_calibration_from_another_run_is_out_of_sample(tmp_path):
     assert f"(out of sample: calibrated on {sample}); uncalibrated median" in first and "in sample" not in first
     assert f"calibration (from {sample}, traced / modelled): all_reduce:2^26 x" in text
     assert "replay error per op (median / p90): uncalibrated | out of sample" in text
+
+
+def test_out_of_sample_errors_round_trip():
+    from tracekit.replay.calibration import ErrorStats, ReplayErrors
+
+    s = ErrorStats(0.1, 0.3, 5)
+    err = ReplayErrors(ErrorStats(0.2, 0.4, 5), s, s, by_op={"all_reduce": {"uncalibrated": s, "in_sample": s,
+                                                                            "cross_validated": s}},
+                       split="out-of-sample", calibrated_on="runs/healthy")
+    doc = err.to_dict()
+    assert doc["out_of_sample"] == {"median": 0.1, "p90": 0.3} and "in_sample" not in doc
+    back = ReplayErrors.from_dict(json.loads(json.dumps(doc)))
+    assert back.to_dict() == doc and (back.median, back.p90, back.calibrated_on) == (0.1, 0.3, "runs/healthy")

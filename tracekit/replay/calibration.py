@@ -120,6 +120,15 @@ class ReplayErrors:
     @classmethod
     def from_dict(cls, doc: Any) -> ReplayErrors:
         """The errors `to_dict` wrote (results/replay.json), typed again."""
+        if doc.get("calibrated_on") is not None:
+            oos = ErrorStats.from_dict(doc.get("out_of_sample") or {})
+            return cls(ErrorStats.from_dict(doc.get("uncalibrated") or {}), oos, oos,
+                       by_op={op: {"uncalibrated": ErrorStats.from_dict(kinds.get("uncalibrated") or {}),
+                                   "in_sample": ErrorStats.from_dict(kinds.get("out_of_sample") or {}),
+                                   "cross_validated": ErrorStats.from_dict(kinds.get("out_of_sample") or {})}
+                              for op, kinds in (doc.get("by_op") or {}).items()},
+                       split=str(doc.get("split") or ""), basis=str(doc.get("basis") or "measured"),
+                       calibrated_on=str(doc["calibrated_on"]))
         return cls(*(ErrorStats.from_dict(doc.get(k) or {}) for k in KINDS),
                    by_op={op: {k: ErrorStats.from_dict(s) for k, s in kinds.items()}
                           for op, kinds in (doc.get("by_op") or {}).items()},
