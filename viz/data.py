@@ -642,7 +642,9 @@ def replay_data(replay: Any) -> dict[str, Any] | None:
     traced = list((replay.results[0].traced_step_ns or {}).values())
     return {"topologies": topo, "step_ms": step_ms, "delta": delta,
             "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,
-            "error_median": err_med, "error_p90": err_p90, "instances": inst, "exposed_ms": exposed,
+            "error_median": err_med, "error_p90": err_p90,
+            "error_calibrated_on": getattr(getattr(replay, "errors", None), "calibrated_on", None),
+            "instances": inst, "exposed_ms": exposed,
             "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
 
 

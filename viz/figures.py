@@ -312,8 +312,11 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     text = ""
     med, p90 = rd["error_median"][0], rd["error_p90"][0]
     if med is not None:
+        how = ("cross-validated: each collective predicted without its own step or itself"
+               if rd.get("error_calibrated_on") is None
+               else f"out of sample: calibrated on {_esc(str(rd['error_calibrated_on']))}")
         text += (f"<p>Replay error of the baseline {_esc(topo[0])} (the observed network replayed against the "
-                 "trace, cross-validated: each collective predicted without its own step or itself): median "
+                 f"trace, {how}): median "
                  f"{100 * float(med):.1f}%, p90 {100 * float(p90 or 0):.1f}% per collective.</p>")
     if rd.get("traced_step_ms"):
         text += f"<p>Dashed vermillion line: the traced step (mean) {rd['traced_step_ms']:.3f} ms.</p>"

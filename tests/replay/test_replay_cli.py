@@ -138,3 +138,19 @@ def test_out_of_sample_errors_round_trip():
     assert doc["out_of_sample"] == {"median": 0.1, "p90": 0.3} and "in_sample" not in doc
     back = ReplayErrors.from_dict(json.loads(json.dumps(doc)))
     assert back.to_dict() == doc and (back.median, back.p90, back.calibrated_on) == (0.1, 0.3, "runs/healthy")
+
+
+
+def test_report_says_out_of_sample():
+    from bokeh.models import Div
+
+    from tracekit.replay import replay
+    from viz.data import replay_data
+    from viz.figures import replay_figures
+
+    tables, _ = make_run_tables(steps=2)
+    res = replay(tables, ["rail-optimized:gpus=4"], efficiency={"all_reduce:2^26": 0.8}, calibrated_on="runs/healthy")
+    texts = [d.text for d in replay_figures(replay_data(res)).select({"type": Div})]
+    assert any("out of sample: calibrated on runs/healthy" in t for t in texts)
+    res = replay(tables, ["rail-optimized:gpus=4"])
+    assert any("cross-validated" in t for t in (d.text for d in replay_figures(replay_data(res)).select({"type": Div})))
