@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -65,6 +66,7 @@ class ExportSummary:
     ranks: int = 0
     slices: int = 0
     flows: int = 0
+    overlapping: int = 0  # slices moved to "<lane> (overlap)" threads (they overlap without nesting)
     flows_dropped: int = 0  # participants whose slice ended before the source's started
     stalls: int = 0
     replay: dict[str, int] = field(default_factory=dict)  # topology -> replayed slices
@@ -73,7 +75,7 @@ class ExportSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": str(self.path), "ranks": self.ranks, "slices": self.slices, "flows": self.flows,
-                "flows_dropped": self.flows_dropped,
+                "flows_dropped": self.flows_dropped, "overlapping": self.overlapping,
                 "stalls": self.stalls, "replay": dict(self.replay), "skipped": dict(self.skipped),
                 "base_ns": self.base_ns}
 
@@ -268,12 +270,19 @@ def _write(fh: io.TextIOBase, run: Run, all_ranks: list[int], offsets: Mapping[i
     for rank in all_ranks:
         ev = _rank_events(run, rank, offsets.get(rank, 0), summary)
         lanes = lanes_of[rank] = _lane_order(ev)
-        tids = {lane: next_tid + i for i, lane in enumerate(lanes)}
-        next_tid += len(lanes)
+        ev = _with_levels(ev, "t", "dur_ns")
+        threads = _threads_of(ev, lanes)
+        tids = {name: next_tid + i for i, (_, _, name) in enumerate(threads)}
+        next_tid += len(threads)
         host = hosts.get(rank)
         emit(_process_meta(rank, f"rank {rank}" + (f" ({host})" if host else ""), rank, tids))
         if ev.height:
-            ev = ev.with_columns(pl.col("lane").replace_strict(tids, return_dtype=pl.Int64).alias("tid"))
+            summary.overlapping += int((ev.get_column("_level") > 0).sum())
+            key = pl.DataFrame({"lane": [ln for ln, _, _ in threads], "_level": [lv for _, lv, _ in threads],
+                                "tid": [tids[name] for _, _, name in threads]},
+                               schema={"lane": pl.String, "_level": pl.Int64, "tid": pl.Int64})
+            ev = ev.with_columns(pl.col("lane").fill_null("")).join(key, on=["lane", "_level"], how="left",
+                                                                    maintain_order="left")
             emit(_slices(ev, rank, base, coll_info))
             summary.slices += ev.height
             if flows:
@@ -341,6 +350,62 @@ def _lane_order(ev: pl.DataFrame) -> list[str]:
         return cls, [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in natural]
 
     return [row[0] for row in sorted(stats.iter_rows(), key=key)]
+
+
+def _with_levels(df: pl.DataFrame, start: str, dur: str) -> pl.DataFrame:
+    """Adds `_level`: per lane, the overflow thread (0: the lane's own) that keeps every thread
+    properly nested; viewers drop a slice that overlaps another without nesting in it."""
+    if df.height == 0:
+        return df.with_columns(pl.lit(0, pl.Int64).alias("_level"))
+    level = np.zeros(df.height, np.int64)
+    idx = df.select(pl.col("lane").fill_null(""), pl.int_range(pl.len(), dtype=pl.Int64).alias("_i"),
+                    pl.col(start).alias("_s"), (pl.col(start) + pl.col(dur)).alias("_e"))
+    for _, part in idx.group_by("lane"):
+        level[part.get_column("_i").to_numpy()] = nesting_levels(part.get_column("_s").to_numpy(),
+                                                                  part.get_column("_e").to_numpy())
+    return df.with_columns(pl.Series("_level", level))
+
+
+def nesting_levels(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per slice of one thread, the level it is drawn on so that no level holds two slices that
+    overlap without one containing the other: level 0 keeps every slice that nests in, or comes
+    after, the slices kept before it (longest first at equal starts); the rest go through the same
+    rule on level 1, and so on."""
+    level = np.zeros(start.size, np.int64)
+    order = np.lexsort((-end, start))
+    s, e = start[order], end[order]
+    if s.size < 2 or bool((s[1:] >= np.maximum.accumulate(e)[:-1]).all()):
+        return level  # nothing overlaps at all (the usual GPU stream)
+    pending = list(range(s.size))
+    lv = 0
+    while pending:
+        stack: list[int] = []
+        moved = []
+        for i in pending:
+            while stack and stack[-1] <= s[i]:
+                stack.pop()
+            if stack and e[i] > stack[-1]:
+                moved.append(i)
+                continue
+            level[order[i]] = lv
+            stack.append(int(e[i]))
+        pending = moved
+        lv += 1
+    return level
+
+
+def _threads_of(ev: pl.DataFrame, lanes: list[str]) -> list[tuple[str, int, str]]:
+    """(lane, level, thread name) in display order: each lane, then its overflow threads."""
+    if ev.height == 0:
+        return [(lane, 0, lane) for lane in lanes]
+    levels: dict[str, list[int]] = {}
+    for lane, lv in ev.select(pl.col("lane").fill_null(""), "_level").unique().sort("_level").iter_rows():
+        levels.setdefault(lane, []).append(lv)
+    out = []
+    for lane in lanes:
+        for lv in levels.get(lane, [0]):
+            out.append((lane, lv, lane if lv == 0 else f"{lane} (overlap)" if lv == 1 else f"{lane} (overlap {lv})"))
+    return out
 
 
 def _process_meta(pid: int, name: str, sort_index: int, tids: Mapping[str, int]) -> list[str]:
@@ -512,8 +577,13 @@ def _named_timeline(run: Run, tl: pl.DataFrame, rank: int, offset: int, lanes: l
           .with_columns(pl.coalesce("name", "kind").alias("name")))
     present = set(df.get_column("lane").to_list())
     ordered = [lane for lane in lanes if lane in present] + sorted(present - set(lanes))
-    out = {lane: first_tid + i for i, lane in enumerate(ordered)}
-    df = df.with_columns(pl.col("lane").replace_strict(out, return_dtype=pl.Int64).alias("tid"))
+    df = _with_levels(df.with_columns(pl.col("dur_ns").clip(lower_bound=0)), "ts_ns", "dur_ns")
+    threads = _threads_of(df, ordered)
+    out = {name: first_tid + i for i, (_, _, name) in enumerate(threads)}
+    key = pl.DataFrame({"lane": [ln for ln, _, _ in threads], "_level": [lv for _, lv, _ in threads],
+                        "tid": [out[name] for _, _, name in threads]},
+                       schema={"lane": pl.String, "_level": pl.Int64, "tid": pl.Int64})
+    df = df.join(key, on=["lane", "_level"], how="left", maintain_order="left")
     return df, out
 
 

@@ -31,5 +31,7 @@ def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: 
         return
     replay = "".join(f", replay {name}: {n:,} slices" for name, n in summary.replay.items())
     skipped = "".join(f", skipped {n:,} ({why})" for why, n in sorted(summary.skipped.items()))
+    if summary.overlapping:
+        skipped += f", {summary.overlapping:,} overlapping slices on '(overlap)' threads"
     click.echo(f"wrote {chrome}: {summary.ranks:,} ranks, {summary.slices:,} slices, {summary.flows:,} flow arrows, "
                f"{summary.stalls:,} stalls{replay}{skipped}")
