@@ -88,6 +88,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     td = D.timeline_data(analysis, events, width_px=width_px, max_glyphs=max_glyphs, max_total=max_total)
     links = D.link_data(run.table("link_samples"), run.table("topology_links"),
                         order=list(replay.topologies) if replay is not None else (), t0_ns=td.t0_ns)
+    link_compare = _link_comparison(run, replay, td.t0_ns)
     hd = D.hang_data(hang) if hang is not None and (hang.hung or hang.source == "flight_recorder") else None
     name = run_name(run)
     caveats = _caveats(analysis)
@@ -100,6 +101,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
         "overlap": D.overlap_data(analysis, td.rows["order"]),
         "ep": D.ep_data(analysis),
         "links": links,
+        "link_compare": link_compare,
         "replay": D.replay_data(replay),
         "hang": hd,
         "what-if": D.whatif_data(whatif),
@@ -109,6 +111,18 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     data["summary"] = summary_data(analysis, td, data)
     data["tabs"] = [t for t in TAB_ORDER if t == "Summary" or data[t.lower()] is not None]
     return data
+
+
+def _link_comparison(run: Run, replay: Any, t0_ns: int | None) -> dict[str, Any]:
+    """The measured-vs-replayed panel's data from the replay's `TelemetryComparison` (else the
+    run's stored results/links.json)."""
+    from tracekit.telemetry.compare import load_comparison
+    from tracekit.viz.links import comparison_data
+
+    cmp = getattr(replay, "telemetry", None)
+    if cmp is None:
+        cmp = load_comparison(run)
+    return comparison_data(cmp, has_telemetry=run.has("counters"), t0_ns=t0_ns)
 
 
 def _caveats(analysis: AnalysisResult) -> dict[str, list[str]]:
@@ -196,7 +210,10 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
         elif tab == "EP":
             child = figures.ep_figures(data["ep"], width=width)
         elif tab == "Links":
-            child = figures.link_figures(data["links"], width=width)
+            from tracekit.viz.links import comparison_panel
+
+            child = column(figures.link_figures(data["links"], width=width),
+                           comparison_panel(data["link_compare"], width=width))
         elif tab == "Replay":
             child = figures.replay_figures(data["replay"], width=width)
         elif tab == "What-if":

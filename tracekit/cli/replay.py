@@ -13,7 +13,8 @@ from tracekit.cli._common import json_option, user_errors
 @click.command()
 @click.argument("paths", nargs=-1, required=False, metavar="RUN|PATH...")
 @click.option("--topology", "topologies", multiple=True, metavar="SPEC",
-              help="A network to replay on (preset string or YAML file); repeat to compare.")
+              help="A network to replay on (preset string, YAML file, or `observed`: the run's fabric from "
+                   "ibnetdiscover); repeat to compare.")
 @click.option("--baseline", default=None, metavar="SPEC",
               help="The observed network, used to calibrate (default: the first --topology).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -71,6 +72,10 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
         click.echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
         for note in notes:
             click.echo(_printable(note))
+        if result.telemetry is not None:
+            from tracekit.telemetry.compare import format_comparison as format_links
+
+            click.echo(format_links(result.telemetry))
         _physics_notes(topologies)
     if report_path is not None:
         try:
@@ -85,6 +90,8 @@ def _physics_notes(topologies: tuple[str, ...]) -> None:
     from tracekit.replay.topology import parse_spec, physics_caps
 
     for text in topologies:
+        if text == "observed":
+            continue
         for finding in physics_caps(parse_spec(text)):
             click.echo(f"note: {text}: {finding.text}")
 

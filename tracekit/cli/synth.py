@@ -30,12 +30,31 @@ from tracekit.cli._common import user_errors
               help="Inject a degraded NIC: RANK's NIC runs FACTOR (default 4) times slower both ways.")
 @click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
               help="Write a run directory, or one Kineto Chrome trace per rank.")
+@click.option("--telemetry", is_flag=True,
+              help="Also write the fabric (ibnetdiscover -p) and leaf-switch counters (Prometheus text) "
+                   "consistent with the run (with --format kineto; see tracekit.telemetry.synth).")
+@click.option("--background", multiple=True, metavar="HOST[:NIC]=BYTES_PER_S",
+              help="Background (north-south, other jobs) load on a host's HCA cable in the telemetry; repeatable.")
+@click.option("--scrape-ms", type=click.IntRange(min=1), default=None,
+              help="Telemetry scrape interval (default: the run's span / 8).")
 @user_errors
-def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, **params: int) -> None:
+def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, telemetry: bool,
+          background: tuple[str, ...], scrape_ms: int | None, **params: int) -> None:
     """Make a synthetic DP x PP x EP run (with clock skew, a straggler and EP skew) and its truth.json."""
     from tracekit.errors import TracekitError
     from tracekit.synth import make_run_tables, write_kineto, write_run
 
+    if (telemetry or background) and fmt != "kineto":
+        raise click.UsageError("--telemetry writes files to ingest with the traces: use --format kineto")
+    load = {}
+    for item in background:
+        key, eq, value = item.partition("=")
+        try:
+            load[key] = float(value)
+        except ValueError:
+            raise click.UsageError(f"--background {item!r}: expected HOST[:NIC]=BYTES_PER_S") from None
+        if not eq or not key:
+            raise click.UsageError(f"--background {item!r}: expected HOST[:NIC]=BYTES_PER_S")
     extra: dict[str, float] = {}
     if slow_nic:
         rank, _, factor = slow_nic.partition(":")
@@ -49,6 +68,16 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, **para
         (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
         click.echo(f"wrote {len(paths)} Kineto traces ({tables['events'].num_rows} events, "
                    f"{tables['collectives'].num_rows} collective calls) and truth.json to {out}")
+        if telemetry or load:
+            from tracekit.telemetry.synth import write_switch_telemetry
+
+            try:
+                made = write_switch_telemetry(tables, out, background=load,
+                                              interval_ns=scrape_ms * 1_000_000 if scrape_ms else None)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+            click.echo(f"wrote {made.fabric_path.name} and {made.prom_path.name} "
+                       f"({len(made.scrape_ns)} scrapes, {len(made.tx_bytes)} HCA ports)")
     else:
         write_run(tables, out, truth=truth)
         click.echo(f"wrote run {out}: {tables['ranks'].num_rows} ranks, {tables['events'].num_rows} events, "

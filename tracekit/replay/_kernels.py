@@ -816,3 +816,100 @@ def schedule(prev, nxt, dep_ptr, dep_ids, slack, tr_start, dur, inst, inst_ptr, 
                 if arrived[j]:
                     end[j] = inst_start[k] + inst_dur[k] * end_frac[j]
     return start, end, inst_start
+
+
+# --------------------------------------------------------------------------------------------
+# General-graph routing (the observed fabric): shortest paths, ECMP among equal next hops.
+
+
+@njit
+def fabric_distances(adj_ptr, adj_node, transit, targets):
+    """Hops from every node to each target (row per target; -1: unreachable). Only `transit`
+    nodes (switches) forward: a path never passes through another host's NIC."""
+    n = adj_ptr.size - 1
+    dist = np.full((targets.size, n), -1, np.int32)
+    queue = np.empty(max(n, 1), np.int64)
+    for t in range(targets.size):
+        root = targets[t]
+        dist[t, root] = 0
+        head = 0
+        tail = 1
+        queue[0] = root
+        while head < tail:
+            u = queue[head]
+            head += 1
+            if u != root and not transit[u]:
+                continue
+            for e in range(adj_ptr[u], adj_ptr[u + 1]):
+                v = adj_node[e]
+                if dist[t, v] < 0:
+                    dist[t, v] = dist[t, u] + 1
+                    queue[tail] = v
+                    tail += 1
+    return dist
+
+
+@njit_inline
+def _graph_path(s, d, h, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down, adj_ptr,
+                adj_node, adj_res, transit, dist, out, at, write):
+    """Resources of one GPU -> GPU flow (written at out[at:] when `write`); -1 if unreachable."""
+    if s == d:
+        return 0
+    if gpu_host[s] == gpu_host[d]:
+        if write:
+            out[at] = nvl_up[s]
+            out[at + 1] = nvl_down[d]
+        return 2
+    row = nic_row[d]
+    u = gpu_nic[s]
+    target = gpu_nic[d]
+    if dist[row, u] < 0:
+        return -1
+    k = 0
+    if write:
+        out[at] = pcie_up[s]
+    k += 1
+    hop = 0
+    while u != target:
+        want = dist[row, u] - 1
+        count = 0
+        for e in range(adj_ptr[u], adj_ptr[u + 1]):
+            v = adj_node[e]
+            if dist[row, v] == want and (transit[v] or v == target):
+                count += 1
+        pick = flow_hash(h, hop, u, 0) % count
+        for e in range(adj_ptr[u], adj_ptr[u + 1]):
+            v = adj_node[e]
+            if dist[row, v] == want and (transit[v] or v == target):
+                if pick == 0:
+                    if write:
+                        out[at + k] = adj_res[e]
+                    k += 1
+                    u = v
+                    break
+                pick -= 1
+        hop += 1
+    if write:
+        out[at + k] = pcie_down[d]
+    return k + 1
+
+
+@njit
+def route_graph(src, dst, fhash, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down,
+                adj_ptr, adj_node, adj_res, transit, dist):
+    """CSR paths (indptr, resource ids) of GPU -> GPU flows on a general graph, and the index of
+    the first flow with no path (-1 when all have one)."""
+    f_count = src.size
+    indptr = np.zeros(f_count + 1, np.int64)
+    dummy = np.zeros(1, np.int64)
+    for f in range(f_count):
+        k = _graph_path(src[f], dst[f], fhash[f], gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up,
+                        pcie_down, adj_ptr, adj_node, adj_res, transit, dist, dummy, 0, False)
+        if k < 0:
+            return indptr, np.zeros(0, np.int64), f
+        indptr[f + 1] = indptr[f] + k
+    ids = np.empty(indptr[f_count], np.int64)
+    for f in range(f_count):
+        _graph_path(src[f], dst[f], fhash[f], gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down,
+                    adj_ptr, adj_node, adj_res, transit, dist, ids, indptr[f], True)
+    return indptr, ids, -1

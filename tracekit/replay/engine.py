@@ -41,6 +41,7 @@ from tracekit.replay.calibration import (
     replay_errors,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
+from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
@@ -151,6 +152,7 @@ class ReplayResult:
     identity: Identity | None = None
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    telemetry: Any = None  # tracekit.telemetry.compare.TelemetryComparison when the run has telemetry
 
     def to_json(self) -> dict[str, Any]:
         return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results],
@@ -160,7 +162,8 @@ class ReplayResult:
                                 "split": self.errors.split if self.errors else None,
                                 "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
-                "findings": [f.to_json() for f in self.findings]}
+                "findings": [f.to_json() for f in self.findings],
+                **({"telemetry": self.telemetry.to_json()} if self.telemetry is not None else {})}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False)
@@ -252,6 +255,8 @@ class _Prepared:
     dep_rule: np.ndarray | None = None
     replay_dur: np.ndarray | None = None  # replayed durations of timed events (events.replay_dur_ns or traced)
     step_time: dict[str, float] = field(default_factory=dict)  # the analysis' step times (steps.STEP_TIME)
+    host_names: list[str] = field(default_factory=list)  # per host index, when the ranks table names them
+    ib_fabric: tuple[pa.Table | None, pa.Table | None] = (None, None)  # topology_nodes / topology_links (ibnetdiscover)
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -294,6 +299,12 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         placement, hosts, per_host = _given_placement(all_ranks, placement)
     else:
         placement, hosts, per_host = _placement(all_ranks, host_of, local_of)
+    host_names = [""] * hosts
+    for r, (h, _) in placement.items():
+        if r in host_of and not host_names[h]:
+            host_names[h] = host_of[r]
+    if not all(host_names):
+        host_names = []
 
     offs = pl.DataFrame({"rank": all_ranks, "_off": [offset[r] for r in all_ranks]},
                         schema={"rank": pl.Int32, "_off": pl.Int64})
@@ -399,7 +410,8 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         instances=instances, inst_ptr=np.asarray(ptr, np.int64), inst_ids=np.asarray(ids, np.int64),
         placement=placement, hosts=hosts, gpus_per_host=per_host, fabric=fabric,
         has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule,
-        replay_dur=np.where(replay_d >= 0, replay_d, end - start),
+        replay_dur=np.where(replay_d >= 0, replay_d, end - start), host_names=host_names,
+        ib_fabric=(tables.get("topology_nodes"), tables.get("topology_links")),
         step_time=_step_times(tables.get("step_times")))
 
 
@@ -540,9 +552,15 @@ class _Net:
 
     def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str, storage: StorageFlows | None = None,
                  baseline: _Net | None = None) -> None:
-        spec = sized(spec, hosts=prep.hosts, gpus=prep.gpus_per_host)
-        self.topology: Topology = build(spec)
-        gmap = _gpu_map(prep, spec)
+        if is_observed(spec):
+            self.topology: Topology = build_observed(*prep.ib_fabric, prep.host_names, prep.gpus_per_host, spec=spec)
+            gmap = {r: h * prep.gpus_per_host + local for r, (h, local) in prep.placement.items()}
+            if storage is not None and len(storage):
+                raise ReplayError("storage flows need storage nodes, which the observed fabric does not name")
+        else:
+            spec = sized(spec, hosts=prep.hosts, gpus=prep.gpus_per_host)
+            self.topology = build(spec)
+            gmap = _gpu_map(prep, spec)
         self.gmap = gmap
         insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
                           dst=i.dst, splits=i.splits, group=i.group, proto=i.proto)
@@ -615,10 +633,10 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     --calibration-from`): the error is then reported as out of sample. An optional
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
-    specs = [parse_spec(t) for t in topologies]
+    specs = [_spec(t) for t in topologies]
     if not specs and baseline is None:
         raise ReplayError("give at least one topology")
-    base_spec = parse_spec(baseline) if baseline is not None else specs[0]
+    base_spec = _spec(baseline) if baseline is not None else specs[0]
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
     prep = _prepare(tables, placement=placement)
@@ -652,6 +670,11 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity))
+
+
+def _spec(text: str | TopologySpec) -> TopologySpec:
+    """A spec, or the observed-fabric marker for "observed"."""
+    return observed_spec() if is_observed(text) else parse_spec(text)
 
 
 def identity(tables: Mapping[str, pa.Table]) -> Identity:
@@ -976,7 +999,7 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
 
     run = run if isinstance(run, Run) else Run(run)
     tables = dict(prepare(run, write=write))
-    for name in ("channels",):
+    for name in ("channels", "topology_nodes", "topology_links"):
         if name not in tables and run.has(name):
             tables[name] = run.table(name)
     result = replay(tables, topologies, baseline=baseline, **options)
@@ -1000,6 +1023,16 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
         merged = pa.concat_tables([schema.conform("link_samples", old), result.link_samples()],
                                   promote_options="permissive")
         run.write_table("link_samples", merged)
+    if run.has("counters"):
+        from tracekit.telemetry.compare import compare_links, compare_run
+
+        baseline_name = result.baseline
+        if write:
+            result.telemetry = compare_run(run, topology=baseline_name)
+        else:
+            merged = pa.concat_tables([schema.conform("link_samples", run.table("link_samples")),
+                                       result.link_samples()], promote_options="permissive")
+            result.telemetry = compare_links(merged, topology=baseline_name)
     return result
 
 

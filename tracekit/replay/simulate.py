@@ -72,6 +72,12 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")
     fhash = np.empty(len(flows), np.int64)
     _hashes(flows.src, flows.dst, flows.channel, flows.key, fhash)
+    if r.get("graph"):
+        from tracekit.replay.observed import route_graph
+
+        if len(flows) and not pair.all():
+            raise ValueError("the observed fabric routes GPU-to-GPU flows only (no in-network reduction)")
+        return route_graph(topology, flows.src, flows.dst, fhash)
     return _kernels.route_flows(
         flows.mode, flows.src, flows.dst, flows.channel, fhash, r["gpus_per_host"],
         r["nics_per_gpu"], r["planes"], r["domain"], r["nvl_up"], r["nvl_down"], r["pcie_up"],
