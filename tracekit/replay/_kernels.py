@@ -257,23 +257,9 @@ def _iheap_pop(hk, hi, hpos, size):
 
 
 @njit_inline
-def _flush(f, indptr, res, win, acc_w, acc_b):
-    """Add flow f's bytes held for window acc_w[f] to its resources' rows of `win`."""
-    w = acc_w[f]
-    if w >= 0:
-        amount = acc_b[f]
-        for k in range(indptr[f], indptr[f + 1]):
-            win[w, res[k]] += amount
-        acc_w[f] = -1
-        acc_b[f] = 0.0
-
-
-@njit_inline
-def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin, acc_w, acc_b):
+def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin):
     """Spread the bytes a flow sent at `rate` over [t0, t1] onto the windows of its resources
-    (`win` is window-major). A flow's bytes in its current window are held in acc_w/acc_b and
-    written to its resources once the flow moves on to a later window (`_flush`), not at every
-    rate change."""
+    (`win` is window-major: one row per window, so an event's writes stay in a few rows)."""
     n_win = win.shape[0]
     if n_win == 0 or t1 <= t0 or rate <= 0.0:
         return
@@ -283,10 +269,9 @@ def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin, acc_w, acc_
         a = max(t0, t_origin + w * window_ns)
         b = min(t1, t_origin + (w + 1) * window_ns)
         if b > a:
-            if acc_w[f] != w:
-                _flush(f, indptr, res, win, acc_w, acc_b)
-                acc_w[f] = w
-            acc_b[f] += rate * (b - a)
+            amount = rate * (b - a)
+            for k in range(indptr[f], indptr[f + 1]):
+                win[w, res[k]] += amount
 
 
 @njit
@@ -481,8 +466,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     n_res = cap.size
     finish = np.full(n_flows, np.nan)
     win = np.zeros((n_windows, n_res), np.float64)
-    acc_w = np.full(n_flows, -1, np.int64)
-    acc_b = np.zeros(n_flows, np.float64)
     if n_flows == 0:
         return finish, np.zeros((n_res, n_windows), np.float64)
     static = np.zeros(n_res, np.int64)
@@ -562,9 +545,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             t_proj = hk[0]
             tf = t_proj if t_proj <= now + tol else now
             hn = _iheap_pop(hk, hi, hpos, hn)
-            _account(f, tlast[f], t_proj, rate[f], indptr, res, win, window_ns, t_origin, acc_w,
-                     acc_b)
-            _flush(f, indptr, res, win, acc_w, acc_b)
+            _account(f, tlast[f], t_proj, rate[f], indptr, res, win, window_ns, t_origin)
             rem[f] = 0.0
             finish[f] = tf + latency[f]
             active[f] = False
@@ -727,16 +708,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if rate[g] == orig[g]:
                 continue
             if orig[g] > 0.0:
-                _account(g, tlast[g], now, orig[g], indptr, res, win, window_ns, t_origin, acc_w,
-                         acc_b)
+                _account(g, tlast[g], now, orig[g], indptr, res, win, window_ns, t_origin)
                 rem[g] -= orig[g] * (now - tlast[g])
                 if rem[g] < 0.0:
                     rem[g] = 0.0
             tlast[g] = now
             r_g = rate[g] if rate[g] > 0.0 else 1e-300
             hn = _iheap_set(hk, hi, hpos, hn, g, now + rem[g] / r_g)
-    for f in range(n_flows):
-        _flush(f, indptr, res, win, acc_w, acc_b)
     out = np.empty((n_res, n_windows), np.float64)
     for w in range(n_windows):
         for r in range(n_res):
