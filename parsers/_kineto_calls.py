@@ -20,11 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, checked_int
+
 if TYPE_CHECKING:
     from tracekit.parsers.kineto import Args, _Identity, _Pass1, _Steps
     from tracekit.store import SourceStats
 
 SOURCE = "kineto"
+SIZE_MAX = RANGES["size"][1]
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
@@ -62,6 +65,7 @@ KERNEL_OPS = {
     "AllToAllv": "all_to_all", "Gather": "gather", "Scatter": "scatter",
 }
 _INTS = re.compile(r"-?\d+")
+_LANE_TID = re.compile(r"(-?\d{1,18})$")
 
 # What a launched NCCL kernel's name says about the algorithm (docs/formats.md "NCCL kernel
 # names"). NCCL instantiates one kernel per algorithm with the LL protocol and dispatches the
@@ -120,16 +124,14 @@ class Marker:
     gpu: bool
 
 
-def as_int(v: Any) -> int | None:
-    if type(v) is int:
-        return v
-    if type(v) is float and v.is_integer():
-        return int(v)
-    if type(v) is str:
-        s = v.strip()
-        if s.lstrip("-").isdigit():
-            return int(s)
-    return None
+def as_int(v: Any, kind: str = "id") -> int | None:
+    """An integer field in the range of its kind (int64 ids by default), else None."""
+    return checked_int(v, kind)
+
+
+def _size(v: Any) -> int | None:
+    """A byte or element count, or None when absent, not an integer or out of range."""
+    return checked_int(v, "size")
 
 
 def _jv(raw: msgspec.Raw) -> Any:
@@ -137,7 +139,7 @@ def _jv(raw: msgspec.Raw) -> Any:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -153,11 +155,13 @@ def _comms_id(raw: msgspec.Raw) -> str | None:
 def parse_rank_list(value: Any) -> tuple[list[int], bool]:
     """Ranks from a JSON list or a (possibly truncated, "[0, ..., 28, ..., 299]") string."""
     if isinstance(value, list):
-        out = [as_int(v) for v in value]
-        return [v for v in out if v is not None], all(v is not None for v in out)
+        out = [as_int(v, "rank") for v in value[:MAX_WORLD_SIZE]]
+        kept = [v for v in out if v is not None]
+        return kept, len(kept) == len(value)
     if isinstance(value, str):
-        complete = "..." not in value
-        return [int(x) for x in _INTS.findall(value)], complete
+        found = _INTS.findall(value)
+        kept = [v for v in (as_int(x, "rank") for x in found[:MAX_WORLD_SIZE]) if v is not None]
+        return kept, "..." not in value and len(kept) == len(found)
     return [], False
 
 
@@ -380,7 +384,8 @@ def _bytes_per_peer(rows: list[int], total: int | None) -> list[int] | None:
     if total is None or s <= 0:
         return None
     per_row = total // s if total % s == 0 else total / s
-    return [round(r * per_row) for r in rows]
+    out = [round(r * per_row) for r in rows]
+    return out if all(0 <= x <= SIZE_MAX for x in out) else None
 
 
 _CPP_DTYPES = {
@@ -408,10 +413,15 @@ def _numel(dims: Any) -> int | None:
         n = 1
         for d in dims:
             n *= d
+            if not 0 <= n <= SIZE_MAX:
+                return None
         return n
-    if all(isinstance(d, list) for d in dims):
+    if all(isinstance(d, list) and all(isinstance(x, int) for x in d) for d in dims):
         parts = [_numel(d) for d in dims]
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        if any(p is None for p in parts):
+            return None
+        total = sum(parts)  # type: ignore[arg-type]
+        return total if total <= SIZE_MAX else None
     return None
 
 
@@ -420,6 +430,8 @@ def _row_elems(dims: Any) -> int | None:
         n = 1
         for d in dims[1:]:
             n *= d
+            if not 0 <= n <= SIZE_MAX:
+                return None
         return n
     return None
 
@@ -438,7 +450,7 @@ def _shape_sizes(call: _Call, op: str) -> dict[str, Any]:
             n = _numel(dims[0]) if isinstance(dims, list) and dims else None
             width = dtype_bytes(dtype)
             if n is not None and width:
-                out["in_bytes"] = out["out_bytes"] = n * width
+                out["in_bytes"] = out["out_bytes"] = _bytes(n, width)
         out["dtype"] = dtype
         return out
     dims = _jv(c10d.args.input_dims)
@@ -457,8 +469,8 @@ def _shape_sizes(call: _Call, op: str) -> dict[str, Any]:
         and _numel(dims[0]) is not None and _numel(dims[1]) is not None \
         and all(isinstance(d, int) for d in dims[0])
     if two_tensor:
-        out["out_bytes"] = _numel(dims[0]) * width  # type: ignore[operator]
-        out["in_bytes"] = _numel(dims[1]) * width  # type: ignore[operator]
+        out["out_bytes"] = _bytes(_numel(dims[0]), width)
+        out["in_bytes"] = _bytes(_numel(dims[1]), width)
         if op == "all_to_all" and len(concrete) >= 5:
             out["out_rows"] = (_splits_text(concrete[3]), _row_elems(dims[0]), width)
             out["in_rows"] = (_splits_text(concrete[4]), _row_elems(dims[1]), width)
@@ -470,23 +482,34 @@ def _shape_sizes(call: _Call, op: str) -> dict[str, Any]:
             n = _numel(ann_dims[0])
     if n is None:
         return out
+    nbytes = _bytes(n, width)
     if op == "send":
-        out["in_bytes"], out["out_bytes"] = n * width, 0
+        out["in_bytes"], out["out_bytes"] = nbytes, 0
     elif op == "recv":
-        out["in_bytes"], out["out_bytes"] = 0, n * width
+        out["in_bytes"], out["out_bytes"] = 0, nbytes
     else:
-        out["in_bytes"] = out["out_bytes"] = n * width
+        out["in_bytes"] = out["out_bytes"] = nbytes
     if op in ("send", "recv") and len(concrete) >= 3:
-        out["peer_local"] = as_int(concrete[2])
+        out["peer_local"] = as_int(concrete[2], "rank")
     return out
 
 
+def _bytes(n: int | None, width: int) -> int | None:
+    if n is None:
+        return None
+    b = n * width
+    return b if b <= SIZE_MAX else None
+
+
 def _splits_text(v: Any) -> list[int]:
+    """Split sizes (a list or its text); any value out of range drops the whole list."""
     if isinstance(v, str):
-        return [int(x) for x in _INTS.findall(v)]
-    if isinstance(v, list):
-        return [x for x in (as_int(i) for i in v) if x is not None]
-    return []
+        vals = [_size(x) for x in _INTS.findall(v)[:MAX_WORLD_SIZE + 1]]
+    elif isinstance(v, list):
+        vals = [_size(i) for i in v[:MAX_WORLD_SIZE + 1]]
+    else:
+        return []
+    return [] if None in vals or len(vals) > MAX_WORLD_SIZE else vals  # type: ignore[return-value]
 
 
 def _finish_p2p_and_splits(row: dict[str, Any], group: dict[str, Any] | None) -> None:
@@ -502,7 +525,9 @@ def _finish_p2p_and_splits(row: dict[str, Any], group: dict[str, Any] | None) ->
         rows_, per_row, width = spec
         total = row[total_key]
         if rows_ and per_row is not None:
-            row[key.replace("_rows", "_splits")[1:]] = [r * per_row * width for r in rows_]
+            sizes = [r * per_row * width for r in rows_]
+            if all(x <= SIZE_MAX for x in sizes):
+                row[key.replace("_rows", "_splits")[1:]] = sizes
         elif not rows_ and total is not None and row["nranks"]:
             n = row["nranks"]
             if total % n == 0:
@@ -510,7 +535,7 @@ def _finish_p2p_and_splits(row: dict[str, Any], group: dict[str, Any] | None) ->
 
 
 def _lane_tid(lane: str) -> int:
-    m = re.search(r"(-?\d+)$", lane)
+    m = _LANE_TID.search(lane)
     return int(m.group(1)) if m else 0
 
 
@@ -550,7 +575,7 @@ def _infer_groups(rows: list[dict[str, Any]], ident: _Identity,
 
 
 def _group_order(name: str) -> tuple[int, int, str]:
-    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.isascii() and name.isdigit() and len(name) < 19 else (1, 0, name)
 
 
 def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
@@ -601,24 +626,24 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
             group = _str(_jv(args.pg_name)) or _str(_jv(args.pg_id))
             desc = _str(_jv(args.pg_desc))
             ranks, complete = parse_rank_list(_jv(args.pg_ranks))
-            size = as_int(_jv(args.group_size))
+            size = as_int(_jv(args.group_size), "count")
             dtype = _str(_jv(args.dtype))
             width = dtype_bytes(dtype)
-            in_n = as_int(_jv(args.in_nelems))
+            in_n = _size(_jv(args.in_nelems))
             if in_n is None:
-                in_n = as_int(_jv(args.in_size))
-            out_n = as_int(_jv(args.out_nelems))
+                in_n = _size(_jv(args.in_size))
+            out_n = _size(_jv(args.out_nelems))
             if out_n is None:
-                out_n = as_int(_jv(args.out_size))
+                out_n = _size(_jv(args.out_size))
             if width is not None:
-                in_b = in_n * width if in_n is not None else None
-                out_b = out_n * width if out_n is not None else None
+                in_b = _bytes(in_n, width)
+                out_b = _bytes(out_n, width)
             in_splits = _bytes_per_peer(_splits(args.in_split), in_b)
             out_splits = _bytes_per_peer(_splits(args.out_split), out_b)
             if op == "send":
-                peer = as_int(_jv(args.dst_rank))
+                peer = as_int(_jv(args.dst_rank), "rank")
             elif op == "recv":
-                peer = as_int(_jv(args.src_rank))
+                peer = as_int(_jv(args.src_rank), "rank")
             seq = as_int(_jv(args.seq))
             comms_id = _comms_id(args.comms_id)
         peer_local = None
@@ -739,7 +764,7 @@ def groups_from_config(ident: _Identity) -> dict[str, dict[str, Any]]:
         if name is None:
             continue
         ranks, complete = parse_rank_list(g.get("ranks"))
-        size = as_int(g.get("pg_size"))
+        size = as_int(g.get("pg_size"), "count")
         if size is not None and len(ranks) != size:
             complete = False
         desc = g.get("pg_desc")

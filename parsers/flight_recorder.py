@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from tracekit.errors import InputError
 from tracekit.parsers import _unpickle
+from tracekit.parsers._limits import MAX_DEPTH, MAX_WORLD_SIZE, DecompressionGuard, checked_int, json_depth
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.kineto import COLLECTIVE_OPS, dtype_bytes, parse_rank_list
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -41,7 +42,11 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 FORMAT = "flight_recorder"
 PARSER_VERSION = "1"
 #: Largest (decompressed) dump we read; real dumps of a 2000-entry buffer with stacks are a few MB.
-MAX_BYTES = 256 << 20
+MAX_BYTES = _unpickle.MAX_BYTES
+#: Longest string kept from a dump (names, descriptions, frames); longer ones are cut.
+MAX_STRING = 4096
+#: Most group member ranks kept over all groups of one dump (structures never follow a declared size).
+MAX_LISTED_RANKS = 4 * MAX_WORLD_SIZE
 #: coll_id = rank * 2**32 + COLL_ID_OFFSET + entry index: apart from Kineto's ids for the same rank.
 COLL_ID_OFFSET = 1 << 31
 
@@ -56,7 +61,7 @@ _TRAILING_INT = re.compile(r"(\d+)$")
 _NAME_SUFFIXES = (".gz", ".json", ".pkl", ".pickle", ".pk", ".bin", ".txt")
 _SEND = re.compile(r"(\d+)\s*->\s*(\d+)")
 _RECV = re.compile(r"(\d+)\s*<-\s*(\d+)")
-_I64 = (-(2**63), 2**63 - 1)
+_SIZE_MAX = 2**62
 _STATES = ("completed", "started", "scheduled")
 
 
@@ -97,11 +102,13 @@ def load_dump(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> tu
     where = os.fspath(path)
     buf = bytearray()
     try:
-        with ByteStream(where) as stream:
+        with ByteStream(where, guard=DecompressionGuard(max_out=max_bytes)) as stream:
             for chunk in stream.chunks():
                 buf += chunk
                 if len(buf) > max_bytes:
                     raise InputError(where, f"dump larger than the {max_bytes}-byte limit")
+            if stream.limit:
+                raise InputError(where, stream.limit)
             if stream.corrupt:
                 raise InputError(where, stream.corrupt)
             if stream.truncated_gzip:
@@ -115,6 +122,8 @@ def load_dump(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> tu
         return _unpickle.loads(data, path=where, max_bytes=max_bytes), "pickle"
     text = data.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
+        if json_depth(text) > MAX_DEPTH:
+            raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
         try:
             return json.loads(text), "json"
         except RecursionError as exc:
@@ -156,37 +165,32 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     if r is None:
         raise InputError(where, "no rank: the dump has no `rank` key and the file name ends in no "
                                 "number; pass --rank")
-    if not 0 <= r < 2**31:
-        raise InputError(where, f"rank {r} out of range")
+    if checked_int(r, "rank") is None:
+        raise InputError(where, f"rank {r} out of range (0..{MAX_WORLD_SIZE - 1})")
     return _Builder(where, sink, r, meta, encoding).run(entries)
 
 
 # --------------------------------------------------------------------------------------------
 
 
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v if _I64[0] <= v <= _I64[1] else None
-    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
-        return _int(int(v))
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return _int(int(v.strip()))
-    return None
+def _int(v: Any, kind: str = "id") -> int | None:
+    return checked_int(v, kind)
 
 
 def _ns(v: Any) -> int | None:
     """A discovered/created timestamp: null (pickle) and 0 (JSON) both mean "never"."""
-    n = _int(v)
+    n = _int(v, "time_ns")
     return n if n is not None and n > 0 else None
 
 
 def _str(v: Any) -> str | None:
-    if v is None:
+    """A scalar as text (cut at MAX_STRING); containers are not names."""
+    if v is None or isinstance(v, (list, tuple, dict, set, frozenset, bytes, bytearray)):
         return None
-    s = str(v)
-    return s if s else None
+    s = v if isinstance(v, str) else str(v) if isinstance(v, (int, float)) and abs(v) < 1e30 else None
+    if not s:
+        return None
+    return s if len(s) <= MAX_STRING else s[:MAX_STRING] + "…"
 
 
 def _numel(shape: Any) -> int | None:
@@ -194,10 +198,12 @@ def _numel(shape: Any) -> int | None:
         return None
     n = 1
     for d in shape:
-        d = _int(d)
-        if d is None or d < 0:
+        d = _int(d, "size")
+        if d is None:
             return None
         n *= d
+        if n > _SIZE_MAX:
+            return None
     return n
 
 
@@ -214,14 +220,19 @@ def _bytes(sizes: Any, dtypes: Any) -> int | None:
         if n is None or width is None:
             return None
         total += n * width
-    return total if total <= _I64[1] else None
+        if total > _SIZE_MAX:
+            return None
+    return total
 
 
 def _total_numel(sizes: Any) -> int | None:
     if not isinstance(sizes, (list, tuple)) or not sizes:
         return None
     parts = [_numel(s) for s in sizes]
-    return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+    if any(p is None for p in parts):
+        return None
+    total = sum(parts)  # type: ignore[arg-type]
+    return total if total <= _SIZE_MAX else None
 
 
 def split_name(profiling_name: str | None) -> tuple[str | None, str, str]:
@@ -260,7 +271,7 @@ def _top_frame(frames: Any) -> str | None:
         if not isinstance(f, dict):
             continue
         fn = _str(f.get("filename")) or "?"
-        text = f"{f.get('name', '?')} at {fn}:{f.get('line', '?')}"
+        text = f"{_str(f.get('name')) or '?'} at {fn}:{_str(f.get('line')) or '?'}"
         first = first or text
         if "/torch/" not in fn.replace("\\", "/") and not fn.startswith("<"):
             return text
@@ -292,13 +303,18 @@ class _Builder:
         if not isinstance(cfg, dict):
             return groups
         unusable = 0
+        listed = 0
         for key, g in cfg.items():
             if not isinstance(g, dict):
                 unusable += 1
                 continue
             name = _str(g.get("name")) or _str(key)
             ranks, complete = parse_rank_list(g.get("ranks"))
-            ranks = [r for r in ranks if 0 <= r < 2**31]
+            listed += len(ranks)
+            if listed > MAX_LISTED_RANKS:
+                self.stats.warnings.append(f"pg_config lists more than {MAX_LISTED_RANKS:,} member ranks; "
+                                           "the remaining groups are rebuilt from the entries")
+                break
             if not name or not ranks:
                 unusable += 1
                 continue
@@ -394,7 +410,7 @@ class _Builder:
             a, b = _total_numel(in_sizes), _total_numel(out_sizes)
             if op == "reduce_scatter":
                 a, b = b, a
-            if a and b and b % a == 0 and 1 <= b // a < 2**31:
+            if a and b and b % a == 0 and 1 <= b // a <= MAX_WORLD_SIZE and len(g.sizes) < 64:
                 g.sizes.add(b // a)
         m = _SEND.search(extra) if op == "send" else _RECV.search(extra) if op == "recv" else None
         peer_local = int(m.group(2)) if m and len(m.group(2)) < 10 else None
@@ -406,15 +422,15 @@ class _Builder:
             state = "completed"
         created = _ns(e.get("time_created_ns"))
         if created is None and _ns(e.get("time_created_us")) is not None:
-            created = _ns(e.get("time_created_us")) * 1000  # type: ignore[operator]
+            created = _ns(_ns(e.get("time_created_us")) * 1000)  # type: ignore[operator]
         started = _ns(e.get("time_discovered_started_ns"))
         completed = _ns(e.get("time_discovered_completed_ns"))
         dur = None
         d_ms = e.get("duration_ms")
         if isinstance(d_ms, (int, float)) and not isinstance(d_ms, bool) and math.isfinite(d_ms) and d_ms >= 0:
-            dur = _int(round(d_ms * 1e6))
+            dur = _int(round(d_ms * 1e6), "duration_ns") if d_ms < 1e12 else None
         elif started is not None and completed is not None and completed >= started:
-            dur = completed - started
+            dur = _int(completed - started, "duration_ns")
         ts = started if started is not None else created
         coll_id = self.rank * 2**32 + COLL_ID_OFFSET + index
         lane = f"fr/{group}"
@@ -423,7 +439,7 @@ class _Builder:
             "in_bytes": in_b, "out_bytes": out_b, "peer_local": peer_local, "ts_ns": ts, "dur_ns": dur,
             "state": state, "seq_explicit": True, "name": pname, "lane": lane,
             "record_id": _int(e.get("record_id")), "op_id": _int(e.get("op_id")), "retired": retired,
-            "fr_state": raw_state, "timeout_ms": _int(e.get("timeout_ms")),
+            "fr_state": raw_state[:64] if raw_state else raw_state, "timeout_ms": _int(e.get("timeout_ms")),
             "time_created_ns": created, "is_p2p": is_p2p, "frame": _top_frame(e.get("frames")),
         })
         if dur is None or ts is None:
@@ -492,7 +508,7 @@ class _Builder:
         self.sink.add("ranks", {
             "rank": pa.array([self.rank], pa.int32()),
             "world_size": pa.array([world], pa.int32()),
-            "host": pa.array([host if isinstance(host, str) and host else None], pa.string()),
+            "host": pa.array([_str(host) if isinstance(host, str) else None], pa.string()),
             "pid": pa.array([_int(self.meta.get("pid"))], pa.int64()),
             "source_file": pa.array([self.path], pa.string()),
             "source_format": pa.array([FORMAT], pa.string()),
@@ -503,4 +519,4 @@ class _Builder:
 
 
 def _group_order(name: str) -> tuple[int, int, str]:
-    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+    return (0, int(name), "") if name.isascii() and name.isdigit() and len(name) < 19 else (1, 0, name)

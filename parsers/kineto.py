@@ -44,6 +44,7 @@ from tracekit.parsers._kineto_calls import (
     parse_rank_list,
     torch_dtype,
 )
+from tracekit.parsers._limits import RANGES, checked_int, out_of_range, world_size
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -175,7 +176,8 @@ def decode_events(buf: bytes) -> list[Any]:
     except msgspec.ValidationError:
         return EVENT_DECODER.decode(buf)
 
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#(\d{1,12})$")
+_STEP_MAX = RANGES["count"][1]
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?![0-9])", re.I)
 _TB_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
 
@@ -191,7 +193,6 @@ STAGE_SCHEMA = pa.schema([
     ("external_id", pa.int64()), ("sync_lane", pa.string()), ("sync_correlation", pa.int64()),
     ("gpu", pa.bool_()),
 ])
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 #: Staged event columns are held in memory up to this many bytes, then spooled to disk (Arrow IPC).
 SPOOL_MEMORY = 128 << 20
 
@@ -281,11 +282,16 @@ class _Pass1:
         kind = np.where((kind == _COMPUTE) & comm_flags[name_idx], _COMM, kind)
         pids = [e.pid for e in xs]
         lane_arr, lane_vals, lane_idx = self._lane_column(pids, [e.tid for e in xs], gpu)
-        ts = _ns_column(b"\n".join([e.ts for e in xs]), n)
-        dur = pc.fill_null(_ns_column(b"\n".join([e.dur for e in xs]), n), 0)
+        ts, ts_oor, _ = _ns_column(b"\n".join([e.ts for e in xs]), n, "time_ns")
+        dur, dur_oor, dur_empty = _ns_column(b"\n".join([e.dur for e in xs]), n, "duration_ns")
+        dur_bad = None
+        if dur.null_count:
+            dur_null = np.asarray(dur.is_null().to_numpy(zero_copy_only=False), bool)
+            dur_bad = dur_null & ~dur_empty
+            dur = pc.fill_null(dur, 0)
         argss = [e.args for e in xs]
-        corr = _int_column([a.correlation if a is not None else None for a in argss])
-        ext = _int_column([a.external_id if a is not None else None for a in argss])
+        corr = _int_column([a.correlation if a is not None else None for a in argss], "correlation", self.stats)
+        ext = _int_column([a.external_id if a is not None else None for a in argss], "external_id", self.stats)
         sync_lane: list[str | None] = [None] * n
         sync_corr: list[int | None] = [None] * n
         for i in np.flatnonzero(kind == _SYNC).tolist():
@@ -300,15 +306,23 @@ class _Pass1:
             if wc is not None and wc >= 0:
                 sync_corr[i] = wc
         keep = kind >= 0
-        if ts.null_count:
-            keep &= ~np.asarray(ts.is_null().to_numpy(zero_copy_only=False), bool)
+        ts_null = np.asarray(ts.is_null().to_numpy(zero_copy_only=False), bool) if ts.null_count else None
+        if ts_null is not None:
+            keep &= ~ts_null
+        if dur_bad is not None:
+            keep &= ~dur_bad
         n_keep = int(keep.sum())
         if n_keep != n:
             no_cat = kind == -2
             unknown = kind == -1
-            bad_ts = ~keep & ~no_cat & ~unknown
+            rest = ~keep & ~no_cat & ~unknown
+            ts_range = rest & ts_oor
+            bad_ts = rest & ~ts_oor & (ts_null if ts_null is not None else False)
+            rest = rest & ~ts_range & ~bad_ts
+            dur_range = rest & dur_oor
             for reason, mask in (("no_category", no_cat), ("unknown_category", unknown),
-                                 ("missing_or_bad_ts", bad_ts)):
+                                 (out_of_range("ts"), ts_range), ("missing_or_bad_ts", bad_ts),
+                                 (out_of_range("dur"), dur_range), ("bad_dur", rest & ~dur_oor)):
                 c = int(mask.sum())
                 if c:
                     self.stats.skip(reason, c)
@@ -335,6 +349,9 @@ class _Pass1:
                     cat_idx[hits].tolist(), lane_idx[hits].tolist(), strict=True):
                 if mk == 2:
                     step = int(_STEP.match(names[i]).group(1))  # type: ignore[union-attr]
+                    if step > _STEP_MAX:
+                        self.stats.drop("step")
+                        continue
                     (self.gpu_steps if g else self.cpu_steps).append((t, t + d, step))
                     continue
                 a = argss[i]
@@ -358,9 +375,9 @@ class _Pass1:
             self.ts_min = lo if self.ts_min is None else min(self.ts_min, lo)
             self.ts_max = hi if self.ts_max is None else max(self.ts_max, hi)
         if self.gpu_device is None:
-            self.gpu_device = _first_int(pids, np.flatnonzero(keep & gpu))
+            self.gpu_device = _first_int(pids, np.flatnonzero(keep & gpu), "count")
         if self.cpu_pid is None:
-            self.cpu_pid = _first_int(pids, np.flatnonzero(keep & ~gpu))
+            self.cpu_pid = _first_int(pids, np.flatnonzero(keep & ~gpu), "id")
         self._write(table)
 
     @contextmanager
@@ -468,10 +485,10 @@ def _detach(a: Args) -> Args:
     return msgspec.structs.replace(a, **raws) if raws else a
 
 
-def _first_int(values: list[Any], candidates: np.ndarray) -> int | None:
+def _first_int(values: list[Any], candidates: np.ndarray, kind: str) -> int | None:
     for i in candidates[:64].tolist():
         if type(values[i]) is int:
-            return values[i]
+            return checked_int(values[i], kind)
     return None
 
 
@@ -489,26 +506,35 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _int_column(values: list[Any]) -> pa.Array:
+def _int_column(values: list[Any], field: str, stats: SourceStats) -> pa.Array:
+    """int64 ids; a value that is not an integer in range becomes null and is counted."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
         clean = []
         for v in values:
             iv = as_int(v)
-            clean.append(iv if iv is not None and _I64_MIN <= iv <= _I64_MAX else None)
+            if iv is None and v is not None:
+                stats.drop(field)
+            clean.append(iv)
         return pa.array(clean, pa.int64())
 
 
 _DEC = pa.decimal128(24, 3)
 
 
-def _ns_column(joined: bytes, n: int) -> pa.Array:
-    """Chrome µs numbers (as raw JSON text, newline-joined) to int64 ns, exactly; nulls if bad."""
-    text = pa.array([joined], pa.large_binary()).cast(pa.large_string())
+def _ns_column(joined: bytes, n: int, kind: str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Chrome µs numbers (raw JSON text, newline-joined) to int64 ns, exactly.
+
+    Returns (ns, out_of_range, empty): ns is null where the text is empty, not a number, or out
+    of the range of `kind` (see `_limits.RANGES`); the masks say which nulls were out of range
+    and which were empty (a missing key). Nothing ever wraps."""
+    lo, hi = RANGES[kind]
+    text = pa.array([joined], pa.large_binary()).cast(pa.large_string(), safe=False)
     parts = pc.split_pattern(text, "\n").flatten()
     if len(parts) != n:
-        return _ns_slow(joined.split(b"\n"), n)
+        return _ns_slow(joined.split(b"\n"), n, lo, hi)
+    values = None
     if b"." not in joined and b"e" not in joined and b"E" not in joined:
         try:
             ints = parts.cast(pa.int64())
@@ -516,30 +542,58 @@ def _ns_column(joined: bytes, n: int) -> pa.Array:
             ints = None
         if ints is not None and not ints.null_count:
             try:
-                return pc.multiply_checked(ints, 1000)
+                values = pc.multiply_checked(ints, 1000)
             except pa.ArrowInvalid:
-                return _ns_slow(joined.split(b"\n"), n)
-    try:
-        dec = parts.cast(_DEC)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _ns_slow(joined.split(b"\n"), n)
-    if dec.null_count:
-        return _ns_slow(joined.split(b"\n"), n)
-    words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset:2 * (dec.offset + n):2]
-    return pa.array(words.copy(), pa.int64())
-
-
-def _ns_slow(parts: list[bytes], n: int) -> pa.Array:
-    out: list[int | None] = []
-    for p in parts[:n]:
-        s = p.strip().strip(b'"')
+                return _ns_slow(joined.split(b"\n"), n, lo, hi)
+    if values is None:
         try:
-            v = round(Decimal(s.decode("ascii")) * 1000)
-        except (InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
+            dec = parts.cast(_DEC)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _ns_slow(joined.split(b"\n"), n, lo, hi)
+        if dec.null_count:
+            return _ns_slow(joined.split(b"\n"), n, lo, hi)
+        words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset:2 * (dec.offset + n)]
+        low, high = words[0::2], words[1::2]
+        if not np.array_equal(high, low >> 63):  # a value beyond int64: never take the low word alone
+            return _ns_slow(joined.split(b"\n"), n, lo, hi)
+        values = pa.array(low.copy(), pa.int64())
+    arr = values.to_numpy(zero_copy_only=False)
+    oor = (arr < lo) | (arr > hi)
+    if oor.any():
+        values = pa.array(arr, pa.int64(), mask=oor)
+    return values, oor, np.zeros(n, bool)
+
+
+def _ns_slow(parts: list[bytes], n: int, lo: int, hi: int) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    out: list[int | None] = []
+    oor = np.zeros(n, bool)
+    empty = np.zeros(n, bool)
+    for i, p in enumerate(parts[:n]):
+        s = p.strip().strip(b'"')
+        if not s:
+            empty[i] = True
+            out.append(None)
+            continue
+        v = None
+        if len(s) <= 64:
+            try:
+                d = Decimal(s.decode("ascii"))
+            except (InvalidOperation, UnicodeDecodeError, ValueError):
+                d = None
+            if d is not None and d.is_finite():
+                if d.adjusted() > 24:  # never materialise 1e999999999 as an int
+                    oor[i] = True
+                else:
+                    v = round(d * 1000)
+        else:
+            oor[i] = s.lstrip(b"-").isdigit()
+        if v is not None and not lo <= v <= hi:
+            oor[i] = True
             v = None
-        out.append(v if v is not None and _I64_MIN <= v <= _I64_MAX else None)
+        out.append(v)
+    empty[len(out):] = True
     out.extend([None] * (n - len(out)))
-    return pa.array(out, pa.int64())
+    return pa.array(out, pa.int64()), oor, empty
 
 
 def rank_from_name(path: str | os.PathLike[str]) -> int | None:
@@ -588,6 +642,8 @@ def _parse(path: str, sink: SourceSink, rank: int | None, comm: re.Pattern[str],
                         stats.skip("invalid_event")
                     item = None  # free this batch before the reader decodes the next one
             except ChromeFormatError as exc:
+                if stream.limit:
+                    raise InputError(path, stream.limit) from exc
                 if stream.corrupt:
                     raise InputError(path, stream.corrupt) from exc
                 if stream.truncated_gzip:
@@ -606,6 +662,8 @@ def _parse(path: str, sink: SourceSink, rank: int | None, comm: re.Pattern[str],
 
 def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
                  stats: SourceStats) -> None:
+    if stream.limit:
+        raise InputError(path, stream.limit)
     if not reader.saw_events:
         if stream.corrupt or stream.truncated_gzip or not reader.finished:
             raise InputError(path, "truncated or corrupt before any trace event")
@@ -613,7 +671,12 @@ def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
     if reader.bad_metadata:
         stats.warnings.append(f"undecodable top-level keys skipped: {sorted(reader.bad_metadata)[:5]}")
     cut = not reader.finished
-    if cut:
+    if reader.oversized:
+        stats.skip("too_large", 1)
+        stats.warnings.append(
+            f"a value larger than {reader.max_value_bytes:,} bytes: the rest of the file was not read "
+            f"(salvaged {stats.stored} events before it)")
+    elif cut:
         tail = reader.truncated_tail.strip()
         if not reader.events_closed and tail:
             stats.skip("truncated", 1)
@@ -649,8 +712,8 @@ def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> 
     if r is None:
         raise InputError(path, "no rank: distributedInfo has no rank and the file name names none; "
                                "pass --rank")
-    if not (0 <= r < 2**31):
-        raise InputError(path, f"rank {r} out of range")
+    if checked_int(r, "rank") is None:
+        raise InputError(path, f"rank {r} out of range (0..{RANGES['rank'][1]})")
     host = None
     for key in ("hostname", "host", "host_name"):
         v = meta.get(key)
@@ -670,16 +733,37 @@ def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> 
             device_name = match[0]["name"]
         elif named and len({p["name"] for p in named}) == 1:
             device_name = named[0]["name"]
-    base = as_int(meta.get("baseTimeNanoseconds")) or 0
+    base = _base_ns(path, meta.get("baseTimeNanoseconds"), p1)
     pg = _decode_text(dist.get("pg_config"))
     pg_config = [g for g in pg if isinstance(g, dict)] if isinstance(pg, list) else []
+    seen = {r}
+    for g in pg_config:
+        seen.update(parse_rank_list(g.get("ranks"))[0])
+    world, why = world_size(dist.get("world_size"), seen)
+    if why:
+        p1.stats.warnings.append(why)
     nv = dist.get("nccl_version")
     backend = dist.get("backend")
     return _Identity(
-        rank=r, world_size=as_int(dist.get("world_size")),
+        rank=r, world_size=world,
         backend=backend if isinstance(backend, str) else None,
         nccl_version=str(nv) if nv is not None else None, host=host, pid=p1.cpu_pid,
         device=p1.gpu_device, device_name=device_name, base_ns=base, pg_config=pg_config)
+
+
+def _base_ns(path: str, value: Any, p1: _Pass1) -> int:
+    """baseTimeNanoseconds (0 when absent); an error when it is not a time or when it would put
+    the events' times out of range (they would wrap)."""
+    if value is None:
+        return 0
+    base = checked_int(value, "time_ns")
+    if base is None:
+        raise InputError(path, f"baseTimeNanoseconds {str(value)[:40]!r} is not a time in range")
+    lo, hi = RANGES["time_ns"]
+    if base and p1.ts_min is not None and p1.ts_max is not None and not (
+            lo <= p1.ts_min + base and p1.ts_max + base <= hi):
+        raise InputError(path, f"baseTimeNanoseconds {base} puts event times out of range")
+    return base
 
 
 def _decode_text(value: Any) -> Any:
@@ -689,7 +773,7 @@ def _decode_text(value: Any) -> Any:
     for text in (value, value.replace("'", '"')):
         try:
             return msgspec.json.decode(text)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
     return None
 

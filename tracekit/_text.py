@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+
+#: C0 controls but newline and tab, DEL, C1 controls, and the bidi overrides/isolates that
+#: can reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def term(text: object) -> str:
+    """`text` safe for a terminal: control characters (ESC, OSC, BEL, C1, bidi overrides) are
+    shown escaped (`\\x1b`), never interpreted; newlines and tabs stay."""
+    s = text if isinstance(text, str) else str(text)
+    return _CONTROL.sub(_escape, s)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def fmt_ranks(ranks: Iterable[int], *, limit: int = 24) -> str:

@@ -14,5 +14,6 @@ class InputError(TracekitError):
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         self.path = os.fspath(path)
+        problem = " ".join(str(problem).split()) if "\n" in str(problem) else str(problem)  # always one line
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")

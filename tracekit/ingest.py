@@ -3,6 +3,8 @@ reuse unchanged sources from the cache, merge the small tables, write the manife
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import hashlib
 import importlib
@@ -24,7 +26,20 @@ from tracekit import schema
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect
-from tracekit.store import MANIFEST, SMALL_TABLES, SourceSink, remove_stale_sources, write_manifest
+from tracekit.store import (
+    MANIFEST,
+    MARKER,
+    SMALL_TABLES,
+    RunError,
+    RunLock,
+    SourceSink,
+    atomic_write,
+    commit,
+    contained,
+    os_error,
+    recover,
+    remove_stale_sources,
+)
 
 SOURCE_RECORD = "source.json"
 #: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
@@ -46,6 +61,7 @@ class SourceReport:
     read: int = 0
     stored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
     events: int = 0
@@ -74,6 +90,15 @@ class IngestReport:
     tables: dict[str, int] = field(default_factory=dict)
     ignored: list[dict[str, str]] = field(default_factory=list)
     validity: Any = None  # tracekit.validity.RunValidity, once the sources were checked
+    #: whether a new manifest was written (False when nothing could be ingested)
+    committed: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """0: every source ingested; 1: none; 2: some (the others failed)."""
+        if not self.ingested:
+            return 1
+        return 2 if self.failed else 0
 
     @property
     def ingested(self) -> list[SourceReport]:
@@ -178,12 +203,20 @@ def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | 
 
 def _clear_parts(run_dir: Path, key: str, event_parts: Iterable[Path] | None = None) -> None:
     """Remove a source's parts; its event files are `event_parts` when known (else found by a glob
-    over every rank, which costs a directory listing per rank)."""
-    shutil.rmtree(run_dir / "sources" / key, ignore_errors=True)
+    over every rank, which costs a directory listing per rank). Never through a symlink that
+    leads out of the run."""
+    part = run_dir / "sources" / key
+    if part.is_symlink():
+        part.unlink()
+    elif part.exists():
+        contained(run_dir, part)
+        shutil.rmtree(part, ignore_errors=True)
     if event_parts is None:
         event_parts = (run_dir / "events").glob(f"rank=*/{key}.parquet")
     for p in event_parts:
-        Path(p).unlink(missing_ok=True)
+        p = Path(p)
+        if not p.parent.is_symlink():
+            p.unlink(missing_ok=True)
 
 
 def _event_parts_by_source(run_dir: Path) -> dict[str, list[Path]]:
@@ -224,8 +257,15 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
         tmp.write_text(json.dumps(record, sort_keys=True))
         tmp.replace(run / "sources" / key / SOURCE_RECORD)
         return record
-    except (TracekitError, ValueError, OSError, MemoryError) as exc:
-        _clear_parts(run, key)
+    except OSError as exc:
+        with contextlib.suppress(OSError, TracekitError):
+            _clear_parts(run, key)
+        if exc.errno in FATAL_ERRNOS:  # the run directory cannot be written: stop, commit nothing
+            return {"key": key, "error": str(os_error(exc)), "fatal": True}
+        return {"key": key, "error": f"{path}: {exc.strerror or exc}"}
+    except (TracekitError, ValueError, MemoryError) as exc:
+        with contextlib.suppress(OSError, TracekitError):
+            _clear_parts(run, key)
         msg = str(exc) if isinstance(exc, InputError) else f"{path}: {exc}"
         return {"key": key, "error": msg}
     except Exception as exc:
@@ -247,23 +287,48 @@ def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
     return record
 
 
+#: OS errors that concern the run directory, not one source: the ingest stops and commits nothing.
+FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:
+    if record.get("fatal"):
+        raise RunError(f"{record.get('error')}; nothing was committed, the run directory is as it was")
     report.error = record.get("error")
     if report.error:
         return
     report.parser_version = record.get("parser_version")
-    for name in ("read", "stored", "skipped", "warnings", "ranks", "events", "collectives",
+    for name in ("read", "stored", "skipped", "dropped", "warnings", "ranks", "events", "collectives",
                  "groups", "steps", "ts_min_ns", "ts_max_ns"):
         if name in record:
             setattr(report, name, record[name])
 
 
 def _prepare_out(out: Path) -> None:
+    """Create (or check) the run directory and mark it as one (before anything is written)."""
     if out.exists() and not out.is_dir():
         raise TracekitError(f"{out}: exists and is not a directory")
-    if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):
-        raise TracekitError(f"{out}: exists, is not empty and is not a tracekit run directory")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.is_dir() and not (out / MANIFEST).is_file() and not (out / MARKER).exists() and any(out.iterdir()):
+        raise TracekitError(f"{out}: exists, is not empty and is not a tracekit run directory; "
+                            "choose another -o, or empty it first")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        marker = contained(out, out / MARKER)
+        if not marker.exists():
+            marker.write_text("tracekit run directory\n")
+    except OSError as exc:
+        raise os_error(exc, str(out)) from exc
+
+
+def _discard_new_run(run_dir: Path) -> None:
+    """Remove what a failed first ingest made, so the directory never looks like a run."""
+    for name in ("sources", "events"):
+        p = run_dir / name
+        if p.is_symlink():
+            p.unlink()
+        elif p.is_dir():
+            contained(run_dir, p)
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
@@ -279,10 +344,29 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     with sources from two jobs always does). `executor` "ray" or "ray://HOST:PORT" parses each
     file as a Ray task writing its parts into `out` (which must then be on storage every node
     shares); the default parses here (`jobs`).
+
+    The run directory is locked while it is written (a second writer gets a RunError) and the
+    new merged tables and manifest replace the old ones in one commit (`store.commit`). When no
+    source could be ingested, or the sources are refused, nothing is committed
+    (`report.committed` is False): a previous run stays as it was, a new directory gets no
+    manifest.
     """
     exe = parse_executor(executor)
     run_dir = Path(out)
     _prepare_out(run_dir)
+    with RunLock(run_dir):
+        recover(run_dir)
+        try:
+            return _ingest_locked(paths, run_dir, jobs=jobs, rank=rank, comm_patterns=comm_patterns,
+                                  progress=progress, allow_mixed=allow_mixed, exe=exe)
+        except OSError as exc:
+            raise os_error(exc) from exc
+
+
+def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jobs: int | None, rank: int | None,
+                   comm_patterns: Sequence[str] | None, progress: ProgressFn | None,
+                   allow_mixed: bool, exe: Any) -> IngestReport:
+    new_run = not (run_dir / MANIFEST).is_file()
     if comm_patterns is not None:
         from tracekit.parsers.kineto import compile_patterns
         try:
@@ -361,21 +445,32 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
             for fut in as_completed(futures):
                 rep = futures[fut]
                 try:
-                    _apply(rep, fut.result())
+                    record = fut.result()
                 except Exception as exc:
-                    rep.error = f"{rep.path}: worker failed ({type(exc).__name__}: {exc})"
+                    record = {"error": f"{rep.path}: worker failed ({type(exc).__name__}: {exc})"}
+                _apply(rep, record)
                 done += 1
                 if progress is not None:
                     progress(rep, done, total)
     keep = {r.key for r in reports if r.ok and r.key}
-    remove_stale_sources(run_dir, keep)
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
+    if not report.ingested:
+        if new_run:
+            _discard_new_run(run_dir)
+        return report
     from tracekit.validity import check_run_dir
     report.validity = check_run_dir(run_dir, [r for r in reports if r.ok and r.key], allow_mixed=allow_mixed)
-    report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
-    _rate_telemetry(run_dir, report)
-    _write_manifest(run_dir, report, rank=rank, comm_patterns=comm_patterns)
+    merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
+    telemetry = _rate_telemetry(merged, report)
+    commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns))
+    report.committed = True
+    remove_stale_sources(run_dir, keep)
+    if telemetry is not None:
+        results = contained(run_dir, run_dir / "results")
+        results.mkdir(exist_ok=True)
+        text = json.dumps(telemetry, indent=1, sort_keys=True)
+        atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
 
 
@@ -422,8 +517,10 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
 PER_TABLE_CHOICE = ("channels",)
 
 
-def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> dict[str, int]:
-    """Merge the per-source small tables into RUN/<table>.parquet (deterministic order)."""
+def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]
+           ) -> tuple[dict[str, pa.Table | None], dict[str, int]]:
+    """Merge the per-source small tables (deterministic order): each table (None when the run
+    has none) and the row counts. Nothing in the run is changed (see `store.commit`)."""
     primary = primary_sources(sources)
     choice = {name: primary_sources(sources, having={s.key or "" for s in sources if _has_part(run_dir, s, name)})
               for name in PER_TABLE_CHOICE}
@@ -440,11 +537,8 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
                         f"{', '.join(kept)}; set aside (still in the run's sources/): "
                         + ", ".join(f"{n} {fmt} rank-source(s)" for fmt, n in sorted(aside.items())) + also)
     tables: dict[str, pa.Table] = {}
-    copied: dict[str, int] = {}
     order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
     for name in SMALL_TABLES:
-        if name in COPY_SINGLE_PART and _copy_single_part(run_dir, order, name, copied):
-            continue
         chosen = choice.get(name, primary)
         parts = []
         for s in order:
@@ -473,21 +567,17 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]) -> d
                                    ("coll_id", "ascending")])
         tables[name] = table
     _merge_nccl(run_dir, sources, primary, tables, warnings)
-    counts: dict[str, int] = dict(copied)
+    counts: dict[str, int] = {}
+    merged: dict[str, pa.Table | None] = {}
     for name in SMALL_TABLES:
-        path = run_dir / f"{name}.parquet"
-        if name in copied:
-            continue
         if name not in tables:
-            path.unlink(missing_ok=True)
+            merged[name] = None
             continue
         table = schema.conform(name, tables[name]).combine_chunks()
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(path)
+        merged[name] = table
         counts[name] = table.num_rows
     counts["events"] = sum(s.events for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks))
-    return counts
+    return merged, counts
 
 
 #: Tables whose rows several sources may repeat (two ibnetdiscover dumps of one fabric): the
@@ -505,37 +595,25 @@ def _first_wins(table: pa.Table, key: str) -> pa.Table:
     return table if len(keep) == table.num_rows else table.take(keep)
 
 
-def _rate_telemetry(run_dir: Path, report: IngestReport) -> None:
+def _rate_telemetry(merged: dict[str, pa.Table | None], report: IngestReport) -> dict[str, Any] | None:
     """Counters from the sources become telemetry `link_samples` (after the merge: a port's
-    samples may come from several files, and links from ibnetdiscover or a link map)."""
+    samples may come from several files, and links from ibnetdiscover or a link map). Updates
+    `merged`; returns results/telemetry.json's document (None without counters)."""
     if not report.tables.get("counters"):
-        return
-    from tracekit.telemetry import rate_counters, store_rates
+        return None
+    from tracekit.telemetry import rate_counters, rates_doc, with_rates
 
     def table(name: str) -> pa.Table:
-        path = run_dir / f"{name}.parquet"
-        return schema.conform(name, pq.read_table(path)) if path.is_file() else schema.empty(name)
+        t = merged.get(name)
+        return t if t is not None else schema.empty(name)
 
     rates = rate_counters(table("counters"), table("topology_nodes"), table("topology_links"))
-    report.tables["link_samples"] = store_rates(run_dir, rates)
+    samples = with_rates(table("link_samples"), rates)
+    merged["link_samples"] = samples if samples.num_rows else None
+    report.tables["link_samples"] = samples.num_rows
     report.warnings.extend(rates.warnings)
+    return rates_doc(rates)
 
-
-#: Large tables that need no merging step: a lone part is copied, not decoded and re-encoded.
-COPY_SINGLE_PART = ("counters",)
-
-
-def _copy_single_part(run_dir: Path, sources: list[SourceReport], name: str, counts: dict[str, int]) -> bool:
-    paths = [run_dir / "sources" / (s.key or "") / f"{name}.parquet" for s in sources]
-    paths = [p for p in paths if p.is_file()]
-    if len(paths) != 1:
-        return False
-    out = run_dir / f"{name}.parquet"
-    tmp = out.with_suffix(".parquet.tmp")
-    shutil.copyfile(paths[0], tmp)
-    tmp.replace(out)
-    counts[name] = pq.ParquetFile(out).metadata.num_rows
-    return True
 
 
 def _has_part(run_dir: Path, source: SourceReport, name: str) -> bool:
@@ -655,10 +733,9 @@ def _group_sort_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
-def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
-                    comm_patterns: Sequence[str] | None) -> None:
+def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence[str] | None) -> dict[str, Any]:
     from tracekit import __version__
-    manifest = {
+    return {
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
         "options": {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None},
@@ -671,7 +748,6 @@ def _write_manifest(run_dir: Path, report: IngestReport, *, rank: int | None,
         "primary_sources": {str(r): keys for r, keys in
                             sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
     }
-    write_manifest(run_dir, manifest)
 
 
 def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:

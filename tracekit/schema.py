@@ -332,7 +332,12 @@ def conform(name: str, data: pa.Table | Mapping[str, Iterable] | None) -> pa.Tab
 def _as_array(values: Iterable) -> pa.Array | pa.ChunkedArray:
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
-    return pa.array(values if isinstance(values, list) else list(values))
+    values = values if isinstance(values, list) else list(values)
+    try:
+        return pa.array(values)
+    except UnicodeEncodeError:  # lone surrogates (from JSON "\ud800" escapes): not valid UTF-8
+        return pa.array([v.encode("utf-8", "replace").decode("utf-8") if isinstance(v, str) else v
+                         for v in values])
 
 
 def validate(name: str, table: pa.Table) -> list[str]:

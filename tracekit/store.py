@@ -9,10 +9,26 @@ Layout::
 
 A source is one input file; its key is derived from its content hash, so re-ingesting an
 unchanged file reuses its parts (a cache hit).
+
+Safety (docs/data-model.md, "Run directory safety"):
+
+* one writer at a time: writers hold `RUN/.lock` (`RunLock`); a second one fails at once with
+  a message naming the holder;
+* crash-safe: every file is written under a temporary name and renamed; the merged tables and
+  the manifest of a new ingest are staged in `RUN/.staging/` and a `COMMIT` marker makes the
+  new generation durable before anything in place changes (`commit`, `recover`), so a kill or
+  a full disk at any point leaves the old run or the new one, never a mix;
+* contained: nothing under a run is read, written or deleted through a symlink that leads out
+  of it (`contained`);
+* OS errors (read-only, permission, no space) become one-line `RunError`s; a run that cannot be
+  written is still readable, and analyses of it just do not save their results (`Run.unsaved`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -31,6 +47,11 @@ from tracekit import schema
 from tracekit.errors import TracekitError
 
 MANIFEST = "manifest.json"
+#: Marks a directory as a tracekit run from the moment ingest creates it (before any manifest).
+MARKER = ".tracekit-run"
+LOCK = ".lock"
+STAGING = ".staging"
+COMMIT = "COMMIT"
 SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_samples",
                 "topology_nodes", "topology_links", "microbench", "log_messages")
 
@@ -52,6 +73,8 @@ class SourceStats:
     stored: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     warnings: list[str] = field(default_factory=list)
+    #: field -> how many values of a stored record were dropped (null) as out of range or malformed
+    dropped: Counter[str] = field(default_factory=Counter)
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.read += n
@@ -61,13 +84,17 @@ class SourceStats:
         self.read += n
         self.stored += n
 
+    def drop(self, field: str, n: int = 1) -> None:
+        """Count values of a stored record that were out of range and stored as null."""
+        self.dropped[field] += n
+
     @property
     def balanced(self) -> bool:
         return self.read == self.stored + sum(self.skipped.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {"read": self.read, "stored": self.stored, "skipped": dict(sorted(self.skipped.items())),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "dropped": dict(sorted(self.dropped.items()))}
 
 
 @dataclass
@@ -112,6 +139,7 @@ class SourceSink:
         self.key = key
         self.part_dir = self.run_dir / "sources" / key
         self.part_dir.mkdir(parents=True, exist_ok=True)
+        contained(self.run_dir, self.part_dir)
         self.row_group_size = row_group_size
         self._event_writers: dict[int, pq.ParquetWriter] = {}
         self._event_counts: Counter[int] = Counter()
@@ -137,6 +165,7 @@ class SourceSink:
             if writer is None:
                 path = self.event_path(rank)
                 path.parent.mkdir(parents=True, exist_ok=True)
+                contained(self.run_dir, path)
                 writer = pq.ParquetWriter(path, schema.EVENTS, compression="zstd",
                                           use_dictionary=EVENTS_DICT_COLUMNS)
                 self._event_writers[rank] = writer
@@ -188,43 +217,253 @@ class SourceSink:
         for name, tables in self._small.items():
             table = pa.concat_tables(tables, promote_options="permissive")
             path = self.part_dir / f"{name}.parquet"
-            pq.write_table(table, path, compression="zstd")
+            write_parquet(table, path, self.run_dir)
             parts[name] = str(path.relative_to(self.run_dir))
             counts[name] = table.num_rows
         parts["rows"] = counts
         return parts
 
 
+# -- safety helpers ---------------------------------------------------------------------------
+
+
+def os_error(exc: OSError, what: str = "") -> RunError:
+    """A one-line RunError for an OS error, naming the file and saying what to do."""
+    where = exc.filename or what or "?"
+    reason = exc.strerror or str(exc)
+    hint = {errno.ENOSPC: "free some space and run the command again",
+            errno.EROFS: "the file system is read-only; write the run elsewhere with -o",
+            errno.EACCES: "permission denied; check the owner and mode",
+            errno.EPERM: "operation not permitted; check the owner and mode",
+            errno.EDQUOT: "disk quota exceeded"}.get(exc.errno or 0)
+    return RunError(f"{where}: {reason}" + (f" ({hint})" if hint else ""))
+
+
+def contained(run_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """`path`, after checking that it does not lead out of `run_dir` through a symlink."""
+    root = os.path.realpath(run_dir)
+    real = os.path.realpath(path)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise RunError(f"{path}: leads out of the run directory {run_dir} (through a symbolic link); refused")
+    return Path(path)
+
+
+def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
+    """Write `path` through `write(tmp_path)` and an atomic rename; nothing is left half-written.
+    OS errors become one-line RunErrors."""
+    path = Path(path)
+    if run_dir is not None:
+        contained(run_dir, path.parent)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise os_error(exc, str(path)) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return path
+
+
+def write_parquet(table: pa.Table, path: Path, run_dir: Path | None = None) -> Path:
+    return atomic_write(path, lambda t: pq.write_table(table, t, compression="zstd"), run_dir)
+
+
+class RunLock:
+    """An exclusive lock on a run directory for one writer (`flock` on RUN/.lock, released
+    by the kernel when the process dies, so a killed writer never leaves it held)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        path = contained(self.run_dir, self.run_dir / LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise os_error(exc, str(path)) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = ""
+            with contextlib.suppress(OSError, ValueError):
+                holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunError(f"{self.run_dir}: another tracekit process is writing this run{holder}; "
+                               "wait for it to finish, or write to another directory") from exc
+            raise os_error(exc, str(path)) from exc
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _commit_record(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / STAGING / COMMIT
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mapping[str, Any]) -> None:
+    """Replace the merged tables and the manifest of a run as one step (call with the lock held).
+
+    Everything is first written to RUN/.staging/; a COMMIT marker (written by rename) then makes
+    the new generation durable, and `recover` moves it into place, the manifest last. A failure
+    before the marker leaves the old run untouched (the staging is discarded)."""
+    run_dir = Path(run_dir)
+    staging = contained(run_dir, run_dir / STAGING)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        present = []
+        for name, table in tables.items():
+            if table is not None:
+                write_parquet(table, staging / f"{name}.parquet")
+                present.append(name)
+        atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(
+            json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)))
+        record = {"tables": present, "remove": sorted(n for n, t in tables.items() if t is None)}
+        atomic_write(staging / COMMIT, lambda t: Path(t).write_text(json.dumps(record)))
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise os_error(exc) from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    recover(run_dir)
+
+
+def recover(run_dir: Path) -> str | None:
+    """Finish or discard an interrupted commit (call with the lock held): a committed staging is
+    moved into place (the manifest last); an uncommitted one is deleted. Returns what was done."""
+    run_dir = Path(run_dir)
+    staging = run_dir / STAGING
+    if not staging.exists() and not staging.is_symlink():
+        return None
+    contained(run_dir, staging)
+    record = _commit_record(run_dir)
+    if record is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        return "discarded an unfinished ingest"
+    try:
+        for name in record.get("tables", []):
+            src = staging / f"{name}.parquet"
+            if src.is_file():
+                os.replace(src, contained(run_dir, run_dir / f"{name}.parquet"))
+        for name in record.get("remove", []):
+            target = contained(run_dir, run_dir / f"{name}.parquet")
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+        if (staging / MANIFEST).is_file():
+            os.replace(staging / MANIFEST, run_dir / MANIFEST)
+        (staging / COMMIT).unlink()
+        shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise os_error(exc) from exc
+    return "completed an interrupted ingest"
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
 class Run:
-    """A run directory: read tables eagerly (`table`) or lazily (`scan`), and write derived ones."""
+    """A run directory: read tables eagerly (`table`) or lazily (`scan`), and write derived ones.
+
+    Reading needs no lock and works on read-only runs: a committed generation still in
+    RUN/.staging/ (a writer was killed while moving it into place) is read from there. Derived
+    results that cannot be written (read-only, no space, another writer) are listed in
+    `unsaved` instead of failing the analysis."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        manifest_path = self.path / MANIFEST
+        self.unsaved: list[str] = []
+        self._staged = _commit_record(self.path) is not None
+        manifest_path = self._file(MANIFEST)
         if not manifest_path.is_file():
+            if (self.path / MARKER).exists():
+                raise RunError(f"{self.path}: an ingest into this directory did not finish (interrupted or "
+                               "failed); run `tracekit ingest ... -o` on it again")
             raise RunError(f"{self.path}: not a tracekit run directory (no {MANIFEST}); run `tracekit ingest` first")
         try:
+            contained(self.path, manifest_path)
             self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            raise os_error(exc, str(manifest_path)) from exc
+        except ValueError as exc:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
+        if not isinstance(self.manifest, dict):
+            raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
+        self._check_parts()
+
+    def _file(self, name: str) -> Path:
+        """Where a top-level file of the current generation is (in .staging when committed there)."""
+        if self._staged:
+            staged = self.path / STAGING / name
+            if staged.is_file():
+                return staged
+        return self.path / name
+
+    def _check_parts(self) -> None:
+        """Every events part the manifest counts must exist (a run whose files were deleted
+        under it must not analyse as if complete)."""
+        for s in self.manifest.get("sources") or []:
+            if not isinstance(s, dict) or s.get("error") or not s.get("key"):
+                continue
+            key = s["key"]
+            primary = self.manifest.get("primary_sources")
+            if primary is not None and not any(key in keys for keys in primary.values()):
+                continue
+            ranks = s.get("ranks") or []
+            for r in ranks if len(ranks) == 1 and s.get("events") else []:
+                if not (self.path / "events" / f"rank={r}" / f"{key}.parquet").exists():
+                    raise RunError(f"{self.path}: inconsistent run: the events of {s.get('path')} (rank {r}) are "
+                                   "missing; run `tracekit ingest` again")
+
+    @property
+    def ingested(self) -> int:
+        """How many sources were ingested without error."""
+        return sum(1 for s in self.manifest.get("sources") or [] if isinstance(s, dict) and not s.get("error"))
+
+    def require_data(self) -> None:
+        """Raise a clear RunError when the run holds no ingested source (nothing to analyse)."""
+        if not self.ingested:
+            raise RunError(f"{self.path}: no source was ingested into this run; nothing to analyse "
+                           "(run `tracekit ingest` with traces first)")
 
     @classmethod
     def is_run(cls, path: str | os.PathLike[str]) -> bool:
-        return (Path(path) / MANIFEST).is_file()
+        return (Path(path) / MANIFEST).is_file() or (
+            _commit_record(Path(path)) is not None and (Path(path) / STAGING / MANIFEST).is_file())
 
     def has(self, name: str) -> bool:
         if name == "events":
             return any(self.event_files())
-        return (self.path / f"{name}.parquet").is_file()
+        return self._file(f"{name}.parquet").is_file()
 
     def table(self, name: str) -> pa.Table:
         """The named table (an empty one with the right schema when the run has none)."""
         if name == "events":
             return self.events()
-        path = self.path / f"{name}.parquet"
+        path = self._file(f"{name}.parquet")
         if not path.is_file():
             return schema.empty(name)
-        return schema.conform(name, pq.read_table(path))
+        return schema.conform(name, _read(self.path, path))
 
     def scan(self, name: str) -> pl.LazyFrame:
         """A polars lazy frame over the named table."""
@@ -241,70 +480,137 @@ class Run:
             return []
         wanted = None if ranks is None else {int(r) for r in ranks}
         primary = self.manifest.get("primary_sources")
+        if primary is None:
+            listed = {s.get("key") for s in self.manifest.get("sources") or [] if isinstance(s, dict)
+                      and not s.get("error") and s.get("key")}
         files = []
-        for part in sorted(root.glob("rank=*"), key=lambda p: int(p.name.split("=", 1)[1])):
+        for part in sorted(_rank_dirs(root), key=lambda p: int(p.name.split("=", 1)[1])):
             rank = int(part.name.split("=", 1)[1])
             if wanted is not None and rank not in wanted:
                 continue
-            keys = None if primary is None else set(primary.get(str(rank), []))
-            files.extend(f for f in sorted(part.glob("*.parquet")) if keys is None or f.stem in keys)
+            keys = set(primary.get(str(rank), [])) if primary is not None else listed or None
+            files.extend(contained(self.path, f) for f in sorted(part.glob("*.parquet"))
+                         if keys is None or f.stem in keys)
         return files
 
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:
         files = self.event_files(ranks)
         if not files:
             return schema.empty("events")
-        tables = [pq.ParquetFile(f).read() for f in files]  # read_table costs twice as much per file
+        tables = [_read(self.path, f) for f in files]
         return schema.conform("events", pa.concat_tables(tables, promote_options="permissive"))
 
-    def write_table(self, name: str, table: pa.Table) -> Path:
+    def _save(self, what: str, write: Any) -> Path | None:
+        """Write a derived file under the lock; on a read-only run, a full disk or a busy lock,
+        note it in `unsaved` and go on (the caller's results are still printed)."""
+        try:
+            with RunLock(self.path):
+                return write()
+        except RunError as exc:
+            self.unsaved.append(f"{what} not saved: {exc}")
+            return None
+
+    def write_table(self, name: str, table: pa.Table) -> Path | None:
         """Write (replace) one of the merged small tables, conformed to its schema."""
         if name == "events":
             raise RunError("events are written per source by ingest, not replaced")
         table = schema.conform(name, table)
-        path = self.path / f"{name}.parquet"
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(path)
-        return path
 
-    def write_json(self, name: str, payload: Any) -> Path:
+        def write() -> Path:
+            recover(self.path)
+            self._staged = False
+            return write_parquet(table, self.path / f"{name}.parquet", self.path)
+
+        return self._save(f"{name}.parquet", write)
+
+    def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
-        out = self.path / "results" / f"{name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(payload, indent=1, sort_keys=True, default=_json_default))
-        return out
+        text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
+
+        def write() -> Path:
+            out = contained(self.path, self.path / "results")
+            try:
+                out.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise os_error(exc, str(out)) from exc
+            return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
+
+        return self._save(f"results/{name}.json", write)
 
     def read_json(self, name: str) -> Any | None:
         path = self.path / "results" / f"{name}.json"
         if not path.is_file():
             return None
+        contained(self.path, path)
         return json.loads(path.read_text())
 
     def update_manifest(self, **fields: Any) -> None:
         self.manifest.update(fields)
-        write_manifest(self.path, self.manifest)
+
+        def write() -> Path:
+            recover(self.path)
+            write_manifest(self.path, self.manifest)
+            return self.path / MANIFEST
+
+        self._save(MANIFEST, write)
+
+
+def _rank_dirs(root: Path) -> list[Path]:
+    out = []
+    for p in root.glob("rank=*"):
+        tail = p.name.split("=", 1)[1]
+        if tail.isdigit() and len(tail) < 10:
+            out.append(p)
+    return out
+
+
+def _read(run_dir: Path, path: Path) -> pa.Table:
+    contained(run_dir, path)
+    try:
+        return pq.ParquetFile(path).read()  # read_table costs twice as much per file
+    except OSError as exc:
+        raise os_error(exc, str(path)) from exc
+    except (pa.ArrowException, ValueError) as exc:
+        raise RunError(f"{path}: unreadable table ({str(exc).splitlines()[0][:200]}); run `tracekit ingest` again") \
+            from exc
 
 
 def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> None:
-    path = Path(run_dir) / MANIFEST
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=_json_default))
-    tmp.replace(path)
+    text = json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)
+    atomic_write(Path(run_dir) / MANIFEST, lambda t: Path(t).write_text(text), Path(run_dir))
 
 
 def remove_stale_sources(run_dir: Path, keep: set[str]) -> None:
-    """Delete the parts of sources that are no longer part of the run."""
+    """Delete the parts of sources that are no longer part of the run (after the manifest that
+    no longer lists them is in place); never through a symlink leading out of the run."""
     run_dir = Path(run_dir)
-    for part in (run_dir / "sources").glob("*"):
-        if part.name not in keep:
-            shutil.rmtree(part, ignore_errors=True)
-    for path in (run_dir / "events").glob("rank=*/*.parquet"):
-        if path.stem not in keep:
-            path.unlink()
-    for rank_dir in (run_dir / "events").glob("rank=*"):
-        if not any(rank_dir.iterdir()):
-            rank_dir.rmdir()
+    root = os.path.realpath(run_dir)
+
+    def inside(p: Path) -> bool:
+        real = os.path.realpath(p)
+        return real.startswith(root + os.sep)
+
+    sources = run_dir / "sources"
+    if sources.is_dir() and not sources.is_symlink() and inside(sources):
+        for part in sources.iterdir():
+            if part.name not in keep:
+                if part.is_symlink() or not part.is_dir():
+                    part.unlink(missing_ok=True)
+                elif inside(part):
+                    shutil.rmtree(part, ignore_errors=True)
+    events = run_dir / "events"
+    if not events.is_dir() or events.is_symlink() or not inside(events):
+        return
+    for rank_dir in events.glob("rank=*"):
+        if rank_dir.is_symlink() or not inside(rank_dir):
+            rank_dir.unlink(missing_ok=True) if rank_dir.is_symlink() else None
+            continue
+        for path in rank_dir.glob("*.parquet"):
+            if path.stem not in keep:
+                path.unlink(missing_ok=True)  # unlinking a symlink removes the link, not its target
+        with contextlib.suppress(OSError):
+            if not any(rank_dir.iterdir()):
+                rank_dir.rmdir()
 
 
 def _json_default(obj: Any) -> Any:

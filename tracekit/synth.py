@@ -54,7 +54,7 @@ import pyarrow.compute
 from tracekit import __version__, schema
 from tracekit.errors import TracekitError
 from tracekit.parsers._kineto_calls import kernel_algo
-from tracekit.store import Run, SourceSink, write_manifest
+from tracekit.store import Run, RunLock, SourceSink, commit
 
 #: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
 NVLINK_GBS = 450.0
@@ -804,16 +804,15 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
                           ranks=sorted(tables["ranks"].column("rank").to_pylist()), events=events.num_rows,
                           collectives=tables["collectives"].num_rows, groups=tables["groups"].num_rows, steps=steps,
                           ts_min_ns=pa.compute.min(ts).as_py(), ts_max_ns=pa.compute.max(ts).as_py())
-    write_manifest(out, {
+    manifest = {
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
         "sources": [{**source.to_dict(), "parts": parts}],
         "tables": {name: t.num_rows for name, t in tables.items()},
-    })
+    }
+    with RunLock(out):
+        commit(out, {name: schema.conform(name, t) for name, t in tables.items() if name != "events"}, manifest)
     run = Run(out)
-    for name, table in tables.items():
-        if name != "events":
-            run.write_table(name, table)
     if truth is not None:
         (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
     return run

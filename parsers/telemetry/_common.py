@@ -12,13 +12,16 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import RANGES, out_of_range
 from tracekit.parsers._stream import ByteStream
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 #: Largest (decompressed) telemetry file read at once.
 MAX_BYTES = 4 << 30
+TS_MIN, TS_MAX = RANGES["time_ns"]
 #: Ceilings at which InfiniBand PortCounters stick ("clamp at all ones") instead of wrapping.
 SATURATION_CEILINGS = (2**16 - 1, 2**32 - 1)
 
@@ -82,7 +85,10 @@ class CounterBuffer:
 
     def add(self, ts_ns: int | None, host: str | None, device: str, port: str, spec: MetricSpec,
             value: float, *, name: str, qualifier: str | None = None) -> None:
-        """Store one sample (already in canonical units)."""
+        """Store one sample (already in canonical units); a time stamp out of range is skipped."""
+        if ts_ns is not None and not TS_MIN <= ts_ns <= TS_MAX:
+            self.stats.skip(out_of_range("ts"))
+            return
         rows = self.rows
         sat = is_saturated(spec, value)
         if sat:
@@ -102,7 +108,17 @@ class CounterBuffer:
             self.flush()
 
     def add_table(self, table: pa.Table) -> None:
-        """Store a ready batch of rows (columns named as in `counters`, plus `source_format`)."""
+        """Store a ready batch of rows (columns named as in `counters`, plus `source_format`);
+        rows whose time stamp is out of range were counted as stored by the caller and are moved
+        to skipped here."""
+        if table.num_rows and "ts_ns" in table.column_names:
+            ts = table.column("ts_ns")
+            bad = pc.fill_null(pc.or_(pc.less(ts, TS_MIN), pc.greater(ts, TS_MAX)), False)
+            n_bad = pc.sum(bad).as_py() or 0
+            if n_bad:
+                table = table.filter(pc.invert(bad))
+                self.stats.stored -= n_bad
+                self.stats.skipped[out_of_range("ts")] += n_bad
         if table.num_rows:
             self.sink.add("counters", table)
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import checked_int, out_of_range
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -81,7 +82,9 @@ def _objects(text: str, stats: SourceStats) -> Iterator[Any]:
             continue
         try:
             obj, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if isinstance(exc, RecursionError):
+                exc = json.JSONDecodeError("nested too deeply", text, pos)
             rest = text[pos:]
             nxt = _next_object(rest)
             if nxt is None:
@@ -166,15 +169,19 @@ def _store(buf: CounterBuffer, stats: SourceStats, ts: Any, source: str, port: s
     if isinstance(ts, bool) or not isinstance(ts, (int, str)) or not str(ts).lstrip("-").isdigit():
         stats.skip("no_timestamp")
         return
+    stamp = checked_int(ts, "id")
+    if stamp is None:
+        stats.skip(out_of_range("ts"))
+        return
     if isinstance(value, bool):
         stats.skip("bad_value")
         return
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         stats.skip("bad_value")
         return
     if number != number:
         stats.skip("nan_value")
         return
-    buf.add(int(ts), source, source, port, spec, number * spec.scale, name=leaf, qualifier=qualifier)
+    buf.add(stamp, source, source, port, spec, number * spec.scale, name=leaf, qualifier=qualifier)

@@ -40,11 +40,12 @@ LANE_GBPS = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0, "FDR": 14.0625 *
              "HDR": 50.0, "NDR": 100.0, "XDR": 200.0}
 _TYPES = {"CA": "CA", "SW": "SW", "RT": "RT", "Ca": "CA", "Switch": "SW", "Rt": "RT"}
 _GUID = r"0x[0-9a-fA-F]+"
-_P_LINK = re.compile(rf"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+({_GUID})\s+(\d+)x\s+(\S+)\s+-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+"
+_N = r"(\d{1,9})"  # lids, ports, widths: bounded, so a huge number is an unrecognised line, not an overflow
+_P_LINK = re.compile(rf"^(CA|SW|RT)\s+{_N}\s+{_N}\s+({_GUID})\s+{_N}x\s+(\S+)\s+-\s+(CA|SW|RT)\s+{_N}\s+{_N}\s+"
                      rf"({_GUID})\s+\((.*)\)\s*$")
-_P_DOWN = re.compile(rf"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+({_GUID})\s+(\d+)x\s+(\S+)\s+'(.*)'\s*$")
-_T_NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR])-([0-9a-fA-F]+)"\s*(?:#\s*"(.*?)"(.*))?$')
-_T_PORT = re.compile(r'^\[(\d+)\](?:\(([0-9a-fA-F]+)\))?\s+"([SHR])-([0-9a-fA-F]+)"\[(\d+)\](?:\(([0-9a-fA-F]+)\))?'
+_P_DOWN = re.compile(rf"^(CA|SW|RT)\s+{_N}\s+{_N}\s+({_GUID})\s+{_N}x\s+(\S+)\s+'(.*)'\s*$")
+_T_NODE = re.compile(rf'^(Switch|Ca|Rt)\s+{_N}\s+"([SHR])-([0-9a-fA-F]+)"\s*(?:#\s*"(.*?)"(.*))?$')
+_T_PORT = re.compile(rf'^\[{_N}\](?:\(([0-9a-fA-F]+)\))?\s+"([SHR])-([0-9a-fA-F]+)"\[{_N}\](?:\(([0-9a-fA-F]+)\))?'
                      r'\s*(?:#\s*(.*))?$')
 _SNIFF_P = re.compile(rb"(^|\n)(CA|SW|RT)\s+\d+\s+\d+\s+0x[0-9a-fA-F]+\s+\d+x\s+\S+")
 _SNIFF_T = re.compile(rb'(^|\n)(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"')
@@ -146,9 +147,9 @@ def _split_names(inside: str) -> tuple[str, str]:
     return "", ""
 
 
-_WIDTH_SPEED = re.compile(r"\b(\d+)x([A-Z][A-Z0-9]*)\b")
+_WIDTH_SPEED = re.compile(r"\b(\d{1,9})x([A-Z][A-Z0-9]*)\b")
 _QUOTED = re.compile(r'"(.*?)"')
-_LID = re.compile(r"\blid\s+(\d+)")
+_LID = re.compile(r"\blid\s+(\d{1,9})")
 
 
 def _read_topology_file(lines: list[str], fabric: _Fabric, stats: SourceStats) -> None:

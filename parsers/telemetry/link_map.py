@@ -120,12 +120,20 @@ def _rows(text: str, where: str) -> list[dict[str, Any]]:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if lines and _csv_header(lines[0]) is not None:
         reader = csv.DictReader(io.StringIO("\n".join(lines)))
-        reader.fieldnames = [f.strip().lower() for f in reader.fieldnames or []]
-        return [{k: (v.strip() if isinstance(v, str) else v) for k, v in r.items() if k} for r in reader]
+        try:
+            reader.fieldnames = [f.strip().lower() for f in reader.fieldnames or []]
+            return [{k: (v.strip() if isinstance(v, str) else v) for k, v in r.items() if k} for r in reader]
+        except csv.Error as exc:
+            raise InputError(where, f"malformed CSV link map ({exc})") from exc
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(where, f"not a CSV link map and not valid YAML ({exc})") from exc
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        why = getattr(exc, "problem", None) or "syntax error"
+        raise InputError(where, f"not a CSV link map and not valid YAML ({why}{at})") from exc
+    except RecursionError as exc:
+        raise InputError(where, "YAML nested too deeply") from exc
     rows = doc.get("links") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise InputError(where, "a YAML link map needs `links:` as a list of mappings")

@@ -23,7 +23,7 @@ import pyarrow as pa
 from tracekit.errors import InputError
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.telemetry import _kernels, families
-from tracekit.parsers.telemetry._common import CounterBuffer, saturated_mask
+from tracekit.parsers.telemetry._common import TS_MAX, TS_MIN, CounterBuffer, saturated_mask
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "prometheus"
@@ -394,7 +394,7 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
     })
     buf.add_table(table)
     stats.store(len(values))
-    valid = ts[ts != _NONE]
+    valid = ts[(ts != _NONE) & (ts >= TS_MIN) & (ts <= TS_MAX)]
     if len(valid):
         lo, hi = int(valid.min()), int(valid.max())
         buf.ts_min = lo if buf.ts_min is None else min(buf.ts_min, lo)

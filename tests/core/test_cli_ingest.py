@@ -56,7 +56,8 @@ def test_nothing_ingested_is_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in res.output
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert lines == [f"Error: nothing ingested: {bad}: unknown format (not a Kineto/Chrome trace or "
-                     "another supported format)"]
+                     f"another supported format); no run written to {tmp_path / 'run'}"]
+    assert not (tmp_path / "run" / "manifest.json").exists()
 
 
 def test_bad_file_next_to_good_one(traces: Path, tmp_path: Path) -> None:
@@ -65,8 +66,9 @@ def test_bad_file_next_to_good_one(traces: Path, tmp_path: Path) -> None:
     shutil.copy(next(traces.glob("worker0_*")), d / "good.json")
     (d / "cut.json.gz").write_bytes(b"\x1f\x8b\x08\x00\x00")
     res = CliRunner().invoke(main, ["ingest", str(d), "-o", str(tmp_path / "run")])
-    assert res.exit_code == 0
+    assert res.exit_code == 2  # some sources ingested, some failed
     assert "error:" in res.stderr and "cut.json.gz" in res.stderr and "Traceback" not in res.output
+    assert "1 of 2 source(s) ingested" in res.stderr
 
 
 def test_rank_and_pattern_options(tmp_path: Path) -> None:

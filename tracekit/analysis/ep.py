@@ -107,7 +107,7 @@ def ep_summary(pairs: pl.DataFrame, ranks: pl.DataFrame, *, imbalanced: float = 
     rows = []
     for g, part in inst.group_by("group", maintain_order=True):
         group = g[0]
-        gp = p.filter(pl.col("group") == group)
+        gp = p.filter(pl.col("group").eq_missing(group))
         all_members = sorted(set(gp.get_column("src").to_list()) | set(gp.get_column("dst").to_list()))
         here = [r for r in all_members if r in present]
         measured = part.filter(pl.col("imbalance").is_not_null())

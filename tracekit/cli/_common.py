@@ -1,4 +1,5 @@
-"""Helpers shared by the CLI commands: error translation and shared option decorators."""
+"""Helpers shared by the CLI commands: error translation, terminal-safe output and shared option
+decorators."""
 
 from __future__ import annotations
 
@@ -8,38 +9,86 @@ from typing import Any, TypeVar
 
 import click
 
+from tracekit._text import term
 from tracekit.errors import TracekitError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def user_errors(fn: F) -> F:
-    """Turn library errors into one-line click errors (exit code 1) instead of tracebacks."""
+    """Turn library and OS errors into one-line click errors (exit code 1) instead of
+    tracebacks; the message is escaped for the terminal (it may quote a trace string)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from tracekit.store import os_error
+
         try:
             return fn(*args, **kwargs)
+        except click.ClickException as exc:
+            exc.message = term(exc.message)
+            raise
         except TracekitError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(_one_line(str(exc))) from exc
+        except OSError as exc:
+            raise click.ClickException(_one_line(str(os_error(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_line(text: str) -> str:
+    return term(" ".join(text.strip().splitlines()) or "error")
+
+
+def echo(text: object = "", **kwargs: Any) -> None:
+    """click.echo with control characters escaped (see `tracekit._text.term`)."""
+    click.echo(term(text), **kwargs)
+
+
+def console(*, stderr: bool = False, **kwargs: Any) -> Any:
+    """A rich Console (no markup) that escapes control characters in everything it prints
+    (strings and the cells and titles of tables), so trace strings never reach the terminal raw;
+    the terminal's width, or 160 columns when the output is not a terminal (a pipe, a test)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    class SafeConsole(Console):
+        def print(self, *objects: Any, **kw: Any) -> None:  # type: ignore[override]
+            super().print(*(_safe(o) for o in objects), **kw)
+
+    def _safe(obj: Any) -> Any:
+        if isinstance(obj, str):
+            return term(obj)
+        if isinstance(obj, Text):
+            return Text(term(obj.plain), style=obj.style)
+        if isinstance(obj, Table):
+            if isinstance(obj.title, str):
+                obj.title = term(obj.title)
+            for col in obj.columns:
+                col._cells = [_safe(c) for c in col._cells]
+                if isinstance(col.header, str):
+                    col.header = term(col.header)
+        return obj
+
+    kwargs.setdefault("markup", False)
+    kwargs.setdefault("highlight", False)
+    kwargs.setdefault("soft_wrap", True)
+    out = SafeConsole(stderr=stderr, **kwargs)
+    if not out.is_terminal and "width" not in kwargs:
+        out = SafeConsole(stderr=stderr, width=160, **kwargs)
+    return out
+
+
+def unsaved_note(run: Any) -> None:
+    """Say on stderr which results could not be saved into a (read-only, full or busy) run."""
+    for text in getattr(run, "unsaved", []) or []:
+        click.echo(term(f"note: {text}"), err=True)
 
 
 def json_option(fn: F) -> F:
     """`--json`: print machine-readable JSON instead of tables."""
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(fn)
-
-
-def console(*, stderr: bool = False) -> Any:
-    """A rich console that prints trace strings as they are (no markup): the terminal's width, or
-    160 columns when the output is not a terminal (a pipe, a file, a test)."""
-    from rich.console import Console
-
-    out = Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True)
-    if not out.is_terminal:
-        out = Console(stderr=stderr, markup=False, highlight=False, soft_wrap=True, width=160)
-    return out
 
 
 def executor_options(fn: F) -> F:

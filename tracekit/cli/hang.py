@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import console as safe_console
+from tracekit.cli._common import json_option, unsaved_note, user_errors
 
 
 @click.command()
@@ -28,9 +29,16 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
     per communicator, and the NCCL warnings and watchdog timeouts of the ranks involved are shown.
     A hang is a finding, not an error: the exit code is 0.
     """
-    from tracekit.hang import hang_from_paths
+    from tracekit.hang import hang_from_paths, hang_from_run
+    from tracekit.store import Run
 
-    result = hang_from_paths(list(paths), out=out, rank=rank, write=not no_write)
+    if len(paths) == 1 and Run.is_run(paths[0]):
+        r = Run(paths[0])
+        r.require_data()
+        result = hang_from_run(r, write=not no_write)
+        unsaved_note(r)
+    else:
+        result = hang_from_paths(list(paths), out=out, rank=rank, write=not no_write)
     if as_json:
         click.echo(result.dumps())
         return
@@ -38,15 +46,14 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
 
 
 def _print(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from tracekit.hang import fmt_ranks
 
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    console = safe_console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
-    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+        console = safe_console(soft_wrap=True, width=160)
+    err = safe_console(stderr=True, soft_wrap=True)
     for note in result.notes:
         err.print(f"note: {note}", markup=False)
     console.print("Verdict", style="bold")

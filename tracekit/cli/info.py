@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tracekit._text import fmt_ranks
+from tracekit.cli._common import console as safe_console
 from tracekit.cli._common import json_option, user_errors
 
 
@@ -43,12 +44,11 @@ def _print_links(doc: dict[str, Any]) -> None:
     """The telemetry section: per link peak/mean utilisation, and flagged windows with reasons."""
     import datetime as dt
 
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    console = safe_console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
+        console = safe_console(soft_wrap=True, width=160)
     out = console.print
     links = doc["links"]
     stats = doc.get("stats") or {}
@@ -114,12 +114,11 @@ def _bytes(n: float | None) -> str:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(markup=False, highlight=False, soft_wrap=True)
+    console = safe_console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(markup=False, highlight=False, soft_wrap=True, width=160)
+        console = safe_console(soft_wrap=True, width=160)
     out = console.print
     ranks = doc["ranks"]
     out(f"run        {doc['run']}")

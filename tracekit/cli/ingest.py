@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import executor_options, json_option, user_errors
+from tracekit.cli._common import console, executor_options, json_option, user_errors
+from tracekit.store import Run
+
+safe_console = console
 
 
 @click.command()
@@ -33,13 +36,15 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
 
     Sources from different jobs are refused (see --allow-mixed); the run records its world size
     and which ranks it holds, and later commands warn when ranks are missing.
-    """
-    from rich.console import Console
 
+    Exit code 0 when every source was ingested, 2 when some failed (the others are in OUT), 1
+    when none could be (OUT is then left as it was; a new OUT gets no manifest).
+    """
+    from tracekit._text import term
     from tracekit.executors import parse_executor
     from tracekit.ingest import ingest as run_ingest
 
-    err = Console(stderr=True, markup=False, highlight=False)
+    err = console(stderr=True)
     patterns = list(comm_patterns) if comm_patterns else None
     options = {"jobs": jobs, "rank": rank, "comm_patterns": patterns, "allow_mixed": allow_mixed,
                "executor": parse_executor(executor, task_memory=task_memory)}
@@ -53,7 +58,7 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
             task = bar.add_task("", total=None)
 
             def progress(source, done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total, description=Path(source.path).name)
+                bar.update(task, completed=done, total=total, description=term(Path(source.path).name))
 
             report = run_ingest(paths, out, progress=progress, **options)
     if as_json:
@@ -66,9 +71,15 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
         ignored = (f": {len(report.ignored)} file(s) found, none in a supported format (Kineto traces, "
                    "Flight Recorder dumps, NCCL logs, NCCL Inspector or profiler-plugin files, nccl-tests "
                    "output)" if report.ignored else ": no input files")
+        kept = f"; {out} left as it was" if Run.is_run(out) else f"; no run written to {out}"
         raise click.ClickException("nothing ingested" + (
             f": {report.failed[0].error}" if len(report.failed) == 1 else
-            f" ({len(report.failed)} sources failed)" if report.failed else ignored))
+            f" ({len(report.failed)} sources failed)" if report.failed else ignored) + kept)
+    if report.exit_code == 2:
+        if not as_json:
+            err.print(f"partial: {len(report.ingested)} of {len(report.sources)} source(s) ingested, "
+                      f"{len(report.failed)} failed (exit code 2)")
+        raise SystemExit(2)
 
 
 def sources_table(sources: list, *, title: str | None = None):
@@ -111,14 +122,10 @@ def skipped_summary(sources: list) -> str | None:
 
 
 def _print(report) -> None:
-    from rich.console import Console
-
     from tracekit._text import grouped_warnings, short_paths
 
-    console = Console(markup=False, highlight=False, soft_wrap=False)
-    if not console.is_terminal:
-        console = Console(markup=False, highlight=False, soft_wrap=False, width=160)
-    err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+    console = safe_console(soft_wrap=False)
+    err = safe_console(stderr=True, soft_wrap=True)
     ok = [s.to_dict() for s in report.sources if s.ok]
     if report.ingested:
         console.print(sources_table(ok))

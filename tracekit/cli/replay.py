@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import echo, json_option, unsaved_note, user_errors
 
 
 @click.command()
@@ -56,6 +56,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if not paths:
         raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
     run = open_run(list(paths), cache=cache)
+    run.require_data()
     options: dict = {}
     notes = []
     if calibration_from is not None:
@@ -66,10 +67,11 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             notes.append(f"note: the calibration was fitted on {saved.topology}, applied to baseline {base}")
     result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
                         merge=merge, **options)
+    unsaved_note(run)
     if as_json:
         click.echo(result.dumps())
     else:
-        click.echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
+        echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
         for note in notes:
             click.echo(_printable(note))
         if result.telemetry is not None:
@@ -93,7 +95,7 @@ def _physics_notes(topologies: tuple[str, ...]) -> None:
         if text == "observed":
             continue
         for finding in physics_caps(parse_spec(text)):
-            click.echo(f"note: {text}: {finding.text}")
+            echo(f"note: {text}: {finding.text}")
 
 
 def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:
@@ -109,9 +111,9 @@ def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_jso
                                "findings": [f.to_json() for f in caps]}, indent=2))
         return
     for finding in caps:
-        click.echo(f"note: {finding.text}")
-    click.echo(f"nccl-tests {path.name} on {topology}:")
-    click.echo(format_microbench(rows))
+        echo(f"note: {finding.text}")
+    echo(f"nccl-tests {path.name} on {topology}:")
+    echo(format_microbench(rows))
 
 
 def _ms(ns: float) -> str:

@@ -22,8 +22,10 @@ def _size(n: int) -> str:
 @user_errors
 def report(run_dir: Path, out: Path, cdn: bool) -> None:
     """Write one standalone HTML report (summary, timeline, overlap, EP, links, replay, hang)."""
+    from tracekit.store import Run
     from tracekit.viz.report import write_report
 
+    Run(run_dir).require_data()
     info = write_report(run_dir, out, cdn=cdn)
     click.echo(f"wrote {info.path} ({_size(info.size_bytes)}; tabs: {', '.join(info.tabs)})")
     if info.merged_full_view or info.merged_intervals:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import echo, json_option, user_errors
 
 
 @click.command()
@@ -27,4 +27,4 @@ def topology(spec: str, hosts: int | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(info, indent=1))
     else:
-        click.echo(format_description(info))
+        echo(format_description(info))

@@ -516,24 +516,35 @@ def rate_run(run: Run | str | os.PathLike[str], *, write: bool = True, gap_facto
     return result
 
 
+def with_rates(link_samples: pa.Table, rates: TelemetryRates) -> pa.Table:
+    """`link_samples` with its telemetry rows replaced by `rates` (replayed rows stay)."""
+    old = schema.conform("link_samples", link_samples)
+    if old.num_rows:
+        origin = pa.compute.cast(old.column("origin"), pa.string())
+        old = old.filter(pa.compute.fill_null(pa.compute.not_equal(origin, ORIGIN), True))
+    return schema.conform("link_samples", pa.concat_tables([old, rates.link_samples], promote_options="permissive"))
+
+
+def rates_doc(rates: TelemetryRates) -> dict[str, Any]:
+    """results/telemetry.json: accounting and per-link summaries."""
+    return {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
+            "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
+
+
 def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
     """Replace the telemetry rows of RUN/link_samples.parquet (replayed rows stay) and write
     RUN/results/telemetry.json (accounting and per-link summaries). Returns the table's rows."""
     run_dir = Path(run_dir)
     path = run_dir / "link_samples.parquet"
     old = schema.conform("link_samples", pq.read_table(path)) if path.is_file() else schema.empty("link_samples")
-    if old.num_rows:
-        origin = pa.compute.cast(old.column("origin"), pa.string())
-        old = old.filter(pa.compute.fill_null(pa.compute.not_equal(origin, ORIGIN), True))
-    merged = schema.conform("link_samples", pa.concat_tables([old, rates.link_samples], promote_options="permissive"))
+    merged = with_rates(old, rates)
     if merged.num_rows:
         tmp = path.with_suffix(".parquet.tmp")
         pq.write_table(merged, tmp, compression="zstd", use_dictionary=DICT_COLUMNS)
         tmp.replace(path)
     else:
         path.unlink(missing_ok=True)
-    doc = {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
-           "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
+    doc = rates_doc(rates)
     out = run_dir / "results" / "telemetry.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")

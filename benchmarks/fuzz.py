@@ -1,0 +1,167 @@
+"""Long fuzzing campaign over every parser: structural mutations of real and sample files.
+
+Usage::
+
+    nice -n 10 python benchmarks/fuzz.py [--cases 10000] [--formats kineto,flight_recorder]
+                                         [--cli-every 50] [--seed 1] [--out fuzz_out]
+
+Each parser runs in its own process (so its peak RSS is its own), on `--cases` mutated cases
+(mutators: tests/fuzz/fuzzing.py); every `--cli-every`-th case also goes through `tracekit
+ingest` and `tracekit info`. Prints, per parser: cases, ok, salvages (parsed with warnings or
+skips), clean errors (one-line InputError), crashes (any other exception or a broken
+invariant), hangs (no result within --timeout s) and peak RSS. For each distinct failure a
+minimised reproducer is written to OUT/<format>/<signature>.bin with the traceback next to it.
+Target (issue 14): 0 crashes, 0 hangs, peak RSS under 1 GiB for every parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import multiprocessing as mp
+import queue
+import random
+import re
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fuzz"))
+
+import fuzzing
+
+
+def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, q: Any) -> None:
+    mods = fuzzing.parsers()
+    module = mods[fmt]
+    seeds = fuzzing.load_seeds({fmt})[fmt]
+    if not seeds:
+        q.put({"format": fmt, "seeds": 0, "cases": 0, "ok": 0, "salvage": 0, "error": 0, "crash": 0, "hang": 0,
+               "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0, "reproducers": []})
+        return
+    tally = fuzzing.Tally()
+    rnd = random.Random(f"{seed}:{fmt}")
+    cli = {"cases": 0, "crash": 0, "hang": 0}
+    t0 = time.perf_counter()
+    shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(prefix=f"fuzz-{fmt}-", dir=shm) as tmp:
+        work = Path(tmp) / "w"
+        for s in seeds:  # warm-up without a deadline: numba kernels compile on first use
+            raw = gzip.compress(s.data, mtime=0) if s.gz else s.data
+            fuzzing.run_case(fmt, module, raw, s.gz, work, timeout=3600, name=s.name)
+        fuzzing.run_cli(seeds[0].data if not seeds[0].gz else gzip.compress(seeds[0].data, mtime=0), seeds[0].gz,
+                        Path(tmp) / "cli", name=seeds[0].name)
+        t0 = time.perf_counter()
+        for i in range(cases):
+            s = rnd.choice(seeds)
+            case, gz = fuzzing.make_case(s, rnd)
+            outcome = fuzzing.run_case(fmt, module, case, gz, work, timeout=timeout, name=s.name)
+            tally.add(case if not gz else b"GZ" + case, outcome, s.name)
+            if (i + 1) % 1000 == 0:
+                print(f"  {fmt}: {i + 1:,} cases, {time.perf_counter() - t0:.0f} s, {tally.counts}", flush=True)
+            if cli_every and i % cli_every == 0:
+                cli["cases"] += 1
+                c = fuzzing.run_cli(case, gz, Path(tmp) / "cli", name=s.name)
+                if c.kind in ("crash", "hang"):
+                    cli[c.kind] += 1
+                    tally.counts[c.kind] += 1
+                    tally.failures.setdefault(c.signature, (case if not gz else b"GZ" + case, c.detail, s.name))
+        repro = _write_reproducers(fmt, module, tally, Path(out), work, timeout)
+    q.put({"format": fmt, "seeds": len(seeds), "cases": tally.cases, **tally.counts, "cli": cli,
+           "seconds": round(time.perf_counter() - t0, 1),
+           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "reproducers": repro})
+
+
+def _write_reproducers(fmt: str, module: Any, tally: fuzzing.Tally, out: Path, work: Path,
+                       timeout: float) -> list[str]:
+    written = []
+    for sig, (case, detail, seed_name) in sorted(tally.failures.items()):
+        gz = case.startswith(b"GZ")
+        body = case[2:] if gz else case
+
+        def still(c: bytes, sig: str = sig, gz: bool = gz, nm: str = seed_name) -> bool:
+            if sig.startswith("cli_"):
+                return fuzzing.run_cli(c, gz, work.parent / "cli", name=nm).signature == sig
+            return fuzzing.run_case(fmt, module, c, gz, work, timeout=timeout, name=nm).signature == sig
+
+        # a hang costs `timeout` per try: those are kept as found
+        small = fuzzing.minimize(body, still) if not gz and "hang" not in sig else body
+        name = re.sub(r"[^A-Za-z0-9_.@-]+", "_", sig)[:80]
+        d = out / fmt
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.bin").write_bytes(small)
+        head = f"{sig}\ngzip: {gz}\nfile name: {fuzzing.case_name(seed_name, gz)}\n\n"
+        (d / f"{name}.txt").write_text(head + detail + "\n")
+        written.append(str(d / f"{name}.bin"))
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--formats", default="", help="comma-separated formats (default: every parser)")
+    ap.add_argument("--cli-every", type=int, default=50)
+    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default="fuzz_out")
+    ap.add_argument("--workers", type=int, default=1, help="parsers fuzzed at once (one process each)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    formats = [f for f in args.formats.split(",") if f] or sorted(fuzzing.parsers())
+    ctx = mp.get_context("spawn")
+    rows = []
+    todo = list(formats)
+    running: dict[str, tuple[Any, Any]] = {}
+    try:
+        while todo or running:
+            while todo and len(running) < max(1, args.workers):
+                fmt = todo.pop(0)
+                q = ctx.Queue()
+                p = ctx.Process(target=_campaign, args=(fmt, args.cases, args.seed, args.cli_every, args.timeout,
+                                                        args.out, q))
+                p.start()
+                running[fmt] = (p, q)
+            for fmt, (p, q) in list(running.items()):
+                try:
+                    row = q.get(timeout=1)
+                except queue.Empty:
+                    if not p.is_alive():
+                        del running[fmt]
+                        row = {"format": fmt, "seeds": -1, "cases": 0, "ok": 0, "salvage": 0, "error": 0,
+                               "crash": 1, "hang": 0, "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0,
+                               "reproducers": [f"campaign process died (exit code {p.exitcode})"]}
+                        rows.append(row)
+                        print(_line(row), flush=True)
+                    continue
+                p.join()
+                del running[fmt]
+                rows.append(row)
+                print(_line(row), flush=True)
+    except KeyboardInterrupt:
+        for p, _ in running.values():
+            p.kill()
+        raise
+    rows.sort(key=lambda r: r["format"])
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    bad = sum(r["crash"] + r["hang"] for r in rows)
+    over = [r["format"] for r in rows if r["peak_rss_mib"] >= 1024]
+    print(f"total: {sum(r['cases'] for r in rows):,} cases, {bad} crashes+hangs; "
+          f"peak RSS >= 1 GiB: {', '.join(over) or 'none'}")
+    sys.exit(1 if bad or over else 0)
+
+
+def _line(r: dict[str, Any]) -> str:
+    return (f"{r['format']:<16} seeds {r['seeds']:>3}  cases {r['cases']:>6,}  ok {r['ok']:>6,}  "
+            f"salvages {r['salvage']:>6,}  clean errors {r['error']:>6,}  crashes {r['crash']:>3}  "
+            f"hangs {r['hang']:>3}  cli {r['cli']['cases']:>4}  peak RSS {r['peak_rss_mib']:>7.1f} MiB  "
+            f"{r['seconds']:>7.1f} s" + (f"\n  reproducers: {', '.join(r['reproducers'])}" if r["reproducers"] else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""Run directories under stress (issue 14 item 5, issue 12 item 4): one writer at a time,
+crash-safe commits (kill -9 at every write/rename/delete of a re-ingest), a full file system,
+read-only runs, symlinks planted in a received run, exit codes and empty runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from tracekit import schema
+from tracekit.cli import main
+from tracekit.ingest import ingest
+from tracekit.store import STAGING, Run, RunError, RunLock
+
+REPO = Path(__file__).resolve().parents[2]
+GLOO = REPO / "sample_traces" / "gloo_moe_8rank"
+SYNTH = REPO / "sample_traces" / "synth_moe_16rank"
+KINETO = sorted(GLOO.glob("rank*.pt.trace.json.gz"))
+#: the old run: every Kineto trace of the gloo sample; the new one drops four and adds the dumps
+OLD = [str(p) for p in KINETO]
+NEW = [str(p) for p in KINETO[:4]] + [str(GLOO / "fr" / "json")]
+
+
+def consistent(run_dir: Path) -> dict:
+    """Check that a run is self-consistent; return its identity (source paths, table rows)."""
+    run = Run(run_dir)
+    m = run.manifest
+    for name, n in m["tables"].items():
+        if name == "events":
+            got = sum(pq.ParquetFile(f).metadata.num_rows for f in run.event_files())
+        else:
+            path = run_dir / f"{name}.parquet"
+            if run._staged and (run_dir / STAGING / f"{name}.parquet").is_file():
+                path = run_dir / STAGING / f"{name}.parquet"
+            got = pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
+        assert got == n, (name, got, n)
+    for s in m["sources"]:
+        if not s.get("error") and s.get("key"):
+            assert (run_dir / "sources" / s["key"]).is_dir(), s["path"]
+    return {"sources": sorted(s["path"] for s in m["sources"] if not s.get("error")), "tables": m["tables"]}
+
+
+@pytest.fixture(scope="module")
+def generations(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    """The identity of the old and of the new run, each ingested cleanly."""
+    base = tmp_path_factory.mktemp("gen")
+    ingest(OLD, base / "old", jobs=1)
+    ingest(NEW, base / "new", jobs=1)
+    return consistent(base / "old"), consistent(base / "new")
+
+
+# -- one writer ------------------------------------------------------------------------------
+
+
+def test_second_writer_fails_with_a_clear_message(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    ingest(OLD[:1], run, jobs=1)
+    with RunLock(run):
+        with pytest.raises(RunError, match="another tracekit process is writing this run"):
+            ingest(OLD[:2], run, jobs=1)
+        res = CliRunner().invoke(main, ["ingest", *OLD[:2], "-o", str(run)])
+        assert res.exit_code == 1 and "Traceback" not in res.output
+        assert "another tracekit process is writing" in res.stderr
+    ingest(OLD[:2], run, jobs=1)  # released
+    assert len(consistent(run)["sources"]) == 2
+
+
+def test_concurrent_cli_ingests_never_mix(tmp_path: Path) -> None:
+    """Two `tracekit ingest` into one -o at once (the two bundled samples): each either wins
+    or fails with the lock message; the run is whole either way."""
+    run = tmp_path / "run"
+    env = {**os.environ, "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "tracekit", "ingest", "-q", "-o", str(run)]
+    procs = [subprocess.Popen([*cmd, str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+             for src in (GLOO, SYNTH)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = [p.returncode for p in procs]
+    for code, (_, err) in zip(codes, outs, strict=True):
+        assert b"Traceback" not in err
+        assert code in (0, 1, 2), err
+        if code == 1:
+            assert b"another tracekit process is writing" in err, err
+    assert 0 in codes or 2 in codes
+    ident = consistent(run)
+    assert ident["tables"]["events"] > 0
+
+
+# -- kill -9 at every step of a re-ingest ---------------------------------------------------
+
+_KILLER = """
+import os, shutil, signal, sys
+from pathlib import Path
+target = int(sys.argv[1])
+count = [0]
+def hook(fn):
+    def wrapped(*a, **k):
+        count[0] += 1
+        if count[0] == target:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*a, **k)
+    return wrapped
+os.replace = hook(os.replace)
+shutil.rmtree = hook(shutil.rmtree)
+Path.unlink = hook(Path.unlink)
+from tracekit.ingest import ingest
+ingest(sys.argv[3:], sys.argv[2], jobs=1)
+print("OPS", count[0])
+"""
+
+
+def _ingest_killed_at(k: int, run: Path, paths: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _KILLER, str(k), str(run), *paths], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_kill_at_every_step_leaves_the_old_run_or_the_new(tmp_path: Path, generations) -> None:
+    old, new = generations
+    template = tmp_path / "template"
+    ingest(OLD, template, jobs=1)
+    dry = _ingest_killed_at(0, tmp_path / "dry", NEW)
+    total = int(dry.stdout.split("OPS")[1])
+    shutil.rmtree(tmp_path / "dry")
+    # every write, rename and delete of the first re-ingest of the template, sampled
+    dry = tmp_path / "dry2"
+    shutil.copytree(template, dry)
+    total = int(_ingest_killed_at(0, dry, NEW).stdout.split("OPS")[1])
+    points = sorted({1, 2, 3, total // 4, total // 2, (3 * total) // 4, total - 3, total - 2, total - 1, total})
+    seen = set()
+    for k in points:
+        run = tmp_path / f"k{k}"
+        shutil.copytree(template, run)
+        res = _ingest_killed_at(k, run, NEW)
+        assert res.returncode == -9, (k, res.stderr[-2000:])
+        ident = consistent(run)
+        assert ident in (old, new), k
+        seen.add("old" if ident == old else "new")
+        # the next ingest recovers and gives the new run
+        ingest(NEW, run, jobs=1)
+        assert consistent(run) == new
+        shutil.rmtree(run)
+    assert seen == {"old", "new"}  # the kills landed both before and after the commit
+
+
+def test_interrupted_first_ingest_is_not_a_run_and_can_be_redone(tmp_path: Path, generations) -> None:
+    run = tmp_path / "run"
+    res = _ingest_killed_at(5, run, NEW)
+    assert res.returncode == -9
+    with pytest.raises(RunError, match="did not finish"):
+        Run(run)
+    out = CliRunner().invoke(main, ["analyze", str(run)])
+    assert out.exit_code == 1 and "did not finish" in out.stderr and "ingest" in out.stderr
+    ingest(NEW, run, jobs=1)  # not refused as "not a run directory"
+    assert consistent(run) == generations[1]
+
+
+# -- full and read-only file systems ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> object:
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode().strip()})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(fs: Path, leave: int) -> Path:
+    st = os.statvfs(fs)
+    free = st.f_bavail * st.f_frsize
+    ballast = fs / "ballast"
+    with open(ballast, "wb") as fh:
+        fh.write(b"\0" * max(0, free - leave))
+    return ballast
+
+
+@pytest.mark.parametrize("leave", [0, 64 << 10, 400 << 10])
+def test_full_disk_during_reingest_keeps_the_old_run(tmp_path: Path, generations, leave: int) -> None:
+    old, new = generations
+    with tmpfs(tmp_path / "fs", "6m") as fs:
+        run = fs / "run"
+        ingest(OLD, run, jobs=1)
+        assert consistent(run) == old
+        ballast = _fill(fs, leave)
+        res = CliRunner().invoke(main, ["ingest", *NEW, "-o", str(run)])
+        assert "Traceback" not in res.output
+        if res.exit_code == 1:
+            lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1 and "No space left on device" in lines[0], res.stderr
+            assert consistent(run) == old
+        else:  # there was room after all
+            assert consistent(run) == new
+        ballast.unlink()
+        ingest(NEW, run, jobs=1)
+        assert consistent(run) == new
+
+
+def test_read_only_run_is_still_analysable(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "fs", "64m") as fs:
+        run = fs / "run"
+        ingest(OLD, run, jobs=1)
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        runner = CliRunner()
+        for args in (["info", str(run)], ["analyze", str(run)], ["hang", str(run)]):
+            res = runner.invoke(main, args)
+            assert res.exit_code == 0, (args, res.output)
+            assert "Traceback" not in res.output
+        res = runner.invoke(main, ["analyze", str(run), "--json"])
+        assert res.exit_code == 0 and json.loads(res.stdout)["findings"] is not None
+        assert "not saved" in res.stderr and "Read-only file system" in res.stderr
+        res = runner.invoke(main, ["ingest", *NEW, "-o", str(run)])
+        assert res.exit_code == 1
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "Read-only file system" in lines[0], res.stderr
+
+
+def test_os_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    res = CliRunner().invoke(main, ["ingest", OLD[0], "-o", str(tmp_path / "file" / "run")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert len([ln for ln in res.stderr.splitlines() if ln.strip()]) == 1
+
+
+# -- symlinks planted in a received run ------------------------------------------------------
+
+
+@pytest.fixture
+def received(tmp_path: Path) -> tuple[Path, Path]:
+    run = tmp_path / "run"
+    ingest(OLD, run, jobs=1)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return run, outside
+
+
+def test_results_symlink_out_of_the_run_is_not_written_through(received) -> None:
+    run, outside = received
+    (run / "results").mkdir(exist_ok=True)
+    shutil.rmtree(run / "results")
+    (run / "results").symlink_to(outside)
+    res = CliRunner().invoke(main, ["analyze", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "not saved" in res.stderr and "leads out of the run directory" in res.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_reingest_never_deletes_through_symlinks(received) -> None:
+    run, outside = received
+    victim = outside / "precious.parquet"
+    victim.write_bytes(b"keep me")
+    (outside / "deadbeef.parquet").write_bytes(b"keep me too")
+    (run / "events" / "rank=99").symlink_to(outside)
+    (run / "sources" / "deadbeef").symlink_to(outside)
+    ingest(NEW, run, jobs=1)  # sources of the old run become stale and are removed
+    assert victim.read_bytes() == b"keep me" and (outside / "deadbeef.parquet").exists()
+    assert consistent(run)["sources"] == sorted([str(Path(p).resolve()) for p in NEW[:4]] + [
+        str(p.resolve()) for p in (GLOO / "fr" / "json").iterdir()])
+
+
+def test_table_symlinked_out_of_the_run_is_refused(received) -> None:
+    run, outside = received
+    target = outside / "groups.parquet"
+    shutil.copy(run / "groups.parquet", target)
+    (run / "groups.parquet").unlink()
+    (run / "groups.parquet").symlink_to(target)
+    with pytest.raises(RunError, match="leads out of the run directory"):
+        Run(run).table("groups")
+    res = CliRunner().invoke(main, ["info", str(run)])
+    assert res.exit_code == 1 and "leads out of the run directory" in res.stderr and "Traceback" not in res.output
+    before = target.read_bytes()
+    Run(run).write_table("groups", schema.empty("groups"))  # replaces the link, not its target
+    assert target.read_bytes() == before
+    assert not (run / "groups.parquet").is_symlink()
+
+
+def test_events_file_symlinked_out_is_refused(received) -> None:
+    run, outside = received
+    f = next((run / "events").glob("rank=0/*.parquet"))
+    shutil.move(f, outside / f.name)
+    f.symlink_to(outside / f.name)
+    with pytest.raises(RunError, match="leads out of the run directory"):
+        Run(run).events()
+
+
+# -- exit codes and empty runs (issue 12.4) --------------------------------------------------
+
+
+def test_exit_codes_all_none_some(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\x00 not a trace")
+    r = CliRunner()
+    assert r.invoke(main, ["ingest", OLD[0], "-o", str(tmp_path / "a")]).exit_code == 0
+    none = r.invoke(main, ["ingest", str(bad), "-o", str(tmp_path / "b")])
+    assert none.exit_code == 1 and "no run written" in none.stderr
+    assert not (tmp_path / "b" / "manifest.json").exists()
+    some = r.invoke(main, ["ingest", OLD[0], str(bad), "-o", str(tmp_path / "c")])
+    assert some.exit_code == 2 and "1 of 2 source(s) ingested" in some.stderr
+    # a re-ingest where nothing works leaves the previous run as it was
+    before = consistent(tmp_path / "a")
+    again = r.invoke(main, ["ingest", str(bad), "-o", str(tmp_path / "a")])
+    assert again.exit_code == 1 and "left as it was" in again.stderr
+    assert consistent(tmp_path / "a") == before
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["report", "-o", "REPORT"], ["hang"]])
+def test_analyses_of_an_empty_run_fail_clearly(tmp_path: Path, command: list[str]) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"sources": [{"path": "x", "error": "x: bad"}], "tables": {}}))
+    args = [c.replace("REPORT", str(tmp_path / "r.html")) for c in command]
+    res = CliRunner().invoke(main, [args[0], str(run), *args[1:]])
+    assert res.exit_code == 1, res.output
+    assert "no source was ingested" in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "r.html").exists()

@@ -1,0 +1,18 @@
+"""Fuzz tests: seeds and the short CI profile (TRACEKIT_FUZZ_EXAMPLES cases per parser, 200 by
+default; benchmarks/fuzz.py runs the long campaigns)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import fuzzing
+
+
+@pytest.fixture(scope="session")
+def seeds() -> dict[str, list[fuzzing.Seed]]:
+    return fuzzing.cached_seeds()

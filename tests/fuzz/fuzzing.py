@@ -1,0 +1,608 @@
+"""Structural mutation fuzzing of every parser, shared by `tests/fuzz` (short CI profile) and
+`benchmarks/fuzz.py` (long runs).
+
+Seeds are real files (../shared/real_traces, when present) and the project's own samples
+(sample_traces/), each assigned to the parser that `detect` picks for it; parsers without a
+seed file get a tiny built-in one. A case is one seed with one to three mutations, chosen by the
+seed's encoding:
+
+* JSON (Kineto, Flight Recorder JSON, nccl-tests `-J`, JSON telemetry): decoded and mutated as a
+  tree (delete, duplicate and swap keys, wrong types, huge and negative numbers, NaN/Infinity,
+  deep nesting, non-object top level), re-encoded, then possibly mutated as bytes;
+* pickles (Flight Recorder): loaded with the restricted unpickler, mutated as a tree, re-pickled
+  (or the pickle bytes flipped, truncated, memo-bombed);
+* text (nccl-tests, NCCL logs, telemetry text): lines deleted, duplicated, swapped, numbers
+  replaced by huge, negative or NaN ones, very long lines;
+* bytes, for every encoding: invalid UTF-8, a BOM, a stray brace, truncation at a random
+  offset, byte flips; gzip seeds are recompressed and the gzip stream may be corrupted.
+
+`run_case` parses one case into a scratch run directory and classifies the outcome: `ok`,
+`salvage` (parsed, with warnings or skips other than the format's routine ones), `error` (a
+clean one-line `TracekitError`), `crash` (any other exception, or an invariant broken: read =
+stored + skipped, one-line messages, times within range) or `hang`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import importlib
+import io
+import json
+import math
+import os
+import pickle
+import random
+import shutil
+import signal
+import traceback
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+REAL = REPO / ".." / "shared" / "real_traces"
+SAMPLES = REPO / "sample_traces"
+#: Seeds larger than this (decompressed) are cut to an excerpt; cases stay small and fast.
+SEED_MAX = 64 << 10
+#: Largest case (before gzip): size is not what a case tests; a bomb is built by a mutator.
+MAX_CASE = 4 << 20
+
+HUGE = [2**63, 2**63 - 1, -(2**63) - 1, 2**64, 10**30, -(10**30), 2**31, -1, -(2**31) - 1, 10**400]
+ODD = [None, True, "", "x" * 5000, [], {}, [1, 2], {"a": 1}, 1.5, -0.0, "NaN", "\u202e\x1b]0;x\x07"]
+ROUTINE_SKIPS = {"metadata", "flow", "instant", "counter", "async", "begin_end", "object", "sample", "mark",
+                 "clock_sync", "no_category", "unknown_category", "cpu_op", "python_function"}
+
+
+@dataclass
+class Seed:
+    fmt: str
+    name: str
+    data: bytes  # decompressed content
+    gz: bool
+    encoding: str  # json | pickle | text
+
+
+@dataclass
+class Outcome:
+    kind: str  # ok | salvage | error | crash | hang
+    detail: str = ""
+    signature: str = ""
+
+
+@dataclass
+class Tally:
+    cases: int = 0
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("ok", "salvage", "error", "crash", "hang"), 0))
+    failures: dict[str, tuple[bytes, str, str]] = field(default_factory=dict)
+
+    def add(self, case: bytes, out: Outcome, seed_name: str = "rank_3") -> None:
+        self.cases += 1
+        self.counts[out.kind] += 1
+        if out.kind in ("crash", "hang") and out.signature not in self.failures:
+            self.failures[out.signature] = (case, out.detail, seed_name)
+
+
+# -- seeds ----------------------------------------------------------------------------------
+
+
+def parsers() -> dict[str, Any]:
+    """format -> parser module, for every parser on this checkout."""
+    from tracekit.parsers import detect
+
+    return {fmt: importlib.import_module(mod) for fmt, mod in sorted(detect.PARSERS.items())}
+
+
+def _encoding(data: bytes) -> str:
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if data[:1] == b"\x80" or data[:2] in (b"(l", b"(d", b"}q", b"]q"):
+        return "pickle"
+    if head in (b"{", b"["):
+        try:
+            json.loads(data)
+            return "json"
+        except ValueError:
+            return "text"
+    return "text"
+
+
+def _excerpt(data: bytes, encoding: str) -> bytes:
+    """A small seed from a big file: the top-level keys and the first events/entries/lines."""
+    if len(data) <= SEED_MAX:
+        return data
+    if encoding == "json":
+        doc = json.loads(data)
+        if isinstance(doc, dict):
+            for key in ("traceEvents", "entries", "results"):
+                if isinstance(doc.get(key), list):
+                    doc[key] = doc[key][:150]
+            out = json.dumps(doc).encode()
+            if len(out) <= 4 * SEED_MAX:
+                return out
+        return data[:SEED_MAX]
+    if encoding == "pickle":
+        return data
+    return b"\n".join(data[:SEED_MAX].split(b"\n")[:-1]) + b"\n"
+
+
+@functools.lru_cache(maxsize=1)
+def cached_seeds() -> dict[str, list[Seed]]:
+    """`load_seeds()` once per process."""
+    return load_seeds()
+
+
+def load_seeds(formats: set[str] | None = None, *, real: bool = True) -> dict[str, list[Seed]]:
+    """Seed files per format (detected by content, as ingest does)."""
+    from tracekit.parsers import detect
+
+    roots = [SAMPLES] + ([REAL] if real and REAL.is_dir() else [])
+    wanted = formats or set(detect.PARSERS)
+    out: dict[str, list[Seed]] = {f: [] for f in wanted}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if not path.is_file() or path.suffix in (".md", ".py") or path.stat().st_size > 8 << 20:
+                continue
+            try:
+                fmt = detect.detect_format(path)
+            except Exception:
+                continue
+            if fmt not in wanted or len(out[fmt]) >= 12:
+                continue
+            raw = path.read_bytes()
+            gz = raw[:2] == b"\x1f\x8b"
+            try:
+                data = gzip.decompress(raw) if gz else raw
+            except (OSError, EOFError, zlib.error):
+                continue
+            enc = _encoding(data)
+            out[fmt].append(Seed(fmt, str(path.relative_to(root.parent)), _excerpt(data, enc), gz, enc))
+    for fmt, seeds in out.items():
+        if not seeds:
+            seeds.extend(_builtin_seeds(fmt))
+    return out
+
+
+def _builtin_seeds(fmt: str) -> list[Seed]:
+    """Tiny seeds made here, for formats with no seed file."""
+    if fmt == "sysfs_ib":
+        base = "/sys/class/infiniband/mlx5_0/ports/1"
+        text = "1700000000\n" + "".join(f"{base}/{f}:{v}\n" for f, v in (
+            ("counters/port_xmit_data", 4294967295), ("counters_ext/port_xmit_data_64", 123456789012),
+            ("counters_ext/port_rcv_data_64", 98765432101), ("counters/port_xmit_wait", 77),
+            ("rate", "100 Gb/sec (4X EDR)"))) + "1700000010\n" + f"{base}/counters_ext/port_xmit_data_64:123956789012\n"
+        return [Seed(fmt, "sysfs.txt", text.encode(), False, "text")]
+    if fmt == "link_map":
+        csv = "host,device,port,link\nnode7,mlx5_0,1,node7-rail0\n,leaf3,17,node7-rail0\nnode8,mlx5_1,1,node8-rail1\n"
+        yml = "links:\n  - {host: node7, device: mlx5_0, port: 1, peer_device: leaf3, peer_port: 17, gbps: 400}\n"
+        return [Seed(fmt, "map.csv", csv.encode(), False, "text"), Seed(fmt, "map.yaml", yml.encode(), False, "text")]
+    if fmt == "kineto":
+        doc = {"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+             "ts": 10.5, "dur": 3, "args": {"correlation": 5, "stream": 7}}]}
+        return [Seed(fmt, "builtin", json.dumps(doc).encode(), False, "json")]
+    return []
+
+
+# -- mutators -------------------------------------------------------------------------------
+
+
+def _paths(obj: Any, prefix: tuple = (), depth: int = 0) -> Iterator[tuple]:
+    yield prefix
+    if depth > 6:
+        return
+    if isinstance(obj, dict):
+        for k in list(obj)[:40]:
+            yield from _paths(obj[k], (*prefix, k), depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        n = len(obj)
+        idx = range(n) if n <= 20 else sorted({0, 1, n - 1, *(random.Random(n).sample(range(n), 10))})
+        for i in idx:
+            yield from _paths(obj[i], (*prefix, i), depth + 1)
+
+
+def _get(obj: Any, path: tuple) -> Any:
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def _set(obj: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    parent = _get(obj, path[:-1])
+    if isinstance(parent, tuple):
+        parent = list(parent)
+        parent[path[-1]] = value
+        return _set(obj, path[:-1], tuple(parent))
+    parent[path[-1]] = value
+    return obj
+
+
+def _nest(value: Any, n: int) -> Any:
+    for _ in range(n):
+        value = [value]
+    return value
+
+
+def mutate_tree(obj: Any, rnd: random.Random) -> Any:
+    """One structural mutation of a decoded JSON/pickle tree."""
+    paths = list(_paths(obj))
+    path = rnd.choice(paths)
+    target = _get(obj, path)
+    op = rnd.randrange(10)
+    if op == 0 and path:  # delete
+        parent = _get(obj, path[:-1])
+        if isinstance(parent, (dict, list)):
+            del parent[path[-1]]
+        return obj
+    if op == 1 and isinstance(target, dict) and target:  # duplicate a key under another name
+        k = rnd.choice(list(target))
+        target[f"{k}"[:20] + rnd.choice(["", "_", " "])] = target[k]
+        return obj
+    if op == 2 and isinstance(target, (dict, list)) and len(target) >= 2:  # swap two values
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        a, b = rnd.sample(keys, 2)
+        target[a], target[b] = target[b], target[a]
+        return obj
+    if op == 3:
+        return _set(obj, path, rnd.choice(HUGE))
+    if op == 4:
+        return _set(obj, path, rnd.choice([math.nan, math.inf, -math.inf]))
+    if op == 5:
+        return _set(obj, path, _nest(target, rnd.choice([70, 300, 800])))
+    if op == 6:
+        return _set(obj, path, rnd.choice(ODD))
+    if op == 7 and isinstance(target, list) and target:  # duplicate elements (many times)
+        target.extend(target[: rnd.randrange(1, 4)] * rnd.choice([1, 10, 200]))
+        return obj
+    if op == 8 and isinstance(target, (int, float)) and not isinstance(target, bool):
+        return _set(obj, path, -target if rnd.random() < 0.5 else target * rnd.choice([1000, 10**9, 10**18]))
+    if op == 9 and not path:
+        return rnd.choice([[obj], "text", 42, None, []])
+    if isinstance(target, str):
+        return _set(obj, path, target + rnd.choice(["\x00", "\x1b[2J", "\ud800", "é" * 50, "}, {"]))
+    return _set(obj, path, rnd.choice(HUGE + ODD))
+
+
+def _json_encode(obj: Any) -> bytes:
+    def default(o: Any) -> Any:
+        return list(o) if isinstance(o, (set, frozenset, tuple)) else str(o)
+
+    try:
+        return json.dumps(obj, default=default).encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        return b"[]"
+
+
+def _pickle_encode(obj: Any) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=random.choice([2, 4, 5]))
+    except (RecursionError, pickle.PicklingError, TypeError, ValueError):
+        return pickle.dumps(None)
+
+
+def mutate_lines(data: bytes, rnd: random.Random) -> bytes:
+    lines = data.split(b"\n")
+    if not lines:
+        return data
+    i = rnd.randrange(len(lines))
+    op = rnd.randrange(6)
+    if op == 0:
+        del lines[i]
+    elif op == 1:
+        lines[i:i] = [lines[i]] * rnd.choice([1, 5, 100])
+    elif op == 2:
+        j = rnd.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    elif op == 3:
+        import re
+
+        nums = list(re.finditer(rb"-?\d+(\.\d+)?", lines[i]))
+        if nums:
+            m = rnd.choice(nums)
+            rep = rnd.choice([b"99999999999999999999999999", b"-1", b"nan", b"inf", b"1e400", b"-0", b"", b"0x7f"])
+            lines[i] = lines[i][: m.start()] + rep + lines[i][m.end():]
+    elif op == 4:
+        lines[i] = lines[i] * rnd.choice([2, 50, 2000])
+    else:
+        lines[i] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40)))
+    return b"\n".join(lines)
+
+
+def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
+    op = rnd.randrange(7)
+    n = len(data)
+    i = rnd.randrange(n + 1)
+    if op == 0:
+        return data[:i]
+    if op == 1 and n:
+        j = min(n - 1, i)
+        return data[:j] + bytes([data[j] ^ (1 << rnd.randrange(8))]) + data[j + 1:]
+    if op == 2:
+        return data[:i] + rnd.choice([b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80", b"\x80"]) + data[i:]
+    if op == 3:
+        return b"\xef\xbb\xbf" + data
+    if op == 4:
+        return data[:i] + rnd.choice([b"}", b"{", b"]", b"[", b",", b'"', b"\\", b":"]) + data[i:]
+    if op == 5 and rnd.random() < 0.3:
+        k = rnd.choice([100, 5000, 100_000])
+        return data[:i] + b"[" * k + b"1" + b"]" * k + data[i:]
+    if op == 5:
+        j = min(n, i + rnd.randrange(1, 200))
+        return data[:i] + data[i:j] * rnd.choice([2, 30]) + data[j:]
+    return data[:i] + data[i + rnd.randrange(1, 64):]
+
+
+def _restricted_load(data: bytes) -> Any:
+    from tracekit.parsers import _unpickle
+
+    return _unpickle.loads(data)
+
+
+def make_case(seed: Seed, rnd: random.Random) -> tuple[bytes, bool]:
+    """(file bytes, gzipped) for one mutated case of `seed`."""
+    data = seed.data
+    for _ in range(rnd.choice([1, 1, 2, 3])):
+        r = rnd.random()
+        if seed.encoding in ("json", "pickle") and r < 0.6:
+            try:
+                tree = json.loads(data) if seed.encoding == "json" else _restricted_load(data)
+            except Exception:
+                data = mutate_bytes(data, rnd)
+                continue
+            tree = mutate_tree(tree, rnd)
+            data = _json_encode(tree) if seed.encoding == "json" else _pickle_encode(tree)
+        elif seed.encoding == "text" and r < 0.6:
+            data = mutate_lines(data, rnd)
+        else:
+            data = mutate_bytes(data, rnd)
+    if len(data) > MAX_CASE:  # mutations compound (a line x 2000, then x 100): keep cases small
+        data = data[:MAX_CASE]
+    gz = seed.gz if rnd.random() < 0.8 else not seed.gz
+    if not gz:
+        return data, False
+    comp = gzip.compress(data, compresslevel=1, mtime=0)
+    r = rnd.random()
+    if r < 0.1:
+        comp = comp[: rnd.randrange(2, len(comp) + 1)]
+    elif r < 0.2 and len(comp) > 20:
+        k = rnd.randrange(10, len(comp))
+        comp = comp[:k] + bytes([comp[k] ^ 0x55]) + comp[k + 1:]
+    return comp, True
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+class Hang(BaseException):
+    """Raised by the alarm; a BaseException so parsers' `except Exception` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    def boom(*_: object) -> None:
+        raise Hang
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _signature(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "tracekit" in f.filename or
+              "/parsers/" in f.filename]
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].name}" if frames else "?"
+    return f"{type(exc).__name__}@{where}"
+
+
+def _check_tables(run_dir: Path) -> str | None:
+    import pyarrow.parquet as pq
+
+    from tracekit.parsers._limits import RANGES
+
+    lo, hi = RANGES["time_ns"]
+    import pyarrow.compute as pc
+
+    for f in sorted(run_dir.rglob("*.parquet")):
+        pf = pq.ParquetFile(f)
+        cols = [c for c in ("ts_ns", "time_created_ns") if c in pf.schema_arrow.names]
+        if not cols or not pf.metadata.num_rows:
+            continue
+        t = pf.read(columns=cols)
+        for col in cols:
+            mm = pc.min_max(t.column(col)).as_py()
+            if mm["min"] is not None and (mm["min"] < lo or mm["max"] > hi):
+                return f"{f.name}: {col} out of range"
+    return None
+
+
+def case_name(seed_name: str, gz: bool) -> str:
+    """The file name a case is written under: the seed's (the rank may come from it)."""
+    base = Path(seed_name).name.removesuffix(".gz") or "rank_3"
+    return base + ".gz" if gz else base
+
+
+class MemorySink:
+    """A SourceSink that keeps the conformed tables in memory (no Parquet round trip): the
+    parser and the schema checks are what a fuzz case exercises; storage has its own tests."""
+
+    def __init__(self, run_dir: Path, key: str) -> None:
+        from tracekit.store import SourceSink
+
+        self._real = SourceSink(run_dir, key)
+        self.run_dir, self.key, self.part_dir = self._real.run_dir, key, self._real.part_dir
+        self.tables: dict[str, list[Any]] = {}
+
+    def add_events(self, data: Any) -> None:
+        from tracekit import schema
+
+        table = schema.conform("events", data)
+        if table.num_rows:
+            self.tables.setdefault("events", []).append(table.select(schema.EVENTS.names).cast(schema.EVENTS))
+
+    def add(self, name: str, data: Any) -> None:
+        from tracekit import schema
+
+        if name == "events":
+            self.add_events(data)
+            return
+        table = schema.conform(name, data)
+        if table.num_rows:
+            self.tables.setdefault(name, []).append(table)
+
+    def close(self) -> dict[str, Any]:
+        import pyarrow as pa
+
+        for parts in self.tables.values():
+            pa.concat_tables(parts, promote_options="permissive")
+        return {}
+
+    def event_path(self, rank: int) -> Path:
+        return self._real.event_path(rank)
+
+
+def _check_memory(sink: MemorySink) -> str | None:
+    import pyarrow.compute as pc
+
+    from tracekit.parsers._limits import RANGES
+
+    lo, hi = RANGES["time_ns"]
+    for name, parts in sink.tables.items():
+        for t in parts:
+            for col in ("ts_ns", "time_created_ns"):
+                if col in t.column_names and t.num_rows:
+                    mm = pc.min_max(t.column(col)).as_py()
+                    if mm["min"] is not None and (mm["min"] < lo or mm["max"] > hi):
+                        return f"{name}: {col} out of range"
+    return None
+
+
+def run_case(fmt: str, module: Any, case: bytes, gz: bool, work: Path, *, timeout: float = 20.0,
+             check_tables: bool = True, name: str = "rank_3", memory: bool = True) -> Outcome:
+    """Parse one case with the library; classify the outcome."""
+    from tracekit.errors import TracekitError
+    from tracekit.store import SourceSink
+
+    if memory and work.is_dir():
+        for f in work.iterdir():
+            if f.is_file():
+                f.unlink()
+        shutil.rmtree(work / "run", ignore_errors=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / case_name(name, gz)
+    path.write_bytes(case)
+    run_dir = work / "run"
+    try:
+        with deadline(timeout):
+            sink = MemorySink(run_dir, "k") if memory else SourceSink(run_dir, "k")
+            try:
+                res = module.parse(path, sink, rank=None)
+            finally:
+                with contextlib.suppress(Exception):
+                    sink.close()
+    except Hang:
+        return Outcome("hang", f"no result after {timeout} s", f"hang@{fmt}")
+    except TracekitError as exc:
+        msg = str(exc)
+        if "\n" in msg.strip() or not msg:
+            return Outcome("crash", f"multi-line error: {msg[:300]!r}", "multiline_error")
+        if "internal error" in msg:
+            return Outcome("crash", msg[:300], "internal_error")
+        return Outcome("error", msg[:200])
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return Outcome("crash", "".join(traceback.format_exception(exc))[-3000:], _signature(exc))
+    st = res.stats
+    if st.read != st.stored + sum(st.skipped.values()) or st.stored < 0:
+        return Outcome("crash", f"accounting: {st.to_dict()}", "accounting")
+    if check_tables:
+        try:
+            bad = _check_memory(sink) if memory else _check_tables(run_dir)
+        except Exception as exc:
+            return Outcome("crash", f"unreadable output: {exc}", "unreadable_output")
+        if bad:
+            return Outcome("crash", bad, "range:" + bad.split(":")[1])
+    unusual = set(st.skipped) - ROUTINE_SKIPS
+    if st.warnings or unusual or getattr(st, "dropped", None):
+        return Outcome("salvage", "; ".join(st.warnings)[:200])
+    return Outcome("ok")
+
+
+def run_cli(case: bytes, gz: bool, work: Path, *, name: str = "rank_3") -> Outcome:
+    """`tracekit ingest` then `tracekit info` on one case through the CLI: exit codes and
+    one-line errors only, never a traceback."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    path = work / case_name(name, gz)
+    path.write_bytes(case)
+    runner = CliRunner()
+    for args in (["ingest", str(path), "-o", str(work / "run"), "--jobs", "1"], ["info", str(work / "run")]):
+        with deadline(60):
+            try:
+                res = runner.invoke(main, args, catch_exceptions=True)
+            except Hang:
+                return Outcome("hang", f"cli {args[0]}", f"hang@cli_{args[0]}")
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            exc = res.exception
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            return Outcome("crash", f"cli {args[0]}: {tb[-3000:]}", f"cli_{args[0]}:" + _signature(exc))
+        if "Traceback" in res.output:
+            return Outcome("crash", f"cli {args[0]} printed a traceback", f"cli_{args[0]}:traceback")
+        if args[0] == "ingest" and res.exit_code not in (0, 1, 2):
+            return Outcome("crash", f"cli ingest exit {res.exit_code}", "cli_exit")
+        if res.exit_code != 0:
+            break
+    return Outcome("ok")
+
+
+def minimize(case: bytes, still_fails: Callable[[bytes], bool], budget: int = 300,
+             seconds: float = 120.0) -> bytes:
+    """ddmin on bytes: a smaller case with the same failure signature (within `budget` tries
+    and `seconds`)."""
+    import time
+
+    stop = time.monotonic() + seconds
+    n = 2
+    tries = 0
+    while len(case) >= 2 and tries < budget and time.monotonic() < stop:
+        chunk = max(1, len(case) // n)
+        reduced = False
+        for start in range(0, len(case), chunk):
+            cand = case[:start] + case[start + chunk:]
+            tries += 1
+            if cand and still_fails(cand):
+                case, n, reduced = cand, max(n - 1, 2), True
+                break
+            if tries >= budget or time.monotonic() >= stop:
+                break
+        if not reduced:
+            if chunk == 1:
+                break
+            n = min(len(case), n * 2)
+    return case
+
+
+def as_bytes_io(data: bytes) -> io.BytesIO:
+    return io.BytesIO(data)
+
+
+def env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default

@@ -1,0 +1,100 @@
+"""Every failure the fuzzers found, as a regression test (minimal inputs built here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fuzzing
+import pytest
+
+from tracekit.errors import InputError
+
+MODULES = fuzzing.parsers()
+
+
+def _event(**over) -> dict:
+    e = {"name": "sub1", "timestamp": 200, "tags": {"source": "leaf1:6030", "interface_name": "Ethernet1"},
+         "values": {"/interfaces/interface/state/counters/in-octets": 100}}
+    e.update(over)
+    return e
+
+
+def _run(fmt: str, data: bytes, tmp_path: Path, name: str = "x.json") -> fuzzing.Outcome:
+    out = fuzzing.run_case(fmt, MODULES[fmt], data, False, tmp_path / "w", name=name)
+    assert out.kind in ("ok", "salvage", "error"), f"{out.signature}\n{out.detail}"
+    return out
+
+
+def test_gnmic_deeply_nested_json(tmp_path: Path) -> None:
+    """RecursionError@gnmic.py:_objects"""
+    deep = "[" * 50_000 + "]" * 50_000
+    data = (json.dumps([_event(), _event(timestamp=300)]) + "\n" + deep + "\n" + json.dumps(_event(timestamp=400)))
+    _run("gnmic", data.encode(), tmp_path)
+
+
+def test_gnmic_lone_surrogate_in_a_name(tmp_path: Path) -> None:
+    """UnicodeEncodeError@schema.py:_as_array (a JSON "\\ud800" escape in a port name)"""
+    ev = _event()
+    ev["tags"]["interface_name"] = "Eth\ud800"
+    data = json.dumps([ev, _event(timestamp=300)]).encode()
+    out = _run("gnmic", data, tmp_path)
+    assert out.kind != "error"
+
+
+@pytest.mark.parametrize("ts", [2**62 + 1, 10**30, "9" * 30, -(2**63)])
+def test_gnmic_timestamp_out_of_range(tmp_path: Path, ts) -> None:
+    """range: ts_ns out of range (stored as is) and OverflowError@gnmic.py:_store"""
+    data = json.dumps([_event(timestamp=ts), _event(timestamp=300)]).encode()
+    _run("gnmic", data, tmp_path)
+
+
+def test_gnmic_value_beyond_float(tmp_path: Path) -> None:
+    """OverflowError@gnmic.py:_store"""
+    data = json.dumps([_event(values={"/interfaces/interface/state/counters/in-octets": 10**400}),
+                       _event(timestamp=300)]).encode()
+    _run("gnmic", data, tmp_path)
+
+
+def test_ufm_value_beyond_float(tmp_path: Path) -> None:
+    """OverflowError@ufm_telemetry.py:_number"""
+    seeds = fuzzing.cached_seeds()["ufm_telemetry"]
+    if not seeds or seeds[0].name == "builtin":
+        pytest.skip("no UFM seed")
+    doc = json.loads(seeds[0].data)
+    text = json.dumps(doc)
+    # replace the first number value with one beyond float range
+    import re
+
+    m = re.search(r'": (\d+)', text)
+    assert m
+    data = (text[:m.start(1)] + "1" + "0" * 400 + text[m.end(1):]).encode()
+    _run("ufm_telemetry", data, tmp_path, name="ufm.json")
+
+
+def test_link_map_bad_yaml_is_one_line(tmp_path: Path) -> None:
+    """multiline_error (a YAML parser message spanning lines)"""
+    data = b"links:\n  - {host: node7, device: mlx5_0, port:: 1}\n peer_port: 17, gbps: 400}\n"
+    out = _run("link_map", data, tmp_path, name="map.yaml")
+    assert out.kind == "error" and "line" in out.detail
+
+
+def test_link_map_csv_error(tmp_path: Path) -> None:
+    """Error@link_map.py (csv.Error: a field larger than the field limit, or a NUL)"""
+    data = b"host,device,port,link\nnode7,mlx5_0,1,\"" + b"x" * 200_000 + b"\n"
+    _run("link_map", data, tmp_path, name="map.csv")
+
+
+def test_input_error_is_always_one_line() -> None:
+    assert "\n" not in str(InputError("f", "a\nb\n  c"))
+
+
+@pytest.mark.parametrize("line", [
+    "CA 9999999999999999999 1 0x38 4x HDR - SW 1 79 0x94 ( 'a' - 'b' )",
+    "SW 1 99999999999 0x38 4x HDR - CA 1 1 0x94 ( 'a' - 'b' )",
+    'Switch 36 "S-0000000000000001" # "leaf" lid 99999999999999999999999',
+])
+def test_ibnetdiscover_numbers_beyond_range(tmp_path: Path, line: str) -> None:
+    """OverflowError@schema.py:_as_array (a lid or port beyond int32)"""
+    good = "CA 3 1 0x0002c903000a0b0c 4x HDR - SW 1 7 0x0002c903000d0e0f ( 'node1 mlx5_0' - 'leaf1' )"
+    _run("ibnetdiscover", f"{good}\n{line}\n".encode(), tmp_path, name="ibnetdiscover_p_links.txt")
