@@ -500,9 +500,10 @@ class Run:
         tables = [_read(self.path, f) for f in files]
         return schema.conform("events", pa.concat_tables(tables, promote_options="permissive"))
 
-    def _save(self, what: str, write: Any) -> Path | None:
-        """Write a derived file under the lock; on a read-only run, a full disk or a busy lock,
-        note it in `unsaved` and go on (the caller's results are still printed)."""
+    def save(self, what: str, write: Any) -> Path | None:
+        """Run `write()` (which writes a derived file) under the lock; on a read-only run, a full
+        disk or a busy lock, note it in `unsaved` and go on (the caller's results are still
+        printed)."""
         try:
             with RunLock(self.path):
                 return write()
@@ -521,7 +522,7 @@ class Run:
             self._staged = False
             return write_parquet(table, self.path / f"{name}.parquet", self.path)
 
-        return self._save(f"{name}.parquet", write)
+        return self.save(f"{name}.parquet", write)
 
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
@@ -535,7 +536,7 @@ class Run:
                 raise os_error(exc, str(out)) from exc
             return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
 
-        return self._save(f"results/{name}.json", write)
+        return self.save(f"results/{name}.json", write)
 
     def read_json(self, name: str) -> Any | None:
         path = self.path / "results" / f"{name}.json"
@@ -552,7 +553,7 @@ class Run:
             write_manifest(self.path, self.manifest)
             return self.path / MANIFEST
 
-        self._save(MANIFEST, write)
+        self.save(MANIFEST, write)
 
 
 def _rank_dirs(root: Path) -> list[Path]:
