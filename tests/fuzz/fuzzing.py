@@ -46,6 +46,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO / ".." / "shared" / "real_traces"
 SAMPLES = REPO / "sample_traces"
+#: small inputs the parser tests made (NCCL Inspector, profiler plugin, nccl-tests)
+TEST_DATA = REPO / "tests" / "parsers" / "nccl_data"
 #: Seeds larger than this (decompressed) are cut to an excerpt; cases stay small and fast.
 SEED_MAX = 64 << 10
 #: Largest case (before gzip): size is not what a case tests; a bomb is built by a mutator.
@@ -139,7 +141,7 @@ def load_seeds(formats: set[str] | None = None, *, real: bool = True) -> dict[st
     """Seed files per format (detected by content, as ingest does)."""
     from tracekit.parsers import detect
 
-    roots = [SAMPLES] + ([REAL] if real and REAL.is_dir() else [])
+    roots = [SAMPLES, TEST_DATA] + ([REAL] if real and REAL.is_dir() else [])
     wanted = formats or set(detect.PARSERS)
     out: dict[str, list[Seed]] = {f: [] for f in wanted}
     for root in roots:

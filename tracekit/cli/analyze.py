@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import executor_options, json_option, user_errors
+from tracekit.cli._common import executor_options, json_option, unsaved_note, user_errors
 
 LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
           "explains (it arrived later than its usual gap); excess: the part beyond the step's usual pattern.")
@@ -34,10 +34,14 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     """
     from tracekit.analysis import analyze as run_analysis
     from tracekit.executors import parse_executor
+    from tracekit.store import Run
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
-    result = run_analysis(run, dims=dims, top=top, compute=kinds, write=not no_write,
+    r = Run(run)
+    r.require_data()
+    result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write,
                           executor=parse_executor(executor, task_memory=task_memory))
+    unsaved_note(r)
     if as_json:
         click.echo(result.dumps())
         return
