@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tracekit.errors import InputError
-from tracekit.parsers._limits import checked_int, out_of_range
+from tracekit.parsers._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -47,6 +47,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     text = decode_text(read_bytes(where, stats), where)
+    if json_depth(text) > MAX_DEPTH:  # checked in one linear pass: json's own limit costs seconds per object
+        raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
     buf = CounterBuffer(sink, FORMAT, stats)
     n_objects = 0
     for obj in _objects(text, stats):
@@ -85,8 +87,7 @@ def _objects(text: str, stats: SourceStats) -> Iterator[Any]:
         except (json.JSONDecodeError, RecursionError) as exc:
             if isinstance(exc, RecursionError):
                 exc = json.JSONDecodeError("nested too deeply", text, pos)
-            rest = text[pos:]
-            nxt = _next_object(rest)
+            nxt = _next_object(text, pos)
             if nxt is None:
                 stats.warnings.append(f"truncated or corrupt JSON at character {pos} ({exc.msg}); "
                                       "read up to the previous object")
@@ -98,9 +99,13 @@ def _objects(text: str, stats: SourceStats) -> Iterator[Any]:
         yield obj
 
 
-def _next_object(rest: str) -> int | None:
-    m = re.search(r"\n[{\[]", rest[1:])
-    return None if m is None else m.start() + 2
+def _next_object(text: str, pos: int) -> int | None:
+    """Offset from `pos` of the next line starting an object (no copy of the rest: linear)."""
+    m = _NEXT_OBJECT.search(text, pos + 1)
+    return None if m is None else m.start() + 1 - pos
+
+
+_NEXT_OBJECT = re.compile(r"\n[{\[]")
 
 
 def _leaves(path: str, value: Any) -> Iterator[tuple[str, Any]]:

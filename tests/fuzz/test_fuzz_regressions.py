@@ -98,3 +98,12 @@ def test_ibnetdiscover_numbers_beyond_range(tmp_path: Path, line: str) -> None:
     """OverflowError@schema.py:_as_array (a lid or port beyond int32)"""
     good = "CA 3 1 0x0002c903000a0b0c 4x HDR - SW 1 7 0x0002c903000d0e0f ( 'node1 mlx5_0' - 'leaf1' )"
     _run("ibnetdiscover", f"{good}\n{line}\n".encode(), tmp_path, name="ibnetdiscover_p_links.txt")
+
+
+def test_gnmic_deep_nesting_inside_an_object_is_quick(tmp_path: Path) -> None:
+    """hang@gnmic (100,000 nested lists inside a tag: json's recursion limit cost seconds)"""
+    ev = json.dumps(_event())
+    deep = "[" * 100_000 + '"Ethernet1"' + "]" * 100_000
+    data = ("[" + ev + ", " + ev.replace('"Ethernet1"', deep) + "]").encode()
+    out = fuzzing.run_case("gnmic", MODULES["gnmic"], data, False, tmp_path / "w", name="x.json", timeout=10)
+    assert out.kind == "error" and "nested deeper" in out.detail, out
