@@ -178,6 +178,9 @@ class _Proc:
     torchrun_rank: int | None = None
 
 
+#: channel, rank and connection numbers are int32 in the `channels` table
+_I32 = (-(2**31), 2**31 - 1)
+
 def sniff(head: bytes) -> bool:
     """True when text holds NCCL debug records (`host:pid:tid [dev] NCCL INFO ...`)."""
     for m in _MARK.finditer(head):
@@ -1181,8 +1184,12 @@ class _Builder:
                     "peer_comm_rank": peer, "proxy_comm_rank": info.get("proxy"), "conn_index": info.get("conn"),
                     "host": c.host,
                 })
-        if rows:
-            self.sink.add("channels", _columns(rows))
+        ok = [r for r in rows if not any(type(v) is int and not _I32[0] <= v <= _I32[1] for v in r.values())]
+        if len(ok) < len(rows):
+            self.stats.warnings.append(f"{len(rows) - len(ok)} channel edge(s) with a channel, rank or connection "
+                                       "number out of range dropped")
+        if ok:
+            self.sink.add("channels", _columns(ok))
 
     def _write_messages(self, global_of: dict[tuple[str, int, int | None], int]) -> None:
         if not self.messages:

@@ -233,6 +233,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
     event files a previous parse of this source left (None: look for them)."""
     run = Path(run_dir)
     _clear_parts(run, key, stale)
+    overflows_before = schema.overflows()
     try:
         module = _parser(fmt)
         if module is None:
@@ -247,6 +248,9 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
             parts = sink.close()
         if not res.stats.balanced:
             raise InputError(path, f"internal accounting error: {res.stats.to_dict()}")
+        nulled = schema.overflows() - overflows_before
+        if nulled:
+            res.stats.warnings.append(f"{nulled} number(s) beyond the 64-bit range stored as null")
         record = {
             "key": key, "format": fmt, "parser_version": module.PARSER_VERSION, "parts": parts,
             **res.stats.to_dict(), "ranks": res.all_ranks, "events": res.events,

@@ -329,12 +329,24 @@ def conform(name: str, data: pa.Table | Mapping[str, Iterable] | None) -> pa.Tab
     return out
 
 
+#: integers beyond int64 nulled by `_as_array` in this process (a safety net; parsers range-check)
+_OVERFLOWS = [0]
+
+
+def overflows() -> int:
+    """How many integers beyond int64 `conform` has nulled so far in this process."""
+    return _OVERFLOWS[0]
+
+
 def _as_array(values: Iterable) -> pa.Array | pa.ChunkedArray:
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
     values = values if isinstance(values, list) else list(values)
     try:
         return pa.array(values)
+    except OverflowError:  # an integer beyond int64 (a parser's unbounded number): null, counted by the sink
+        _OVERFLOWS[0] += sum(1 for v in values if type(v) is int and not -(2**63) <= v < 2**63)
+        return _as_array([None if type(v) is int and not -(2**63) <= v < 2**63 else v for v in values])
     except UnicodeEncodeError:  # lone surrogates (from JSON "\ud800" escapes): not valid UTF-8
         return pa.array([v.encode("utf-8", "replace").decode("utf-8") if isinstance(v, str) else v
                          for v in values])

@@ -107,3 +107,15 @@ def test_gnmic_deep_nesting_inside_an_object_is_quick(tmp_path: Path) -> None:
     data = ("[" + ev + ", " + ev.replace('"Ethernet1"', deep) + "]").encode()
     out = fuzzing.run_case("gnmic", MODULES["gnmic"], data, False, tmp_path / "w", name="x.json", timeout=10)
     assert out.kind == "error" and "nested deeper" in out.detail, out
+
+
+@pytest.mark.parametrize("line", [
+    "host:1:1 [7] NCCL INFO Channel 15/0 : 99999999999999999999999999[7] -> 7[7] [receive] via NET/IB/7/GDRDMA",
+    "host:1:1 [5] NCCL INFO comm 0x55e5e8d6c970 rank 13 nRanks 16 nNodes 99999999999999999999999999 localRanks 8 "
+    "localRank 5 MNNVL 0",
+])
+def test_nccl_log_numbers_beyond_int64(tmp_path: Path, line: str) -> None:
+    """OverflowError@schema.py:_as_array (a channel peer or nNodes beyond int64 in an NCCL log)"""
+    head = ("host:1:1 [5] NCCL INFO comm 0x55e5e8d6c970 rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0\n"
+            "host:1:1 [5] NCCL INFO Channel 00/0 : 12[5] -> 13[5] via P2P/CUMEM\n")
+    _run("nccl_log", (head + line + "\n").encode(), tmp_path, name="node.log")
