@@ -119,3 +119,12 @@ def test_nccl_log_numbers_beyond_int64(tmp_path: Path, line: str) -> None:
     head = ("host:1:1 [5] NCCL INFO comm 0x55e5e8d6c970 rank 13 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0\n"
             "host:1:1 [5] NCCL INFO Channel 00/0 : 12[5] -> 13[5] via P2P/CUMEM\n")
     _run("nccl_log", (head + line + "\n").encode(), tmp_path, name="node.log")
+
+
+@pytest.mark.parametrize("body", ["links:\n  - {" + "[" * 100_000 + "]" * 100_000 + "}\n",
+                                  "links:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 800))])
+def test_link_map_deep_yaml_is_refused_quickly(tmp_path: Path, body: str) -> None:
+    """hang@link_map (libyaml recursing on 100,000 nested flow sequences: a segfault in-process)"""
+    out = fuzzing.run_case("link_map", MODULES["link_map"], body.encode(), False, tmp_path / "w", name="map.yaml",
+                           timeout=20)
+    assert out.kind == "error" and "nested deeper" in out.detail, out
