@@ -402,7 +402,7 @@ class ChromeTraceReader:
                 continue
             try:
                 key = msgspec.json.decode(buf[start:key_end])
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, RecursionError) as exc:
                 raise ChromeFormatError(f"malformed top-level key ({exc})") from exc
             if deepest > self.max_depth:
                 self.bad_metadata.append(str(key))

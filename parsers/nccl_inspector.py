@@ -93,7 +93,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                     continue
                 try:
                     obj = decoder.decode(raw)
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, RecursionError):
                     stats.skip("malformed JSON line")
                     continue
                 if not isinstance(obj, dict) or not isinstance(obj.get("header"), dict) or not (

@@ -55,10 +55,10 @@ def _event(line: bytes, decode: Any) -> dict[str, Any] | None:
         return None
     try:
         obj = decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         try:
             obj = decode(_BARE.sub(rb'\1"\2"\3', body))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return None
     return obj if isinstance(obj, dict) else None
 

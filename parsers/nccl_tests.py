@@ -525,7 +525,7 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
         if not isinstance(doc, dict) or not isinstance(results, list):
             raise InputError(where, "not an nccl-tests JSON report (no `results` list)")
         salvaged = False
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         doc, results = _salvage(data)
         if results is None:
             raise InputError(where, "corrupt JSON and no `results` list to salvage") from None
@@ -637,7 +637,7 @@ def _salvage(data: bytes) -> tuple[dict[str, Any], list[Any] | None]:
     for raw in _array_items(data, j + 1):
         try:
             results.append(msgspec.json.decode(raw))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             results.append(None)
     return doc, results
 

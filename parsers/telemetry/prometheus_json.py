@@ -35,7 +35,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     text = decode_text(read_bytes(where, stats), where)
     try:
         doc = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise InputError(where, f"not valid JSON ({exc})") from exc
     if not isinstance(doc, dict):
         raise InputError(where, "not a Prometheus API response (top level is not an object)")

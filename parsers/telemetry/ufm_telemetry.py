@@ -59,10 +59,10 @@ def sniff(head: bytes) -> bool:
 def _records(text: str, where: str) -> list[Any]:
     try:
         doc = msgspec.json.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         try:
             return [msgspec.json.decode(line) for line in text.splitlines() if line.strip()]
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise InputError(where, f"not valid JSON or JSON lines ({exc})") from exc
     if isinstance(doc, dict) and isinstance(doc.get("values"), list):
         return doc["values"]

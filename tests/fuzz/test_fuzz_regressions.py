@@ -128,3 +128,11 @@ def test_link_map_deep_yaml_is_refused_quickly(tmp_path: Path, body: str) -> Non
     out = fuzzing.run_case("link_map", MODULES["link_map"], body.encode(), False, tmp_path / "w", name="map.yaml",
                            timeout=20)
     assert out.kind == "error" and "nested deeper" in out.detail, out
+
+
+@pytest.mark.parametrize("fmt", ["prometheus_json", "nccl_profiler", "nccl_inspector", "ufm_telemetry", "nccl_tests"])
+def test_msgspec_recursion_is_a_clean_error(tmp_path: Path, fmt: str) -> None:
+    """RecursionError@prometheus_json.py:parse (msgspec raises RecursionError, not DecodeError, on deep JSON)"""
+    deep = "[" * 100_000 + "]" * 100_000
+    data = ('{"status": "success", "data": {"resultType": "matrix", "result": ' + deep + "}}\n").encode()
+    _run(fmt, data, tmp_path, name="x.json")
