@@ -37,10 +37,10 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     from tracekit.store import Run
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
+    exe = parse_executor(executor, task_memory=task_memory)
     r = Run(run)
     r.require_data()
-    result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write,
-                          executor=parse_executor(executor, task_memory=task_memory))
+    result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write, executor=exe)
     unsaved_note(r)
     if as_json:
         click.echo(result.dumps())
