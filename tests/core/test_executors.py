@@ -86,7 +86,7 @@ def runs(tmp_path_factory):
 def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatch):
     """The map over rank partitions (here run inline) gives the whole-run tables exactly."""
     monkeypatch.setattr(partitioned, "MAX_TASKS", max_tasks)
-    whole = analyze(runs[name], write=False)
+    whole = analyze(runs[name], write=False, partitioned=False)
     t, extra = partitioned.prepared(Run(runs[name]), Executor(), dims=None, write=False, compute="auto")
     from tracekit.analysis import breakdown
     from tracekit.analysis.core import _prepared
@@ -101,10 +101,13 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatc
     # the whole analysis through the partitioned path (tasks run inline instead of on Ray)
     monkeypatch.setattr(partitioned, "run_tasks", lambda exe, fn, calls, done=None: [fn(*c) for c in calls])
     mapped = analyze(runs[name], write=False, executor="ray")
+    local = analyze(runs[name], write=False)
     for key, tab in whole.tables().items():
         assert tab.equals(mapped.tables()[key]), key
+        assert tab.equals(local.tables()[key]), key
     assert whole.critical_path.num_rows > 0
     assert [f.to_json() for f in whole.findings] == [f.to_json() for f in mapped.findings]
+    assert [f.to_json() for f in whole.findings] == [f.to_json() for f in local.findings]
     if name == "cadence":
         assert "cadence" in set(ref["windows"].get_column("source"))
         assert ref["collectives"].get_column("step").null_count() < ref["collectives"].height

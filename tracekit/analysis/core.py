@@ -140,20 +140,22 @@ class AnalysisResult:
 
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
-            executor: str | Executor | None = None) -> AnalysisResult:
+            executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
     `write=True`, the prepared tables and results/analysis.json are written into the run.
-    `executor` "ray" or "ray://HOST:PORT" reads events per rank partition in Ray tasks
-    (`tracekit.analysis.partitioned`); the results are the same.
+    A run directory's events are read per rank partition (`tracekit.analysis.partitioned`), so
+    memory is bounded by the largest partition, not the run; `executor` "ray" or
+    "ray://HOST:PORT" maps those partitions over Ray tasks. `partitioned=False` loads every
+    event at once (tables in memory always are); the results are the same, bit for bit.
     """
     exe = parse_executor(executor)
     run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
     if not exe.is_local and run is None:
         raise TracekitError("the ray executor analyses a run directory, not tables in memory")
     validity = run_validity(run if run is not None else source)
-    if exe.is_local:
+    if run is None or (exe.is_local and not partitioned):
         t, extra = _prepared(run if run is not None else source, dims, write)
         ev: pl.DataFrame = extra["events"]
         coll: pl.DataFrame = extra["collectives"]
@@ -161,10 +163,9 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
         compute_iv = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, coll), compute=compute)
     else:
-        from tracekit.analysis import partitioned
+        from tracekit.analysis import partitioned as by_partition
 
-        assert run is not None
-        t, extra = partitioned.prepared(run, exe, dims=dims, write=write, compute=compute)
+        t, extra = by_partition.prepared(run, exe, dims=dims, write=write, compute=compute)
         coll, windows, wide, long = extra["collectives"], extra["windows"], extra["wide"], extra["long"]
         compute_iv = extra["compute"]
     rk = frame(t["ranks"], "ranks")
