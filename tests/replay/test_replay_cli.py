@@ -145,8 +145,8 @@ def test_report_says_out_of_sample():
     from bokeh.models import Div
 
     from tracekit.replay import replay
-    from viz.data import replay_data
-    from viz.figures import replay_figures
+    from tracekit.viz.data import replay_data
+    from tracekit.viz.figures import replay_figures
 
     tables, _ = make_run_tables(steps=2)
     res = replay(tables, ["rail-optimized:gpus=4"], efficiency={"all_reduce:2^26": 0.8}, calibrated_on="runs/healthy")
