@@ -86,7 +86,7 @@ def runs(tmp_path_factory):
 def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatch):
     """The map over rank partitions (here run inline) gives the whole-run tables exactly."""
     monkeypatch.setattr(partitioned, "MAX_TASKS", max_tasks)
-    whole = analyze(runs[name], write=False)
+    whole = analyze(runs[name], write=False, partitioned=False)
     t, extra = partitioned.prepared(Run(runs[name]), Executor(), dims=None, write=False, compute="auto")
     from tracekit.analysis import breakdown
     from tracekit.analysis.core import _prepared
@@ -101,7 +101,7 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatc
     # the whole analysis through the partitioned path (tasks run inline instead of on Ray)
     monkeypatch.setattr(partitioned, "run_tasks", lambda exe, fn, calls, done=None: [fn(*c) for c in calls])
     mapped = analyze(runs[name], write=False, executor="ray")
-    local = analyze(runs[name], write=False, partitioned=True)
+    local = analyze(runs[name], write=False)
     for key, tab in whole.tables().items():
         assert tab.equals(mapped.tables()[key]), key
         assert tab.equals(local.tables()[key]), key

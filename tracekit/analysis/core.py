@@ -140,15 +140,15 @@ class AnalysisResult:
 
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
-            executor: str | Executor | None = None, partitioned: bool = False) -> AnalysisResult:
+            executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
     `write=True`, the prepared tables and results/analysis.json are written into the run.
-    `partitioned=True` reads a run directory's events per rank partition
-    (`tracekit.analysis.partitioned`), so memory is bounded by the largest partition, not the run;
-    `executor` "ray" or "ray://HOST:PORT" maps those partitions over Ray tasks. The default loads
-    every event at once (tables in memory always are); the analysis tables are the same, bit for bit.
+    A run directory's events are read per rank partition (`tracekit.analysis.partitioned`), so
+    memory is bounded by the largest partition, not the run; `executor` "ray" or
+    "ray://HOST:PORT" maps those partitions over Ray tasks. `partitioned=False` loads every
+    event at once (tables in memory always are); the results are the same, bit for bit.
     """
     exe = parse_executor(executor)
     run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
