@@ -576,8 +576,10 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
     panels = []
     for origin in origins:
         part = ls.filter(pl.col("origin") == origin)
+        # a parallel mean differs in its last bits from run to run: rank on rounded figures, ties by name
         rank = (part.group_by("link").agg(pl.col("util").max().alias("peak"), pl.col("util").mean().alias("mean"))
-                .sort(["peak", "mean", "link"], descending=[True, True, False]))
+                .with_columns(pl.col("link").cast(pl.String), pl.col("mean").round(9).alias("_mean"))
+                .sort(["peak", "_mean", "link"], descending=[True, True, False]).drop("_mean"))
         links = rank["link"].to_list()[:max_links]
         part = part.filter(pl.col("link").is_in(links))
         ts0 = int(part["ts_ns"].min())
