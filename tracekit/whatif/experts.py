@@ -16,8 +16,6 @@ Senders' totals are unchanged for a dispatch, receivers' for a combine.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -32,6 +30,7 @@ import pyarrow as pa
 from tracekit import schema
 from tracekit.analysis.ep import ep_pairs
 from tracekit.errors import InputError
+from tracekit.whatif._files import load_json, read_rows
 from tracekit.whatif.core import (
     Baseline,
     Change,
@@ -382,7 +381,7 @@ def read_expert_map(path: str | os.PathLike[str]) -> dict[int, int]:
     """Expert -> rank from CSV or JSON rows (expert, rank), or a JSON object {expert: rank}."""
     text_path = Path(path)
     if text_path.suffix.lower() == ".json":
-        data = _load_json(text_path)
+        data = load_json(text_path)
         if isinstance(data, dict):
             try:
                 return {int(k): int(v) for k, v in data.items()}
@@ -397,34 +396,9 @@ def read_expert_map(path: str | os.PathLike[str]) -> dict[int, int]:
     return out
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid JSON: {exc}") from None
-
-
 def _read_rows(path: str | os.PathLike[str], needed: tuple[str, ...]) -> list[dict[str, Any]]:
-    p = Path(path)
-    if p.suffix.lower() == ".json":
-        data = _load_json(p)
-        if isinstance(data, dict) and isinstance(data.get("rows"), list):
-            data = data["rows"]
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise InputError(path, "expected a JSON list of objects")
-        rows = data
-    else:
-        try:
-            with p.open(newline="") as fh:
-                rows = list(csv.DictReader(fh))
-        except OSError as exc:
-            raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(path, f"not a readable CSV file: {exc}") from None
-    if not rows:
-        raise InputError(path, "no rows")
+    rows = read_rows(path, from_json=lambda d: d["rows"] if isinstance(d, dict) and isinstance(d.get("rows"), list)
+                     else d)
     missing = [c for c in needed if c not in rows[0]]
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; expected {', '.join(needed)}")

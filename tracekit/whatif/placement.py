@@ -13,8 +13,6 @@ more than 0.1% (the number of replays is bounded).
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +26,7 @@ from tracekit import schema
 from tracekit.analysis.ep import ep_pairs
 from tracekit.errors import InputError
 from tracekit.replay import parse_spec
+from tracekit.whatif._files import read_rows
 from tracekit.whatif.core import Baseline, Placement, ScenarioResult, WhatIfError
 
 NAMED = ("pp-adjacent", "pp-spread", "ep-in-node", "auto")
@@ -342,32 +341,18 @@ def read_placement(path: str | os.PathLike[str]) -> Placement:
 
 
 def _rows(p: Path) -> list[dict[str, Any]]:
-    if p.suffix.lower() == ".json":
-        try:
-            data = json.loads(p.read_text())
-        except OSError as exc:
-            raise InputError(p, f"cannot read: {exc.strerror or exc}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(p, f"not valid JSON: {exc}") from None
-        if isinstance(data, dict):
-            rows = []
-            for k, v in data.items():
-                host, gpu = (v[0], v[1]) if isinstance(v, list) and len(v) == 2 else (v, None)
-                rows.append({"rank": k, "host": host, "gpu": gpu})
-            data = rows
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise InputError(p, "expected a JSON list of {rank, host, gpu} objects or {rank: host}")
-        rows = data
-    else:
-        try:
-            with p.open(newline="") as fh:
-                rows = list(csv.DictReader(fh))
-        except OSError as exc:
-            raise InputError(p, f"cannot read: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(p, f"not a readable CSV file: {exc}") from None
-    if not rows:
-        raise InputError(p, "no rows")
+    rows = read_rows(p, from_json=_mapping_rows, expected="a JSON list of {rank, host, gpu} objects or {rank: host}")
     if not {"rank", "host"} <= set(rows[0]):
         raise InputError(p, "missing column(s): expected rank, host and optional gpu")
+    return rows
+
+
+def _mapping_rows(data: Any) -> Any:
+    """{rank: host} or {rank: [host, gpu]} as rows; anything else unchanged."""
+    if not isinstance(data, dict):
+        return data
+    rows = []
+    for k, v in data.items():
+        host, gpu = (v[0], v[1]) if isinstance(v, list) and len(v) == 2 else (v, None)
+        rows.append({"rank": k, "host": host, "gpu": gpu})
     return rows
