@@ -20,7 +20,6 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,20 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _rss import peak_rss_mb
+
 HERE = Path(__file__).resolve()
 DEFAULT_TRACE = HERE.parents[2] / "shared" / "real_traces" / "kineto" / "hta_df_index_resolver" / \
     "df_index_resolver.json.gz"
 
-
-def _rss_mb() -> float:
-    """Peak RSS of this process in MB (VmHWM: unlike ru_maxrss it is not inherited over exec)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_one(contender: str, path: Path) -> dict:
@@ -52,7 +43,7 @@ def run_one(contender: str, path: Path) -> dict:
         from tracekit.parsers.kineto import Event
 
         trace = msgspec.defstruct("Trace", [("traceEvents", list[Event])])
-        base = _rss_mb()
+        base = peak_rss_mb()
         t0, c0 = time.perf_counter(), time.process_time()
         with gzip.open(path, "rb") as fh:
             raw = fh.read()
@@ -67,7 +58,7 @@ def run_one(contender: str, path: Path) -> dict:
 
         pa.array([0])  # pyarrow imports pandas lazily on first use when it is installed
 
-        base = _rss_mb()
+        base = peak_rss_mb()
         out = Path(tempfile.mkdtemp(prefix="tk-bench-"))
         try:
             t0, c0 = time.perf_counter(), time.process_time()
@@ -83,7 +74,7 @@ def run_one(contender: str, path: Path) -> dict:
         logging.disable(logging.CRITICAL)
         from hta.trace_analysis import TraceAnalysis
 
-        base = _rss_mb()
+        base = peak_rss_mb()
         d = Path(tempfile.mkdtemp(prefix="hta-bench-"))
         try:
             os.symlink(path, d / path.name)
@@ -95,7 +86,7 @@ def run_one(contender: str, path: Path) -> dict:
             shutil.rmtree(d, ignore_errors=True)
     else:
         raise SystemExit(f"unknown contender {contender}")
-    return {"contender": contender, "seconds": elapsed, "cpu": cpu, "events": n, "rss_mb": _rss_mb(),
+    return {"contender": contender, "seconds": elapsed, "cpu": cpu, "events": n, "rss_mb": peak_rss_mb(),
             "base_rss_mb": base}
 
 

@@ -30,15 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _rss_mb() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from _rss import peak_rss_mb
 
 
 def make_log(path: Path, ranks: int, lines: int) -> int:
@@ -103,7 +95,7 @@ def run_one(contender: str, path: Path) -> dict:
             rows = report.tables.get("collectives", 0)
     else:
         raise SystemExit(f"unknown contender {contender}")
-    return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rss_mb": _rss_mb(), "rows": rows}
+    return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rss_mb": peak_rss_mb(), "rows": rows}
 
 
 def measure(contender: str, path: Path) -> dict:

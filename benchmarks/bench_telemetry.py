@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -30,17 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _rss import peak_rss_mb
+
 LINE_RATE_BPS = 400e9
 
-
-def _rss_mb() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def generate(path: Path, *, ports: int, scrapes: int, step_s: int, seed: int = 7) -> int:
@@ -84,7 +76,7 @@ def run_one(contender: str, path: Path) -> dict:
 
     pa.array([0])
     if contender == "floor":
-        base = _rss_mb()
+        base = peak_rss_mb()
         t0, c0 = time.perf_counter(), time.process_time()
         df = pl.read_csv(path, separator=" ", has_header=False, comment_prefix="#", quote_char=None,
                          schema={"series": pl.String, "value": pl.Float64, "ts": pl.Int64})
@@ -106,7 +98,7 @@ def run_one(contender: str, path: Path) -> dict:
                             'ifHCOutOctets{instance="a",ifName="b"} 2 1760000010000\n')
             ingest([tiny], out / "warm")
             warmup = time.perf_counter() - w0
-            base = _rss_mb()
+            base = peak_rss_mb()
             t0, c0 = time.perf_counter(), time.process_time()
             report = ingest([path], out / "run", jobs=1)
             elapsed_all = time.perf_counter() - t0
@@ -127,9 +119,9 @@ def run_one(contender: str, path: Path) -> dict:
         finally:
             shutil.rmtree(out, ignore_errors=True)
         return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n,
-                "rss_mb": _rss_mb(), "base_mb": base, **phases}
+                "rss_mb": peak_rss_mb(), "base_mb": base, **phases}
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n, "rss_mb": _rss_mb(),
+    return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n, "rss_mb": peak_rss_mb(),
             "base_mb": base, **phases}
 
 
