@@ -5,11 +5,14 @@ Usage::
     nice -n 10 python benchmarks/fuzz.py [--cases 10000] [--formats kineto,flight_recorder]
                                          [--cli-every 50] [--seed 1] [--out fuzz_out]
 
-Each parser runs in its own process (so its peak RSS is its own), on `--cases` mutated cases
+Each parser runs in its own spawned process on `--cases` mutated cases
 (mutators: tests/fuzz/fuzzing.py); every `--cli-every`-th case also goes through `tracekit
 ingest` and `tracekit info`. Prints, per parser: cases, ok, salvages (parsed with warnings or
 skips), clean errors (one-line InputError), crashes (any other exception or a broken
-invariant), hangs (no result within --timeout s) and peak RSS. For each distinct failure a
+invariant), hangs (no result within --timeout s) and peak RSS. Peak RSS is the campaign
+process's own VmHWM (ru_maxrss would carry the parent's over fork+exec), reset before every case
+so the case that drives it is known: the worst case is reported, and when it crosses
+--mem-limit it is minimised and written as OUT/<format>/memory.bin. For each distinct failure a
 minimised reproducer is written to OUT/<format>/<signature>.bin with the traceback next to it.
 Target (issue 14): 0 crashes, 0 hangs, peak RSS under 1 GiB for every parser.
 """
@@ -23,7 +26,6 @@ import multiprocessing as mp
 import queue
 import random
 import re
-import resource
 import sys
 import tempfile
 import time
@@ -33,19 +35,47 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fuzz"))
 
 import fuzzing
+from _rss import peak_rss_mb, reset_peak_rss
 
 
-def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, q: Any) -> None:
+class _Peak:
+    """Peak RSS of this campaign process, case by case: VmHWM is reset before each case, so the
+    case that drives the peak is known (and becomes a reproducer when it crosses the limit)."""
+
+    def __init__(self, limit_mib: float) -> None:
+        self.limit = limit_mib
+        self.per_case = reset_peak_rss()
+        self.peak = peak_rss_mb()
+        self.worst: tuple[float, bytes, bool, str] | None = None
+        self.over = 0
+
+    def start(self) -> None:
+        if self.per_case:
+            reset_peak_rss()
+
+    def stop(self, case: bytes, gz: bool, seed_name: str) -> float:
+        p = peak_rss_mb()
+        self.peak = max(self.peak, p)
+        if self.per_case:
+            self.over += p >= self.limit
+            if self.worst is None or p > self.worst[0]:
+                self.worst = (p, case, gz, seed_name)
+        return p
+
+
+def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, mem_limit: float,
+              q: Any) -> None:
     mods = fuzzing.parsers()
     module = mods[fmt]
     seeds = fuzzing.load_seeds({fmt})[fmt]
     if not seeds:
         q.put({"format": fmt, "seeds": 0, "cases": 0, "ok": 0, "salvage": 0, "error": 0, "crash": 0, "hang": 0,
-               "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0, "reproducers": []})
+               "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0, "over_limit": 0, "reproducers": []})
         return
     tally = fuzzing.Tally()
     rnd = random.Random(f"{seed}:{fmt}")
     cli = {"cases": 0, "crash": 0, "hang": 0}
+    peak = _Peak(mem_limit)
     t0 = time.perf_counter()
     shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{fmt}-", dir=shm) as tmp:
@@ -59,22 +89,48 @@ def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, o
         for i in range(cases):
             s = rnd.choice(seeds)
             case, gz = fuzzing.make_case(s, rnd)
+            peak.start()
             outcome = fuzzing.run_case(fmt, module, case, gz, work, timeout=timeout, name=s.name)
+            peak.stop(case, gz, s.name)
             tally.add(case if not gz else b"GZ" + case, outcome, s.name)
             if (i + 1) % 1000 == 0:
-                print(f"  {fmt}: {i + 1:,} cases, {time.perf_counter() - t0:.0f} s, {tally.counts}", flush=True)
+                print(f"  {fmt}: {i + 1:,} cases, {time.perf_counter() - t0:.0f} s, {tally.counts}, "
+                      f"peak {peak.peak:.0f} MiB", flush=True)
             if cli_every and i % cli_every == 0:
                 cli["cases"] += 1
+                peak.start()
                 c = fuzzing.run_cli(case, gz, Path(tmp) / "cli", name=s.name)
+                peak.stop(case, gz, s.name)
                 if c.kind in ("crash", "hang"):
                     cli[c.kind] += 1
                     tally.counts[c.kind] += 1
                     tally.failures.setdefault(c.signature, (case if not gz else b"GZ" + case, c.detail, s.name))
+        seconds = time.perf_counter() - t0
         repro = _write_reproducers(fmt, module, tally, Path(out), work, timeout)
-    q.put({"format": fmt, "seeds": len(seeds), "cases": tally.cases, **tally.counts, "cli": cli,
-           "seconds": round(time.perf_counter() - t0, 1),
-           "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        if peak.worst and peak.worst[0] >= mem_limit:
+            repro.append(_write_memory_reproducer(fmt, module, peak, Path(out), work, timeout))
+    q.put({"format": fmt, "seed": seed, "seeds": len(seeds), "cases": tally.cases, **tally.counts, "cli": cli,
+           "seconds": round(seconds, 1), "peak_rss_mib": round(peak.peak, 1), "over_limit": peak.over,
+           "worst_case": {"peak_rss_mib": round(peak.worst[0], 1), "seed": peak.worst[3]} if peak.worst else None,
            "reproducers": repro})
+
+
+def _write_memory_reproducer(fmt: str, module: Any, peak: _Peak, out: Path, work: Path, timeout: float) -> str:
+    """The case with the highest peak RSS, minimised while its peak stays over the limit."""
+    p, case, gz, seed_name = peak.worst  # type: ignore[misc]
+
+    def still(c: bytes) -> bool:
+        reset_peak_rss()
+        fuzzing.run_case(fmt, module, c, gz, work, timeout=timeout, name=seed_name)
+        return peak_rss_mb() >= peak.limit
+
+    small = fuzzing.minimize(case, still) if not gz else case
+    d = out / fmt
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "memory.bin").write_bytes(small)
+    (d / "memory.txt").write_text(f"memory: peak RSS {p:.0f} MiB >= {peak.limit:.0f} MiB\ngzip: {gz}\n"
+                                  f"file name: {fuzzing.case_name(seed_name, gz)}\nseed: {seed_name}\n")
+    return str(d / "memory.bin")
 
 
 def _write_reproducers(fmt: str, module: Any, tally: fuzzing.Tally, out: Path, work: Path,
@@ -110,6 +166,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="fuzz_out")
     ap.add_argument("--workers", type=int, default=1, help="parsers fuzzed at once (one process each)")
+    ap.add_argument("--mem-limit", type=float, default=1024.0, help="peak RSS (MiB) a case must stay under")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f] or sorted(fuzzing.parsers())
@@ -123,7 +180,7 @@ def main() -> None:
                 fmt = todo.pop(0)
                 q = ctx.Queue()
                 p = ctx.Process(target=_campaign, args=(fmt, args.cases, args.seed, args.cli_every, args.timeout,
-                                                        args.out, q))
+                                                        args.out, args.mem_limit, q))
                 p.start()
                 running[fmt] = (p, q)
             for fmt, (p, q) in list(running.items()):
@@ -134,7 +191,7 @@ def main() -> None:
                         del running[fmt]
                         row = {"format": fmt, "seeds": -1, "cases": 0, "ok": 0, "salvage": 0, "error": 0,
                                "crash": 1, "hang": 0, "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0,
-                               "reproducers": [f"campaign process died (exit code {p.exitcode})"]}
+                               "over_limit": 0, "reproducers": [f"campaign process died (exit code {p.exitcode})"]}
                         rows.append(row)
                         print(_line(row), flush=True)
                     continue
@@ -150,9 +207,9 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
     bad = sum(r["crash"] + r["hang"] for r in rows)
-    over = [r["format"] for r in rows if r["peak_rss_mib"] >= 1024]
+    over = [r["format"] for r in rows if r["peak_rss_mib"] >= args.mem_limit]
     print(f"total: {sum(r['cases'] for r in rows):,} cases, {bad} crashes+hangs; "
-          f"peak RSS >= 1 GiB: {', '.join(over) or 'none'}")
+          f"peak RSS >= {args.mem_limit:.0f} MiB: {', '.join(over) or 'none'}")
     sys.exit(1 if bad or over else 0)
 
 
@@ -160,7 +217,10 @@ def _line(r: dict[str, Any]) -> str:
     return (f"{r['format']:<16} seeds {r['seeds']:>3}  cases {r['cases']:>6,}  ok {r['ok']:>6,}  "
             f"salvages {r['salvage']:>6,}  clean errors {r['error']:>6,}  crashes {r['crash']:>3}  "
             f"hangs {r['hang']:>3}  cli {r['cli']['cases']:>4}  peak RSS {r['peak_rss_mib']:>7.1f} MiB  "
-            f"{r['seconds']:>7.1f} s" + (f"\n  reproducers: {', '.join(r['reproducers'])}" if r["reproducers"] else ""))
+            f"{r['seconds']:>7.1f} s  seed {r.get('seed', '?')}"
+            + (f"\n  worst case: {r['worst_case']['peak_rss_mib']:.1f} MiB from {r['worst_case']['seed']}; "
+               f"{r['over_limit']} cases over the limit" if r.get("worst_case") else "")
+            + (f"\n  reproducers: {', '.join(r['reproducers'])}" if r["reproducers"] else ""))
 
 
 if __name__ == "__main__":
