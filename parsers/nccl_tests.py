@@ -36,6 +36,7 @@ from typing import Any
 import msgspec
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import checked_int, out_of_range
 from tracekit.parsers._lines import LineSource, line_batches, strip_ansi, text
 from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end
@@ -78,7 +79,7 @@ _NTHREAD = re.compile(
     r"(?:\s+graph:\s*(\d+))?")
 _RANK = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+(-?\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
-    r"\[([^\]]*)\]\s*(.*?)\s*$")
+    r"\[([^\]]{0,64})\](.*)")
 _VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 _COLUMNS = re.compile(r"\bsize\s+count\s+type\b")
 _FOOTER = re.compile(r"(Avg bus bandwidth|Out of bounds values)\s*:\s*(\S+)")
@@ -176,6 +177,12 @@ def _int(tok: str | None) -> int | None:
     return int(v) if v is not None and abs(v) < 2**62 else None
 
 
+def _i32(tok: str | None) -> int | None:
+    """`_int` for the int32 columns (root, iterations, graph): None outside their range."""
+    v = _int(tok)
+    return v if v is not None and -(2**31) <= v < 2**31 else None
+
+
 class TableReader:
     """Reads nccl-tests text line by line (`feed`), collecting `microbench` rows.
 
@@ -220,15 +227,17 @@ class TableReader:
                     self.run.test, self.run.test_source = keep
             g = m.groups()
             self.run.seen_header = True
-            self.run.nthreads, self.run.ngpus = int(g[0]), int(g[1])
-            self.run.warmup_iters, self.run.iters = int(g[6]), int(g[7])
-            self.run.graph = int(g[10]) if g[10] is not None else None
+            self.run.nthreads, self.run.ngpus = _i32(g[0]), _i32(g[1])
+            self.run.warmup_iters, self.run.iters = _i32(g[6]), _i32(g[7])
+            self.run.graph = _i32(g[10])
             if self._prelude_test and not self.run.test:
                 self.run.test, self.run.test_source = self._prelude_test, "command line"
             return "header"
         m = _RANK.search(line)
         if m and ("device" in line and "on" in line):
-            rank = int(m.group(1))
+            rank = checked_int(m.group(1), "rank")
+            if rank is None:
+                return out_of_range("rank")
             self.run.ranks[rank] = (m.group(4), m.group(7).strip())
             return "header"
         m = _VERSION.search(line)
@@ -301,7 +310,7 @@ class TableReader:
 
     def _make_row(self, v: dict[str, Any], ts_ns: int | None) -> dict[str, Any]:
         dtype = v.get("type")
-        root = _int(v.get("root"))
+        root = _i32(v.get("root"))
         row: dict[str, Any] = {
             "source": self.source, "run": self.table, "size_bytes": _int(v["size"]),
             "count": _int(v.get("count")), "dtype": dtype, "redop": v.get("redop"),
@@ -550,7 +559,7 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
         row: dict[str, Any] = {
             "source": where, "run": 0, "size_bytes": _int(str(res["size"])), "count": _int(str(res.get("count"))),
             "dtype": _str(res.get("type")), "redop": _str(res.get("redop")),
-            "root": _int(str(res.get("root")).strip()), "ts_ns": None,
+            "root": _i32(str(res.get("root")).strip()), "ts_ns": None,
         }
         kind = None
         for side, key in (("oop", "out_of_place"), ("ip", "in_place")):
@@ -580,9 +589,9 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
         test, why = infer_test(rows, nranks)
         inferred = True
         stats.warnings.append(f"no test name in the report's args; inferred {test} from the columns ({why})")
-    iters = _int(str(cfg.get("iterations"))) if cfg else None
-    warm = _int(str(cfg.get("warmup_iters"))) if cfg else None
-    graph = _int(str(cfg.get("graph"))) if cfg else None
+    iters = _i32(str(cfg.get("iterations"))) if cfg else None
+    warm = _i32(str(cfg.get("warmup_iters"))) if cfg else None
+    graph = _i32(str(cfg.get("graph"))) if cfg else None
     version = _version_from_code(_int(str(doc.get("nccl_version"))))
     for row in rows:
         row.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks,
@@ -603,8 +612,10 @@ def _str(v: Any) -> str | None:
 def _float(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
+    if isinstance(v, int):
+        return float(v) if abs(v) < 2**1023 else None
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
     if isinstance(v, str):
         return _num(v.strip())
     return None
@@ -650,7 +661,7 @@ def _array_items(data: bytes, pos: int) -> Iterator[bytes]:
         if pos >= n or data[pos] == 0x5D:
             return
         end = value_end(data, pos, True)
-        if end < 0 or end > n:
+        if end <= pos or end > n:  # incomplete, or nothing a value can start with (a stray `}`)
             return
         if data[pos] == 0x7B and data[end - 1] != 0x7D:
             return

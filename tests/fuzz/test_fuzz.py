@@ -24,13 +24,7 @@ def test_every_parser_has_seeds(seeds, fmt: str) -> None:
     assert seeds[fmt], f"no seed for {fmt}: add a file to sample_traces or a built-in seed in fuzzing.py"
 
 
-#: Open: a mutated nccl-tests text that takes more than 60 s (superlinear; found by this test on
-#: 2026-12-01, not yet minimised). Skipped here so CI stays short; benchmarks/fuzz.py still runs it.
-KNOWN_OPEN = {"nccl_tests": "a mutated nccl-tests text takes > 60 s (open, see CHANGELOG)"}
-
-
-@pytest.mark.parametrize("fmt", [pytest.param(f, marks=pytest.mark.skip(reason=KNOWN_OPEN[f])) if f in KNOWN_OPEN
-                                 else f for f in sorted(detect.PARSERS)])
+@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(pick=st.integers(0, 10**6), rnd_seed=st.integers(0, 2**32 - 1))

@@ -136,3 +136,54 @@ def test_msgspec_recursion_is_a_clean_error(tmp_path: Path, fmt: str) -> None:
     deep = "[" * 100_000 + "]" * 100_000
     data = ('{"status": "success", "data": {"resultType": "matrix", "result": ' + deep + "}}\n").encode()
     _run(fmt, data, tmp_path, name="x.json")
+
+
+_NT_RESULT = {"size": 1024, "count": 256, "type": "float", "redop": "sum", "root": -1,
+              "out_of_place": {"time": 24.0, "alg_bw": 0.04, "bus_bw": 0.06, "nwrong": 0},
+              "in_place": {"time": 23.8, "alg_bw": 0.04, "bus_bw": 0.06, "nwrong": 0}}
+_NT_TEXT = (fuzzing.TEST_DATA / "nccl_tests_all_reduce_4rank.txt").read_text()
+
+
+def test_nccl_tests_json_salvage_stops_at_a_stray_brace(tmp_path: Path) -> None:
+    """hang@nccl_tests (found by benchmarks/fuzz.py: a `}` inside `results` of a corrupt report is
+    a zero-length value, and the salvage loop stood still on it)"""
+    data = ('{"args": ["./all_reduce_perf"], "results": [' + json.dumps(_NT_RESULT) + ', "x": 1}').encode()
+    out = fuzzing.run_case("nccl_tests", MODULES["nccl_tests"], data, False, tmp_path / "w", name="x.json",
+                           timeout=10)
+    assert out.kind == "salvage" and "salvaged 1 results" in out.detail, out
+
+
+def test_nccl_tests_rank_line_without_a_bracket_is_linear(tmp_path: Path) -> None:
+    """hang@nccl_tests (the CI fuzz profile's > 60 s case: a device line repeated on one line with
+    no closing `]`, where the rank pattern rescanned the rest of the line from every `Rank`)"""
+    line = "#  Rank  0 Group  0 Pid  11000 on node-a device  0 [0000:18:00 " * 20_000
+    out = fuzzing.run_case("nccl_tests", MODULES["nccl_tests"], (_NT_TEXT + line + "\n").encode(), False,
+                           tmp_path / "w", name="all_reduce_perf.txt", timeout=10)
+    assert out.kind in ("ok", "salvage"), out
+
+
+@pytest.mark.parametrize("over", [{"out_of_place": {"time": 10**400, "alg_bw": 1, "bus_bw": 1, "nwrong": 0}},
+                                  {"root": 2**31}, {"root": "-2147483649"}])
+def test_nccl_tests_json_numbers_beyond_range(tmp_path: Path, over: dict) -> None:
+    """OverflowError@nccl_tests.py:_float (an integer time beyond float) and SchemaError@schema.py:conform
+    (a root beyond int32)"""
+    doc = {"args": ["./all_reduce_perf"], "results": [{**_NT_RESULT, **over}, _NT_RESULT]}
+    _run("nccl_tests", json.dumps(doc).encode(), tmp_path)
+
+
+@pytest.mark.parametrize("key", ["graph", "iterations", "warmup_iters"])
+def test_nccl_tests_json_config_beyond_int32(tmp_path: Path, key: str) -> None:
+    """SchemaError@schema.py:conform (config.graph = -2147483649 in a mutated report)"""
+    doc = {"args": ["./all_reduce_perf"], "config": {key: -(2**31) - 1}, "results": [_NT_RESULT]}
+    _run("nccl_tests", json.dumps(doc).encode(), tmp_path)
+
+
+@pytest.mark.parametrize("old, new", [("iters: 20", "iters: 99999999999"), ("graph: 0", "graph: 99999999999"),
+                                      ("nThread 1", "nThread " + "9" * 5000),
+                                      ("Rank  0", "Rank  " + "9" * 5000),
+                                      ("     sum      -1", "     sum      99999999999")])
+def test_nccl_tests_text_numbers_beyond_range(tmp_path: Path, old: str, new: str) -> None:
+    """SchemaError@schema.py:conform (iterations, graph or root beyond int32) and ValueError (a
+    5,000-digit rank or thread count: beyond Python's int-from-string limit)"""
+    assert old in _NT_TEXT
+    _run("nccl_tests", _NT_TEXT.replace(old, new, 1).encode(), tmp_path, name="all_reduce_perf.txt")
