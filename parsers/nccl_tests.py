@@ -636,7 +636,7 @@ def _salvage(data: bytes) -> tuple[dict[str, Any], list[Any] | None]:
             continue
         end = value_end(data, k, True)
         if end > 0:
-            with contextlib.suppress(msgspec.DecodeError):
+            with contextlib.suppress(msgspec.DecodeError, RecursionError):
                 doc[key.strip(b'"').decode()] = msgspec.json.decode(data[k:end])
     i = data.find(b'"results"')
     if i < 0:

@@ -187,3 +187,12 @@ def test_nccl_tests_text_numbers_beyond_range(tmp_path: Path, old: str, new: str
     5,000-digit rank or thread count: beyond Python's int-from-string limit)"""
     assert old in _NT_TEXT
     _run("nccl_tests", _NT_TEXT.replace(old, new, 1).encode(), tmp_path, name="all_reduce_perf.txt")
+
+
+def test_nccl_tests_json_salvage_of_a_deep_key(tmp_path: Path) -> None:
+    """RecursionError@nccl_tests.py:_salvage (a top-level `devices` nested 100,000 deep: the whole
+    report and then the salvaged key raise RecursionError in msgspec)"""
+    deep = "[" * 100_000 + "]" * 100_000
+    data = ('{"devices": ' + deep + ', "results": [' + json.dumps(_NT_RESULT) + "]}").encode()
+    out = _run("nccl_tests", data, tmp_path)
+    assert out.kind == "salvage", out
