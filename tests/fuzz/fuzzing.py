@@ -230,8 +230,9 @@ def _nest(value: Any, n: int) -> Any:
     return value
 
 
-def mutate_tree(obj: Any, rnd: random.Random) -> Any:
-    """One structural mutation of a decoded JSON/pickle tree."""
+def mutate_tree(obj: Any, rnd: random.Random, max_copies: int = 200) -> Any:
+    """One structural mutation of a decoded JSON/pickle tree (elements duplicated at most
+    `max_copies` times, so the re-encoded case stays near `MAX_CASE`)."""
     paths = list(_paths(obj))
     path = rnd.choice(paths)
     target = _get(obj, path)
@@ -259,7 +260,7 @@ def mutate_tree(obj: Any, rnd: random.Random) -> Any:
     if op == 6:
         return _set(obj, path, rnd.choice(ODD))
     if op == 7 and isinstance(target, list) and target:  # duplicate elements (many times)
-        target.extend(target[: rnd.randrange(1, 4)] * rnd.choice([1, 10, 200]))
+        target.extend(target[: rnd.randrange(1, 4)] * min(rnd.choice([1, 10, 200]), max_copies))
         return obj
     if op == 8 and isinstance(target, (int, float)) and not isinstance(target, bool):
         return _set(obj, path, -target if rnd.random() < 0.5 else target * rnd.choice([1000, 10**9, 10**18]))
@@ -287,6 +288,12 @@ def _pickle_encode(obj: Any) -> bytes:
         return pickle.dumps(None)
 
 
+def _copies(k: int, size: int) -> int:
+    """`k` copies of `size` bytes, fewer when they would pass `MAX_CASE`: a case is cut to
+    `MAX_CASE` anyway, and a mutator building gigabytes first would be the campaign's peak RSS."""
+    return max(1, min(k, MAX_CASE // max(1, size)))
+
+
 def mutate_lines(data: bytes, rnd: random.Random) -> bytes:
     lines = data.split(b"\n")
     if not lines:
@@ -296,7 +303,7 @@ def mutate_lines(data: bytes, rnd: random.Random) -> bytes:
     if op == 0:
         del lines[i]
     elif op == 1:
-        lines[i:i] = [lines[i]] * rnd.choice([1, 5, 100])
+        lines[i:i] = [lines[i]] * _copies(rnd.choice([1, 5, 100]), len(lines[i]))
     elif op == 2:
         j = rnd.randrange(len(lines))
         lines[i], lines[j] = lines[j], lines[i]
@@ -309,7 +316,7 @@ def mutate_lines(data: bytes, rnd: random.Random) -> bytes:
             rep = rnd.choice([b"99999999999999999999999999", b"-1", b"nan", b"inf", b"1e400", b"-0", b"", b"0x7f"])
             lines[i] = lines[i][: m.start()] + rep + lines[i][m.end():]
     elif op == 4:
-        lines[i] = lines[i] * rnd.choice([2, 50, 2000])
+        lines[i] = lines[i] * _copies(rnd.choice([2, 50, 2000]), len(lines[i]))
     else:
         lines[i] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40)))
     return b"\n".join(lines)
@@ -356,14 +363,14 @@ def make_case(seed: Seed, rnd: random.Random) -> tuple[bytes, bool]:
             except Exception:
                 data = mutate_bytes(data, rnd)
                 continue
-            tree = mutate_tree(tree, rnd)
+            tree = mutate_tree(tree, rnd, max_copies=_copies(200, len(data)))
             data = _json_encode(tree) if seed.encoding == "json" else _pickle_encode(tree)
         elif seed.encoding == "text" and r < 0.6:
             data = mutate_lines(data, rnd)
         else:
             data = mutate_bytes(data, rnd)
-    if len(data) > MAX_CASE:  # mutations compound (a line x 2000, then x 100): keep cases small
-        data = data[:MAX_CASE]
+        if len(data) > MAX_CASE:  # mutations compound (a line x 2000, then x 100): keep cases small
+            data = data[:MAX_CASE]
     gz = seed.gz if rnd.random() < 0.8 else not seed.gz
     if not gz:
         return data, False

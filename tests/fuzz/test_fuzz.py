@@ -90,3 +90,18 @@ def test_mutators_cover_the_issue_list() -> None:
             seen.add("wrong_type")
     assert seen >= {"gzip_corrupt", "bom", "nan_inf", "deep", "huge", "invalid_utf8", "truncated_or_corrupt",
                     "non_object_top", "deleted_key", "wrong_type"}, seen
+
+
+def test_mutators_stay_near_the_case_limit() -> None:
+    """A line repeated 2,000 times, then 100 times, once built gigabytes before the cut to
+    MAX_CASE: the campaign's peak RSS was the mutator's (ibnetdiscover's 1,063 MiB)."""
+    line = b"x" * (64 << 10)
+    data = b"\n".join([b"head", line, b"tail"])
+    rnd = random.Random(3)
+    for _ in range(300):
+        out = fuzzing.mutate_lines(data, rnd)
+        assert len(out) <= 2 * fuzzing.MAX_CASE
+    tree = [{"k": "v" * (64 << 10)}] * 3
+    for _ in range(300):
+        enc = fuzzing._json_encode(fuzzing.mutate_tree(list(tree), rnd, max_copies=fuzzing._copies(200, 3 << 16)))
+        assert len(enc) <= 2 * fuzzing.MAX_CASE
