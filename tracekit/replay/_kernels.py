@@ -3,6 +3,8 @@ dependency scheduler. Kernels see numpy arrays and scalars only and read no modu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tracekit._jit import njit
@@ -163,115 +165,7 @@ def route_flows(mode, src, dst, channel, fhash, gpus_per_host, nics_per_gpu, pla
 
 
 # --------------------------------------------------------------------------------------------
-# Binary min-heaps on parallel arrays; callers keep the size.
-
-
-@njit_inline
-def _heap_pop(hk, hi, ht, size):
-    """Remove the top; the caller reads it before calling. Returns the new size."""
-    size -= 1
-    if size == 0:
-        return 0
-    _heap_sift_down(hk, hi, ht, size, 0, hk[size], hi[size], ht[size])
-    return size
-
-
-@njit_inline
-def _heap_sift_down(hk, hi, ht, size, i, key, item, tag):
-    """Put (key, item, tag) at slot i, whose subtrees are heaps, and sift it down (i = 0:
-    replace the top)."""
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[i] = hk[c]
-        hi[i] = hi[c]
-        ht[i] = ht[c]
-        i = c
-    hk[i] = key
-    hi[i] = item
-    ht[i] = tag
-
-
-@njit_inline
-def _iheap_sift(hk, hi, hpos, size, i):
-    key = hk[i]
-    item = hi[i]
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hk[parent] <= key:
-            break
-        hk[i] = hk[parent]
-        hi[i] = hi[parent]
-        hpos[hi[i]] = i
-        i = parent
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[i] = hk[c]
-        hi[i] = hi[c]
-        hpos[hi[i]] = i
-        i = c
-    hk[i] = key
-    hi[i] = item
-    hpos[item] = i
-
-
-@njit_inline
-def _iheap_set(hk, hi, hpos, size, item, key):
-    """Insert `item` or change its key in an indexed min-heap; returns the new size."""
-    i = hpos[item]
-    if i < 0:
-        i = size
-        size += 1
-        hi[i] = item
-    hk[i] = key
-    _iheap_sift(hk, hi, hpos, size, i)
-    return size
-
-
-@njit_inline
-def _iheap_pop(hk, hi, hpos, size):
-    """Remove the top of an indexed min-heap; returns the new size."""
-    hpos[hi[0]] = -1
-    size -= 1
-    if size > 0:
-        hk[0] = hk[size]
-        hi[0] = hi[size]
-        hpos[hi[0]] = 0
-        _iheap_sift(hk, hi, hpos, size, 0)
-    return size
-
-
-# --------------------------------------------------------------------------------------------
 # Max-min fair fluid simulation.
-
-
-@njit_inline
-def _account(f, t0, t1, rate, indptr, res, win, window_ns, t_origin):
-    """Spread the bytes a flow sent at `rate` over [t0, t1] onto the windows of its resources
-    (`win` is window-major: one row per window, so an event's writes stay in a few rows)."""
-    n_win = win.shape[0]
-    if n_win == 0 or t1 <= t0 or rate <= 0.0:
-        return
-    w0 = int((t0 - t_origin) // window_ns)
-    w1 = int((t1 - t_origin) // window_ns)
-    for w in range(max(w0, 0), min(w1, n_win - 1) + 1):
-        a = max(t0, t_origin + w * window_ns)
-        b = min(t1, t_origin + (w + 1) * window_ns)
-        if b > a:
-            amount = rate * (b - a)
-            for k in range(indptr[f], indptr[f + 1]):
-                win[w, res[k]] += amount
 
 
 @njit
@@ -321,22 +215,64 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
         hk[j] = max(resid[j], 0.0) / nun[j]
         hi[j] = j
         ht[j] = 0
+    # (heap code written out: numba's inliner wraps array arguments in reference counting)
     hn = n_loc
     for j in range(n_loc // 2 - 1, -1, -1):
-        _heap_sift_down(hk, hi, ht, hn, j, hk[j], hi[j], ht[j])
+        i = j
+        key = hk[j]
+        item = hi[j]
+        tag = ht[j]
+        while True:
+            c = 2 * i + 1
+            if c >= hn:
+                break
+            if c + 1 < hn and hk[c + 1] < hk[c]:
+                c += 1
+            if hk[c] >= key:
+                break
+            hk[i] = hk[c]
+            hi[i] = hi[c]
+            ht[i] = ht[c]
+            i = c
+        hk[i] = key
+        hi[i] = item
+        ht[i] = tag
     level = 0.0
     left = s_n
+    x = 0.0
     while hn > 0 and left > 0:
         j = hi[0]
-        if nun[j] == 0:
-            hn = _heap_pop(hk, hi, ht, hn)
+        live = nun[j] != 0
+        if live and ht[0] != ver[j]:  # stale key: refresh it in place
+            key = max(resid[j] - used[j], 0.0) / nun[j]
+            item = j
+            tag = ver[j]
+            live = False
+        else:  # pop
+            x = hk[0]
+            hn -= 1
+            key = hk[hn]
+            item = hi[hn]
+            tag = ht[hn]
+        if hn > 0:
+            i = 0
+            while True:
+                c = 2 * i + 1
+                if c >= hn:
+                    break
+                if c + 1 < hn and hk[c + 1] < hk[c]:
+                    c += 1
+                if hk[c] >= key:
+                    break
+                hk[i] = hk[c]
+                hi[i] = hi[c]
+                ht[i] = ht[c]
+                i = c
+            hk[i] = key
+            hi[i] = item
+            ht[i] = tag
+        if not live:
             continue
-        if ht[0] != ver[j]:
-            y = max(resid[j] - used[j], 0.0) / nun[j]
-            _heap_sift_down(hk, hi, ht, hn, 0, y, j, ver[j])
-            continue
-        x = hk[0]
-        hn = _heap_pop(hk, hi, ht, hn)
         if x > level:
             level = x
         for m in range(cnt[j], cnt[j + 1]):
@@ -352,68 +288,6 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
                 nun[loc] -= 1
                 used[loc] += level
                 ver[loc] += 1
-
-
-@njit_inline
-def _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr, maxr_ok, rel_eps,
-                rchg, skip, hint):
-    """A saturated resource of flow h on which no flow is faster, or -1. Resources with
-    rchg == skip (this event's changed ones, when skip >= 0) are not considered. `hint` (a
-    resource on h's path, or -1) is tried first."""
-    tol = 1e3 * rel_eps
-    n = indptr[h + 1] - indptr[h]
-    first = 0 if hint < 0 else -1
-    for a in range(first, n):
-        r = hint if a < 0 else res[indptr[h] + a]
-        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol):
-            continue
-        if not maxr_ok[r]:
-            maxr_ok[r] = True
-            m = 0.0
-            for q in range(lstart[r], lstart[r] + lcnt[r]):
-                m = max(m, rate[poolf[q]])
-            maxr[r] = m
-        if rate[h] >= maxr[r] * (1.0 - tol):
-            return r
-    return -1
-
-
-@njit_inline
-def _set_bott(f, r, bott, bpool, lstart, bcnt, bpos):
-    """Move flow f to the bottleneck list of resource r (-1: none)."""
-    old = bott[f]
-    if old == r:
-        return
-    if old >= 0:
-        i = bpos[f]
-        last = bpool[lstart[old] + bcnt[old] - 1]
-        bpool[lstart[old] + i] = last
-        bpos[last] = i
-        bcnt[old] -= 1
-    if r >= 0:
-        bpool[lstart[r] + bcnt[r]] = f
-        bpos[f] = bcnt[r]
-        bcnt[r] += 1
-    bott[f] = r
-
-
-@njit_inline
-def _list_add(pool, poolf, lstart, lcnt, ipos, r, k, f):
-    pool[lstart[r] + lcnt[r]] = k
-    poolf[lstart[r] + lcnt[r]] = f
-    ipos[k] = lcnt[r]
-    lcnt[r] += 1
-
-
-@njit_inline
-def _list_remove(pool, poolf, lstart, lcnt, ipos, r, k):
-    i = ipos[k]
-    j = lstart[r] + lcnt[r] - 1
-    last = pool[j]
-    pool[lstart[r] + i] = last
-    poolf[lstart[r] + i] = poolf[j]
-    ipos[last] = i
-    lcnt[r] -= 1
 
 
 @njit
@@ -529,6 +403,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     hn = 0
     nxt = 0
     event = 0
+    n_win = win.shape[0]
     wstamp = 0
     while True:
         t_rel = release[order[nxt]] if nxt < n_flows else np.inf
@@ -537,6 +412,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             break
         now = min(t_rel, t_fin)
         tol = rel_eps * abs(now) + 1e-6
+        tol_b = 1e3 * rel_eps
         event += 1
         s_n = 0
         n_chg = 0
@@ -544,15 +420,68 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             f = hi[0]
             t_proj = hk[0]
             tf = t_proj if t_proj <= now + tol else now
-            hn = _iheap_pop(hk, hi, hpos, hn)
-            _account(f, tlast[f], t_proj, rate[f], indptr, res, win, window_ns, t_origin)
+            # pop the heap top (inlined, as are the other helpers of this loop: numba's inliner
+            # wraps array arguments in reference counting, which cost a third of the time)
+            hpos[f] = -1
+            hn -= 1
+            if hn > 0:
+                hk[0] = hk[hn]
+                hi[0] = hi[hn]
+                hpos[hi[0]] = 0
+                key = hk[0]
+                item = hi[0]
+                i = 0
+                while True:
+                    c = 2 * i + 1
+                    if c >= hn:
+                        break
+                    if c + 1 < hn and hk[c + 1] < hk[c]:
+                        c += 1
+                    if hk[c] >= key:
+                        break
+                    hk[i] = hk[c]
+                    hi[i] = hi[c]
+                    hpos[hi[i]] = i
+                    i = c
+                hk[i] = key
+                hi[i] = item
+                hpos[item] = i
+            if n_win > 0 and rate[f] > 0.0 and t_proj > tlast[f]:  # bytes onto the windows
+                w0 = math.floor((tlast[f] - t_origin) / window_ns)
+                if t_origin + w0 * window_ns > tlast[f]:
+                    w0 -= 1
+                w1 = math.floor((t_proj - t_origin) / window_ns)
+                if t_origin + (w1 + 1) * window_ns < t_proj:
+                    w1 += 1
+                w0 = max(w0, 0)
+                w1 = min(w1, n_win - 1)
+                for w in range(w0, w1 + 1):
+                    aa = max(tlast[f], t_origin + w * window_ns)
+                    bb = min(t_proj, t_origin + (w + 1) * window_ns)
+                    if bb > aa:
+                        amount = rate[f] * (bb - aa)
+                        for k in range(indptr[f], indptr[f + 1]):
+                            win[w, res[k]] += amount
             rem[f] = 0.0
             finish[f] = tf + latency[f]
             active[f] = False
-            _set_bott(f, -1, bott, bpool, lstart, bcnt, bpos)
+            old = bott[f]
+            if old >= 0:
+                i = bpos[f]
+                last = bpool[lstart[old] + bcnt[old] - 1]
+                bpool[lstart[old] + i] = last
+                bpos[last] = i
+                bcnt[old] -= 1
+                bott[f] = -1
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                _list_remove(pool, poolf, lstart, lcnt, ipos, r, k)
+                i = ipos[k]
+                j = lstart[r] + lcnt[r] - 1
+                last = pool[j]
+                pool[lstart[r] + i] = last
+                poolf[lstart[r] + i] = poolf[j]
+                ipos[last] = i
+                lcnt[r] -= 1
                 load[r] -= rate[f]
                 if rate[f] >= maxr[r]:
                     maxr_ok[r] = False
@@ -576,7 +505,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             rate[f] = 0.0
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                _list_add(pool, poolf, lstart, lcnt, ipos, r, k, f)
+                pool[lstart[r] + lcnt[r]] = k
+                poolf[lstart[r] + lcnt[r]] = f
+                ipos[k] = lcnt[r]
+                lcnt[r] += 1
                 if rchg[r] != event:
                     rchg[r] = event
                     chg_links[n_chg] = r
@@ -603,15 +535,42 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         if not arrivals:
             # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
             kept = 0
+            skip = event
+            hint = -1
             for i in range(s_n):
-                g = s_list[i]
-                b = _bottleneck(g, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, event, -1)
+                h = s_list[i]
+                b = -1
+                p0 = indptr[h]
+                for a in range(0, indptr[h + 1] - p0):
+                    r = hint if a < 0 else res[p0 + a]
+                    if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                        continue
+                    if not maxr_ok[r]:
+                        maxr_ok[r] = True
+                        m = 0.0
+                        for q in range(lstart[r], lstart[r] + lcnt[r]):
+                            m = max(m, rate[poolf[q]])
+                        maxr[r] = m
+                    if rate[h] >= maxr[r] * (1.0 - tol_b):
+                        b = r
+                        break
                 if b >= 0:
-                    _set_bott(g, b, bott, bpool, lstart, bcnt, bpos)
-                    in_s[g] = -1
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    in_s[h] = -1
                 else:
-                    s_list[kept] = g
+                    s_list[kept] = h
                     kept += 1
             s_n = kept
         while s_n > 0:
@@ -640,32 +599,60 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             # verify: every flow in S or on a changed resource needs a bottleneck
             wstamp += 1
             n_bad = 0
-            for i in range(s_n):
-                h = s_list[i]
-                checked[h] = wstamp
-                b = _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, -2, froze_at[i])
-                _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
-                if b < 0:
-                    bad[n_bad] = h
-                    n_bad += 1
-            n_cand = 0
-            for c in range(n_chg):
-                r = chg_links[c]
-                for q in range(lstart[r], lstart[r] + bcnt[r]):
-                    h = bpool[q]
-                    if checked[h] != wstamp:
+            skip = -2
+            for phase in range(2):
+                # phase 0: the flows of S (first trying the resource that froze them); phase 1:
+                # the flows bottlenecked on a changed resource
+                n_chk = s_n
+                if phase == 1:
+                    n_chk = 0
+                    for c in range(n_chg):
+                        r = chg_links[c]
+                        for q in range(lstart[r], lstart[r] + bcnt[r]):
+                            h = bpool[q]
+                            if checked[h] != wstamp:
+                                checked[h] = wstamp
+                                cand[n_chk] = h
+                                n_chk += 1
+                for i in range(n_chk):
+                    if phase == 0:
+                        h = s_list[i]
                         checked[h] = wstamp
-                        cand[n_cand] = h
-                        n_cand += 1
-            for i in range(n_cand):
-                h = cand[i]
-                b = _bottleneck(h, indptr, res, cap, load, rate, poolf, lstart, lcnt, maxr,
-                                maxr_ok, rel_eps, rchg, -2, bott[h])
-                _set_bott(h, b, bott, bpool, lstart, bcnt, bpos)
-                if b < 0:
-                    bad[n_bad] = h
-                    n_bad += 1
+                        hint = froze_at[i]
+                    else:
+                        h = cand[i]
+                        hint = bott[h]
+                    b = -1
+                    p0 = indptr[h]
+                    for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
+                        r = hint if a < 0 else res[p0 + a]
+                        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                            continue
+                        if not maxr_ok[r]:
+                            maxr_ok[r] = True
+                            m = 0.0
+                            for q in range(lstart[r], lstart[r] + lcnt[r]):
+                                m = max(m, rate[poolf[q]])
+                            maxr[r] = m
+                        if rate[h] >= maxr[r] * (1.0 - tol_b):
+                            b = r
+                            break
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    if b < 0:
+                        bad[n_bad] = h
+                        n_bad += 1
             if n_bad == 0:
                 break
             grew = False
@@ -708,13 +695,55 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if rate[g] == orig[g]:
                 continue
             if orig[g] > 0.0:
-                _account(g, tlast[g], now, orig[g], indptr, res, win, window_ns, t_origin)
+                if n_win > 0 and now > tlast[g]:
+                    w0 = math.floor((tlast[g] - t_origin) / window_ns)
+                    if t_origin + w0 * window_ns > tlast[g]:
+                        w0 -= 1
+                    w1 = math.floor((now - t_origin) / window_ns)
+                    if t_origin + (w1 + 1) * window_ns < now:
+                        w1 += 1
+                    w0 = max(w0, 0)
+                    w1 = min(w1, n_win - 1)
+                    for w in range(w0, w1 + 1):
+                        aa = max(tlast[g], t_origin + w * window_ns)
+                        bb = min(now, t_origin + (w + 1) * window_ns)
+                        if bb > aa:
+                            amount = orig[g] * (bb - aa)
+                            for k in range(indptr[g], indptr[g + 1]):
+                                win[w, res[k]] += amount
                 rem[g] -= orig[g] * (now - tlast[g])
                 if rem[g] < 0.0:
                     rem[g] = 0.0
             tlast[g] = now
             r_g = rate[g] if rate[g] > 0.0 else 1e-300
-            hn = _iheap_set(hk, hi, hpos, hn, g, now + rem[g] / r_g)
+            key = now + rem[g] / r_g
+            i = hpos[g]
+            if i < 0:
+                i = hn
+                hn += 1
+            while i > 0:
+                parent = (i - 1) >> 1
+                if hk[parent] <= key:
+                    break
+                hk[i] = hk[parent]
+                hi[i] = hi[parent]
+                hpos[hi[i]] = i
+                i = parent
+            while True:
+                c = 2 * i + 1
+                if c >= hn:
+                    break
+                if c + 1 < hn and hk[c + 1] < hk[c]:
+                    c += 1
+                if hk[c] >= key:
+                    break
+                hk[i] = hk[c]
+                hi[i] = hi[c]
+                hpos[hi[i]] = i
+                i = c
+            hk[i] = key
+            hi[i] = g
+            hpos[g] = i
     out = np.empty((n_res, n_windows), np.float64)
     for w in range(n_windows):
         for r in range(n_res):
