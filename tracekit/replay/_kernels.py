@@ -369,6 +369,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     cand = np.empty(n_flows, np.int64)
     thr = np.zeros(n_res, np.float64)
     marked = np.empty(n_res, np.int64)
+    cmark = np.full(n_res, -1, np.int64)
+    cls_n = np.zeros(n_res, np.int64)
+    cls_x = np.zeros(n_res, np.float64)
     w_links = np.empty(n_res, np.int64)
     w_cnt = np.zeros(n_res + 1, np.int64)
     w_fill = np.empty(n_res, np.int64)
@@ -575,9 +578,67 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             s_n = kept
         while s_n > 0:
             wstamp += 1
-            _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
-                       froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
-                       w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
+            # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
+            # flow of S crosses another class's resource and, with each class at its resource's
+            # fair share x_b, every other resource S crosses stays clearly unsaturated, progressive
+            # filling freezes each class at x_b on b: the water-fill's result without running it
+            # (most events of a skewed all-to-all; the same numbers, in the same order).
+            one = True
+            for i in range(s_n):
+                b = bott[s_list[i]]
+                if b < 0:
+                    one = False
+                    break
+                if cmark[b] != wstamp:
+                    cmark[b] = wstamp
+                    cls_n[b] = 0
+                    cls_x[b] = cap[b] - load[b]
+                cls_n[b] += 1
+                cls_x[b] += rate[s_list[i]]
+            if one:
+                n_mark = 0
+                for i in range(s_n):
+                    g = s_list[i]
+                    b = bott[g]
+                    if cls_n[b] > 0:  # first member: resid -> fair share
+                        x = max(cls_x[b], 0.0) / cls_n[b]
+                        cls_x[b] = x
+                        cls_n[b] = -1
+                        if x <= 0.0:
+                            one = False
+                            break
+                    d = cls_x[b] - rate[g]
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        if r == b:
+                            continue
+                        if cmark[r] == wstamp:  # crosses another class's resource
+                            one = False
+                            break
+                        if lmark[r] != wstamp:
+                            lmark[r] = wstamp
+                            thr[r] = cap[r] - load[r]
+                            marked[n_mark] = r
+                            n_mark += 1
+                        thr[r] -= d
+                    if not one:
+                        break
+                if one:
+                    for i in range(n_mark):
+                        r = marked[i]
+                        if thr[r] <= cap[r] * tol_b:
+                            one = False
+                            break
+            if one:
+                for i in range(s_n):
+                    b = bott[s_list[i]]
+                    new_rate[i] = cls_x[b]
+                    froze_at[i] = b
+            else:
+                wstamp += 1
+                _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
+                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
+                           w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
             for i in range(s_n):
                 g = s_list[i]
                 d = new_rate[i] - rate[g]
