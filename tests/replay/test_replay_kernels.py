@@ -175,3 +175,71 @@ def test_flow_order_does_not_matter():
     out2 = simulate(topo, ip2, ids2, shuffled, n_windows=50, window_ns=1e3)
     np.testing.assert_allclose(out2.finish, out.finish[perm], rtol=1e-12)
     np.testing.assert_allclose(out2.windows, out.windows, rtol=1e-9, atol=1e-6)
+
+
+@st.composite
+def shared_route_cases(draw):
+    """Many flows on a few routes (and a few flows on routes of their own): the rate classes of
+    the kernel (flows bottlenecked on one resource) hold many flows of different sizes and
+    release times."""
+    n_res = draw(st.integers(2, 6))
+    cap = draw(st.lists(st.floats(0.5, 20), min_size=n_res, max_size=n_res))
+    routes = draw(st.lists(st.sets(st.integers(0, n_res - 1), min_size=1), min_size=1, max_size=4))
+    n_flows = draw(st.integers(2, 40))
+    route_of = draw(st.lists(st.integers(0, len(routes) - 1), min_size=n_flows, max_size=n_flows))
+    nbytes = draw(st.lists(st.one_of(st.sampled_from([16.0, 64.0]), st.floats(1, 1e4)),
+                           min_size=n_flows, max_size=n_flows))
+    release = draw(st.lists(st.one_of(st.just(0.0), st.floats(0, 2e3)), min_size=n_flows, max_size=n_flows))
+    paths = [sorted(routes[r]) for r in route_of]
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    ids = np.array([r for p in paths for r in p], np.int64)
+    return indptr, ids, np.array(nbytes), np.array(release), np.array(cap), np.zeros(n_res)
+
+
+@settings(max_examples=150, deadline=None)
+@given(shared_route_cases())
+def test_kernel_matches_naive_twin_on_shared_routes(case):
+    indptr, ids, nbytes, release, cap, lat = case
+    fast, win = _run(indptr, ids, nbytes, release, cap, lat, n_windows=100, window_ns=1e5)
+    slow = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat)
+    np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(win.sum(axis=1), resource_bytes(cap.size, indptr, ids, nbytes), rtol=1e-9)
+    assert np.all(win <= cap[:, None] * 1e5 * (1 + 1e-9))
+
+
+def test_one_class_of_different_sizes_finishes_in_closed_form():
+    """n flows share one link from t=0, sizes s_1 < ... < s_n: while k flows are left each gets
+    c/k, so t_k = t_{k-1} + (n - k + 1)(s_k - s_{k-1}) / c (processor sharing, by hand)."""
+    c, sizes = 4.0, np.array([100.0, 250.0, 260.0, 1000.0, 4000.0])
+    n = sizes.size
+    # the flows take two routes that meet at resource 0 (the bottleneck), so they are one class
+    # of flows with different paths; resources 1 and 2 are fast
+    indptr = np.arange(0, 2 * n + 1, 2)
+    ids = np.array([[0, 1 + f % 2] for f in range(n)]).ravel()
+    fast, win = _run(indptr, ids, sizes, np.zeros(n), [c, 100.0, 100.0], np.zeros(3), n_windows=10, window_ns=1e3)
+    expected, t, prev = [], 0.0, 0.0
+    for k, s in enumerate(sizes, start=1):
+        t += (n - k + 1) * (s - prev) / c
+        prev = s
+        expected.append(t)
+    np.testing.assert_allclose(fast, expected, rtol=1e-12)
+    np.testing.assert_allclose(win[0], [min(c * 1e3, sizes.sum() - c * 1e3 * w) for w in range(2)] + [0.0] * 8,
+                               rtol=1e-12, atol=1e-9)
+
+
+def test_one_class_with_staggered_releases_matches_the_twin():
+    """An incast: 30 flows of different sizes released at different times into one downlink,
+    from sources whose uplinks are fast, plus two flows that leave through a slow uplink."""
+    n = 30
+    rng = np.random.default_rng(11)
+    src = np.r_[np.arange(n) % 6, [6, 6]]
+    paths = [[1 + s, 0] for s in src]  # uplink of the source, then the shared downlink 0
+    paths[-1] = [7, 8]  # the slow uplink's other flow goes elsewhere
+    cap = np.r_[10.0, np.full(6, 50.0), [3.0, 50.0]]
+    nbytes = rng.integers(1, 50, n + 2) * 64.0
+    release = np.r_[np.sort(rng.choice([0.0, 20.0, 55.0, 300.0], n)), [0.0, 10.0]]
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    ids = np.array([r for p in paths for r in p], np.int64)
+    fast, _ = _run(indptr, ids, nbytes, release, cap, np.zeros(cap.size))
+    slow = simulate_naive(indptr, ids, nbytes, release, np.ones(n + 2), cap, np.zeros(cap.size))
+    np.testing.assert_allclose(fast, slow, rtol=1e-9)
