@@ -12,9 +12,6 @@ from tracekit.analysis import _kernels
 from tracekit.analysis._frames import P2P_OPS, Frame, frame, table
 from tracekit.analysis.matching import keyed
 
-DENSE_LIMIT = 4096
-
-
 def align_clocks(
     collectives: Frame, ranks: Frame, *, max_iter: int = 100, tol_ns: float = 0.5,
 ) -> tuple[pa.Table, dict[str, Any]]:
@@ -23,14 +20,15 @@ def align_clocks(
     Participants of a collective finish nearly together, so for rank r and instance i,
     `end[r, i] + offset[r] ~ common_end[i]`. The offsets minimise the sum of absolute deviations
     over the bipartite rank-instance graph, jointly for all ranks: iteratively reweighted least
-    squares, each step solving the rank Laplacian with the instances' common ends eliminated,
-    until no offset moves by more than `tol_ns` (above 4,096 ranks, rank-by-rank alternating
-    medians instead). Send/recv pairs are used only when the
-    collectives leave ranks unconnected (a send often returns before the recv completes). In each
-    connected component the lowest rank is the anchor (offset 0).
+    squares, each step solving the rank Laplacian with the instances' common ends eliminated
+    (sparse conjugate gradients, `weighted_offsets`: the same method at every scale), until no
+    offset moves by more than `tol_ns`. Send/recv pairs are used only when the collectives leave
+    ranks unconnected (a send often returns before the recv completes). In each connected
+    component the lowest rank is the anchor (offset 0): ranks outside the anchor's component are
+    aligned only among themselves, and ranks with no timed collective keep offset 0.
 
     Returns the ranks table with `clock_offset_ns` (common = own + offset) and a report:
-    method, instances_used, iterations, anchor, components, unconnected_ranks, used_p2p,
+    method, instances_used, iterations, solver_steps, anchor, components, unconnected_ranks, used_p2p,
     raw_spread_ns and residual_ns (median/p90/max over instances of the end-time spread before
     and after alignment), per_rank_residual_ns, notes.
     """
@@ -41,7 +39,7 @@ def align_clocks(
     all_ranks = sorted(set(rk.get_column("rank").to_list()) | set(coll.get_column("rank").to_list()))
     report: dict[str, Any] = {
         "method": "end-time least absolute deviation (IRLS, joint over all ranks)",
-        "instances_used": 0, "iterations": 0, "anchor": None, "components": [],
+        "instances_used": 0, "iterations": 0, "solver_steps": 0, "anchor": None, "components": [],
         "unconnected_ranks": [], "used_p2p": False,
         "raw_spread_ns": _stats(np.zeros(0)), "residual_ns": _stats(np.zeros(0)),
         "per_rank_residual_ns": {}, "notes": [],
@@ -82,19 +80,12 @@ def align_clocks(
     comps: dict[int, list[int]] = {}
     for i, lab in enumerate(labels.tolist()):
         comps.setdefault(lab, []).append(i)
-    args = (r_idx, i_idx.astype(np.int64), e, len(all_ranks), len(inst_codes), max_iter, tol_ns)
-    if len(all_ranks) <= DENSE_LIMIT:
-        off, iterations = _solve(*args, anchors=[min(m) for m in comps.values()])
-    else:
-        off, iterations = _solve_medians(*args)
-        report["method"] = "end-time alternating medians (rank by rank; more than "\
-            f"{DENSE_LIMIT} ranks)"
-    present = set(r_idx.tolist())
-    for members in comps.values():
-        anchor = min(members)
-        shift = off[anchor]
-        for m in members:
-            off[m] -= shift
+    present_mask = np.bincount(r_idx, minlength=len(all_ranks)) > 0
+    fixed = ~present_mask
+    fixed[[min(m) for m in comps.values()]] = True
+    off, iterations, cg_steps = _solve(r_idx, i_idx.astype(np.int64), e, len(all_ranks), len(inst_codes),
+                                       max_iter, tol_ns, fixed)
+    present = set(np.flatnonzero(present_mask).tolist())
     offsets = {r: round(off[idx[r]]) if idx[r] in present else 0 for r in all_ranks}
     main = comps[labels[0]]
     report["anchor"] = all_ranks[min(main)]
@@ -110,6 +101,7 @@ def align_clocks(
     shifted = e + off[r_idx]
     report["instances_used"] = len(inst_codes)
     report["iterations"] = iterations
+    report["solver_steps"] = cg_steps
     report["raw_spread_ns"] = _stats(_spread(i_idx, e, len(inst_codes)))
     report["residual_ns"] = _stats(_spread(i_idx, shifted, len(inst_codes)))
     common = _group_median(i_idx, shifted, len(inst_codes))
@@ -121,54 +113,68 @@ def align_clocks(
 
 
 def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: int,
-           max_iter: int, tol: float, anchors: list[int], *, floor_ns: float = 100.0
-           ) -> tuple[np.ndarray, int]:
-    """Least absolute deviations by iteratively reweighted least squares; every step solves all
-    offsets jointly (dense rank Laplacian), so blocks of tightly bound ranks move together."""
-    by_i = np.argsort(i_idx, kind="stable")
-    r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
-    starts = np.searchsorted(i_s, np.arange(n_i + 1))
-    w = np.ones(len(e_s))
+           max_iter: int, tol: float, fixed: np.ndarray, *, floor_ns: float = 100.0
+           ) -> tuple[np.ndarray, int, int]:
+    """Least absolute deviations by iteratively reweighted least squares. Every step solves all
+    offsets jointly (so blocks of tightly bound ranks move together) with `fixed` ranks held at 0;
+    returns the offsets, the IRLS iterations and the conjugate-gradient steps they took."""
+    w = np.ones(len(e))
     off = np.zeros(n_r)
-    pin = np.zeros(n_r)
-    pin[anchors] = 1.0
-    it = 0
+    it = steps = 0
     for it in range(1, max_iter + 1):
-        lap, b = _kernels.normal_equations(r_s, starts, w, e_s, n_r)
-        scale = max(float(np.max(np.abs(np.diag(lap)))), 1.0)
-        lap[np.diag_indices(n_r)] += pin * scale * 1e6 + (np.diag(lap) == 0)
-        new = np.linalg.solve(lap, b)
-        shifted = e_s + new[r_s]
-        common = np.bincount(i_s, w * shifted, n_i) / np.bincount(i_s, w, n_i)
-        res = shifted - common[i_s]
+        new, k = weighted_offsets(r_idx, i_idx, e, w, n_r, n_i, fixed, x0=off)
+        steps += k
+        shifted = e + new[r_idx]
+        common = np.bincount(i_idx, w * shifted, n_i) / np.bincount(i_idx, w, n_i)
+        res = shifted - common[i_idx]
         w = 1.0 / np.sqrt(res * res + floor_ns * floor_ns)
         moved = float(np.max(np.abs(new - off))) if n_r else 0.0
         off = new
         if moved <= tol and it > 1:
             break
-    return off, it
+    return off, it, steps
 
 
-def _solve_medians(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: int,
-                   max_iter: int, tol: float) -> tuple[np.ndarray, int]:
-    """Alternating medians (rank-by-rank coordinate descent): for runs too large for `_solve`."""
-    off = np.zeros(n_r)
-    by_i = np.argsort(i_idx, kind="stable")
-    by_r = np.argsort(r_idx, kind="stable")
-    i_starts = np.searchsorted(i_idx[by_i], np.arange(n_i + 1))
-    r_starts = np.searchsorted(r_idx[by_r], np.arange(n_r + 1))
-    has = np.diff(r_starts) > 0
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
-        common = _kernels.segment_median((e + off[r_idx])[by_i], i_starts)
-        new = np.zeros(n_r)
-        new[has] = _kernels.segment_median((common[i_idx] - e)[by_r], r_starts)[has]
-        new -= np.median(new[has])
-        moved = np.max(np.abs(new - off)) if n_r else 0.0
-        off = new
-        if moved <= tol:
-            break
-    return off, it
+def weighted_offsets(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, w: np.ndarray, n_r: int,
+                     n_i: int, fixed: np.ndarray, *, x0: np.ndarray | None = None,
+                     rtol: float = 1e-12, max_steps: int | None = None) -> tuple[np.ndarray, int]:
+    """Offsets o minimising sum_k w_k (e_k + o[r_k] - c[i_k])^2 over o and the instances' common
+    ends c, with o = 0 on `fixed` ranks (one anchor per connected component, and ranks without
+    edges). With c eliminated this is the rank Laplacian system L o = b; it is solved by
+    Jacobi-preconditioned conjugate gradients whose products with L are two passes over the
+    edges, so memory and time per step are linear in the matched (rank, instance) pairs where
+    forming L densely costs ranks^2. Returns o and the number of steps."""
+    free = ~fixed
+    tot = np.bincount(i_idx, w, n_i)
+    tot[tot == 0] = 1.0
+
+    def lap(x: np.ndarray) -> np.ndarray:
+        xr = x[r_idx]
+        mean = np.bincount(i_idx, w * xr, n_i) / tot
+        return np.where(free, np.bincount(r_idx, w * (xr - mean[i_idx]), n_r), 0.0)
+
+    e_mean = np.bincount(i_idx, w * e, n_i) / tot
+    b = np.where(free, -np.bincount(r_idx, w * (e - e_mean[i_idx]), n_r), 0.0)
+    diag = np.bincount(r_idx, w * (1.0 - w / tot[i_idx]), n_r)
+    inv = np.where(free & (diag > 0), 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
+    x = np.zeros(n_r) if x0 is None else np.where(free, x0, 0.0)
+    res = b - lap(x)
+    goal = rtol * float(np.linalg.norm(b))
+    z = inv * res
+    p = z.copy()
+    rz = float(res @ z)
+    limit = max_steps if max_steps is not None else 10 * n_r + 100
+    k = 0
+    while k < limit and float(np.linalg.norm(res)) > goal:
+        lp = lap(p)
+        alpha = rz / float(p @ lp)
+        x += alpha * p
+        res -= alpha * lp
+        z = inv * res
+        rz, rz_old = float(res @ z), rz
+        p = z + (rz / rz_old) * p
+        k += 1
+    return x, k
 
 
 def _components(edges: pl.DataFrame, idx: dict[int, int]) -> np.ndarray:
