@@ -1,9 +1,12 @@
 import numpy as np
 import polars as pl
 import pytest
-from analysis_helpers import coll_table, ranks_table
+from analysis_helpers import coll_table, ranks_table, strip_derived
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tracekit.analysis import align_clocks, match_collectives, prepare
+from tracekit.analysis import _kernels, align_clocks, clocks, match_collectives, prepare
+from tracekit.synth import SynthSpec, make_run_tables
 
 
 def _offsets(ranks) -> dict[int, int]:
@@ -109,3 +112,187 @@ def test_recovers_synth_host_offsets(request, fixture):
     true = {int(r): v for r, v in truth["clock_offset_ns"].items()}
     base = true[0]
     assert all(_close(est[r], true[r] - base) for r in true), (est, true)
+
+
+# --- the solver at scale: exactness against the dense solve, injected truth, invariants ----------
+
+
+def _dense_irls(r: np.ndarray, i: np.ndarray, e: np.ndarray, n_r: int, n_i: int, fixed: np.ndarray,
+                max_iter: int = 100, tol: float = 0.5, floor: float = 100.0) -> np.ndarray:
+    """The alignment as it was solved before the sparse solver: IRLS, each step forming the dense
+    rank Laplacian and solving it directly (fixed ranks removed), in plain numpy."""
+    w = np.ones(len(e))
+    off = np.zeros(n_r)
+    for it in range(1, max_iter + 1):
+        lap = np.zeros((n_r, n_r))
+        b = np.zeros(n_r)
+        for k in range(n_i):
+            m = i == k
+            rr, ww, ee = r[m], w[m], e[m]
+            tot = ww.sum()
+            lap[rr, rr] += ww
+            lap[np.ix_(rr, rr)] -= np.outer(ww, ww) / tot
+            b[rr] -= ww * (ee - ww @ ee / tot)
+        keep = ~fixed & (np.diag(lap) > 0)
+        new = np.zeros(n_r)
+        new[keep] = np.linalg.solve(lap[np.ix_(keep, keep)], b[keep])
+        shifted = e + new[r]
+        common = np.bincount(i, w * shifted, n_i) / np.bincount(i, w, n_i)
+        res = shifted - common[i]
+        w = 1.0 / np.sqrt(res * res + floor * floor)
+        moved = np.max(np.abs(new - off))
+        off = new
+        if moved <= tol and it > 1:
+            break
+    return off
+
+
+@st.composite
+def _graphs(draw):
+    """A random rank-instance graph: instances over random rank subsets, ends on skewed clocks
+    with jitter and an occasional late outlier."""
+    n_r = draw(st.integers(2, 10))
+    n_i = draw(st.integers(1, 25))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    true = rng.integers(-5_000_000, 5_000_000, n_r)
+    r, i, e = [], [], []
+    for k in range(n_i):
+        members = rng.choice(n_r, size=int(rng.integers(2, n_r + 1)), replace=False)
+        for m in members:
+            late = 3_000_000 if rng.random() < 0.05 else 0
+            r.append(m)
+            i.append(k)
+            e.append(k * 50_000_000 - true[m] + int(rng.integers(0, 8_000)) + late)
+    r, i = np.array(r, np.int64), np.array(i, np.int64)
+    labels = _kernels.components(r, i, n_r, n_i)
+    fixed = np.bincount(r, minlength=n_r) == 0
+    fixed[np.unique(labels)] = True
+    e = np.array(e, np.float64) - float(np.median(e))
+    return r, i, e, n_r, n_i, fixed
+
+
+@settings(max_examples=60, deadline=None)
+@given(_graphs())
+def test_sparse_solve_equals_the_dense_solve(g):
+    r, i, e, n_r, n_i, fixed = g
+    got, _, _ = clocks._solve(r, i, e, n_r, n_i, 100, 0.5, fixed)
+    want = _dense_irls(r, i, e, n_r, n_i, fixed)
+    np.testing.assert_allclose(got, want, atol=1e-3)
+
+
+def test_weighted_offsets_are_the_least_squares_solution():
+    """One weighted solve against brute-force least squares over offsets and common ends."""
+    rng = np.random.default_rng(4)
+    r = np.array([0, 1, 2, 0, 2, 1, 3, 4, 5, 4])
+    inst = np.array([0, 0, 0, 1, 1, 2, 2, 3, 3, 4])
+    e = rng.normal(size=10) * 1e6
+    w = rng.uniform(0.01, 5, size=10)
+    fixed = np.zeros(7, bool)
+    fixed[[0, 4, 6]] = True  # two components anchored at 0 and 4; rank 6 has no edge
+    got, steps = clocks.weighted_offsets(r, inst, e, w, 7, 5, fixed)
+    assert 0 < steps <= 7
+    free = [1, 2, 3, 5]
+    a = np.zeros((10, len(free) + 5))
+    for k in range(10):
+        if r[k] in free:
+            a[k, free.index(r[k])] = 1
+        a[k, len(free) + inst[k]] = -1
+    sw = np.sqrt(w)
+    x, *_ = np.linalg.lstsq(a * sw[:, None], -e * sw, rcond=None)
+    np.testing.assert_allclose(got[free], x[:len(free)], atol=1e-6)
+    assert got[[0, 4, 6]].tolist() == [0, 0, 0]
+
+
+def _synth_collectives(hosts: int, seed: int, *, noise: bool):
+    tables, truth = make_run_tables(SynthSpec(hosts=hosts, gpus_per_host=8, pp=4, ep=8, steps=1, seed=seed,
+                                              clock_skew_ns=3_000_000, straggler_rank=5, launch_events=False))
+    coll = pl.from_arrow(strip_derived(tables)["collectives"])
+    if noise:
+        rng = np.random.default_rng(seed)
+        late = (rng.random(coll.height) < 0.02) * rng.integers(1_000_000, 20_000_000, coll.height)
+        coll = coll.with_columns(pl.col("dur_ns") + pl.Series(rng.integers(0, 5_000, coll.height) + late))
+    true = {int(r): v - truth["clock_offset_ns"]["0"] for r, v in truth["clock_offset_ns"].items()}
+    return coll, true
+
+
+def test_recovers_synth_offsets_at_256_ranks_with_jitter_outliers_and_a_detached_group():
+    """256 synth ranks (per-host skew up to 3 ms, a straggler, 0-5 us end jitter, 2% of ends late by
+    1-20 ms) plus 4 ranks that only talk among themselves on their own clocks."""
+    coll, true = _synth_collectives(32, 7, noise=True)
+    extra_off = {256: 0, 257: 900_000, 258: -1_300_000, 259: 2_000_000}
+    rows = _skewed_run(extra_off, {"island": list(extra_off)}, 20, seed=3)
+    island = pl.from_arrow(coll_table(rows))
+    coll = pl.concat([coll, island], how="diagonal_relaxed")
+    matched, _ = match_collectives(coll)
+    ranks, report = align_clocks(matched, ranks_table(260))
+    est = _offsets(ranks)
+    err = max(abs(est[r] - true[r]) for r in true)
+    assert err < 10_000, err
+    assert report["unconnected_ranks"] == [256, 257, 258, 259]
+    assert sorted(report["components"], key=len)[0] == [256, 257, 258, 259]
+    assert all(abs(est[r] - extra_off[r]) < 10_000 for r in extra_off)
+    assert report["residual_ns"]["p90"] < 20_000 < report["raw_spread_ns"]["median"]
+
+
+def test_one_method_at_512_ranks():
+    """The 512-rank case the old alternating-medians path got wrong by up to 2 ms."""
+    coll, true = _synth_collectives(64, 1, noise=False)
+    matched, _ = match_collectives(coll)
+    ranks, report = align_clocks(matched, ranks_table(512))
+    est = _offsets(ranks)
+    assert max(abs(est[r] - true[r]) for r in true) <= 1
+    assert report["method"].startswith("end-time least absolute deviation")
+    assert not hasattr(clocks, "DENSE_LIMIT")
+
+
+def test_equals_the_dense_solve_on_a_noisy_64_rank_synth_run():
+    coll, _ = _synth_collectives(8, 2, noise=True)
+    matched, _ = match_collectives(coll)
+    _, report = align_clocks(matched, ranks_table(64))
+    assert report["used_p2p"]  # pipeline stages meet only in send/recv
+    timed = pl.from_arrow(matched).filter(pl.col("ts_ns").is_not_null()).unique(["rank", "instance"], keep="first")
+    timed = timed.filter(pl.len().over("instance") > 1)
+    r = timed["rank"].to_numpy().astype(np.int64)
+    _, i = np.unique(timed["instance"].to_numpy(), return_inverse=True)
+    end = (timed["ts_ns"] + timed["dur_ns"]).to_numpy()
+    e = (end - int(np.median(end))).astype(np.float64)
+    fixed = np.zeros(64, bool)
+    fixed[0] = True
+    want = _dense_irls(r, i.astype(np.int64), e, 64, int(i.max()) + 1, fixed)
+    got, _, _ = clocks._solve(r, i.astype(np.int64), e, 64, int(i.max()) + 1, 100, 0.5, fixed)
+    np.testing.assert_allclose(got, want, atol=1e-2)
+    assert report["iterations"] > 2 and report["solver_steps"] > report["iterations"]
+
+
+@st.composite
+def _runs(draw):
+    n = draw(st.integers(3, 7))
+    off = {r: draw(st.integers(-3_000_000, 3_000_000)) for r in range(n)}
+    groups = {"all": list(range(n)), "pair": [0, n - 1], "sub": list(range(1, n))}
+    return _skewed_run(off, groups, draw(st.integers(3, 8)), seed=draw(st.integers(0, 1000))), n
+
+
+@settings(max_examples=25, deadline=None)
+@given(_runs(), st.integers(-(10**15), 10**15))
+def test_a_constant_on_every_clock_changes_nothing(run, shift):
+    rows, n = run
+    base = align_clocks(match_collectives(coll_table(rows))[0], ranks_table(n))
+    moved = [{**r, "ts_ns": r["ts_ns"] + shift} for r in rows]
+    again = align_clocks(match_collectives(coll_table(moved))[0], ranks_table(n))
+    assert _offsets(again[0]) == _offsets(base[0])
+    assert again[1]["residual_ns"] == base[1]["residual_ns"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(_runs(), st.randoms(use_true_random=False))
+def test_permuting_ranks_permutes_offsets(run, rnd):
+    rows, n = run
+    perm = list(range(n))
+    rnd.shuffle(perm)
+    base = _offsets(align_clocks(match_collectives(coll_table(rows))[0], ranks_table(n))[0])
+    renamed = [{**r, "rank": perm[r["rank"]]} for r in rows]
+    got = _offsets(align_clocks(match_collectives(coll_table(renamed))[0], ranks_table(n))[0])
+    anchor = perm.index(0)  # the new lowest rank is old rank `anchor`: offsets are relative to it
+    for r in range(n):
+        assert abs(got[perm[r]] - (base[r] - base[anchor])) <= 2, (r, got, base, perm)

@@ -120,31 +120,3 @@ def encloses(op_key, op_start, op_end, c_key, c_start, c_end):  # pragma: no cov
         if j < n_c and c_key[j] == op_key[i] and suffix_min_end[j] <= op_end[i]:
             out[i] = True
     return out
-
-
-@jit
-def normal_equations(r, starts, w, e, n_r):  # pragma: no cover - jitted
-    """Normal equations of min sum_k w_k (e_k + o[r_k] - c_i)^2 with each instance's common
-    value c_i eliminated. Rows are grouped by instance (`starts`); returns the dense rank
-    Laplacian L and right-hand side b (L o = b)."""
-    lap = np.zeros((n_r, n_r))
-    b = np.zeros(n_r)
-    for k in range(starts.shape[0] - 1):
-        s0 = starts[k]
-        s1 = starts[k + 1]
-        tot = 0.0
-        acc = 0.0
-        for a in range(s0, s1):
-            tot += w[a]
-            acc += w[a] * e[a]
-        if tot <= 0.0:
-            continue
-        mean = acc / tot
-        for a in range(s0, s1):
-            ra = r[a]
-            lap[ra, ra] += w[a]
-            b[ra] -= w[a] * (e[a] - mean)
-            f = w[a] / tot
-            for c in range(s0, s1):
-                lap[ra, r[c]] -= f * w[c]
-    return lap, b

@@ -12,6 +12,7 @@ from tracekit.analysis import _kernels
 from tracekit.analysis._frames import P2P_OPS, Frame, frame, table
 from tracekit.analysis.matching import keyed
 
+
 def align_clocks(
     collectives: Frame, ranks: Frame, *, max_iter: int = 100, tol_ns: float = 0.5,
 ) -> tuple[pa.Table, dict[str, Any]]:
@@ -60,10 +61,10 @@ def align_clocks(
         return _with_offsets(rk, all_ranks, offsets), report
 
     edges = multi.filter(~pl.col("p2p"))
-    idx = {r: i for i, r in enumerate(all_ranks)}
-    labels = _components(edges, idx)
+    rank_arr = np.array(all_ranks, np.int64)
+    labels = _components(edges, rank_arr)
     if len(set(labels.tolist())) > 1 and multi.filter(pl.col("p2p")).height:
-        with_p2p = _components(multi, idx)
+        with_p2p = _components(multi, rank_arr)
         if len(set(with_p2p.tolist())) < len(set(labels.tolist())):
             edges, labels = multi, with_p2p
             report["used_p2p"] = True
@@ -72,7 +73,7 @@ def align_clocks(
         report["notes"].append("only send/recv with timestamps: offsets left at 0")
         return _with_offsets(rk, all_ranks, offsets), report
 
-    r_idx = np.array([idx[r] for r in edges.get_column("rank").to_list()], np.int64)
+    r_idx = np.searchsorted(rank_arr, edges.get_column("rank").to_numpy().astype(np.int64))
     inst_codes, i_idx = np.unique(edges.get_column("instance").to_numpy(), return_inverse=True)
     end = edges.get_column("end").to_numpy().astype(np.int64)
     base = int(np.median(end))
@@ -86,7 +87,7 @@ def align_clocks(
     off, iterations, cg_steps = _solve(r_idx, i_idx.astype(np.int64), e, len(all_ranks), len(inst_codes),
                                        max_iter, tol_ns, fixed)
     present = set(np.flatnonzero(present_mask).tolist())
-    offsets = {r: round(off[idx[r]]) if idx[r] in present else 0 for r in all_ranks}
+    offsets = {r: round(off[i]) if present_mask[i] else 0 for i, r in enumerate(all_ranks)}
     main = comps[labels[0]]
     report["anchor"] = all_ranks[min(main)]
     report["components"] = [sorted(all_ranks[m] for m in members) for members in comps.values()
@@ -177,10 +178,10 @@ def weighted_offsets(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, w: np.
     return x, k
 
 
-def _components(edges: pl.DataFrame, idx: dict[int, int]) -> np.ndarray:
-    r = np.array([idx[x] for x in edges.get_column("rank").to_list()], np.int64)
+def _components(edges: pl.DataFrame, rank_arr: np.ndarray) -> np.ndarray:
+    r = np.searchsorted(rank_arr, edges.get_column("rank").to_numpy().astype(np.int64))
     _, inst = np.unique(edges.get_column("instance").to_numpy(), return_inverse=True)
-    return _kernels.components(r, inst.astype(np.int64), len(idx), int(inst.max(initial=-1)) + 1)
+    return _kernels.components(r, inst.astype(np.int64), len(rank_arr), int(inst.max(initial=-1)) + 1)
 
 
 def _group_median(seg: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
