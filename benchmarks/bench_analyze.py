@@ -9,11 +9,22 @@ process so that peak RSS is its own, `tracekit.analysis.analyze` runs on it, and
 naive per-rank Python loop doing the core of the same work (per-instance waits, clock offsets by
 rank-by-rank medians, per-rank interval unions for compute/comm/overlap). Prints wall time and
 peak RSS of each and their ratios. Target: the analysis under 10 s and 4 GiB on 2 cores.
+
+``--align 256,1024,4096,8192`` times the cross-rank clock alignment alone at each size (ranks =
+hosts x 8, PP=4, EP=8, one step of synthetic collectives), the current sparse solver against the
+dense one it replaced (`benchmarks/previous_clocks.py`), in the same run, on two inputs: the synth
+ends as made (they agree exactly, so IRLS stops after 2 steps: what `bench_e2e.py` sees) and the
+same ends with 0-5 us jitter and 2% of them 1-20 ms late (IRLS then does real work; both solvers
+capped at ``--align-iters`` steps, and the current one also run to convergence). Prints seconds,
+the largest offset difference between the two solvers and from the injected truth, and the growth
+exponent of each column (slope of log time on log ranks, all sizes and the two largest). Target:
+the current solver's exponent <= 1.2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import resource
 import statistics
@@ -108,6 +119,94 @@ def _child(target: Any, run_dir: str) -> dict[str, Any]:
     return res
 
 
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    den = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
+
+
+def _align_inputs(hosts: int) -> tuple[Any, Any, Any, dict[int, int]]:
+    """Matched synthetic collectives (clean and jittered), the ranks table and the true offsets."""
+    import numpy as np
+    import polars as pl
+
+    from tracekit.analysis import match_collectives
+    from tracekit.synth import SynthSpec, make_run_tables
+
+    tables, truth = make_run_tables(SynthSpec(hosts=hosts, gpus_per_host=8, pp=4, ep=8, steps=1, seed=1,
+                                              launch_events=False))
+    coll, _ = match_collectives(tables["collectives"])
+    c = pl.from_arrow(coll)
+    rng = np.random.default_rng(0)
+    late = (rng.random(c.height) < 0.02) * rng.integers(1_000_000, 20_000_000, c.height)
+    noisy = c.with_columns(pl.col("dur_ns") + pl.Series(rng.integers(0, 5_000, c.height) + late))
+    base = truth["clock_offset_ns"]["0"]
+    return c, noisy, tables["ranks"], {int(r): v - base for r, v in truth["clock_offset_ns"].items()}
+
+
+def _timed_align(fn: Any, coll: Any, ranks: Any, **kw: Any) -> tuple[float, dict[int, int], dict[str, Any]]:
+    import polars as pl
+
+    t0 = time.perf_counter()
+    out, report = fn(coll, ranks, **kw)
+    dt = time.perf_counter() - t0
+    df = pl.from_arrow(out)
+    return dt, dict(zip(df["rank"].to_list(), df["clock_offset_ns"].to_list(), strict=True)), report
+
+
+def align_scaling(sizes: list[int], iters: int, old_max: int) -> int:
+    """Clock alignment alone, current (sparse CG) vs previous (dense) solver, at growing rank counts."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import previous_clocks
+
+    from tracekit.analysis.clocks import align_clocks
+
+    previous_clocks.DENSE_LIMIT = sys.maxsize  # time the dense solve, not the wrong medians path
+    warm, _, warm_ranks, _ = _align_inputs(4)
+    align_clocks(warm, warm_ranks)
+    previous_clocks.align_clocks(warm, warm_ranks)  # compile the dense kernel outside the timings
+    cols = ("clean new", "clean old", f"noisy{iters} new", f"noisy{iters} old", "noisy new")
+    rows: list[tuple[int, dict[str, float]]] = []
+    print(f"{'ranks':>6} {'calls':>8} " + " ".join(f"{c:>14}" for c in cols) + "   notes")
+    for world in sizes:
+        t0 = time.perf_counter()
+        clean, noisy, ranks, truth = _align_inputs(max(world // 8, 4))
+        made = time.perf_counter() - t0
+        t: dict[str, float] = {}
+        notes = []
+        t["clean new"], new, rep = _timed_align(align_clocks, clean, ranks)
+        notes.append(f"truth err {max(abs(new[r] - truth[r]) for r in truth)} ns, {rep['iterations']} it")
+        if world <= old_max:
+            t["clean old"], old, _ = _timed_align(previous_clocks.align_clocks, clean, ranks)
+            notes.append(f"old-new {max(abs(old[r] - new[r]) for r in new)} ns")
+        t[f"noisy{iters} new"], new, _ = _timed_align(align_clocks, noisy, ranks, max_iter=iters)
+        if world <= old_max:
+            t[f"noisy{iters} old"], old, _ = _timed_align(previous_clocks.align_clocks, noisy, ranks, max_iter=iters)
+            notes.append(f"noisy old-new {max(abs(old[r] - new[r]) for r in new)} ns")
+        t["noisy new"], new, rep = _timed_align(align_clocks, noisy, ranks)
+        notes.append(f"noisy: truth err {max(abs(new[r] - truth[r]) for r in truth)} ns, {rep['iterations']} it, "
+                     f"{rep['solver_steps']} CG steps; inputs {made:.0f} s")
+        rows.append((world, t))
+        print(f"{world:>6} {noisy.height:>8,} " + " ".join(
+            f"{t[c]:>13.2f}s" if c in t else f"{'-':>14}" for c in cols) + "   " + "; ".join(notes), flush=True)
+    ok = True
+    for label, pick in (("all sizes", rows), ("two largest", rows[-2:])):
+        exps = []
+        for c in cols:
+            pts = [(w, t[c]) for w, t in pick if c in t]
+            e = _slope([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+            exps.append("-" if e is None else f"{e:.2f}")
+            if c.endswith("new") and e is not None and e > 1.2:
+                ok = False
+        print(f"{'exponent':>6} {label:>8} " + " ".join(f"{x:>14}" for x in exps))
+    print(f"target (current solver exponent <= 1.2): {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=128)
@@ -119,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batches", type=int, default=4)
     ap.add_argument("--kernels", type=int, default=16, help="Compute kernels per block.")
     ap.add_argument("--no-naive", action="store_true", help="Skip the naive baseline.")
+    ap.add_argument("--align", metavar="RANKS", help="Only the clock alignment at these rank counts "
+                    "(comma-separated, e.g. 256,1024,4096,8192), current vs previous solver.")
+    ap.add_argument("--align-iters", type=int, default=10, help="IRLS cap for the like-for-like noisy timing.")
+    ap.add_argument("--align-old-max", type=int, default=8192, help="Largest rank count the dense solver runs at.")
     args = ap.parse_args(argv)
+    if args.align:
+        return align_scaling([int(x) for x in args.align.split(",")], args.align_iters, args.align_old_max)
 
     from tracekit.synth import SynthSpec, make_run_tables, write_run
 
