@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
+from tracekit.analysis import _kernels
 
 
 def coll_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -56,3 +59,53 @@ def strip_derived(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     i = g.schema.get_field_index("dims")
     out["groups"] = g.set_column(i, g.schema.field(i), pa.nulls(g.num_rows, g.schema.field(i).type))
     return out
+
+
+def dense_irls(r: np.ndarray, i: np.ndarray, e: np.ndarray, n_r: int, n_i: int, fixed: np.ndarray,
+                max_iter: int = 100, tol: float = 0.5, floor: float = 100.0) -> np.ndarray:
+    """The alignment as it was solved before the sparse solver: IRLS, each step forming the dense
+    rank Laplacian and solving it directly (fixed ranks removed), in plain numpy."""
+    w = np.ones(len(e))
+    off = np.zeros(n_r)
+    for it in range(1, max_iter + 1):
+        lap = np.zeros((n_r, n_r))
+        b = np.zeros(n_r)
+        for k in range(n_i):
+            m = i == k
+            rr, ww, ee = r[m], w[m], e[m]
+            tot = ww.sum()
+            lap[rr, rr] += ww
+            lap[np.ix_(rr, rr)] -= np.outer(ww, ww) / tot
+            b[rr] -= ww * (ee - ww @ ee / tot)
+        keep = ~fixed & (np.diag(lap) > 0)
+        new = np.zeros(n_r)
+        new[keep] = np.linalg.solve(lap[np.ix_(keep, keep)], b[keep])
+        shifted = e + new[r]
+        common = np.bincount(i, w * shifted, n_i) / np.bincount(i, w, n_i)
+        res = shifted - common[i]
+        w = 1.0 / np.sqrt(res * res + floor * floor)
+        moved = np.max(np.abs(new - off))
+        off = new
+        if moved <= tol and it > 1:
+            break
+    return off
+
+
+def alignment_edges(matched: pa.Table, n_ranks: int, *, p2p: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]:
+    """The (rank, instance, end) pairs `align_clocks` fits, ranks numbered 0..n-1: timed calls of
+    instances seen on two or more ranks (send/recv only with `p2p`); and the fixed ranks (the
+    lowest of each component, and ranks without a pair)."""
+    timed = pl.from_arrow(matched).filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    timed = timed.unique(["rank", "instance"], keep="first").filter(pl.len().over("instance") > 1)
+    if not p2p:
+        timed = timed.filter(~pl.col("op").is_in(["send", "recv"]))
+    r = timed["rank"].to_numpy().astype(np.int64)
+    _, i = np.unique(timed["instance"].to_numpy(), return_inverse=True)
+    i = i.astype(np.int64)
+    end = (timed["ts_ns"] + timed["dur_ns"]).to_numpy()
+    e = (end - int(np.median(end))).astype(np.float64)
+    n_i = int(i.max()) + 1
+    fixed = np.bincount(r, minlength=n_ranks) == 0
+    fixed[np.unique(_kernels.components(r, i, n_ranks, n_i))] = True
+    return r, i, e, n_i, fixed
