@@ -61,25 +61,32 @@ def strip_derived(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     return out
 
 
+def dense_weighted_offsets(r: np.ndarray, i: np.ndarray, e: np.ndarray, w: np.ndarray, n_r: int, n_i: int,
+                           fixed: np.ndarray) -> np.ndarray:
+    """One weighted least-squares step as the alignment solved it before the sparse solver: the
+    dense rank Laplacian, fixed ranks removed, solved directly."""
+    lap = np.zeros((n_r, n_r))
+    b = np.zeros(n_r)
+    for k in range(n_i):
+        m = i == k
+        rr, ww, ee = r[m], w[m], e[m]
+        tot = ww.sum()
+        lap[rr, rr] += ww
+        lap[np.ix_(rr, rr)] -= np.outer(ww, ww) / tot
+        b[rr] -= ww * (ee - ww @ ee / tot)
+    keep = ~fixed & (np.diag(lap) > 0)
+    out = np.zeros(n_r)
+    out[keep] = np.linalg.solve(lap[np.ix_(keep, keep)], b[keep])
+    return out
+
+
 def dense_irls(r: np.ndarray, i: np.ndarray, e: np.ndarray, n_r: int, n_i: int, fixed: np.ndarray,
-                max_iter: int = 100, tol: float = 0.5, floor: float = 100.0) -> np.ndarray:
-    """The alignment as it was solved before the sparse solver: IRLS, each step forming the dense
-    rank Laplacian and solving it directly (fixed ranks removed), in plain numpy."""
+               max_iter: int = 100, tol: float = 0.5, floor: float = 100.0) -> np.ndarray:
+    """The alignment's IRLS with every step solved densely (`dense_weighted_offsets`)."""
     w = np.ones(len(e))
     off = np.zeros(n_r)
     for it in range(1, max_iter + 1):
-        lap = np.zeros((n_r, n_r))
-        b = np.zeros(n_r)
-        for k in range(n_i):
-            m = i == k
-            rr, ww, ee = r[m], w[m], e[m]
-            tot = ww.sum()
-            lap[rr, rr] += ww
-            lap[np.ix_(rr, rr)] -= np.outer(ww, ww) / tot
-            b[rr] -= ww * (ee - ww @ ee / tot)
-        keep = ~fixed & (np.diag(lap) > 0)
-        new = np.zeros(n_r)
-        new[keep] = np.linalg.solve(lap[np.ix_(keep, keep)], b[keep])
+        new = dense_weighted_offsets(r, i, e, w, n_r, n_i, fixed)
         shifted = e + new[r]
         common = np.bincount(i, w * shifted, n_i) / np.bincount(i, w, n_i)
         res = shifted - common[i]
