@@ -261,6 +261,9 @@ def test_a_constant_on_every_clock_changes_nothing(run, shift):
 @settings(max_examples=25, deadline=None)
 @given(_runs(), st.randoms(use_true_random=False))
 def test_permuting_ranks_permutes_offsets(run, rnd):
+    """Renaming ranks renames their offsets (relative to the new lowest rank), within 20 ns: IRLS
+    stops once no offset moves 0.5 ns, and where the L1 optimum is flat, summing in another order
+    stops it a few ns elsewhere (up to 5 ns seen in 300 examples)."""
     rows, n = run
     perm = list(range(n))
     rnd.shuffle(perm)
@@ -269,4 +272,4 @@ def test_permuting_ranks_permutes_offsets(run, rnd):
     got = _offsets(align_clocks(match_collectives(coll_table(renamed))[0], ranks_table(n))[0])
     anchor = perm.index(0)  # the new lowest rank is old rank `anchor`: offsets are relative to it
     for r in range(n):
-        assert abs(got[perm[r]] - (base[r] - base[anchor])) <= 2, (r, got, base, perm)
+        assert abs(got[perm[r]] - (base[r] - base[anchor])) <= 20, (r, got, base, perm)

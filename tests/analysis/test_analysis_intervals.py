@@ -155,3 +155,15 @@ def test_python_twins_of_the_kernels_agree():
     assert py(_kernels.encloses)(k, s0, e0, k[:1], s0[:1] + 1, e0[:1] - 1).tolist() == [True, False]
     vals = np.array([1.0, 3.0, 2.0])
     assert py(_kernels.segment_median)(vals, np.array([0, 3])).tolist() == [2.0]
+    w = np.array([1.0, 2.0, 0.5])
+    np.testing.assert_allclose(py(_kernels.centred_sums)(a, np.array([0, 2, 3]), w, vals, 3),
+                               _kernels.centred_sums(a, np.array([0, 2, 3]), w, vals, 3))
+
+
+def test_centred_sums_by_hand():
+    """Instance 0 = ranks {0, 1} with w 1, 3 and v 10, 2 (weighted mean 4); instance 1 = ranks
+    {1, 2} with w 1, 1 and v 5, 7 (mean 6): rank 0 gets 1*(10-4), rank 1 3*(2-4) + 1*(5-6)."""
+    r = np.array([0, 1, 1, 2])
+    got = _kernels.centred_sums(r, np.array([0, 2, 4]), np.array([1.0, 3.0, 1.0, 1.0]),
+                                np.array([10.0, 2.0, 5.0, 7.0]), 4)
+    assert got.tolist() == [6.0, -7.0, 1.0, 0.0]

@@ -120,3 +120,25 @@ def encloses(op_key, op_start, op_end, c_key, c_start, c_end):  # pragma: no cov
         if j < n_c and c_key[j] == op_key[i] and suffix_min_end[j] <= op_end[i]:
             out[i] = True
     return out
+
+
+@jit
+def centred_sums(r, starts, w, v, n_r):  # pragma: no cover - jitted
+    """Per rank, sum of w[a] * (v[a] - weighted mean of v over a's instance), pairs grouped by
+    instance (`starts`). With v = x[r] this is the rank Laplacian of the rank-instance graph (the
+    instances eliminated) times x; with v = end times, minus the alignment's right-hand side."""
+    out = np.zeros(n_r)
+    for k in range(starts.shape[0] - 1):
+        s0 = starts[k]
+        s1 = starts[k + 1]
+        tot = 0.0
+        acc = 0.0
+        for a in range(s0, s1):
+            tot += w[a]
+            acc += w[a] * v[a]
+        if tot <= 0.0:
+            continue
+        mean = acc / tot
+        for a in range(s0, s1):
+            out[r[a]] += w[a] * (v[a] - mean)
+    return out

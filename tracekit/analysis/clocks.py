@@ -119,15 +119,18 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     """Least absolute deviations by iteratively reweighted least squares. Every step solves all
     offsets jointly (so blocks of tightly bound ranks move together) with `fixed` ranks held at 0;
     returns the offsets, the IRLS iterations and the conjugate-gradient steps they took."""
+    by_i = np.argsort(i_idx, kind="stable")
+    r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
+    starts = np.searchsorted(i_s, np.arange(n_i + 1))
     w = np.ones(len(e))
     off = np.zeros(n_r)
     it = steps = 0
     for it in range(1, max_iter + 1):
-        new, k = weighted_offsets(r_idx, i_idx, e, w, n_r, n_i, fixed, x0=off)
+        new, k = _cg(r_s, starts, e_s, w, n_r, fixed, off)
         steps += k
-        shifted = e + new[r_idx]
-        common = np.bincount(i_idx, w * shifted, n_i) / np.bincount(i_idx, w, n_i)
-        res = shifted - common[i_idx]
+        shifted = e_s + new[r_s]
+        common = np.bincount(i_s, w * shifted, n_i) / np.bincount(i_s, w, n_i)
+        res = shifted - common[i_s]
         w = 1.0 / np.sqrt(res * res + floor_ns * floor_ns)
         moved = float(np.max(np.abs(new - off))) if n_r else 0.0
         off = new
@@ -137,36 +140,39 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
 
 
 def weighted_offsets(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, w: np.ndarray, n_r: int,
-                     n_i: int, fixed: np.ndarray, *, x0: np.ndarray | None = None,
-                     rtol: float = 1e-12, max_steps: int | None = None) -> tuple[np.ndarray, int]:
+                     n_i: int, fixed: np.ndarray) -> tuple[np.ndarray, int]:
     """Offsets o minimising sum_k w_k (e_k + o[r_k] - c[i_k])^2 over o and the instances' common
     ends c, with o = 0 on `fixed` ranks (one anchor per connected component, and ranks without
-    edges). With c eliminated this is the rank Laplacian system L o = b; it is solved by
-    Jacobi-preconditioned conjugate gradients whose products with L are two passes over the
-    edges, so memory and time per step are linear in the matched (rank, instance) pairs where
-    forming L densely costs ranks^2. Returns o and the number of steps."""
+    pairs). Eliminating c leaves the rank Laplacian system L o = b, solved by Jacobi-preconditioned
+    conjugate gradients whose products with L are passes over the (rank, instance) pairs: memory
+    and time per step are linear in the pairs, where forming L densely costs ranks^2 memory and
+    solving it ranks^3 time. Returns o and the number of steps."""
+    by_i = np.argsort(i_idx, kind="stable")
+    starts = np.searchsorted(i_idx[by_i], np.arange(n_i + 1))
+    return _cg(r_idx[by_i], starts, e[by_i], w[by_i], n_r, fixed, np.zeros(n_r))
+
+
+def _cg(r: np.ndarray, starts: np.ndarray, e: np.ndarray, w: np.ndarray, n_r: int, fixed: np.ndarray,
+        x0: np.ndarray, *, rtol: float = 1e-12) -> tuple[np.ndarray, int]:
+    """`weighted_offsets` on pairs grouped by instance (`starts`), from the guess `x0`."""
     free = ~fixed
-    tot = np.bincount(i_idx, w, n_i)
-    tot[tot == 0] = 1.0
+    seg = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    tot = np.bincount(seg, w, len(starts) - 1)[seg]
 
     def lap(x: np.ndarray) -> np.ndarray:
-        xr = x[r_idx]
-        mean = np.bincount(i_idx, w * xr, n_i) / tot
-        return np.where(free, np.bincount(r_idx, w * (xr - mean[i_idx]), n_r), 0.0)
+        return np.where(free, _kernels.centred_sums(r, starts, w, x[r], n_r), 0.0)
 
-    e_mean = np.bincount(i_idx, w * e, n_i) / tot
-    b = np.where(free, -np.bincount(r_idx, w * (e - e_mean[i_idx]), n_r), 0.0)
-    diag = np.bincount(r_idx, w * (1.0 - w / tot[i_idx]), n_r)
+    b = np.where(free, -_kernels.centred_sums(r, starts, w, e, n_r), 0.0)
+    diag = np.bincount(r, w * (1.0 - w / tot), n_r)
     inv = np.where(free & (diag > 0), 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
-    x = np.zeros(n_r) if x0 is None else np.where(free, x0, 0.0)
+    x = np.where(free, x0, 0.0)
     res = b - lap(x)
     goal = rtol * float(np.linalg.norm(b))
     z = inv * res
     p = z.copy()
     rz = float(res @ z)
-    limit = max_steps if max_steps is not None else 10 * n_r + 100
     k = 0
-    while k < limit and float(np.linalg.norm(res)) > goal:
+    while k < 10 * n_r + 100 and float(np.linalg.norm(res)) > goal:
         lp = lap(p)
         alpha = rz / float(p @ lp)
         x += alpha * p
