@@ -15,7 +15,8 @@ hosts x 8, PP=4, EP=8, one step of synthetic collectives), the current sparse so
 dense one it replaced (`benchmarks/previous_clocks.py`), in the same run, on two inputs: the synth
 ends as made (they agree exactly, so IRLS stops after 2 steps: what `bench_e2e.py` sees) and the
 same ends with 0-5 us jitter and 2% of them 1-20 ms late (IRLS then does real work; both solvers
-capped at ``--align-iters`` steps, and the current one also run to convergence). Prints seconds,
+capped at ``--align-iters`` steps, and the current one also run to convergence). Prints CPU seconds
+(the process's, BLAS threads included; wall time on a shared machine mostly measures the neighbours),
 the largest offset difference between the two solvers and from the injected truth, and the growth
 exponent of each column (slope of log time on log ranks, all sizes and the two largest). Target:
 the current solver's exponent <= 1.2.
@@ -151,9 +152,9 @@ def _align_inputs(hosts: int) -> tuple[Any, Any, Any, dict[int, int]]:
 def _timed_align(fn: Any, coll: Any, ranks: Any, **kw: Any) -> tuple[float, dict[int, int], dict[str, Any]]:
     import polars as pl
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     out, report = fn(coll, ranks, **kw)
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     df = pl.from_arrow(out)
     return dt, dict(zip(df["rank"].to_list(), df["clock_offset_ns"].to_list(), strict=True)), report
 
@@ -171,6 +172,7 @@ def align_scaling(sizes: list[int], iters: int, old_max: int) -> int:
     previous_clocks.align_clocks(warm, warm_ranks)  # compile the dense kernel outside the timings
     cols = ("clean new", "clean old", f"noisy{iters} new", f"noisy{iters} old", "noisy new")
     rows: list[tuple[int, dict[str, float]]] = []
+    print("CPU seconds of align_clocks; new = sparse CG solver, old = previous dense solver")
     print(f"{'ranks':>6} {'calls':>8} " + " ".join(f"{c:>14}" for c in cols) + "   notes")
     for world in sizes:
         t0 = time.perf_counter()
