@@ -47,7 +47,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
-from tracekit.store import Run
+from tracekit.store import Run, parquet_options
 from tracekit.telemetry import _kernels as _k
 
 ORIGIN = "telemetry"
@@ -67,8 +67,6 @@ VALUE_COLUMNS = ("tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "tx_pause", "rx_p
 #: Smallest frame counted when bounding a packet counter's rate (64 B Ethernet, ~IB header-only).
 MIN_FRAME_BYTES = 64
 PORT_KEY = ("host", "device", "port")
-#: link_samples columns worth Parquet dictionary encoding (the numbers are nearly unique).
-DICT_COLUMNS = ("link", "device", "port", "origin", "host", "link_end")
 SERIES_KEY = (*PORT_KEY, "metric", "direction", "qualifier")
 
 
@@ -540,7 +538,7 @@ def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
     merged = with_rates(old, rates)
     if merged.num_rows:
         tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(merged, tmp, compression="zstd", use_dictionary=DICT_COLUMNS)
+        pq.write_table(merged, tmp, **parquet_options(merged.schema))
         tmp.replace(path)
     else:
         path.unlink(missing_ok=True)
