@@ -187,24 +187,24 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
     stats.ports = n_pid
     if not rateable.any():
         return TelemetryRates(schema.empty("link_samples"), stats)
-    sid, n_sid, _ = _dense(pid, col["metric"][0], col["direction"][0], col["qualifier"][0], where=rateable)
-    column = _output_columns(col["metric"], col["direction"])
-    column = np.where(rateable, column, -1)
+    sid, n_sid, sid_first = _dense(pid, col["metric"][0], col["direction"][0], col["qualifier"][0], where=rateable)
+    column_of_sid = _output_columns(col["metric"], col["direction"], sid_first)
+    pid_of_sid = pid[sid_first]
     identity = _identify_ports(ports, topology_nodes, topology_links)
     stats.mapped_ports = sum(1 for ident in identity if ident[1] is not None)
 
     base = np.flatnonzero(rateable)
-    if len(base) > 1 and not (np.diff(ts[base]) >= 0).all():
+    del rateable
+    if len(base) > 1 and not _k.is_sorted(ts, base):
         base = base[np.argsort(ts[base], kind="stable")]
     by_series = _k.counting_order(sid, n_sid, base)
     step = _k.min_step(by_series, sid, ts, n_sid)
-    pid_of_sid = np.full(n_sid, -1, np.int64)
-    pid_of_sid[sid[base]] = pid[base]
     tol = np.full(n_pid, np.inf)
     np.fmin.at(tol, pid_of_sid, step)
     tol = np.where(np.isfinite(tol), tol * 0.25, 0.0)
     by_port = _k.counting_order(pid, n_pid, base)
-    scrape, row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
+    row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
+    del by_port
 
     speeds_idx = np.flatnonzero(is_speed)
     port_max_speed = np.full(n_pid, np.nan)
@@ -212,26 +212,22 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
         np.fmax.at(port_max_speed, pid[speeds_idx], value[speeds_idx])
     link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity])
     port_max_speed = np.where(np.isnan(port_max_speed), link_bps, port_max_speed)
-    is_tx_bytes, is_rx_bytes = _is(col["metric"], ("tx_bytes", "rx_bytes"))
-    is_bytes = is_tx_bytes | is_rx_bytes
-    per_second = port_max_speed[np.maximum(pid, 0)] / 8.0 / np.where(is_bytes, 1.0, MIN_FRAME_BYTES)
+    is_bytes = np.isin(column_of_sid, [VALUE_COLUMNS.index("tx_bytes"), VALUE_COLUMNS.index("rx_bytes")])
+    per_second = port_max_speed[pid_of_sid] / 8.0 / np.where(is_bytes, 1.0, MIN_FRAME_BYTES)
     with np.errstate(divide="ignore", invalid="ignore"):
-        wrap_s = np.where(per_second > 0, 2.0 ** 32 / per_second, np.nan)
-    count, flag, prev_scrape, dup = _k.series_windows(by_series, sid, scrape, value, bits, saturable, saturated,
-                                                      is_rate, wrap_s)
-    n_dup = int(dup[base].sum())
-    _skip(stats, "duplicate", n_dup)
-    stats.used += len(base) - n_dup
-    used = np.flatnonzero(np.bincount(column[base] + 1, minlength=len(VALUE_COLUMNS) + 1)[1:])
+        wrap_of_sid = np.where(per_second > 0, 2.0 ** 32 / per_second, np.nan)
+    used = np.unique(column_of_sid[column_of_sid >= 0])
     compact = np.full(len(VALUE_COLUMNS) + 1, -1, np.int64)
     compact[used] = np.arange(len(used))
-    total, present, mask = _k.grid_values(base, row, compact[column], count, flag, prev_scrape, g_prev,
-                                          len(g_pid), len(used))
-    out = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds_idx, pid,
-                      ts, value, gap_factor)
+    total, present, mask, n_dup = _k.window_grid(by_series, sid, row, g_t, g_prev, value, bits, saturable,
+                                                 saturated, is_rate, wrap_of_sid, compact[column_of_sid], len(used))
+    del by_series, row, sid
+    _skip(stats, "duplicate", n_dup)
+    stats.used += len(base) - n_dup
+    out, flagged = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds_idx,
+                               pid, ts, value, gap_factor)
     stats.windows = out.num_rows
-    flags = pa.compute.list_flatten(out.column("flags")).to_pylist()
-    stats.flagged.update(flags)
+    stats.flagged.update(flagged)
     return TelemetryRates(out, stats)
 
 
@@ -299,8 +295,9 @@ def _dense(*keys: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, int, np.nd
     return ids, int(n), first
 
 
-def _output_columns(metric: tuple[np.ndarray, list], direction: tuple[np.ndarray, list]) -> np.ndarray:
-    """Index into VALUE_COLUMNS per row (-1 when the metric has no column)."""
+def _output_columns(metric: tuple[np.ndarray, list], direction: tuple[np.ndarray, list],
+                    rows: np.ndarray) -> np.ndarray:
+    """Index into VALUE_COLUMNS per row of `rows` (-1 when the metric has no column)."""
     m_idx, m_dict = metric
     d_idx, d_dict = direction
     table = np.full((len(m_dict) + 1, len(d_dict) + 1), -1, np.int64)
@@ -309,27 +306,30 @@ def _output_columns(metric: tuple[np.ndarray, list], direction: tuple[np.ndarray
             name = OUTPUT_COLUMNS.get((m, d)) or OUTPUT_COLUMNS.get((m, None))
             if name is not None:
                 table[mi, di] = VALUE_COLUMNS.index(name)
-    return table[np.where(m_idx < 0, len(m_dict), m_idx), np.where(d_idx < 0, len(d_dict), d_idx)]
+    m, d = m_idx[rows], d_idx[rows]
+    return table[np.where(m < 0, len(m_dict), m), np.where(d < 0, len(d_dict), d)]
 
 
 _FLAG_BITS = ("wrapped", "saturated", "reset", "wrap_ambiguous", "gap")
-_VOID_MASK = 0b11110  # saturated, reset, wrap_ambiguous, gap
 
 
 def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: np.ndarray, present: np.ndarray,
                 mask: np.ndarray, used: np.ndarray, n_pid: int, ports: list[tuple[str, str, str]],
                 identity: list[tuple], speeds_idx: np.ndarray, pid: np.ndarray, ts: np.ndarray, value: np.ndarray,
-                gap_factor: float) -> pa.Table:
-    """The windows (grid rows after a port's first scrape) as a `link_samples` table; `total`,
-    `present` and `mask` have one column per entry of `used` (indices into VALUE_COLUMNS)."""
+                gap_factor: float) -> tuple[pa.Table, Counter[str]]:
+    """The windows (grid rows after a port's first scrape) as a `link_samples` table, and the
+    number of windows per flag; `total`, `present` and `mask` have one row per entry of `used`
+    (indices into VALUE_COLUMNS)."""
     keep = np.flatnonzero(g_prev >= 0)
-    interval = g_t - np.where(g_prev >= 0, g_prev, g_t)
     med = np.full(n_pid, np.nan)
-    starts = np.flatnonzero(np.r_[True, g_pid[keep][1:] != g_pid[keep][:-1]]) if len(keep) else np.zeros(0, int)
-    bounds = np.r_[starts, len(keep)]
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        med[g_pid[keep[a]]] = np.median(interval[keep[a:b]])
-    port_gap = interval > gap_factor * med[g_pid]
+    if len(keep):
+        interval = g_t[keep] - g_prev[keep]
+        kept_pid = g_pid[keep]
+        starts = np.flatnonzero(np.r_[True, kept_pid[1:] != kept_pid[:-1]])
+        bounds = np.r_[starts, len(keep)]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            med[kept_pid[a]] = np.median(interval[a:b])
+        del interval, kept_pid
     s_order = np.lexsort((ts[speeds_idx], pid[speeds_idx]))
     speed = _k.speed_asof(g_pid, g_t, speeds_idx[s_order], pid, ts, value) if len(speeds_idx) else \
         np.full(len(g_pid), np.nan)
@@ -339,49 +339,57 @@ def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: n
     port_rank = np.empty(n_pid, np.int64)
     port_rank[sorted(range(n_pid), key=lambda p: (identity[p][0], ports[p]))] = np.arange(n_pid)
     keep = _k.counting_order(port_rank[g_pid], n_pid, keep)
-    flags, detail = _flag_lists(mask[keep], used, port_gap[keep])
-    values = {}
-    for j, c in enumerate(used.tolist()):
-        void = (mask[keep, j] & _VOID_MASK) != 0
-        values[VALUE_COLUMNS[c]] = np.where(present[keep, j] & ~void, total[keep, j], np.nan)
+    void = sum(1 << (_FLAG_BITS.index(f)) for f in VOIDING_FLAGS)
+    interval, values, key = _k.window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void, used, med,
+                                           gap_factor)
+    speed = speed[keep]
+    flags, detail, flagged = _flag_lists(key)
+    column = {VALUE_COLUMNS[c]: j for j, c in enumerate(used.tolist())}
     nothing = np.full(len(keep), np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
-        secs = interval[keep] / 1e9
-        tx_util = values.get("tx_bytes", nothing) * 8.0 / (speed[keep] * secs)
-        rx_util = values.get("rx_bytes", nothing) * 8.0 / (speed[keep] * secs)
-    p = g_pid[keep]
+        secs = interval / 1e9
+        seconds_at_speed = speed * secs
+        del secs
+        tx_util = values[column["tx_bytes"]] * 8.0 / seconds_at_speed if "tx_bytes" in column else nothing
+        rx_util = values[column["rx_bytes"]] * 8.0 / seconds_at_speed if "rx_bytes" in column else nothing
+        del seconds_at_speed
+    p = g_pid[keep].astype(np.int32)
+    ts_ns = g_prev[keep]
+    del keep
 
     def per_port(strings: list[str | None]) -> pa.DictionaryArray:
         uniq = sorted({x for x in strings if x is not None})
         index = {x: i for i, x in enumerate(uniq)}
         per = np.array([index.get(x, -1) if x is not None else -1 for x in strings] or [-1], np.int32)
-        return pa.DictionaryArray.from_arrays(_with_nulls(per[p], per[p] < 0 if (per < 0).any() else None),
+        idx = per[p]
+        return pa.DictionaryArray.from_arrays(_with_nulls(idx, idx < 0 if (per < 0).any() else None),
                                               pa.array(uniq, pa.string()))
 
-    none = pa.Array.from_buffers(pa.float64(), len(keep), [pa.py_buffer(np.zeros((len(keep) + 7) // 8, np.uint8)),
-                                                          pa.py_buffer(np.zeros(len(keep)))], null_count=len(keep))
+    n = len(p)
+    none = pa.Array.from_buffers(pa.float64(), n, [pa.py_buffer(np.zeros((n + 7) // 8, np.uint8)),
+                                                   pa.py_buffer(np.zeros(n))], null_count=n)
 
-    def floats(a: np.ndarray | None) -> pa.Array:
-        return none if a is None else _with_nulls(a, np.isnan(a))
+    def floats(name: str) -> pa.Array:
+        return none if name not in column else _with_nulls(values[column[name]], np.isnan(values[column[name]]))
 
     data = {
         "link": per_port([ident[0] for ident in identity]),
         "device": per_port([d for _, d, _ in ports]),
         "port": per_port([q for _, _, q in ports]),
-        "ts_ns": pa.array(g_prev[keep], pa.int64()),
-        "interval_ns": pa.array(interval[keep], pa.int64()),
-        "tx_bytes": floats(values.get("tx_bytes")), "rx_bytes": floats(values.get("rx_bytes")),
-        "tx_util": floats(tx_util), "rx_util": floats(rx_util),
+        "ts_ns": pa.array(ts_ns, pa.int64()),
+        "interval_ns": pa.array(interval, pa.int64()),
+        "tx_bytes": floats("tx_bytes"), "rx_bytes": floats("rx_bytes"),
+        "tx_util": _with_nulls(tx_util, np.isnan(tx_util)), "rx_util": _with_nulls(rx_util, np.isnan(rx_util)),
         "flags": flags,
-        "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(keep), np.int32)), pa.array([ORIGIN])),
+        "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([ORIGIN])),
         "host": per_port([h or None for h, _, _ in ports]),
         "link_end": per_port([ident[1] for ident in identity]),
-        "speed_bps": floats(speed[keep]),
+        "speed_bps": _with_nulls(speed, np.isnan(speed)),
     }
     for name in VALUE_COLUMNS[2:]:
-        data[name] = floats(values.get(name))
+        data[name] = floats(name)
     data["flag_detail"] = detail
-    return schema.conform("link_samples", pa.table(data))
+    return schema.conform("link_samples", pa.table(data)), flagged
 
 
 def _with_nulls(values: np.ndarray, null: np.ndarray | None) -> pa.Array:
@@ -393,30 +401,29 @@ def _with_nulls(values: np.ndarray, null: np.ndarray | None) -> pa.Array:
     return pa.Array.from_buffers(arr.type, len(values), [validity, arr.buffers()[1]], null_count=int(null.sum()))
 
 
-def _flag_lists(mask: np.ndarray, used: np.ndarray, port_gap: np.ndarray) -> tuple[pa.Array, pa.Array]:
-    """`flags` and `flag_detail` list columns from the per-column flag bit masks."""
-    key = port_gap.astype(np.int64) << 60
-    for j, c in enumerate(used.tolist()):
-        col = mask[:, j]
-        if col.any():
-            key |= col.astype(np.int64) << (5 * c)
+def _flag_lists(key: np.ndarray) -> tuple[pa.Array, pa.Array, Counter[str]]:
+    """`flags` and `flag_detail` list columns from the per-window flag keys (see
+    `_kernels.window_rows`), and the number of windows per flag."""
     nz = np.flatnonzero(key)
     combos: list[tuple[list[str], list[str]]] = [([], [])]
     index = np.zeros(len(key), np.int64)
+    flagged: Counter[str] = Counter()
     if len(nz):
         uniq, inverse = np.unique(key[nz], return_inverse=True)
-        for u in uniq.tolist():
+        for u, n in zip(uniq.tolist(), np.bincount(inverse).tolist(), strict=True):
             detail = [f"{VALUE_COLUMNS[c]}:{_FLAG_BITS[b]}" for c in range(len(VALUE_COLUMNS)) for b in range(5)
                       if (u >> (5 * c + b)) & 1]
             names = {d.split(":", 1)[1] for d in detail}
             if (u >> 60) & 1:
                 names.add("gap")
             combos.append((sorted(names), sorted(detail)))
+            for name in names:
+                flagged[name] += n
         index[nz] = inverse + 1
     take = pa.array(index)
     flags = pa.array([c[0] for c in combos], pa.list_(pa.string())).take(take)
     detail = pa.array([c[1] for c in combos], pa.list_(pa.string())).take(take)
-    return flags, detail
+    return flags, detail, flagged
 
 
 # ------------------------------------------------------------------------------------------

@@ -45,12 +45,21 @@ def min_step(order, sid, ts, n_series):
 
 
 @njit
+def is_sorted(values, rows):
+    """True when values[rows] never decreases."""
+    for k in range(1, len(rows)):
+        if values[rows[k]] < values[rows[k - 1]]:
+            return False
+    return True
+
+
+@njit
 def snap(order, pid, ts, tol):
     """Scrapes per port: `order` sorts samples by (port, time); a sample within `tol[port]` of the
-    previous distinct time joins its scrape. Returns, per sample, its scrape time and grid row,
-    and the grid (port, scrape time, previous scrape time or -1 for a port's first)."""
+    previous distinct time joins its scrape. Returns, per sample, its grid row (-1 for samples
+    not in `order`), and the grid (port, scrape time, previous scrape time or -1 for a port's
+    first); a sample's scrape time is the time of its row."""
     n = len(order)
-    scrape = np.zeros(len(pid), np.int64)
     row = np.full(len(pid), -1, np.int64)
     g_pid = np.empty(n, np.int64)
     g_t = np.empty(n, np.int64)
@@ -74,77 +83,101 @@ def snap(order, pid, ts, tol):
             g_t[g] = t
             g_prev[g] = g_t[g - 1]
         last_t = t
-        scrape[i] = g_t[g]
         row[i] = g
-    return scrape, row, g_pid[:g + 1], g_t[:g + 1], g_prev[:g + 1]
+    return row, g_pid[:g + 1].copy(), g_t[:g + 1].copy(), g_prev[:g + 1].copy()
 
 
 @njit
-def series_windows(order, sid, scrape, value, bits, saturable, saturated, is_rate, wrap_s):
-    """Per sample (in the order given: by series, then scrape), the window ending at it.
+def window_grid(order, sid, row, g_t, g_prev, value, bits, saturable, saturated, is_rate, wrap_of_sid,
+                column_of_sid, n_columns):
+    """Per sample (in `order`: by series, then scrape), the series window ending at it, summed
+    into the port grid.
 
-    Returns count (NaN when none or voided), flag code, the series' previous scrape time (-1 for
-    a series' first sample), and a duplicate mark (same series and scrape as the sample before;
-    the first one is kept). `wrap_s[i]` is the time a 32-bit counter of sample i needs to wrap at
-    its port's line rate (NaN when the speed is unknown)."""
-    n = len(order)
-    size = len(sid)
-    count = np.full(size, np.nan)
-    flag = np.zeros(size, np.int8)
-    prev_scrape = np.full(size, -1, np.int64)
-    dup = np.zeros(size, np.bool_)
+    A series window is the difference of two consecutive samples of one series (a `kind` rate
+    sample is integrated instead: value x window). Its flag (bit f-1 of `mask` for flag f):
+    1 wrapped (a 32-bit counter that went down inside a window shorter than `wrap_of_sid`, the
+    time it needs to wrap at line rate: +2^32), 2 saturated (the later sample sits at a
+    ceiling), 3 reset (any other decrease), 4 wrap_ambiguous (a 32-bit counter over a window as
+    long as its wrap time, or of unknown speed), 5 gap (the series' previous sample is not the
+    grid row's previous scrape). Voided windows (2-5) give no count.
+
+    Returns per (column, grid row): the total count, whether any series gave one, the flag bit
+    mask; and the number of duplicates (a sample in the same scrape as the series' previous
+    one; the first is kept). `column_of_sid` -1 = no output column."""
+    n_rows = len(g_t)
+    total = np.zeros((n_columns, n_rows))
+    present = np.zeros((n_columns, n_rows), np.bool_)
+    mask = np.zeros((n_columns, n_rows), np.uint8)
+    n_dup = 0
     last = -1
-    for k in range(n):
+    for k in range(len(order)):
         i = order[k]
-        if last >= 0 and sid[last] == sid[i]:
-            if scrape[last] == scrape[i]:
-                dup[i] = True
+        s = sid[i]
+        if last >= 0 and sid[last] == s:
+            r = row[i]
+            r0 = row[last]
+            if r0 == r:
+                n_dup += 1
                 continue
-            prev_scrape[i] = scrape[last]
-            dt = (scrape[i] - scrape[last]) / 1e9
-            if is_rate[i]:
-                count[i] = value[i] * dt
-            else:
-                delta = value[i] - value[last]
-                wraps = bits[i] == 32 and not saturable[i]
-                if saturated[i]:
-                    flag[i] = 2
-                elif wraps and (np.isnan(wrap_s[i]) or dt >= wrap_s[i]):
-                    flag[i] = 4
-                elif delta < 0 and wraps:
-                    flag[i] = 1
-                    count[i] = delta + 4294967296.0
-                elif delta < 0:
-                    flag[i] = 3
+            c = column_of_sid[s]
+            if c >= 0:
+                t0 = g_t[r0]
+                dt = (g_t[r] - t0) / 1e9
+                f = 0
+                cnt = np.nan
+                if is_rate[i]:
+                    cnt = value[i] * dt
                 else:
-                    count[i] = delta
+                    delta = value[i] - value[last]
+                    wraps = bits[i] == 32 and not saturable[i]
+                    if saturated[i]:
+                        f = 2
+                    elif wraps and (np.isnan(wrap_of_sid[s]) or dt >= wrap_of_sid[s]):
+                        f = 4
+                    elif delta < 0 and wraps:
+                        f = 1
+                        cnt = delta + 4294967296.0
+                    elif delta < 0:
+                        f = 3
+                    else:
+                        cnt = delta
+                if t0 != g_prev[r]:
+                    f = 5
+                if f:
+                    mask[c, r] |= np.uint8(1 << (f - 1))
+                if (f == 0 or f == 1) and cnt == cnt:
+                    total[c, r] += cnt
+                    present[c, r] = True
         last = i
-    return count, flag, prev_scrape, dup
+    return total, present, mask, n_dup
 
 
 @njit
-def grid_values(base, row, column, count, flag, prev_scrape, g_prev, n_rows, n_columns):
-    """Sum the series windows into the port grid: per (row, column) the total count, whether any
-    series gave one, and a bit mask of flag codes (bit f-1 for flag f), over the samples `base`
-    (`column` -1 = no output column). A series window whose
-    previous scrape is not the grid row's previous scrape is a `gap` (flag 5) and gives no count."""
-    total = np.zeros((n_rows, n_columns))
-    present = np.zeros((n_rows, n_columns), np.bool_)
-    mask = np.zeros((n_rows, n_columns), np.uint8)
-    for i in base:
-        c = column[i]
-        if c < 0 or prev_scrape[i] < 0:
-            continue
-        r = row[i]
-        f = flag[i]
-        if prev_scrape[i] != g_prev[r]:
-            f = 5
-        if f:
-            mask[r, c] |= np.uint8(1 << (f - 1))
-        if (f == 0 or f == 1) and count[i] == count[i]:
-            total[r, c] += count[i]
-            present[r, c] = True
-    return total, present, mask
+def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used, med, gap_factor):
+    """The output windows (grid rows `keep`, in output order): interval, per column the value
+    (NaN when no series gave one or a voiding flag is set), and the flag key (the flag bits of
+    column c, which is VALUE_COLUMNS[used[c]], at bit 5 x used[c]; a port gap at bit 60: the
+    window is more than `gap_factor` x its port's median interval `med`)."""
+    n = len(keep)
+    n_columns = total.shape[0]
+    interval = np.empty(n, np.int64)
+    values = np.full((n_columns, n), np.nan)
+    key = np.zeros(n, np.int64)
+    for k in range(n):
+        r = keep[k]
+        iv = g_t[r] - g_prev[r]
+        interval[k] = iv
+        kk = np.int64(0)
+        if iv > gap_factor * med[g_pid[r]]:
+            kk |= np.int64(1) << np.int64(60)
+        for c in range(n_columns):
+            m = mask[c, r]
+            if m:
+                kk |= np.int64(m) << np.int64(5 * used[c])
+            if present[c, r] and (m & void_mask) == 0:
+                values[c, k] = total[c, r]
+        key[k] = kk
+    return interval, values, key
 
 
 @njit
