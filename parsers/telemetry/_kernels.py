@@ -217,6 +217,7 @@ def tokenize_exposition(buf, seed, tab_hash, tab_code, rep_buf, rep_s0, rep_len,
     cap = len(tab_hash)
     mask = np.uint64(cap - 1)
     used = n_known
+    last = -1
     n = len(buf)
     pos = 0
     line = 0
@@ -232,10 +233,29 @@ def tokenize_exposition(buf, seed, tab_hash, tab_code, rep_buf, rep_s0, rep_len,
             kind[line] = 1
         elif _is_name_start(buf[i]):
             start = i
-            while i < n and _is_name_char(buf[i]):
+            # Scrapes repeat their series in one order: try the series after the previous line's
+            # (its bytes were checked when first seen) before scanning labels and hashing.
+            fast = -1
+            e = start
+            pred = last + 1
+            if last >= 0 and pred < n_known + n_new:
+                if pred < n_known:
+                    m = rep_len[pred]
+                    e = start + m
+                    if e < n and (buf[e] == 32 or buf[e] == 9) and _equal(buf, start, m, rep_buf, rep_s0[pred], m):
+                        fast = pred
+                else:
+                    m = new_len[pred - n_known]
+                    e = start + m
+                    if e < n and (buf[e] == 32 or buf[e] == 9) and _equal(buf, start, m, buf,
+                                                                           new_s0[pred - n_known], m):
+                        fast = pred
+            if fast >= 0:
+                i = e
+            while fast < 0 and i < n and _is_name_char(buf[i]):
                 i += 1
             ok = True
-            if i < n and buf[i] == 123:
+            if fast < 0 and i < n and buf[i] == 123:
                 quoted = False
                 closed = False
                 i += 1
@@ -287,9 +307,9 @@ def tokenize_exposition(buf, seed, tab_hash, tab_code, rep_buf, rep_s0, rep_len,
                 s0[line] = start
                 n_s = series_end - start
                 slen[line] = n_s
-                h = _hash_span(buf, start, series_end, seed)
+                h = _hash_span(buf, start, series_end, seed) if fast < 0 else np.uint64(0)
                 slot = h & mask
-                while True:
+                while fast < 0:
                     c = tab_code[slot]
                     if c < 0:
                         if 2 * (used + 1) > cap:
@@ -313,6 +333,9 @@ def tokenize_exposition(buf, seed, tab_hash, tab_code, rep_buf, rep_s0, rep_len,
                         elif _equal(buf, start, n_s, buf, new_s0[c - n_known], new_len[c - n_known]):
                             break
                     slot = (slot + np.uint64(1)) & mask
+                if fast >= 0:
+                    c = fast
+                last = c
                 code[line] = c
                 value[line] = v
                 vstate[line] = vs

@@ -82,6 +82,28 @@ def test_series_codes_survive_table_growth():
     assert (again[3] == got[3]).all() and len(table.specs) == 5000
 
 
+def test_series_predicted_from_the_previous_line_are_checked_byte_for_byte():
+    """The tokenizer tries the series after the previous line's first; a series whose bytes
+    start with the predicted one's (`m` then `m0`, `x{a="1"}` then `x{a="1"}`...) is not it."""
+    from tracekit.parsers.telemetry.prometheus import _SeriesTable
+
+    first = b'm 1\nx{a="1"} 2\nm0 3\nx{a="1",b="2"} 4\nm 5\nx{a="1"} 6\nm 7\nm0 8\n'
+    second = b'm 1\nx{a="1"}\t2\nm 3\nmm 4\nx{a="1"} 5\nm0 6\nx{a="1",b="2"} 7\nx{a="2"} 8\nm 9\nx{a="2"} 1\n'
+    table = _SeriesTable()
+    codes = []
+    series = []
+    for text in (first, second):
+        got = table.tokenize(np.frombuffer(text, np.uint8))
+        twin = tokenize(text)
+        assert [int(k) for k in got[0]] == [2] * len(twin)
+        codes += got[3].tolist()
+        series += [t[1] for t in twin]
+    for a, ca in zip(series, codes, strict=True):
+        for b, cb in zip(series, codes, strict=True):
+            assert (a == b) == (ca == cb), (a, b)
+    assert len(table.specs) == len(set(series)) == 6
+
+
 @given(st.lists(st.integers(0, 5), min_size=0, max_size=50))
 @settings(deadline=None)
 def test_counting_order_is_a_stable_sort(keys):
