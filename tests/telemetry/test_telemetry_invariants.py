@@ -89,6 +89,7 @@ def test_series_predicted_from_the_previous_line_are_checked_byte_for_byte():
 
     first = b'm 1\nx{a="1"} 2\nm0 3\nx{a="1",b="2"} 4\nm 5\nx{a="1"} 6\nm 7\nm0 8\n'
     second = b'm 1\nx{a="1"}\t2\nm 3\nmm 4\nx{a="1"} 5\nm0 6\nx{a="1",b="2"} 7\nx{a="2"} 8\nm 9\nx{a="2"} 1\n'
+    second += b'x{a="1"} 5\nm00 6\nm 0\nx{a="1"} 1\n'
     table = _SeriesTable()
     codes = []
     series = []
@@ -101,7 +102,7 @@ def test_series_predicted_from_the_previous_line_are_checked_byte_for_byte():
     for a, ca in zip(series, codes, strict=True):
         for b, cb in zip(series, codes, strict=True):
             assert (a == b) == (ca == cb), (a, b)
-    assert len(table.specs) == len(set(series)) == 6
+    assert len(table.specs) == len(set(series)) == 7
 
 
 @given(st.lists(st.integers(0, 5), min_size=0, max_size=50))
