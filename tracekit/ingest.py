@@ -465,9 +465,10 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         return report
     from tracekit.validity import check_run_dir
     report.validity = check_run_dir(run_dir, [r for r in reports if r.ok and r.key], allow_mixed=allow_mixed)
-    merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings)
+    copies: dict[str, Path] = {}
+    merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies)
     telemetry = _rate_telemetry(merged, report)
-    commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns))
+    commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns), copies=copies)
     report.committed = True
     remove_stale_sources(run_dir, keep)
     if telemetry is not None:
@@ -521,10 +522,17 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
 PER_TABLE_CHOICE = ("channels",)
 
 
-def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]
+#: Tables that a single source's part gives unchanged: the merged file is a copy of the part
+#: (re-encoding millions of telemetry counters cost as much as parsing them).
+COPIED_WHEN_ONE_PART = ("counters",)
+
+
+def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copies: dict[str, Path] | None = None
            ) -> tuple[dict[str, pa.Table | None], dict[str, int]]:
     """Merge the per-source small tables (deterministic order): each table (None when the run
-    has none) and the row counts. Nothing in the run is changed (see `store.commit`)."""
+    has none) and the row counts; `copies` gets the part file of each table in
+    COPIED_WHEN_ONE_PART that one source gave alone. Nothing in the run is changed (see
+    `store.commit`)."""
     primary = primary_sources(sources)
     choice = {name: primary_sources(sources, having={s.key or "" for s in sources if _has_part(run_dir, s, name)})
               for name in PER_TABLE_CHOICE}
@@ -545,10 +553,12 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]
     for name in SMALL_TABLES:
         chosen = choice.get(name, primary)
         parts = []
+        part_file = None
         for s in order:
             t = _read_part(run_dir, s.key or "", name)
             if t is None:
                 continue
+            part_file = run_dir / "sources" / (s.key or "") / f"{name}.parquet"
             if name in PER_RANK_TABLES and t.num_rows:
                 ranks_here = [r for r in s.ranks if (s.key or "") in chosen.get(r, [])]
                 t = t.filter(pa.compute.is_in(t.column("rank"), pa.array(ranks_here, t.column("rank").type)))
@@ -558,6 +568,8 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str]
             parts.append(t)
         if not parts:
             continue
+        if copies is not None and name in COPIED_WHEN_ONE_PART and len(parts) == 1 and part_file is not None:
+            copies[name] = part_file
         table = pa.concat_tables(parts, promote_options="permissive")
         table = table.unify_dictionaries().combine_chunks()
         if name == "groups":

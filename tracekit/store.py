@@ -330,8 +330,10 @@ def _commit_record(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mapping[str, Any]) -> None:
+def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mapping[str, Any], *,
+           copies: Mapping[str, Path] | None = None) -> None:
     """Replace the merged tables and the manifest of a run as one step (call with the lock held).
+    A table named in `copies` is written as a copy of that Parquet file (which holds the same rows).
 
     Everything is first written to RUN/.staging/; a COMMIT marker (written by rename) then makes
     the new generation durable, and `recover` moves it into place, the manifest last. A failure
@@ -344,7 +346,10 @@ def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mappi
         present = []
         for name, table in tables.items():
             if table is not None:
-                write_parquet(table, staging / f"{name}.parquet")
+                if copies and name in copies:
+                    shutil.copyfile(contained(run_dir, copies[name]), staging / f"{name}.parquet")
+                else:
+                    write_parquet(table, staging / f"{name}.parquet")
                 present.append(name)
         atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(
             json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)))
