@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from decimal import Decimal, InvalidOperation
 
 import numpy as np
@@ -23,7 +22,7 @@ import pyarrow as pa
 from tracekit.errors import InputError
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.telemetry import _kernels, families
-from tracekit.parsers.telemetry._common import TS_MAX, TS_MIN, CounterBuffer, saturated_mask
+from tracekit.parsers.telemetry._common import SATURATION_CEILINGS, TS_MAX, TS_MIN, CounterBuffer
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "prometheus"
@@ -277,28 +276,29 @@ def _parse_block(arr: np.ndarray, series: _SeriesTable, stats: SourceStats, type
     n_bad = int((kind == 3).sum())
     if n_bad:
         stats.skip("malformed_line", n_bad)
-    sel = np.flatnonzero(kind == 2)
-    if not len(sel):
+    sample = kind == 2
+    if not sample.any():
         return None
-    s0, slen, codes = s0[sel], slen[sel], codes[sel]
-    value, vstate, ts, tfrac, tstate = value[sel], vstate[sel], ts[sel], tfrac[sel], tstate[sel]
-    l0, llen = l0[sel], llen[sel]
-    for j in np.flatnonzero(vstate == 2).tolist():
+    # One mask per reason over the whole block, then one gather of the kept samples.
+    skip = np.array([r is not None for r in series.skip] + [False], bool)
+    skipped = sample & skip[codes]  # codes are -1 on other lines: the extra False
+    if skipped.any():
+        per_code = np.bincount(codes[skipped], minlength=len(series.skip))
+        for c in np.flatnonzero(per_code).tolist():
+            stats.skip(series.skip[c], int(per_code[c]))
+    live = sample & ~skipped
+    for j in np.flatnonzero(live & (vstate == 2)).tolist():
         value[j], vstate[j] = _slow_value(arr[l0[j]:l0[j] + llen[j]].tobytes(), slen[j] + (s0[j] - l0[j]))
-    for j in np.flatnonzero(tstate == 2).tolist():
+    for j in np.flatnonzero(live & (tstate == 2)).tolist():
         ts[j], tfrac[j], tstate[j] = _slow_ts(arr[l0[j]:l0[j] + llen[j]].tobytes(), slen[j] + (s0[j] - l0[j]))
-    skip = np.array([r is not None for r in series.skip], bool)
-    skipped = skip[codes]
-    for c, n in Counter(codes[skipped].tolist()).items():
-        stats.skip(series.skip[c], n)
-    bad_value = ~skipped & (vstate == 0)
-    bad_ts = ~skipped & ~bad_value & (tstate == 3)
-    nan_value = ~skipped & ~bad_value & ~bad_ts & np.isnan(value)
+    bad_value = live & (vstate == 0)
+    bad_ts = live & ~bad_value & (tstate == 3)
+    nan_value = live & ~bad_value & ~bad_ts & np.isnan(value)
     for reason, mask in (("bad_value", bad_value), ("bad_timestamp", bad_ts), ("nan_value", nan_value)):
         if mask.any():
             stats.skip(reason, int(mask.sum()))
-    keep = ~(skipped | bad_value | bad_ts | nan_value)
-    if not keep.any():
+    keep = np.flatnonzero(live & ~(bad_value | bad_ts | nan_value))
+    if not len(keep):
         return None
     return codes[keep], value[keep], _timestamps(ts[keep], tfrac[keep], tstate[keep], state)
 
@@ -353,19 +353,25 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
            buf: CounterBuffer) -> None:
     specs = series.specs
     scale = np.array([s.scale if s is not None else 1.0 for s in specs])
-    values = values * scale[codes]
+    if (scale != 1.0).any():
+        values = values * scale[codes]
     saturated = np.zeros(len(values), bool)
-    for c in np.unique(codes).tolist():
-        spec = specs[c]
-        if spec is not None and spec.saturable:
-            sel = codes == c
-            saturated[sel] = saturated_mask(spec, values[sel])
-            n_sat = int(saturated[sel].sum())
-            if n_sat:
-                host, device = series.hosts[c], series.devices[c]
-                where = f"{host + '/' if host and host != device else ''}{device}:{series.ports[c]}"
-                key = (where, series.names[c])
-                buf.saturated[key] = buf.saturated.get(key, 0) + n_sat
+    rows = np.flatnonzero(np.array([bool(s and s.saturable) for s in specs] + [False], bool)[codes])
+    if len(rows):
+        # `saturated_mask` per row, with each series' width and device factor looked up by code.
+        sub = codes[rows]
+        factor = np.array([s.device_factor if s else 1.0 for s in specs])[sub]
+        bits = np.array([s.bits if s and s.bits is not None and s.bits <= 32 else 0 for s in specs])[sub]
+        raw = values[rows] / factor
+        at_ceiling = np.where(bits > 0, raw >= 2.0 ** bits - 1,
+                              np.isin(raw, np.array(SATURATION_CEILINGS, np.float64)))
+        saturated[rows] = at_ceiling
+        per_code = np.bincount(sub[at_ceiling], minlength=len(specs))
+        for c in np.flatnonzero(per_code).tolist():
+            host, device = series.hosts[c], series.devices[c]
+            where = f"{host + '/' if host and host != device else ''}{device}:{series.ports[c]}"
+            key = (where, series.names[c])
+            buf.saturated[key] = buf.saturated.get(key, 0) + int(per_code[c])
 
     def dict_col(values_per_code: list) -> pa.DictionaryArray:
         uniq = sorted({v for v in values_per_code if v is not None})
@@ -394,8 +400,10 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
     })
     buf.add_table(table)
     stats.store(len(values))
-    valid = ts[(ts != _NONE) & (ts >= TS_MIN) & (ts <= TS_MAX)]
-    if len(valid):
-        lo, hi = int(valid.min()), int(valid.max())
+    lo, hi = (int(ts.min()), int(ts.max())) if len(ts) else (0, -1)
+    if not (lo != _NONE and lo >= TS_MIN and hi <= TS_MAX):
+        valid = ts[(ts != _NONE) & (ts >= TS_MIN) & (ts <= TS_MAX)]
+        lo, hi = (int(valid.min()), int(valid.max())) if len(valid) else (0, -1)
+    if lo <= hi:
         buf.ts_min = lo if buf.ts_min is None else min(buf.ts_min, lo)
         buf.ts_max = hi if buf.ts_max is None else max(buf.ts_max, hi)

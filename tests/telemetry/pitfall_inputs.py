@@ -91,6 +91,6 @@ def write_pitfalls(folder: Path) -> list[Path]:
     om_lines.append("# EOF")
     om.write_text("\n".join(om_lines) + "\n")
     untimed = folder / "pitfalls_untimed.prom"
-    untimed.write_text("# TYPE ifHCOutOctets counter\n" + "\n".join(
-        prom_line("ifHCOutOctets", {"instance": "leafU", "ifName": f"Ethernet{p}"}, p * 11) for p in range(1, 5)) + "\n")
+    samples = [prom_line("ifHCOutOctets", {"instance": "leafU", "ifName": f"Ethernet{p}"}, p * 11) for p in range(1, 5)]
+    untimed.write_text("# TYPE ifHCOutOctets counter\n" + "\n".join(samples) + "\n")
     return [plain, gz, om, untimed]

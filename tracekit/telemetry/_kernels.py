@@ -47,7 +47,7 @@ def min_step(order, sid, ts, n_series):
 @njit
 def is_sorted(values, rows):
     """True when values[rows] never decreases."""
-    for k in range(1, len(rows)):
+    for k in range(1, len(rows)):  # noqa: SIM110 - numba compiles the loop, not a generator
         if values[rows[k]] < values[rows[k - 1]]:
             return False
     return True
