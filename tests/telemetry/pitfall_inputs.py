@@ -46,6 +46,8 @@ def _lines() -> list[str]:
         out.append(prom_line("node_infiniband_port_data_transmitted_bytes_total", hca, words * 4, t))
         out.append(prom_line("node_infiniband_port_transmit_wait_total", hca, min(k * 600_000_000, WRAP - 1), t))
         out.append(prom_line("node_infiniband_rate_bytes_per_second", hca, 50_000_000_000, t))
+        # a 64-bit packet counter stuck at the 16-bit ceiling from scrape 9
+        out.append(prom_line("node_infiniband_port_packets_transmitted_total", hca, min(k * 9000, 2**16 - 1), t))
         out.append(prom_line("node_infiniband_legacy_data_transmitted_bytes_total", hca, k, t))
         out.append(prom_line("node_infiniband_unicast_packets_transmitted_total", hca, k, t))
         out.append(prom_line("DCGM_FI_PROF_NVLINK_TX_BYTES", gpu, f"{1.5e9 + k * 1e8:.6e}", t))
