@@ -169,7 +169,7 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
         return TelemetryRates(schema.empty("link_samples"), stats)
     col = {c: _codes(t, c) for c in (*SERIES_KEY, "kind")}
     ts, timed = _numbers(t, "ts_ns", 0)
-    value, _ = _numbers(t, "value", np.nan)
+    value = _floats(t, "value")
     bits = _numbers(t, "bits", -1)[0].astype(np.int32)
     saturable = _bools(t, "saturable")
     saturated = _bools(t, "saturated")
@@ -241,7 +241,10 @@ def _codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
     arr = t.column(name).combine_chunks()
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
-    idx = arr.indices.fill_null(-1) if arr.indices.null_count else arr.indices
+    nulls = arr.indices.null_count
+    if nulls == len(arr):
+        return np.full(len(arr), -1, np.int32), arr.dictionary.to_pylist()
+    idx = arr.indices.fill_null(-1) if nulls else arr.indices
     return idx.to_numpy(), arr.dictionary.to_pylist()
 
 
@@ -250,6 +253,11 @@ def _bools(t: pa.Table, name: str) -> np.ndarray:
     if arr.null_count:
         arr = arr.fill_null(False)
     return np.asarray(arr.to_numpy(zero_copy_only=False), bool)
+
+
+def _floats(t: pa.Table, name: str) -> np.ndarray:
+    """A float column with NaN for nulls (no copy when it has none)."""
+    return t.column(name).combine_chunks().to_numpy(zero_copy_only=False)
 
 
 def _numbers(t: pa.Table, name: str, fill: float) -> tuple[np.ndarray, np.ndarray]:
@@ -575,8 +583,8 @@ def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
     keys = {c: _codes(t, c) for c in ("link", "host", "device", "port", "link_end")}
     gid, n, first = _dense(keys["link"][0], keys["host"][0], keys["device"][0], keys["port"][0],
                            where=np.ones(t.num_rows, bool))
-    tx_util, _ = _numbers(t, "tx_util", np.nan)
-    rx_util, _ = _numbers(t, "rx_util", np.nan)
+    tx_util = _floats(t, "tx_util")
+    rx_util = _floats(t, "rx_util")
     util = np.fmax(tx_util, rx_util)
     has = ~np.isnan(util)
     n_util = np.bincount(gid[has], minlength=n)
@@ -584,9 +592,9 @@ def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
     peak = np.full(n, -np.inf)
     np.fmax.at(peak, gid[has], util[has])
     windows = np.bincount(gid, minlength=n)
-    tx = np.bincount(gid, weights=np.nan_to_num(_numbers(t, "tx_bytes", 0.0)[0]), minlength=n)
-    rx = np.bincount(gid, weights=np.nan_to_num(_numbers(t, "rx_bytes", 0.0)[0]), minlength=n)
-    speed, _ = _numbers(t, "speed_bps", np.nan)
+    tx = np.bincount(gid, weights=np.nan_to_num(_floats(t, "tx_bytes")), minlength=n)
+    rx = np.bincount(gid, weights=np.nan_to_num(_floats(t, "rx_bytes")), minlength=n)
+    speed = _floats(t, "speed_bps")
     top_speed = np.full(n, -np.inf)
     np.fmax.at(top_speed, gid, np.nan_to_num(speed, nan=-np.inf))
     flag_lists = t.column("flags").combine_chunks()
