@@ -199,7 +199,7 @@ class SourceSink:
                                f"{writer.schema.names}")
         else:
             table = table.cast(writer.schema)
-        writer.write_table(table)
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
         self._small_written[name] += table.num_rows
 
     def close(self) -> dict[str, Any]:
@@ -272,7 +272,8 @@ def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
 def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
     """How the small tables are written: zstd; dictionary pages only for text columns, and
     min/max statistics only for the others (numbers and times). Dictionary-encoding unique
-    floats and computing string statistics were a third of the write time of a large table."""
+    floats and computing string statistics were a third of the write time of a large table.
+    Small tables are written as one row group per batch, so they read back as one chunk."""
     text = [f.name for f in table_schema
             if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     stats = [f.name for f in table_schema if f.name not in text and not pa.types.is_nested(f.type)]
@@ -280,7 +281,8 @@ def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
 
 
 def write_parquet(table: pa.Table, path: Path, run_dir: Path | None = None) -> Path:
-    return atomic_write(path, lambda t: pq.write_table(table, t, **parquet_options(table.schema)), run_dir)
+    return atomic_write(path, lambda t: pq.write_table(table, t, row_group_size=max(1, table.num_rows),
+                                                       **parquet_options(table.schema)), run_dir)
 
 
 class RunLock:

@@ -373,12 +373,20 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
             key = (where, series.names[c])
             buf.saturated[key] = buf.saturated.get(key, 0) + int(per_code[c])
 
+    seen = np.zeros(len(specs), bool)
+    seen[codes] = True
+
     def dict_col(values_per_code: list) -> pa.DictionaryArray:
         uniq = sorted({v for v in values_per_code if v is not None})
         index = {v: i for i, v in enumerate(uniq)}
         per_code = np.array([index.get(v, -1) if v is not None else -1 for v in values_per_code], np.int32)
-        idx = per_code[codes]
-        return pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32(), mask=idx < 0), pa.array(uniq, pa.string()))
+        null = per_code[seen] < 0
+        if null.all():
+            indices = pa.nulls(len(codes), pa.int32())
+        else:
+            idx = per_code[codes]
+            indices = pa.array(idx, pa.int32(), mask=idx < 0 if null.any() else None)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(uniq, pa.string()))
 
     bits_code = np.array([s.bits if s is not None and s.bits else 0 for s in specs], np.int32)
     untimed = ts == _NONE
