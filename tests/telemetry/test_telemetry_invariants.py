@@ -191,3 +191,29 @@ def test_rates_match_the_naive_twin_and_keep_the_invariants(rows):
                 assert w[col] is None
         for util in ("tx_util", "rx_util"):
             assert w[util] is None or w[util] >= 0
+
+
+FLOATS = st.one_of(st.just(float("nan")), st.just(float("inf")), st.just(-float("inf")),
+                   st.floats(-1e12, 1e12, allow_nan=False))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), FLOATS, FLOATS, FLOATS, FLOATS, FLOATS), max_size=40))
+@settings(deadline=None)
+def test_link_totals_match_the_numpy_formulation(rows):
+    """The kernel against the per-link sums as numpy writes them (fmax, bincount, nan_to_num)."""
+    n = 4
+    gid = np.array([r[0] for r in rows], np.int64)
+    tx_u, rx_u, tx_b, rx_b, speed = (np.array([r[k] for r in rows], np.float64) for k in range(1, 6))
+    got = tk.link_totals(gid, tx_u, rx_u, tx_b, rx_b, speed, n)
+    util = np.fmax(tx_u, rx_u)
+    has = ~np.isnan(util)
+    peak = np.full(n, -np.inf)
+    np.fmax.at(peak, gid[has], util[has])
+    top = np.full(n, -np.inf)
+    np.fmax.at(top, gid, np.nan_to_num(speed, nan=-np.inf))
+    want = (np.bincount(gid, minlength=n), np.bincount(gid[has], minlength=n),
+            np.bincount(gid[has], weights=util[has], minlength=n), peak,
+            np.bincount(gid, weights=np.nan_to_num(tx_b), minlength=n),
+            np.bincount(gid, weights=np.nan_to_num(rx_b), minlength=n), top)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)

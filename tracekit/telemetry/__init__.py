@@ -583,20 +583,9 @@ def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
     keys = {c: _codes(t, c) for c in ("link", "host", "device", "port", "link_end")}
     gid, n, first = _dense(keys["link"][0], keys["host"][0], keys["device"][0], keys["port"][0],
                            where=np.ones(t.num_rows, bool))
-    tx_util = _floats(t, "tx_util")
-    rx_util = _floats(t, "rx_util")
-    util = np.fmax(tx_util, rx_util)
-    has = ~np.isnan(util)
-    n_util = np.bincount(gid[has], minlength=n)
-    sum_util = np.bincount(gid[has], weights=util[has], minlength=n)
-    peak = np.full(n, -np.inf)
-    np.fmax.at(peak, gid[has], util[has])
-    windows = np.bincount(gid, minlength=n)
-    tx = np.bincount(gid, weights=np.nan_to_num(_floats(t, "tx_bytes")), minlength=n)
-    rx = np.bincount(gid, weights=np.nan_to_num(_floats(t, "rx_bytes")), minlength=n)
-    speed = _floats(t, "speed_bps")
-    top_speed = np.full(n, -np.inf)
-    np.fmax.at(top_speed, gid, np.nan_to_num(speed, nan=-np.inf))
+    windows, n_util, sum_util, peak, tx, rx, top_speed = _k.link_totals(
+        gid, _floats(t, "tx_util"), _floats(t, "rx_util"), _floats(t, "tx_bytes"), _floats(t, "rx_bytes"),
+        _floats(t, "speed_bps"), n)
     flag_lists = t.column("flags").combine_chunks()
     flagged_rows = np.flatnonzero(np.diff(flag_lists.offsets.to_numpy()) > 0)
     flagged: list[list[FlaggedWindow]] = [[] for _ in range(n)]

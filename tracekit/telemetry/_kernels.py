@@ -225,3 +225,47 @@ def dense_ids(k0, k1, k2, k3, w1, w2, w3, rows, span):
             n += 1
         ids[r] = v
     return ids, n, first[:n]
+
+
+@njit
+def link_totals(gid, tx_util, rx_util, tx_bytes, rx_bytes, speed, n):
+    """Per group (link): windows, windows with a utilisation and their sum and peak (the larger
+    of tx and rx, NaN ignored), tx and rx bytes (NaN as 0, +-inf as the largest finite float,
+    as numpy's nan_to_num), and the top speed (NaN ignored). Sums run in row order."""
+    big = np.finfo(np.float64).max
+    windows = np.zeros(n, np.int64)
+    n_util = np.zeros(n, np.int64)
+    sum_util = np.zeros(n)
+    peak = np.full(n, -np.inf)
+    tx = np.zeros(n)
+    rx = np.zeros(n)
+    top = np.full(n, -np.inf)
+    for i in range(len(gid)):
+        g = gid[i]
+        windows[g] += 1
+        a = tx_util[i]
+        b = rx_util[i]
+        u = b if a != a else (a if b != b else max(a, b))
+        if u == u:
+            n_util[g] += 1
+            sum_util[g] += u
+            if u > peak[g]:
+                peak[g] = u
+        for k in range(2):
+            v = tx_bytes[i] if k == 0 else rx_bytes[i]
+            if v != v:
+                v = 0.0
+            elif v > big:
+                v = big
+            elif v < -big:
+                v = -big
+            if k == 0:
+                tx[g] += v
+            else:
+                rx[g] += v
+        s = speed[i]
+        if s == s:
+            s = big if s > big else (-big if s < -big else s)
+            if s > top[g]:
+                top[g] = s
+    return windows, n_util, sum_util, peak, tx, rx, top
