@@ -38,6 +38,8 @@ _UNESCAPE = re.compile(r"\\(.)")
 _MS_RANGE = (631_152_000_000, 7_258_118_400_000)
 _S_RANGE = (631_152_000, 7_258_118_400)
 _NONE = np.iinfo(np.int64).min
+#: Beyond any stamp `counters` keeps (2^62 ns): where stamps too large for int64 go.
+_FAR_NS = 2**62 + 1
 
 
 def sniff(head: bytes) -> bool:
@@ -346,6 +348,9 @@ def _timestamps(whole: np.ndarray, frac9: np.ndarray, tstate: np.ndarray, state:
     as_ms = has & ~as_s
     out[as_s] = whole[as_s] * 1_000_000_000 + frac9[as_s]
     out[as_ms] = whole[as_ms] * 1_000_000 + frac9[as_ms] // 1000
+    # A stamp whose ns would not fit in int64 is out of range (skipped when stored), not wrapped.
+    too_big = (as_s & (np.abs(w) >= _FAR_NS / 1e9)) | (as_ms & (np.abs(w) >= _FAR_NS / 1e6))
+    out[too_big] = np.sign(whole[too_big]) * _FAR_NS
     return out
 
 
@@ -406,10 +411,11 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
         "saturable": pa.array(np.array([bool(s and s.saturable) for s in specs], bool)[codes]),
         "name": dict_col(series.names),
     })
-    buf.add_table(table)
-    stats.store(len(values))
     lo, hi = (int(ts.min()), int(ts.max())) if len(ts) else (0, -1)
-    if not (lo != _NONE and lo >= TS_MIN and hi <= TS_MAX):
+    in_range = lo != _NONE and lo >= TS_MIN and hi <= TS_MAX
+    stats.store(len(values))
+    buf.add_table(table, in_range=in_range)
+    if not in_range:
         valid = ts[(ts != _NONE) & (ts >= TS_MIN) & (ts <= TS_MAX)]
         lo, hi = (int(valid.min()), int(valid.max())) if len(valid) else (0, -1)
     if lo <= hi:

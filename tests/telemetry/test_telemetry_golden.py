@@ -3,6 +3,8 @@ implementation before the speed rewrite (per-line kernels, per-sample arrays): t
 and rating must give the same `counters` rows, the same `link_samples` windows, and the same
 accounting (every line stored or skipped with a reason) on the real samples and on the
 constructed pitfalls (wraps, resets, saturation, gaps, duplicates, malformed lines).
+One deliberate change since: a millisecond stamp too large for int64 ns (99,999,999,999,999,999)
+used to wrap into a bogus time; it is now skipped as `ts_out_of_range`.
 
 Regenerate only on purpose: `python tests/telemetry/test_telemetry_golden.py --write`."""
 
@@ -81,7 +83,8 @@ def test_golden_covers_every_pitfall():
     made = golden["made/pitfalls.prom"]
     assert set(made["rates"]["flagged"]) >= {"wrapped", "reset", "wrap_ambiguous", "gap", "saturated"}
     assert set(made["skipped"]) >= {"malformed_line", "bad_value", "bad_timestamp", "nan_value", "unused_metric",
-                                    "legacy_duplicate", "subset_of_another_counter", "malformed_labels"}
+                                    "legacy_duplicate", "subset_of_another_counter", "malformed_labels",
+                                    "ts_out_of_range"}
     assert made["rates"]["skipped"]["duplicate"] == 1
     assert all(golden[n]["read"] == golden[n]["stored"] + sum(golden[n]["skipped"].values()) for n in golden)
 
