@@ -221,11 +221,14 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
     compact[used] = np.arange(len(used))
     total, present, mask, n_dup = _k.window_grid(by_series, sid, row, g_t, g_prev, value, bits, saturable,
                                                  saturated, is_rate, wrap_of_sid, compact[column_of_sid], len(used))
-    del by_series, row, sid
+    del by_series, row, sid, bits, saturable, saturated, is_rate, kind, is_counter, is_gauge, timed, is_speed
     _skip(stats, "duplicate", n_dup)
     stats.used += len(base) - n_dup
-    out, flagged = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds_idx,
-                               pid, ts, value, gap_factor)
+    del base
+    speeds = (pid[speeds_idx], ts[speeds_idx], value[speeds_idx])
+    del pid, ts, value, col, t
+    out, flagged = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds,
+                               gap_factor)
     stats.windows = out.num_rows
     stats.flagged.update(flagged)
     return TelemetryRates(out, stats)
@@ -236,9 +239,15 @@ def _skip(stats: RateStats, reason: str, n: int) -> None:
         stats.skipped[reason] += n
 
 
+def _array(t: pa.Table, name: str) -> pa.Array:
+    """One column as one array (`ChunkedArray.combine_chunks` copies even a single chunk)."""
+    col = t.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
     """(dictionary index per row, -1 for null; the dictionary) of a dictionary column."""
-    arr = t.column(name).combine_chunks()
+    arr = _array(t, name)
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
     nulls = arr.indices.null_count
@@ -249,7 +258,7 @@ def _codes(t: pa.Table, name: str) -> tuple[np.ndarray, list[str | None]]:
 
 
 def _bools(t: pa.Table, name: str) -> np.ndarray:
-    arr = t.column(name).combine_chunks()
+    arr = _array(t, name)
     if arr.null_count:
         arr = arr.fill_null(False)
     return np.asarray(arr.to_numpy(zero_copy_only=False), bool)
@@ -257,12 +266,12 @@ def _bools(t: pa.Table, name: str) -> np.ndarray:
 
 def _floats(t: pa.Table, name: str) -> np.ndarray:
     """A float column with NaN for nulls (no copy when it has none)."""
-    return t.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+    return _array(t, name).to_numpy(zero_copy_only=False)
 
 
 def _numbers(t: pa.Table, name: str, fill: float) -> tuple[np.ndarray, np.ndarray]:
     """(values with nulls filled, mask of non-null rows)."""
-    arr = t.column(name).combine_chunks()
+    arr = _array(t, name)
     if arr.null_count == 0:
         return arr.to_numpy(), np.ones(len(arr), bool)
     valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool)
@@ -323,11 +332,11 @@ _FLAG_BITS = ("wrapped", "saturated", "reset", "wrap_ambiguous", "gap")
 
 def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: np.ndarray, present: np.ndarray,
                 mask: np.ndarray, used: np.ndarray, n_pid: int, ports: list[tuple[str, str, str]],
-                identity: list[tuple], speeds_idx: np.ndarray, pid: np.ndarray, ts: np.ndarray, value: np.ndarray,
+                identity: list[tuple], speeds: tuple[np.ndarray, np.ndarray, np.ndarray],
                 gap_factor: float) -> tuple[pa.Table, Counter[str]]:
     """The windows (grid rows after a port's first scrape) as a `link_samples` table, and the
     number of windows per flag; `total`, `present` and `mask` have one row per entry of `used`
-    (indices into VALUE_COLUMNS)."""
+    (indices into VALUE_COLUMNS); `speeds` are the speed samples' (port, time, bits/s)."""
     keep = np.flatnonzero(g_prev >= 0)
     med = np.full(n_pid, np.nan)
     if len(keep):
@@ -338,9 +347,9 @@ def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: n
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             med[kept_pid[a]] = np.median(interval[a:b])
         del interval, kept_pid
-    s_order = np.lexsort((ts[speeds_idx], pid[speeds_idx]))
-    speed = _k.speed_asof(g_pid, g_t, speeds_idx[s_order], pid, ts, value) if len(speeds_idx) else \
-        np.full(len(g_pid), np.nan)
+    s_pid, s_ts, s_value = speeds
+    s_order = np.lexsort((s_ts, s_pid))
+    speed = _k.speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value) if len(s_pid) else np.full(len(g_pid), np.nan)
     link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity] or [np.nan])
     speed = np.where(np.isnan(speed), link_bps[g_pid], speed)
     # Port order: by link name, then host, device, port; rows by time within a port.
@@ -348,22 +357,13 @@ def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: n
     port_rank[sorted(range(n_pid), key=lambda p: (identity[p][0], ports[p]))] = np.arange(n_pid)
     keep = _k.counting_order(port_rank[g_pid], n_pid, keep)
     void = sum(1 << (_FLAG_BITS.index(f)) for f in VOIDING_FLAGS)
-    interval, values, key = _k.window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void, used, med,
-                                           gap_factor)
-    speed = speed[keep]
-    flags, detail, flagged = _flag_lists(key)
     column = {VALUE_COLUMNS[c]: j for j, c in enumerate(used.tolist())}
-    nothing = np.full(len(keep), np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        secs = interval / 1e9
-        seconds_at_speed = speed * secs
-        del secs
-        tx_util = values[column["tx_bytes"]] * 8.0 / seconds_at_speed if "tx_bytes" in column else nothing
-        rx_util = values[column["rx_bytes"]] * 8.0 / seconds_at_speed if "rx_bytes" in column else nothing
-        del seconds_at_speed
-    p = g_pid[keep].astype(np.int32)
-    ts_ns = g_prev[keep]
+    p, ts_ns, interval, speed, values, tx_util, rx_util, key = _k.window_rows(
+        keep, g_pid, g_t, g_prev, total, present, mask, void, used, med, gap_factor, speed,
+        column.get("tx_bytes", -1), column.get("rx_bytes", -1))
     del keep
+    flags, detail, flagged = _flag_lists(key)
+    del key
 
     def per_port(strings: list[str | None]) -> pa.DictionaryArray:
         uniq = sorted({x for x in strings if x is not None})
@@ -387,7 +387,8 @@ def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: n
         "ts_ns": pa.array(ts_ns, pa.int64()),
         "interval_ns": pa.array(interval, pa.int64()),
         "tx_bytes": floats("tx_bytes"), "rx_bytes": floats("rx_bytes"),
-        "tx_util": _with_nulls(tx_util, np.isnan(tx_util)), "rx_util": _with_nulls(rx_util, np.isnan(rx_util)),
+        "tx_util": _with_nulls(tx_util, np.isnan(tx_util)) if "tx_bytes" in column else none,
+        "rx_util": _with_nulls(rx_util, np.isnan(rx_util)) if "rx_bytes" in column else none,
         "flags": flags,
         "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([ORIGIN])),
         "host": per_port([h or None for h, _, _ in ports]),
@@ -586,7 +587,7 @@ def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
     windows, n_util, sum_util, peak, tx, rx, top_speed = _k.link_totals(
         gid, _floats(t, "tx_util"), _floats(t, "rx_util"), _floats(t, "tx_bytes"), _floats(t, "rx_bytes"),
         _floats(t, "speed_bps"), n)
-    flag_lists = t.column("flags").combine_chunks()
+    flag_lists = _array(t, "flags")
     flagged_rows = np.flatnonzero(np.diff(flag_lists.offsets.to_numpy()) > 0)
     flagged: list[list[FlaggedWindow]] = [[] for _ in range(n)]
     n_flagged = np.bincount(gid[flagged_rows], minlength=n)

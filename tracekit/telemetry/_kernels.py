@@ -7,6 +7,8 @@ Flag codes (per series window): 0 none, 1 wrapped, 2 saturated, 3 reset, 4 wrap_
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tracekit._jit import njit
@@ -152,21 +154,43 @@ def window_grid(order, sid, row, g_t, g_prev, value, bits, saturable, saturated,
     return total, present, mask, n_dup
 
 
+@njit(inline=True)
+def _ratio(a, b):
+    """a / b with IEEE semantics for b == 0 (inf, or NaN for 0/0), as numpy divides."""
+    if b != 0:
+        return a / b
+    if a != a or a == 0:
+        return np.nan
+    return np.inf if (a > 0) == (math.copysign(1.0, b) > 0) else -np.inf
+
+
 @njit
-def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used, med, gap_factor):
-    """The output windows (grid rows `keep`, in output order): interval, per column the value
-    (NaN when no series gave one or a voiding flag is set), and the flag key (the flag bits of
-    column c, which is VALUE_COLUMNS[used[c]], at bit 5 x used[c]; a port gap at bit 60: the
-    window is more than `gap_factor` x its port's median interval `med`)."""
+def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used, med, gap_factor, speed,
+                tx_col, rx_col):
+    """The output windows (grid rows `keep`, in output order): port (int32), start (the previous
+    scrape), interval, speed, per column the value (NaN when no series gave one or a voiding flag
+    is set), tx/rx utilisation (bytes x 8 / (speed x seconds); columns `tx_col`/`rx_col` of
+    `total`, -1 when absent), and the flag key (the flag bits of column c, which is
+    VALUE_COLUMNS[used[c]], at bit 5 x used[c]; a port gap at bit 60: the window is more than
+    `gap_factor` x its port's median interval `med`)."""
     n = len(keep)
     n_columns = total.shape[0]
+    port = np.empty(n, np.int32)
+    start = np.empty(n, np.int64)
     interval = np.empty(n, np.int64)
+    speed_out = np.empty(n)
     values = np.full((n_columns, n), np.nan)
+    tx_util = np.full(n, np.nan)
+    rx_util = np.full(n, np.nan)
     key = np.zeros(n, np.int64)
     for k in range(n):
         r = keep[k]
+        port[k] = g_pid[r]
+        start[k] = g_prev[r]
         iv = g_t[r] - g_prev[r]
         interval[k] = iv
+        sp = speed[r]
+        speed_out[k] = sp
         kk = np.int64(0)
         if iv > gap_factor * med[g_pid[r]]:
             kk |= np.int64(1) << np.int64(60)
@@ -177,7 +201,12 @@ def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used,
             if present[c, r] and (m & void_mask) == 0:
                 values[c, k] = total[c, r]
         key[k] = kk
-    return interval, values, key
+        den = sp * (iv / 1e9)
+        if tx_col >= 0:
+            tx_util[k] = _ratio(values[tx_col, k] * 8.0, den)
+        if rx_col >= 0:
+            rx_util[k] = _ratio(values[rx_col, k] * 8.0, den)
+    return port, start, interval, speed_out, values, tx_util, rx_util, key
 
 
 @njit
