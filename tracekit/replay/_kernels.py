@@ -576,7 +576,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     s_list[kept] = h
                     kept += 1
             s_n = kept
-        first = True
         while s_n > 0:
             wstamp += 1
             # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
@@ -636,34 +635,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     new_rate[i] = cls_x[b]
                     froze_at[i] = b
             else:
-                if first and not arrivals:
-                    # S0 grows before its first water-fill by the flows at least as fast as one of
-                    # it on a saturated resource it crosses (those the check would add after it)
-                    wstamp += 1
-                    n_mark = 0
-                    for i in range(s_n):
-                        h = s_list[i]
-                        for k in range(indptr[h], indptr[h + 1]):
-                            r = res[k]
-                            if rchg[r] == event or load[r] < cap[r] * (1.0 - tol_b):
-                                continue
-                            if lmark[r] != wstamp:
-                                lmark[r] = wstamp
-                                thr[r] = rate[h]
-                                marked[n_mark] = r
-                                n_mark += 1
-                            elif rate[h] < thr[r]:
-                                thr[r] = rate[h]
-                    for i in range(n_mark):
-                        r = marked[i]
-                        limit = thr[r] * (1.0 - tol_b)
-                        for q in range(lstart[r], lstart[r] + lcnt[r]):
-                            g = poolf[q]
-                            if in_s[g] != event and rate[g] >= limit:
-                                in_s[g] = event
-                                orig[g] = rate[g]
-                                s_list[s_n] = g
-                                s_n += 1
                 wstamp += 1
                 _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
                            froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
@@ -686,7 +657,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             chg_links[n_chg] = r
                             n_chg += 1
                     rate[g] = new_rate[i]
-            first = False
             # verify: every flow in S or on a changed resource needs a bottleneck
             wstamp += 1
             n_bad = 0
