@@ -365,3 +365,16 @@ def rebuild_table(rep_buf, rep_s0, rep_len, seed, tab_hash, tab_code):
             slot = (slot + np.uint64(1)) & mask
         tab_code[slot] = c
         tab_hash[slot] = h
+
+
+@njit
+def gather_columns(codes, luts):
+    """out[k, i] = luts[k, codes[i]]: the per-series columns of every sample in one pass over the
+    codes (a numpy gather per column reads them once per column)."""
+    n_k = luts.shape[0]
+    out = np.empty((n_k, len(codes)), np.int32)
+    for i in range(len(codes)):
+        c = codes[i]
+        for k in range(n_k):
+            out[k, i] = luts[k, c]
+    return out

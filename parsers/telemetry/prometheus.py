@@ -380,36 +380,47 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
 
     seen = np.zeros(len(specs), bool)
     seen[codes] = True
-
-    def dict_col(values_per_code: list) -> pa.DictionaryArray:
-        uniq = sorted({v for v in values_per_code if v is not None})
+    per_series = {"device": series.devices, "port": series.ports, "metric": [s.metric if s else None for s in specs],
+                  "kind": [s.kind if s else None for s in specs], "host": series.hosts,
+                  "direction": [s.direction if s else None for s in specs], "qualifier": series.qualifiers,
+                  "name": series.names}
+    dictionaries = {}
+    luts = np.empty((len(per_series) + 1, len(specs)), np.int32)
+    for k, (col, per_code_values) in enumerate(per_series.items()):
+        uniq = sorted({v for v in per_code_values if v is not None})
         index = {v: i for i, v in enumerate(uniq)}
-        per_code = np.array([index.get(v, -1) if v is not None else -1 for v in values_per_code], np.int32)
-        null = per_code[seen] < 0
+        luts[k] = [index.get(v, -1) if v is not None else -1 for v in per_code_values]
+        dictionaries[col] = uniq
+    luts[-1] = [s.bits if s is not None and s.bits else 0 for s in specs]
+    gathered = _kernels.gather_columns(codes, luts)
+
+    def dict_col(k: int, col: str) -> pa.DictionaryArray:
+        null = luts[k][seen] < 0
         if null.all():
             indices = pa.nulls(len(codes), pa.int32())
         else:
-            idx = per_code[codes]
+            idx = gathered[k]
             indices = pa.array(idx, pa.int32(), mask=idx < 0 if null.any() else None)
-        return pa.DictionaryArray.from_arrays(indices, pa.array(uniq, pa.string()))
+        return pa.DictionaryArray.from_arrays(indices, pa.array(dictionaries[col], pa.string()))
 
-    bits_code = np.array([s.bits if s is not None and s.bits else 0 for s in specs], np.int32)
+    cols = {col: dict_col(k, col) for k, col in enumerate(per_series)}
+    bits = gathered[-1]
     untimed = ts == _NONE
     table = pa.table({
         "ts_ns": pa.array(ts, pa.int64(), mask=untimed if untimed.any() else None),
-        "device": dict_col(series.devices),
-        "port": dict_col(series.ports),
-        "metric": dict_col([s.metric if s else None for s in specs]),
+        "device": cols["device"],
+        "port": cols["port"],
+        "metric": cols["metric"],
         "value": pa.array(values, pa.float64()),
-        "kind": dict_col([s.kind if s else None for s in specs]),
-        "bits": pa.array(bits_code[codes], pa.int32(), mask=bits_code[codes] == 0),
+        "kind": cols["kind"],
+        "bits": pa.array(bits, pa.int32(), mask=bits == 0 if (luts[-1][seen] == 0).any() else None),
         "source_format": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([FORMAT])),
-        "host": dict_col(series.hosts),
-        "direction": dict_col([s.direction if s else None for s in specs]),
-        "qualifier": dict_col(series.qualifiers),
+        "host": cols["host"],
+        "direction": cols["direction"],
+        "qualifier": cols["qualifier"],
         "saturated": pa.array(saturated),
         "saturable": pa.array(np.array([bool(s and s.saturable) for s in specs], bool)[codes]),
-        "name": dict_col(series.names),
+        "name": cols["name"],
     })
     lo, hi = (int(ts.min()), int(ts.max())) if len(ts) else (0, -1)
     in_range = lo != _NONE and lo >= TS_MIN and hi <= TS_MAX

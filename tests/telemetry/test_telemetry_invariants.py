@@ -217,3 +217,15 @@ def test_link_totals_match_the_numpy_formulation(rows):
             np.bincount(gid, weights=np.nan_to_num(rx_b), minlength=n), top)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@given(st.lists(st.integers(0, 6), max_size=60), st.integers(1, 4))
+@settings(deadline=None)
+def test_gather_columns_is_a_gather_per_column(codes, n_tables):
+    rng = np.random.default_rng(len(codes))
+    luts = rng.integers(-1, 100, (n_tables, 7)).astype(np.int32)
+    idx = np.array(codes, np.int64)
+    got = pk.gather_columns(idx, luts)
+    assert got.shape == (n_tables, len(codes))
+    for k in range(n_tables):
+        assert got[k].tolist() == [int(luts[k][c]) for c in codes]
