@@ -36,9 +36,11 @@ from tracekit.store import (
     atomic_write,
     commit,
     contained,
+    forget_written,
     os_error,
     recover,
     remove_stale_sources,
+    take_written,
 )
 
 SOURCE_RECORD = "source.json"
@@ -228,9 +230,11 @@ def _event_parts_by_source(run_dir: Path) -> dict[str, list[Path]]:
 
 
 def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
-               patterns: Sequence[str] | None, stale: Sequence[Path] | None = None) -> dict[str, Any]:
+               patterns: Sequence[str] | None, stale: Sequence[Path] | None = None, *,
+               keep: tuple[str, ...] = ()) -> dict[str, Any]:
     """Parse one source into its parts (runs in a worker process); never raises. `stale` lists
-    event files a previous parse of this source left (None: look for them)."""
+    event files a previous parse of this source left (None: look for them); the tables in
+    `keep` stay in memory for a merge in this process (`store.take_written`)."""
     run = Path(run_dir)
     _clear_parts(run, key, stale)
     overflows_before = schema.overflows()
@@ -238,7 +242,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
         module = _parser(fmt)
         if module is None:
             raise InputError(path, f"format {fmt!r} is recognised but not supported yet")
-        sink = SourceSink(run, key)
+        sink = SourceSink(run, key, keep=keep)
         try:
             if fmt == detect.KINETO:
                 res = module.parse(path, sink, rank=rank, comm_patterns=patterns)
@@ -365,6 +369,8 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
                                   progress=progress, allow_mixed=allow_mixed, exe=exe)
         except OSError as exc:
             raise os_error(exc) from exc
+        finally:
+            forget_written()
 
 
 def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jobs: int | None, rank: int | None,
@@ -437,7 +443,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
     elif n_jobs == 1 or len(todo) <= 1 or (jobs is None and small):
         for rep, fmt in todo:
             _apply(rep, _parse_one(rep.path, str(run_dir), rep.key or "", fmt, rank, comm_patterns,
-                                   stale.get(rep.key or "", [])))
+                                   stale.get(rep.key or "", []), keep=KEPT_IN_MEMORY))
             done += 1
             if progress is not None:
                 progress(rep, done, total)
@@ -483,6 +489,9 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
     path = run_dir / "sources" / key / f"{name}.parquet"
     if not path.is_file():
         return None
+    written = take_written(path)
+    if written is not None:
+        return schema.conform(name, written)
     return schema.conform(name, pq.ParquetFile(path).read())  # half the cost of read_table on small files
 
 
@@ -522,6 +531,8 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
 PER_TABLE_CHOICE = ("channels",)
 
 
+#: Tables a parse in this process hands to the merge in memory (no read back of what it wrote).
+KEPT_IN_MEMORY = ("counters",)
 #: Tables that a single source's part gives unchanged: the merged file is a copy of the part
 #: (re-encoding millions of telemetry counters cost as much as parsing them).
 COPIED_WHEN_ONE_PART = ("counters",)

@@ -129,12 +129,36 @@ class ParseResult:
 SPILL_ROWS = 1 << 18
 
 
+#: Small tables this process has just written, by part path, with the file's (size, mtime): the
+#: merge that follows in the same process takes them (`take_written`) instead of reading them back.
+_WRITTEN: dict[str, tuple[tuple[int, int], pa.Table]] = {}
+
+
+def take_written(path: Path) -> pa.Table | None:
+    """The table this process wrote to `path` (once), if the file is still the one it wrote."""
+    entry = _WRITTEN.pop(str(path), None)
+    if entry is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return entry[1] if (st.st_size, st.st_mtime_ns) == entry[0] else None
+
+
+def forget_written() -> None:
+    _WRITTEN.clear()
+
+
 class SourceSink:
     """Where a parser writes one source's rows: events stream to per-rank Parquet files, small
     tables are buffered and written on close, or streamed once they grow past SPILL_ROWS (every
-    batch of a table must then have the same columns)."""
+    batch of a table must then have the same columns). The tables named in `keep` are also
+    kept in memory for `take_written`."""
 
-    def __init__(self, run_dir: Path, key: str, *, row_group_size: int = 65_536) -> None:
+    def __init__(self, run_dir: Path, key: str, *, row_group_size: int = 65_536, keep: tuple[str, ...] = ()) -> None:
+        self.keep = keep
+        self._kept: dict[str, list[pa.Table]] = {}
         self.run_dir = Path(run_dir)
         self.key = key
         self.part_dir = self.run_dir / "sources" / key
@@ -201,6 +225,13 @@ class SourceSink:
             table = table.cast(writer.schema)
         writer.write_table(table, row_group_size=max(1, table.num_rows))
         self._small_written[name] += table.num_rows
+        if name in self.keep:
+            self._kept.setdefault(name, []).append(table)
+
+    @staticmethod
+    def _remember(path: Path, table: pa.Table) -> None:
+        st = os.stat(path)
+        _WRITTEN[str(path)] = ((st.st_size, st.st_mtime_ns), table)
 
     def close(self) -> dict[str, Any]:
         """Flush everything; return the part listing for the manifest."""
@@ -214,12 +245,17 @@ class SourceSink:
             self._small_writers.pop(name).close()
             parts[name] = str((self.part_dir / f"{name}.parquet").relative_to(self.run_dir))
             counts[name] = self._small_written[name]
+            kept = self._kept.pop(name, [])
+            if kept:
+                self._remember(self.part_dir / f"{name}.parquet", pa.concat_tables(kept))
         for name, tables in self._small.items():
             table = pa.concat_tables(tables, promote_options="permissive")
             path = self.part_dir / f"{name}.parquet"
             write_parquet(table, path, self.run_dir)
             parts[name] = str(path.relative_to(self.run_dir))
             counts[name] = table.num_rows
+            if name in self.keep:
+                self._remember(path, table)
         parts["rows"] = counts
         return parts
 
