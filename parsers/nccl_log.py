@@ -48,6 +48,7 @@ import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
+from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, out_of_range
 from tracekit.parsers._lines import LineSource, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -64,9 +65,11 @@ TUNING_WINDOW = 4096
 MAX_MESSAGES = 200_000
 
 _MARK = re.compile(rb" NCCL (INFO|WARN|TRACE|CALL|ABORT) ")
+#: the host is tried only where a run of host characters begins (the only start in a run that can
+#: match), so a search is linear in a long run instead of quadratic
 _HEAD = re.compile(
-    rb"(?P<host>[^\s:\[\]()<>]+):(?P<pid>\d+):(?P<tid>\d+)(?: \[(?P<dev>-?\d+)\])?(?: (?P<elapsed>-?\d+\.\d+))?"
-    rb"(?: (?P<loc>[^\s:]+:\d+))?(?: \((?P<func>[^()]*)\))?\s*$")
+    rb"(?<![^\s:\[\]()<>])(?P<host>[^\s:\[\]()<>]+):(?P<pid>\d+):(?P<tid>\d+)(?: \[(?P<dev>-?\d+)\])?"
+    rb"(?: (?P<elapsed>-?\d+\.\d+))?(?: (?P<loc>[^\s:]+:\d+))?(?: \((?P<func>[^()]*)\))?\s*$")
 _TS_ISO = re.compile(
     rb"(\d{4})-(\d{2})-(\d{2})[T _](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 _TS_EPOCH = re.compile(rb"\[(\d{10})(?:\.(\d{1,9}))?\]")
@@ -178,6 +181,9 @@ class _Proc:
     torchrun_rank: int | None = None
 
 
+#: Largest sum of communicator sizes given rank maps (a mutated log may declare thousands of
+#: communicators of MAX_WORLD_SIZE ranks each; real logs come to a few million at most).
+MAX_RANK_MAP_ENTRIES = 1 << 23
 #: channel, rank and connection numbers are int32 in the `channels` table
 _I32 = (-(2**31), 2**31 - 1)
 
@@ -212,6 +218,23 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
 
 def _s(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "replace")
+
+
+def _rank_count(b: bytes) -> int | None:
+    """A communicator size: 1..MAX_WORLD_SIZE, else None (never used to size anything larger)."""
+    n = _i(b)
+    return n if n is not None and 1 <= n <= MAX_WORLD_SIZE else None
+
+
+def _rank_and_size(rank: bytes, nranks: bytes) -> tuple[int, int] | str:
+    """(rank, nranks) of an Init or summary line, or the skip reason when out of range."""
+    n = _rank_count(nranks)
+    if n is None:
+        return out_of_range("nranks")
+    r = _i(rank)
+    if r is None or not 0 <= r < n:
+        return out_of_range("rank")
+    return r, n
 
 
 def _i(b: bytes | None) -> int | None:
@@ -347,8 +370,7 @@ class _Builder:
             m = _MARK.search(line, pos)
             if m is None:
                 break
-            pos = m.end()
-            lo = real[-1].end()
+            lo, pos = pos, m.end()  # a head lies after the previous mark: each byte is searched once
             h = _HEAD.search(line, lo, m.start())
             if h is None:
                 continue  # " NCCL INFO " inside a message ("NCCL version"), not a new record
@@ -368,13 +390,14 @@ class _Builder:
             parsed = None
         else:
             host = m.group("host").decode("utf-8", "replace")
-            pid = int(m.group("pid"))
-            tid = int(m.group("tid"))
+            pid = _i(m.group("pid"))
+            tid = _i(m.group("tid"))
             dev = _i(m.group("dev"))
             pre = head[:m.start()]
             ts = _ts_of(pre)
             tr = _TORCHRUN_RANK.search(pre)
-            parsed = (self._host(host, pid, glued), pid, tid, dev, ts, _s(m.group("loc")), tr and int(tr.group(1)))
+            parsed = None if pid is None or tid is None else (
+                self._host(host, pid, glued), pid, tid, dev, ts, _s(m.group("loc")), tr and _i(tr.group(1)))
         if len(self.head_cache) > 50_000:
             self.head_cache.clear()
         if parsed is None or parsed[4] is None:
@@ -560,7 +583,7 @@ class _Builder:
         idx = ptrs.get(g[_C_COMM])
         if idx is None:
             c = self._new_comm(host, pid, g[_C_COMM])
-            c.nranks = int(g[_C_NRANKS])
+            c.nranks = _rank_count(g[_C_NRANKS])
             idx = c.idx
         self.c_comm.append(idx)
         self.c_groups.append(g)
@@ -675,16 +698,20 @@ class _Builder:
             self.stats.skip("malformed Init line")
             return
         api, ptr, rank, nranks, cdev, ndev, bus, _parent, color, key, cid, what = m.groups()
+        rn = _rank_and_size(rank, nranks)
+        if isinstance(rn, str):
+            self.stats.skip(rn)
+            return
         start = what == b"START"
         comm_id = "0x" + cid.decode().lower().rjust(16, "0") if cid else None
-        c = self._comm_for(host, pid, ptr, rank=int(rank), comm_id=comm_id, fresh=start)
-        c.rank, c.nranks, c.cuda_dev = int(rank), int(nranks), int(cdev)
+        c = self._comm_for(host, pid, ptr, rank=rn[0], comm_id=comm_id, fresh=start)
+        c.rank, c.nranks, c.cuda_dev = rn[0], rn[1], _i(cdev)
         c.nvml_dev = _i(ndev) if ndev is not None else c.nvml_dev
         c.bus_id = _nccl.bus_id(_s(bus)) or c.bus_id
         c.comm_id = comm_id or c.comm_id
         c.api = _s(api) or c.api
         if color is not None:
-            c.color, c.key = int(color), int(key)
+            c.color, c.key = _i(color), _i(key)
         if c.init_line is None:
             c.init_line = self.lineno
         key_t = (host, pid, tid)
@@ -707,9 +734,13 @@ class _Builder:
             self.stats.skip("other NCCL line")
             return
         ptr, rank, nranks, nnodes, local_ranks, local_rank, _mnnvl = m.groups()
-        c = self._comm_for(host, pid, ptr, rank=int(rank), comm_id=None, fresh=False)
-        c.rank, c.nranks = int(rank), int(nranks)
-        c.n_nodes, c.local_ranks, c.local_rank = int(nnodes), int(local_ranks), int(local_rank)
+        rn = _rank_and_size(rank, nranks)
+        if isinstance(rn, str):
+            self.stats.skip(rn)
+            return
+        c = self._comm_for(host, pid, ptr, rank=rn[0], comm_id=None, fresh=False)
+        c.rank, c.nranks = rn
+        c.n_nodes, c.local_ranks, c.local_rank = _i(nnodes), _i(local_ranks), _i(local_rank)
         if c.cuda_dev is None and dev is not None:
             c.cuda_dev = dev
         self.ctx_thread[(host, pid, tid)] = c.idx
@@ -1010,18 +1041,34 @@ class _Builder:
     def _rank_maps(self, global_of: dict[tuple[str, int, int | None], int], world: str | None
                    ) -> dict[str, list[int | None]]:
         maps: dict[str, list[int | None]] = {}
+        budget = MAX_RANK_MAP_ENTRIES
+        over: set[str] = set()
+        world_len = -1
         for c in self.comms:
-            if c.group is None or c.rank is None or not c.nranks:
+            if c.group is None or c.rank is None or not c.nranks or c.group in over:
                 continue
-            cur = maps.setdefault(c.group, [None] * c.nranks)
-            if len(cur) < c.nranks:
-                cur.extend([None] * (c.nranks - len(cur)))
+            cur = maps.get(c.group, [])
+            grow = c.nranks - len(cur)
+            if grow > 0:
+                if grow > budget:
+                    over.add(c.group)
+                    maps.pop(c.group, None)
+                    continue
+                budget -= grow
+                cur.extend([None] * grow)
+                maps[c.group] = cur
             if c.group == world:
-                maps[c.group] = list(range(c.nranks))
+                if world_len != len(cur):  # once per size, not once per communicator of the world
+                    maps[c.group] = list(range(len(cur)))
+                    world_len = len(cur)
                 continue
             g = global_of.get(c.proc_dev)
             if g is not None and c.rank < len(cur):
                 cur[c.rank] = g
+        if over:
+            self.stats.warnings.append(
+                f"{len(over)} communicator(s) without a rank map: the communicators' sizes add up to more "
+                f"than {MAX_RANK_MAP_ENTRIES:,} ranks")
         return maps
 
     def _write_collectives(self, global_of: dict[tuple[str, int, int | None], int],
@@ -1263,10 +1310,12 @@ def _coll_columns(batch: pa.RecordBatch, idx: np.ndarray, grank: np.ndarray, com
             in_k[mask] = nranks[mask]
         if o_n:
             out_k[mask] = nranks[mask]
-    valid = known_dt & count_col.is_valid().to_numpy(zero_copy_only=False)
+    valid = known_dt & count_col.is_valid().to_numpy(zero_copy_only=False) & (count >= 0)
     base = count * width
-    in_bytes = pa.array(base * in_k, pa.int64(), mask=~valid)
-    out_bytes = pa.array(base * out_k, pa.int64(), mask=~valid)
+    # bytes beyond the size range are nulls, never int64 wraps (a count near 2**63 times 8 bytes)
+    hi = RANGES["size"][1]
+    in_bytes = pa.array(base * in_k, pa.int64(), mask=~(valid & (count <= hi // np.maximum(width * in_k, 1))))
+    out_bytes = pa.array(base * out_k, pa.int64(), mask=~(valid & (count <= hi // np.maximum(width * out_k, 1))))
     dtype = pa.DictionaryArray.from_arrays(pa.array(np.clip(dt, 0, len(_DT_NAMES) - 1).astype(np.int32),
                                                     mask=~known_dt), pa.array(_DT_NAMES))
     gidx = comm_group[idx]
@@ -1315,12 +1364,12 @@ def _coll_columns(batch: pa.RecordBatch, idx: np.ndarray, grank: np.ndarray, com
 def _ring_orders(orders: dict[int, list[int]], nranks: int | None) -> list[list[int]] | None:
     """The rings rank 0 printed (`Channel 00/02 :  0 1 ...`), one per channel from 0 on, when they
     are whole: every channel up to the last printed, each a permutation of the communicator."""
-    n = max(orders) + 1
-    if sorted(orders) != list(range(n)):
+    n = len(orders)
+    if min(orders) != 0 or max(orders) != n - 1:  # channel numbers are distinct: 0..n-1 each once
         return None
     out = [orders[c] for c in range(n)]
     size = nranks or len(out[0])
-    if any(sorted(o) != list(range(size)) for o in out):
+    if any(len(o) != size or sorted(o) != list(range(size)) for o in out):
         return None
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import fuzzing
 import pytest
@@ -196,3 +197,81 @@ def test_nccl_tests_json_salvage_of_a_deep_key(tmp_path: Path) -> None:
     data = ('{"devices": ' + deep + ', "results": [' + json.dumps(_NT_RESULT) + "]}").encode()
     out = _run("nccl_tests", data, tmp_path)
     assert out.kind == "salvage", out
+
+
+_NL = "host:100:100 [0] NCCL INFO "
+_NL_INIT = _NL + ("ncclCommInitRank comm 0x11 rank {rank} nranks {n} cudaDev 0 nvmlDev 0 busId 1000 commId {cid} - "
+                  "Init COMPLETE")
+_NL_COLL = (_NL + "AllReduce: opCount {op} sendbuff 0x1 recvbuff 0x2 count {count} datatype 7 op 0 root 0 comm 0x11 "
+            "[nranks=2] stream 0x3")
+
+
+def _parse_nccl_log(text: str, tmp_path: Path) -> tuple[Any, dict[str, list[dict]]]:
+    import pyarrow as pa
+
+    path = tmp_path / "node.log"
+    path.write_text(text)
+    sink = fuzzing.MemorySink(tmp_path / "run", "k")
+    res = MODULES["nccl_log"].parse(path, sink, rank=None)
+    sink.close()
+    return res, {k: pa.concat_tables(v).to_pylist() for k, v in sink.tables.items()}
+
+
+@pytest.mark.parametrize("rank, n, reason", [(0, 999_999_999, "nranks_out_of_range"), (0, 0, "nranks_out_of_range"),
+                                             (5, 4, "rank_out_of_range"), (0, "9" * 5000, "nranks_out_of_range")],
+                         ids=["huge", "zero", "rank_beyond", "digits"])
+def test_nccl_log_communicator_size_out_of_range(tmp_path: Path, rank: int, n, reason: str) -> None:
+    """memory: an Init line declaring nranks 999,999,999 sized a rank map by it (22 GB RSS before
+    the deadline); nranks beyond 4,300 digits raised ValueError"""
+    text = _NL + "NCCL version 2.22.3+cuda12.6\n" + _NL_INIT.format(rank=rank, n=n, cid="0xabc") + "\n"
+    res, _ = _parse_nccl_log(text, tmp_path)
+    assert res.stats.skipped.get(reason) == 1, res.stats.to_dict()
+
+
+def test_nccl_log_rank_maps_have_a_budget(tmp_path: Path, monkeypatch) -> None:
+    """memory: thousands of communicators of MAX_WORLD_SIZE ranks each (a mutated log) add up
+    their rank maps: beyond the budget a communicator has none, with a warning"""
+    monkeypatch.setattr(MODULES["nccl_log"], "MAX_RANK_MAP_ENTRIES", 1000)
+    text = "".join(_NL_INIT.format(rank=0, n=600, cid=f"0xab{i}").replace("0x11", f"0x1{i}").replace(
+        "host:100:100", f"host:10{i}:10{i}") + "\n" for i in range(3))
+    res, tables = _parse_nccl_log(text, tmp_path)
+    assert any("without a rank map" in w for w in res.stats.warnings), res.stats.warnings
+    assert sum(bool(g["rank_map"]) for g in tables["groups"]) == 1
+
+
+def test_nccl_log_ring_channel_beyond_int64(tmp_path: Path) -> None:
+    """OverflowError@nccl_log.py:_ring_orders (found by benchmarks/fuzz.py; a channel number of 21
+    digits; one of 8 digits built a list of 100 million ints)"""
+    text = "\n".join([_NL_INIT.format(rank=0, n=2, cid="0xabc"), _NL + "Channel 00/02 :    0   1",
+                      _NL + "Channel 999999999999999999999/16 :   0   1", _NL + "Channel 99999999/16 :   0   1"])
+    _, tables = _parse_nccl_log(text + "\n", tmp_path)
+    assert tables["groups"][0]["ring_orders"] is None
+
+
+def test_nccl_log_bytes_never_wrap(tmp_path: Path) -> None:
+    """silent wrap: count 2**62 of a 4-byte type was stored as 0 bytes (int64 wrap)"""
+    text = "\n".join([_NL_INIT.format(rank=0, n=2, cid="0xabc"), _NL_COLL.format(op=0, count=2**62),
+                      _NL_COLL.format(op=1, count=8)])
+    _, tables = _parse_nccl_log(text + "\n", tmp_path)
+    assert [(r["in_bytes"], r["out_bytes"]) for r in tables["collectives"]] == [(None, None), (32, 32)]
+
+
+@pytest.mark.parametrize("line", [
+    "host:100:100 [0] NCCL INFO x" + " NCCL INFO x" * 100_000,  # many marks, none a new record
+    "a" * 200_000 + " NCCL INFO x",  # a long run where a host name could start
+], ids=["marks", "run"])
+def test_nccl_log_long_lines_are_linear(tmp_path: Path, line: str) -> None:
+    """hang@nccl_log (found by benchmarks/fuzz.py: a 4 MB line with 400 ` NCCL INFO ` inside one
+    message was searched from the last record's start at every mark; a long run of host-name
+    characters was tried from every position)"""
+    out = fuzzing.run_case("nccl_log", MODULES["nccl_log"], (line + "\n").encode(), False, tmp_path / "w",
+                           name="node.log", timeout=10)
+    assert out.kind in ("ok", "salvage", "error"), out
+
+
+def test_nccl_log_numbers_beyond_the_digit_limit(tmp_path: Path) -> None:
+    """ValueError (int() of more than 4,300 digits: a pid, a tid or a torchrun rank)"""
+    big = "9" * 5000
+    text = "\n".join([f"[rank{big}]:host:{big}:100 [0] NCCL INFO x", f"host:100:{big} [0] NCCL INFO x",
+                      _NL_INIT.format(rank=0, n=2, cid="0xabc"), _NL_COLL.format(op=0, count=8)])
+    _run("nccl_log", (text + "\n").encode(), tmp_path, name="node.log")
