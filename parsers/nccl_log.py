@@ -107,8 +107,8 @@ _NET_USING = re.compile(rb"NET/([^:]+?) ?: Using(.*)$")
 _NET_DEV = re.compile(rb"\[(\d+)\]([^\s;\[]+)")
 _ERRPROP = re.compile(rb"^(\S+\.(?:cc|cu|h|cpp)):(\d+) -> (\d+)")
 _VERSION = re.compile(rb"NCCL version (\d+\.\d+\.\d+)")
-_WATCHDOG = re.compile(rb"\[Rank (\d+)\].*?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
-                       rb"OpType=(\w+)")
+_WATCHDOG = re.compile(rb"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)")
+_RANK_TAG = re.compile(rb"\[Rank (\d+)\]")
 _TORCHRUN_RANK = re.compile(rb"\[rank(\d+)\]:")
 _PTR_NIL = (b"(nil)", b"0x0", b"0", b"(null)")
 
@@ -218,6 +218,18 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
 
 def _s(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "replace")
+
+
+def _watchdog_rank(line: bytes) -> bytes | None:
+    """The `[Rank N]` before a PyTorch watchdog timeout message, if the line is one (each byte
+    searched once: a lazy `[Rank N].*?Watchdog` pattern was quadratic in `[Rank N]` repeats)."""
+    lo = 0
+    for w in _WATCHDOG.finditer(line):
+        r = _RANK_TAG.search(line, lo, w.start())
+        if r is not None:
+            return r.group(1)
+        lo = w.start()
+    return None
 
 
 def _rank_count(b: bytes) -> int | None:
@@ -492,10 +504,10 @@ class _Builder:
         if outcome is not None and outcome != "comment":
             stats.skip("nccl-tests " + outcome)
             return
-        m = _WATCHDOG.search(line)
-        if m:
+        rank_tag = _watchdog_rank(line)
+        if rank_tag is not None:
             tr = _TORCHRUN_RANK.search(line)
-            self._keep_message({"rank": int(tr.group(1)) if tr else int(m.group(1)), "host": None, "pid": None,
+            self._keep_message({"rank": _i(tr.group(1)) if tr else _i(rank_tag), "host": None, "pid": None,
                                 "tid": None, "ts_ns": None, "level": "ERROR", "subsystem": "watchdog",
                                 "message": text.strip(), "location": None, "comm_rank": None,
                                 "_proc": None, "_rank_given": True})
@@ -538,9 +550,9 @@ class _Builder:
             m = _CHANNELS.search(msg)
             c = self._context(host, pid, tid, dev)
             if m and c is not None:
-                c.n_channels = int(m.group(1))
+                c.n_channels = _i(m.group(1))
                 c.nvls_channels = _i(m.group(3))
-                c.p2p_channels = int(m.group(4))
+                c.p2p_channels = _i(m.group(4))
                 stats.store()
             else:
                 stats.skip("other NCCL line")
@@ -557,8 +569,8 @@ class _Builder:
             m = _NET_USING.match(msg)
             if m and b"[" in m.group(2):
                 name = m.group(1).decode("utf-8", "replace").strip()
-                proc.net_devices[name] = {int(d): n.decode("utf-8", "replace").split("/")[0]
-                                          for d, n in _NET_DEV.findall(m.group(2))}
+                proc.net_devices[name] = {k: n.decode("utf-8", "replace").split("/")[0]
+                                          for d, n in _NET_DEV.findall(m.group(2)) if (k := _i(d)) is not None}
                 stats.store()
                 return
         if msg.startswith(b"Using network "):
@@ -608,8 +620,8 @@ class _Builder:
                 self.stats.skip("other NCCL line")
                 return
             name = m.group(1)
-            algo = _nccl.ALGOS.get(int(m.group(3)), m.group(3).decode())
-            proto = _nccl.PROTOS.get(int(m.group(4)), m.group(4).decode())
+            algo = _nccl.ALGOS.get(_i(m.group(3)), m.group(3).decode())  # type: ignore[arg-type]
+            proto = _nccl.PROTOS.get(_i(m.group(4)), m.group(4).decode())  # type: ignore[arg-type]
         cur = self.tune_pending.get((host, pid, tid))
         if cur is not None:
             for pos in cur[1:]:
@@ -756,7 +768,7 @@ class _Builder:
         idx = self.ptrs[(host, pid)].get(ptr)
         if idx is not None and phase == b"COMPLETE":
             self.comms[idx].ended = what.decode()
-        self._message("INFO", msg, host, pid, tid, int(cdev), ts, None, subsystem="lifecycle",
+        self._message("INFO", msg, host, pid, tid, _i(cdev), ts, None, subsystem="lifecycle",
                       comm=idx)
         return True
 
@@ -794,7 +806,11 @@ class _Builder:
     # -- topology ------------------------------------------------------------------------------
 
     def _topology(self, msg: bytes, host: str, pid: int, tid: int, dev: int | None) -> None:
-        item = _topology_item(msg)
+        try:
+            item = _topology_item(msg)
+        except ValueError:  # a number of more than 4,300 digits
+            self.stats.skip(out_of_range("number"))
+            return
         if item is None:
             self.stats.skip("other NCCL line")
             return
@@ -1394,8 +1410,8 @@ def _nic_name(proc: _Proc, nic: str) -> str:
     """`IB/0` as the device NCCL listed for it (`mlx5_0:1`) when the log printed the list."""
     name, _, idx = nic.rpartition("/")
     devs = proc.net_devices.get(name)
-    if devs and idx.isdigit() and int(idx) in devs:
-        return devs[int(idx)]
+    if devs and idx.isdigit() and _i(idx.encode()) in devs:
+        return devs[_i(idx.encode())]  # type: ignore[index]
     return nic
 
 

@@ -313,7 +313,8 @@ def mutate_lines(data: bytes, rnd: random.Random) -> bytes:
         nums = list(re.finditer(rb"-?\d+(\.\d+)?", lines[i]))
         if nums:
             m = rnd.choice(nums)
-            rep = rnd.choice([b"99999999999999999999999999", b"-1", b"nan", b"inf", b"1e400", b"-0", b"", b"0x7f"])
+            rep = rnd.choice([b"99999999999999999999999999", b"-1", b"nan", b"inf", b"1e400", b"-0", b"", b"0x7f",
+                              b"9" * 5000])  # beyond Python's 4,300-digit int() limit
             lines[i] = lines[i][: m.start()] + rep + lines[i][m.end():]
     elif op == 4:
         lines[i] = lines[i] * _copies(rnd.choice([2, 50, 2000]), len(lines[i]))

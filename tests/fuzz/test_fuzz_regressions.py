@@ -269,9 +269,27 @@ def test_nccl_log_long_lines_are_linear(tmp_path: Path, line: str) -> None:
     assert out.kind in ("ok", "salvage", "error"), out
 
 
-def test_nccl_log_numbers_beyond_the_digit_limit(tmp_path: Path) -> None:
-    """ValueError (int() of more than 4,300 digits: a pid, a tid or a torchrun rank)"""
-    big = "9" * 5000
-    text = "\n".join([f"[rank{big}]:host:{big}:100 [0] NCCL INFO x", f"host:100:{big} [0] NCCL INFO x",
-                      _NL_INIT.format(rank=0, n=2, cid="0xabc"), _NL_COLL.format(op=0, count=8)])
+@pytest.mark.parametrize("line", [
+    "[rank{big}]:host:{big}:100 [0] NCCL INFO x", "host:100:{big} [0] NCCL INFO x",
+    _NL + "2 coll channels, 0 collnet channels, 0 nvls channels, {big} p2p channels, 2 p2p channels per peer",
+    _NL + "Channel 12/0 : 0[4] -> {big}[3] via P2P/IPC",
+    _NL + "NET/IB : Using [0]mlx5_0:1/RoCE [{big}]mlx5_6:1/RoCE [7]mlx5_7:1",
+    _NL + "AllReduce: 8 Bytes -> Algo {big} proto 2 time 10.5",
+    _NL + "comm 0x11 rank 0 nRanks 2 cudaDev {big} busId 1000 - Destroy COMPLETE",
+    "[Rank {big}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout",
+], ids=["pid_tid", "tid", "channels", "topology", "net_devices", "tuning", "end", "watchdog"])
+def test_nccl_log_numbers_beyond_the_digit_limit(tmp_path: Path, line: str) -> None:
+    """ValueError@nccl_log.py:_info, _topology_item, <dictcomp> (found by benchmarks/fuzz.py once a
+    mutator wrote 5,000-digit numbers: int() refuses more than 4,300 digits)"""
+    text = "\n".join([_NL_INIT.format(rank=0, n=2, cid="0xabc"), line.format(big="9" * 5000),
+                      _NL_COLL.format(op=0, count=8)])
     _run("nccl_log", (text + "\n").encode(), tmp_path, name="node.log")
+
+
+def test_nccl_log_watchdog_search_is_linear(tmp_path: Path) -> None:
+    """hang: `[Rank N].*?Watchdog caught` tried from every `[Rank N]` of a line to its end"""
+    line = "[Rank 1] " * 50_000
+    text = "\n".join([_NL_INIT.format(rank=0, n=2, cid="0xabc"), line, _NL_COLL.format(op=0, count=8)])
+    out = fuzzing.run_case("nccl_log", MODULES["nccl_log"], (text + "\n").encode(), False, tmp_path / "w",
+                           name="node.log", timeout=10)
+    assert out.kind in ("ok", "salvage"), out
