@@ -84,9 +84,10 @@ def _objects(text: str, stats: SourceStats) -> Iterator[Any]:
             continue
         try:
             obj, pos = decoder.raw_decode(text, pos)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if isinstance(exc, RecursionError):
-                exc = json.JSONDecodeError("nested too deeply", text, pos)
+        except (ValueError, RecursionError) as exc:  # ValueError: also an integer of > 4,300 digits
+            if not isinstance(exc, json.JSONDecodeError):
+                why = "nested too deeply" if isinstance(exc, RecursionError) else "integer too long"
+                exc = json.JSONDecodeError(why, text, pos)
             nxt = _next_object(text, pos)
             if nxt is None:
                 stats.warnings.append(f"truncated or corrupt JSON at character {pos} ({exc.msg}); "

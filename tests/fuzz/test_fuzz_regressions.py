@@ -293,3 +293,12 @@ def test_nccl_log_watchdog_search_is_linear(tmp_path: Path) -> None:
     out = fuzzing.run_case("nccl_log", MODULES["nccl_log"], (text + "\n").encode(), False, tmp_path / "w",
                            name="node.log", timeout=10)
     assert out.kind in ("ok", "salvage"), out
+
+
+def test_gnmic_integer_beyond_the_digit_limit(tmp_path: Path) -> None:
+    """ValueError@gnmic.py:_objects (the CI fuzz profile, once mutators wrote 5,000-digit numbers:
+    Python's json refuses integers of more than 4,300 digits with a plain ValueError)"""
+    bad = json.dumps(_event()).replace("100}", "9" * 5000 + "}")
+    data = "\n".join([json.dumps(_event()), bad, json.dumps(_event(timestamp=300))]).encode()
+    out = _run("gnmic", data, tmp_path)
+    assert out.kind == "salvage", out
