@@ -44,7 +44,8 @@ def datatype(value: int | str | None) -> tuple[str | None, int | None]:
     else:
         key = str(value).strip().lower()
         got = TYPE_NAMES.get(key) or TYPE_NAMES.get("nccl" + key)
-        if got is None and key.lstrip("-").isdigit():
+        digits = key.lstrip("-")
+        if got is None and digits.isascii() and digits.isdigit() and len(digits) < 19:
             got = DATATYPES.get(int(key))
     return got if got is not None else (None, None)
 

@@ -68,7 +68,8 @@ def _int(v: Any) -> int | None:
         return v if -(2**63) <= v < 2**63 else None
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    digits = v.strip().lstrip("-") if isinstance(v, str) else ""
+    if digits.isascii() and digits.isdigit() and len(digits) < 20:
         return _int(int(v))
     return None
 

@@ -135,6 +135,11 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     return _write(where, sink, stats, rows, pid)
 
 
+def _digits(v: Any) -> bool:
+    """A decimal communicator id in text (ASCII digits, at most 20 of them: a uint64)."""
+    return isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 20
+
+
 def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str, Any]], pid: Any) -> ParseResult:
     name_rank = _NAME_RANK.search(Path(where).name)
     out = []
@@ -156,7 +161,7 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
         in_b, out_b = _nccl.bytes_of(kind, count, width, None)
         # nranks is not in the trace: a per-rank count says nothing of the whole buffer
         times_in, times_out = _nccl.TIMES_NRANKS.get(kind, (False, False))
-        group = f"0x{int(comm) & (2**64 - 1):016x}" if isinstance(comm, int) or str(comm).isdigit() else None
+        group = f"0x{int(comm) & (2**64 - 1):016x}" if isinstance(comm, int) or _digits(comm) else None
         seq = a.get("SeqNum") if op["cat"] == "COLL" and isinstance(a.get("SeqNum"), int) else op.get("order")
         out.append({
             "rank": rank, "group": group, "seq": seq, "op": kind, "dtype": dname,

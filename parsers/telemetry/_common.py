@@ -256,4 +256,4 @@ def port_owner(host: str | None, device: str) -> str:
 def normal_port(port: object) -> str:
     """Port names compare as text; `01` and `1` are the same port."""
     text = str(port).strip()
-    return str(int(text)) if text.isdigit() else text
+    return (text.lstrip("0") or "0") if text.isascii() and text.isdigit() else text

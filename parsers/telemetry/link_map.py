@@ -146,6 +146,8 @@ def _rows(text: str, where: str) -> list[dict[str, Any]]:
         raise InputError(where, f"not a CSV link map and not valid YAML ({why}{at})") from exc
     except RecursionError as exc:
         raise InputError(where, "YAML nested too deeply") from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise InputError(where, f"not a valid YAML link map ({str(exc).split(':')[0]})") from exc
     rows = doc.get("links") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise InputError(where, "a YAML link map needs `links:` as a list of mappings")

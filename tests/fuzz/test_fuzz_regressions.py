@@ -302,3 +302,25 @@ def test_gnmic_integer_beyond_the_digit_limit(tmp_path: Path) -> None:
     data = "\n".join([json.dumps(_event()), bad, json.dumps(_event(timestamp=300))]).encode()
     out = _run("gnmic", data, tmp_path)
     assert out.kind == "salvage", out
+
+
+@pytest.mark.parametrize("name, body", [
+    ("map.csv", "host,device,port,link\nnode7,mlx5_0,1,node7-rail0\n,leaf3,{big},node7-rail0\n"),
+    ("map.yaml", "links:\n  - {{host: node7, device: mlx5_0, port: {big}, gbps: 400}}\n"),
+    ("map.csv", "host,device,port,link\nnode7,mlx5_0,\u00b2,node7-rail0\n,leaf3,17,node7-rail0\n"),
+], ids=["csv", "yaml", "superscript"])
+def test_link_map_port_numbers_beyond_int(tmp_path: Path, name: str, body: str) -> None:
+    """ValueError@_common.py:normal_port and @link_map.py:_rows (found by benchmarks/fuzz.py: a
+    5,000-digit port; `str.isdigit` also says yes to `²`, which `int()` refuses)"""
+    _run("link_map", body.format(big="9" * 5000).encode(), tmp_path, name=name)
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "\u00b2", "-" + "9" * 30], ids=["digits", "superscript", "30"])
+def test_digit_strings_in_json_fields(text: str) -> None:
+    """ValueError: `isdigit()` then `int()` on a datatype, an Inspector integer or a profiler
+    communicator id (5,000 digits, or `²`)"""
+    from tracekit.parsers import _nccl, nccl_inspector, nccl_profiler
+
+    assert _nccl.datatype(text) == (None, None)
+    assert nccl_inspector._int(text) is None
+    assert not nccl_profiler._digits(text)
