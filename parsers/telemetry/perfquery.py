@@ -19,6 +19,7 @@ import os
 import re
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import checked_int, out_of_range
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -75,7 +76,12 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
             continue
         m = _HEADER.match(line)
         if m:
-            block = (f"lid:{int(m.group(2))}", str(int(m.group(3))), bool(m.group(1)))
+            lid, port = checked_int(m.group(2)), checked_int(m.group(3))
+            if lid is None or port is None:  # beyond int64, or thousands of digits
+                block = None
+                stats.skip(out_of_range("lid" if lid is None else "port"))
+                continue
+            block = (f"lid:{lid}", str(port), bool(m.group(1)))
             blocks += 1
             untimed += ts is None
             continue
@@ -101,6 +107,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
             value = int(text_value, 16) if text_value.lower().startswith("0x") else int(text_value)
         except ValueError:
             stats.skip("bad_value")
+            continue
+        if value.bit_length() > 64:  # counters are at most 64 bits wide
+            stats.skip(out_of_range("value"))
             continue
         buf.add(ts, None, block[0], block[1], spec, value * spec.scale, name=name)
     if blocks == 0:

@@ -18,6 +18,7 @@ import os
 import re
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import out_of_range
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -80,9 +81,13 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
             value = float(r.group(1)) if r else None
         else:
             try:
-                value = float(int(value_text))
+                count = int(value_text)
             except ValueError:
-                value = None
+                count = None
+            if count is not None and count.bit_length() > 64:  # counters are at most 64 bits wide
+                stats.skip(out_of_range("value"))
+                continue
+            value = float(count) if count is not None else None
         if value is None:
             stats.skip("bad_value")
             continue

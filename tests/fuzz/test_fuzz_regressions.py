@@ -324,3 +324,26 @@ def test_digit_strings_in_json_fields(text: str) -> None:
     assert _nccl.datatype(text) == (None, None)
     assert nccl_inspector._int(text) is None
     assert not nccl_profiler._digits(text)
+
+
+_PQ = "# Port extended counters: Lid 1719 port {port}\nPortXmitData:....................{value}\n" \
+      "PortRcvData:.....................12279028775751\n"
+
+
+@pytest.mark.parametrize("port, value", [(1, "9" * 400), (1, "9" * 5000), ("9" * 5000, 36298026860928),
+                                         ("9" * 30, 36298026860928)],
+                         ids=["value400", "value5000", "port5000", "port30"])
+def test_perfquery_numbers_beyond_range(tmp_path: Path, port, value) -> None:
+    """OverflowError@perfquery.py:parse (a counter beyond float: found by benchmarks/fuzz.py) and
+    ValueError (a 5,000-digit port in a block header)"""
+    good = _PQ.format(port=2, value=1000)
+    _run("perfquery", (good + _PQ.format(port=port, value=value)).encode(), tmp_path, name="perfquery_x_hca.txt")
+
+
+@pytest.mark.parametrize("value", ["9" * 26, "9" * 400, "9" * 5000], ids=["26", "400", "5000"])
+def test_sysfs_counter_beyond_64_bits(tmp_path: Path, value: str) -> None:
+    """OverflowError@sysfs_ib.py:parse (found by benchmarks/fuzz.py: float() of a 400-digit counter)"""
+    base = "/sys/class/infiniband/mlx5_0/ports/1/counters_ext/port_xmit_data_64"
+    text = f"1700000000\n{base}:1000\n{base.replace('xmit', 'rcv')}:{value}\n1700000010\n{base}:2000\n"
+    out = _run("sysfs_ib", text.encode(), tmp_path, name="sysfs.txt")
+    assert out.kind == "salvage", out
