@@ -177,6 +177,21 @@ def test_per_queue_ecn_marks_are_summed(tmp_path):
     assert (w["ecn_marked"], w["rx_pause"], w["tx_pause"]) == (15, 7, None)
 
 
+
+def test_one_reset_queue_voids_the_window_s_ecn_sum(tmp_path):
+    """A metric summed over queues is all or nothing: when one queue resets in a window, the
+    window's ECN count is null (not the other queue's part) and says why."""
+    lines = []
+    for k, (q3, q4) in enumerate(((0, 0), (10, 5), (2, 12))):  # q3 resets in the second window
+        for q, v in (("q3", q3), ("q4", q4)):
+            labels = {"source": "leaf2", "interface_name": "Ethernet9", "queue_name": q}
+            lines.append(prom_line("gnmic_qos_qos_interfaces_interface_output_queues_queue_state_ecn_marked_pkts",
+                                   labels, v, T0_MS + 10_000 * k))
+    _, rates = _rates_of(tmp_path, "\n".join(lines) + "\n")
+    first, second = _windows(rates)
+    assert first["ecn_marked"] == 15 and first["flags"] == []
+    assert second["ecn_marked"] is None and second["flag_detail"] == ["ecn_marked:reset"]
+
 IBNET = """\
 CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )
 SW  1719 10 0x7cfe9003009ce5b0 4x EDR - CA   134  1 0x7cfe9003003b4bde ( 'ib-i1l1s01' - 'o0001 HCA-1' )
