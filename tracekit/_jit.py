@@ -2,8 +2,9 @@
 
 numba writes its cache next to the source (`__pycache__`), or in a user-wide cache directory when
 the package is installed read-only; when neither is writable the kernels compile without a cache
-on every run rather than fail. `report_compiles` (turned on by the CLI) prints a progress line on
-the process's stderr while a first run compiles, so a cold start is never silent for long.
+on every run rather than fail. `report_compiles` prints a progress line while a first run compiles,
+so a cold start is never silent for long; the CLI turns it on through `tracekit._progress.enable`
+without importing numba itself (the first kernel definition attaches it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, TextIO
 import numba
 from numba.core import event
 
+from tracekit import _progress
+
 _OPTIONS = {"nogil": True}
 
 
@@ -24,6 +27,8 @@ def njit(fn: Callable[..., Any] | None = None, *, inline: bool = False) -> Any:
     """`numba.njit(cache=True, nogil=True)`; `inline=True` also inlines it into its callers."""
 
     def wrap(f: Callable[..., Any]) -> Any:
+        if _listener is None and _progress.stream() is not None:
+            report_compiles(_progress.stream())
         extra = {"inline": "always"} if inline else {}
         try:
             return numba.njit(cache=True, **_OPTIONS, **extra)(f)

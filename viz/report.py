@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit._progress import status
 from tracekit._text import fmt_ns, fmt_ranks
 from tracekit.analysis import AnalysisResult
 from tracekit.analysis.findings import op_label
@@ -225,6 +226,7 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
             child = column(caveat, child)
         panels.append(TabPanel(child=child, title=tab))
     root = column(html_div(header_html(data), width=width), Tabs(tabs=panels))
+    status("report: writing the HTML")
     return file_html(root, CDN if cdn else INLINE, title=data["title"])
 
 
@@ -232,8 +234,10 @@ def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[
                  analysis: AnalysisResult | None = None, replay: Any = None, hang: Any = None,
                  whatif: Any = None, cdn: bool = False, width: int = WIDTH) -> ReportInfo:
     """Write the standalone HTML report for a run; return where, how big, and what was merged."""
+    status("report: collecting the tables")
     data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif,
                              width_px=width - PLOT_MARGIN)
+    status("report: drawing the plots")
     text = render(data, cdn=cdn, width=width)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)

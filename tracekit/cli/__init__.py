@@ -41,6 +41,6 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="tracekit")
 def main() -> None:
     """Postmortem analysis of the network side of distributed training."""
-    from tracekit._jit import report_compiles
+    from tracekit import _progress
 
-    report_compiles()
+    _progress.enable()

@@ -21,8 +21,6 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from tracekit.store import os_error
-
         try:
             return fn(*args, **kwargs)
         except click.ClickException as exc:
@@ -31,6 +29,8 @@ def user_errors(fn: F) -> F:
         except TracekitError as exc:
             raise click.ClickException(_one_line(str(exc))) from exc
         except OSError as exc:
+            from tracekit.store import os_error
+
             raise click.ClickException(_one_line(str(os_error(exc)))) from exc
 
     return wrapper  # type: ignore[return-value]

@@ -44,6 +44,9 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
            no_write: bool, nccl_tests: Path | None, verbose: bool, as_json: bool) -> None:
     """Replay the communication of RUN (a run directory, or raw trace paths) on each --topology
     and compare step time, exposed communication per dim and the hottest link with the baseline."""
+    from tracekit._progress import status
+
+    status("replay: loading libraries")
     from tracekit.errors import TracekitError
     from tracekit.replay.engine import calibration_from as load_calibration
     from tracekit.replay.engine import open_run, replay_run
@@ -84,6 +87,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             from tracekit.viz.report import write_report
         except ImportError as exc:
             raise TracekitError("--report needs tracekit.viz.report, which is not available") from exc
+        status(f"replay: writing the report to {report_path}")
         info = write_report(run, report_path, replay=result)
         click.echo(f"report: {getattr(info, 'path', report_path)}")
 

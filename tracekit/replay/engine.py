@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from tracekit import __version__, schema
+from tracekit._progress import status
 from tracekit.errors import TracekitError
 from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
@@ -646,6 +647,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     traced_start = np.array([i.traced_start for i in prep.instances])
     identity = _identity(prep)
 
+    status(f"replaying {len(prep.instances)} collective instance(s) on {names[0]} (baseline)")
     base_net = _Net(prep, base_spec, algo, storage)
     window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
     n_windows = 2 * N_WINDOWS + 1
@@ -658,6 +660,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
 
     results = []
     for name, spec in zip(names, ordered, strict=False):
+        if spec is not base_spec:
+            status(f"replaying on {name}")
         net = base_net if spec is base_spec else _Net(prep, spec, algo, storage, baseline=base_net)
         first = (raw, raw_out) if net is base_net else None
         results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
@@ -983,6 +987,7 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     if cache is None:
         key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
         cache = Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+    status(f"ingesting {len(paths)} path(s) into {cache}")
     report = ingest(list(paths), cache)
     if not report.ingested:
         reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
@@ -998,6 +1003,7 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
     from tracekit.analysis import prepare
 
     run = run if isinstance(run, Run) else Run(run)
+    status("matching collectives, aligning clocks")
     tables = dict(prepare(run, write=write))
     for name in ("channels", "topology_nodes", "topology_links"):
         if name not in tables and run.has(name):
