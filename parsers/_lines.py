@@ -30,8 +30,9 @@ class LineSource:
 
 
 def line_batches(path: str | os.PathLike[str], info: LineSource | None = None, *,
-                 batch_bytes: int = BATCH_BYTES) -> Iterator[list[bytes]]:
-    """Lists of complete lines (about `batch_bytes` of text each), in file order."""
+                 batch_bytes: int | None = None) -> Iterator[list[bytes]]:
+    """Lists of complete lines (about `batch_bytes`, default BATCH_BYTES, of text each), in file order."""
+    batch_bytes = batch_bytes or BATCH_BYTES
     rest = b""
     with ByteStream(path, chunk_size=batch_bytes) as stream:
         for chunk in stream.chunks():

@@ -45,6 +45,7 @@ from tracekit.parsers._kineto_calls import (
     torch_dtype,
 )
 from tracekit.parsers._limits import RANGES, checked_int, out_of_range, world_size
+from tracekit.parsers import _stream
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -606,11 +607,11 @@ def rank_from_name(path: str | os.PathLike[str]) -> int | None:
 
 
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None,
-          comm_patterns: Sequence[str] | None = None, chunk_size: int = 1 << 21) -> KinetoResult:
+          comm_patterns: Sequence[str] | None = None, chunk_size: int | None = None) -> KinetoResult:
     """Parse one Kineto trace into `sink`; raise InputError when the file cannot be used."""
     path = os.fspath(path)
     with _gc_paused():
-        return _parse(path, sink, rank, compile_patterns(comm_patterns), chunk_size)
+        return _parse(path, sink, rank, compile_patterns(comm_patterns), chunk_size or _stream.CHUNK)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -58,30 +59,45 @@ def rank_maps(groups: pa.Table) -> dict[str, list[int | None]]:
 def resolve_peers(table: pa.Table, maps: Mapping[str, Sequence[int | None]], pairs: Sequence[tuple[str, str]]
                   ) -> tuple[pa.Table, int]:
     """Fill null global-rank columns from their communicator-local twins through `maps`
-    (`pairs` = (global column, local column)); returns the table and how many stayed unknown."""
+    (`pairs` = (global column, local column)); returns the table and how many stayed unknown.
+    Column-wise (numpy per communicator), so a run's million-row collectives table is never
+    turned into Python objects."""
     if table.num_rows == 0 or not maps or "group" not in table.column_names:
         return table, 0
-    groups = table.column("group").cast(pa.string()).to_pylist()
+    group = table.column("group").cast(pa.string()).combine_chunks().dictionary_encode()
+    names = group.dictionary.to_pylist()
+    codes = group.indices.fill_null(len(names)).to_numpy(zero_copy_only=False)
+    names.append(None)  # a null group looks its map up as ""
     unknown = 0
     for glob_col, local_col in pairs:
         if glob_col not in table.column_names or local_col not in table.column_names:
             continue
-        glob = table.column(glob_col).to_pylist()
-        local = table.column(local_col).to_pylist()
-        changed = False
-        for i, (g, v, loc) in enumerate(zip(groups, glob, local, strict=True)):
-            if v is not None or loc is None:
+        glob = table.column(glob_col).combine_chunks()
+        local = table.column(local_col).combine_chunks()
+        need = (glob.is_null().to_numpy(zero_copy_only=False)
+                & local.is_valid().to_numpy(zero_copy_only=False))
+        if not need.any():
+            continue
+        loc = local.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = glob.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        valid = ~glob.is_null().to_numpy(zero_copy_only=False)
+        filled = np.zeros(len(need), bool)
+        for code in np.unique(codes[need]):
+            rm = maps.get(names[code] or "")
+            if rm is None:
                 continue
-            rm = maps.get(g or "")
-            if rm is not None and 0 <= loc < len(rm) and rm[loc] is not None:
-                glob[i] = rm[loc]
-                changed = True
-            else:
-                unknown += 1
-        if changed:
+            lut = np.array([-1 if r is None else r for r in rm], np.int64)
+            known = np.array([r is not None for r in rm], bool)
+            rows = np.flatnonzero(need & (codes == code) & (loc >= 0) & (loc < len(lut)))
+            rows = rows[known[loc[rows]]]
+            values[rows] = lut[loc[rows]]
+            filled[rows] = True
+        unknown += int(need.sum() - filled.sum())
+        if filled.any():
             idx = table.schema.get_field_index(glob_col)
             typ = table.schema.field(glob_col).type
-            table = table.set_column(idx, table.schema.field(glob_col), pa.array(glob, typ))
+            table = table.set_column(idx, table.schema.field(glob_col),
+                                     pa.array(values, typ, mask=~(valid | filled)))
     return table, unknown
 
 
@@ -100,27 +116,32 @@ def dedup_channels(table: pa.Table) -> pa.Table:
     return table.take(pa.array(keep))
 
 
-def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None) -> tuple[pa.Table, int]:
+#: Rows of the collectives table `fill_algo_proto` joins at a time (bounds its memory).
+FILL_CHUNK_ROWS = 1 << 16
+
+_FILL_KEYS = ["group", "seq", "op", "in_bytes", "nranks", "rank", "algo", "proto"]
+
+
+def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
+                    chunk_rows: int = FILL_CHUNK_ROWS) -> tuple[pa.Table, int]:
     """Give collectives without algo/proto the choice NCCL logged for the same call elsewhere.
 
     NCCL before 2.24 prints its choice on rank 0 only, and a profiler trace prints none: a call is
     the same on every rank of a communicator, so rows of one (group, seq, op, bytes) share it;
     and NCCL's choice depends only on (op, bytes, communicator size), so a row that still has none
     takes the one the logs show for that (rank, op, in_bytes, nranks) when they agree on it.
+    The lookups are built from the rows that have a choice; the table itself is joined to them
+    `chunk_rows` rows at a time, so a million-row run is never held as several joined copies.
     """
     if coll.num_rows == 0 or "algo" not in coll.column_names:
         return coll, 0
-    df = pl.from_arrow(coll.select(["group", "seq", "op", "in_bytes", "nranks", "rank", "algo", "proto"]))
-    assert isinstance(df, pl.DataFrame)
-    df = df.with_columns([pl.col(c).cast(pl.String) for c in ("group", "op", "algo", "proto")])
-    missing = df["algo"].is_null()
-    if not missing.any():
+    missing = int(coll.column("algo").null_count)
+    if not missing:
         return coll, 0
-    have = df.filter(pl.col("algo").is_not_null() & pl.col("seq").is_not_null())
+    have = pl.concat([_fill_frame(coll.slice(lo, chunk_rows)).filter(
+        pl.col("algo").is_not_null() & pl.col("seq").is_not_null()) for lo in range(0, coll.num_rows, chunk_rows)])
     same_call = have.group_by(["group", "seq", "op", "in_bytes"]).agg(
         pl.col("algo").first().alias("_a1"), pl.col("proto").first().alias("_p1"))
-    out = df.with_row_index("_i").join(same_call, on=["group", "seq", "op", "in_bytes"], how="left",
-                                       nulls_equal=False)
     pool = have.select("rank", "op", "in_bytes", "nranks", "algo", "proto")
     if donors is not None and donors.num_rows:
         d = pl.from_arrow(donors.select(["rank", "op", "in_bytes", "nranks", "algo", "proto"]))
@@ -128,28 +149,46 @@ def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None) -> tuple[pa.
         d = d.with_columns([pl.col(c).cast(pl.String) for c in ("op", "algo", "proto")]).filter(
             pl.col("algo").is_not_null())
         pool = pl.concat([pool, d.select(pool.columns).cast(pool.schema)])
+    agree = None
     if pool.height:
         agree = pool.group_by(["rank", "op", "in_bytes", "nranks"]).agg(
             pl.col("algo").n_unique().alias("_na"), pl.col("proto").n_unique().alias("_np"),
             pl.col("algo").first().alias("_a2"), pl.col("proto").first().alias("_p2")).filter(
             (pl.col("_na") == 1) & (pl.col("_np") == 1)).drop("_na", "_np")
-        out = out.join(agree, on=["rank", "op", "in_bytes", "nranks"], how="left", nulls_equal=False)
-    else:
-        out = out.with_columns(pl.lit(None, pl.String).alias("_a2"), pl.lit(None, pl.String).alias("_p2"))
-    out = out.sort("_i")
-    algo = out.select(pl.coalesce("algo", "_a1", "_a2")).to_series()
-    proto = out.select(pl.when(pl.col("algo").is_not_null()).then(pl.col("proto"))
-                       .when(pl.col("_a1").is_not_null()).then(pl.col("_p1"))
-                       .otherwise(pl.col("_p2"))).to_series()
-    filled = int((missing & algo.is_not_null()).sum())
+    del have, pool
+    algos: list[pa.Array] = []
+    protos: list[pa.Array] = []
+    filled = 0
+    for lo in range(0, coll.num_rows, chunk_rows):
+        df = _fill_frame(coll.slice(lo, chunk_rows))
+        out = df.join(same_call, on=["group", "seq", "op", "in_bytes"], how="left", nulls_equal=False,
+                      maintain_order="left")
+        if agree is not None:
+            out = out.join(agree, on=["rank", "op", "in_bytes", "nranks"], how="left", nulls_equal=False,
+                           maintain_order="left")
+        else:
+            out = out.with_columns(pl.lit(None, pl.String).alias("_a2"), pl.lit(None, pl.String).alias("_p2"))
+        algo = out.select(pl.coalesce("algo", "_a1", "_a2")).to_series()
+        proto = out.select(pl.when(pl.col("algo").is_not_null()).then(pl.col("proto"))
+                           .when(pl.col("_a1").is_not_null()).then(pl.col("_p1"))
+                           .otherwise(pl.col("_p2"))).to_series()
+        filled += int((df["algo"].is_null() & algo.is_not_null()).sum())
+        algos.append(algo.to_arrow().cast(pa.string()))
+        protos.append(proto.to_arrow().cast(pa.string()))
     if not filled:
         return coll, 0
-    for name, values in (("algo", algo), ("proto", proto)):
+    for name, values in (("algo", algos), ("proto", protos)):
         idx = coll.schema.get_field_index(name)
         coll = coll.set_column(idx, coll.schema.field(name),
-                               pa.array(values.to_list(), pa.string()).dictionary_encode()
+                               pa.chunked_array(values, pa.string()).combine_chunks().dictionary_encode()
                                .cast(coll.schema.field(name).type))
     return coll, filled
+
+
+def _fill_frame(part: pa.Table) -> pl.DataFrame:
+    df = pl.from_arrow(part.select(_FILL_KEYS))
+    assert isinstance(df, pl.DataFrame)
+    return df.with_columns([pl.col(c).cast(pl.String) for c in ("group", "op", "algo", "proto")])
 
 
 def fill_rank_facts(ranks: pa.Table, others: pa.Table | None) -> pa.Table:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
@@ -572,7 +573,9 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
             part_file = run_dir / "sources" / (s.key or "") / f"{name}.parquet"
             if name in PER_RANK_TABLES and t.num_rows:
                 ranks_here = [r for r in s.ranks if (s.key or "") in chosen.get(r, [])]
-                t = t.filter(pa.compute.is_in(t.column("rank"), pa.array(ranks_here, t.column("rank").type)))
+                keep = pa.compute.is_in(t.column("rank"), pa.array(ranks_here, t.column("rank").type))
+                if not pa.compute.all(keep).as_py():  # filtering copies the table: only when it drops rows
+                    t = t.filter(keep)
             if name == "ranks":
                 t = t.set_column(t.schema.get_field_index("source_file"), "source_file",
                                  pa.array([s.path] * t.num_rows, pa.string()))
@@ -582,7 +585,10 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
         if copies is not None and name in COPIED_WHEN_ONE_PART and len(parts) == 1 and part_file is not None:
             copies[name] = part_file
         table = pa.concat_tables(parts, promote_options="permissive")
-        table = table.unify_dictionaries().combine_chunks()
+        del parts, t  # the one merged copy is all that stays (a big collectives table is not held twice)
+        table = table.unify_dictionaries()
+        if name != "collectives":  # sorted below, which combines the chunks in the same copy
+            table = table.combine_chunks()
         if name == "groups":
             table = _merge_groups(table, warnings)
         elif name in FIRST_WINS:
@@ -590,8 +596,7 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
         elif name == "ranks":
             table = table.sort_by([("rank", "ascending"), ("source_file", "ascending")])
         elif name == "collectives":
-            table = table.sort_by([("rank", "ascending"), ("ts_ns", "ascending"),
-                                   ("coll_id", "ascending")])
+            table = _sorted(table, [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")])
         tables[name] = table
     _merge_nccl(run_dir, sources, primary, tables, warnings)
     counts: dict[str, int] = {}
@@ -605,6 +610,15 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
         counts[name] = table.num_rows
     counts["events"] = sum(s.events for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks))
     return merged, counts
+
+
+def _sorted(table: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
+    """`table.sort_by(keys)`, without the copy when the rows are in that order already (one
+    source's collectives usually are)."""
+    order = pa.compute.sort_indices(table, sort_keys=keys).to_numpy()
+    if np.array_equal(order, np.arange(len(order))):
+        return table.combine_chunks()
+    return table.take(order).combine_chunks()
 
 
 #: Tables whose rows several sources may repeat (two ibnetdiscover dumps of one fabric): the

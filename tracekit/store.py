@@ -126,7 +126,7 @@ class ParseResult:
 
 #: Rows of one small table a sink buffers before it streams them to the part's Parquet file (an
 #: NCCL log can hold millions of collective calls).
-SPILL_ROWS = 1 << 18
+SPILL_ROWS = 1 << 16
 
 
 #: Small tables this process has just written, by part path, with the file's (size, mtime): the
