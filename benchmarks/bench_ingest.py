@@ -1,9 +1,11 @@
 """Ingest speed and memory against a decode floor and HolisticTraceAnalysis.
 
-Run:  python benchmarks/bench_ingest.py [--repeat 3] [--scale 10] [--trace PATH]
+Run:  python benchmarks/bench_ingest.py [--repeat 3] [--scale 10 [--scale 4 ...]] [--trace PATH]
 
-Inputs: the largest real Kineto sample (df_index_resolver.json.gz, 53.7 MB of JSON) and a file
-`--scale` times larger made from it (its traceEvents replicated with shifted timestamps).
+Inputs: the largest real Kineto sample (df_index_resolver.json.gz, 53.7 MB of JSON) and files
+`--scale` times larger made from it (its traceEvents replicated with shifted timestamps). The
+last lines compare tracekit's peak RSS across sizes: MB above its imports per 100 MB of JSON,
+next to the floor's (which holds the whole document).
 Contenders, each timed in its own subprocess (time of the load only; peak RSS of the process):
 
   floor     gunzip + a typed msgspec decode of the whole document (tracekit's Event struct)
@@ -162,7 +164,7 @@ def report(label: str, path: Path, repeat: int, with_hta: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--scale", type=int, default=10)
+    ap.add_argument("--scale", type=int, action="append", help="repeat for several sizes (default: 10)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
@@ -184,12 +186,23 @@ def main() -> None:
         with_hta = False
         print("HTA not importable: skipping it (pip install holistictraceanalysis)")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, best of {args.repeat}")
-    report("1x", args.trace.resolve(), args.repeat, with_hta)
-    with tempfile.TemporaryDirectory(prefix="tk-bench-") as tmp:
-        big = Path(tmp) / f"df_index_resolver_x{args.scale}.json.gz"
-        subprocess.run([sys.executable, str(HERE), "--make-scaled", str(args.trace), str(args.scale), str(big)],
-                       check=True)
-        report(f"{args.scale}x", big, max(1, args.repeat - 1), with_hta)
+    sizes = {1: (report("1x", args.trace.resolve(), args.repeat, with_hta), _json_mb(args.trace))}
+    for scale in sorted(set(args.scale or [10])):
+        with tempfile.TemporaryDirectory(prefix="tk-bench-") as tmp:
+            big = Path(tmp) / f"df_index_resolver_x{scale}.json.gz"
+            subprocess.run([sys.executable, str(HERE), "--make-scaled", str(args.trace), str(scale), str(big)],
+                           check=True)
+            sizes[scale] = (report(f"{scale}x", big, max(1, args.repeat - 1), with_hta), _json_mb(big))
+    print("\npeak RSS above the process's imports, per 100 MB of JSON:")
+    for scale, (rows, mb) in sizes.items():
+        print(f"  {scale:>3}x {mb:7.0f} MB JSON: " + ", ".join(
+            f"{name} {r['rss_mb'] - r['base_rss_mb']:.0f} MB ({(r['rss_mb'] - r['base_rss_mb']) / mb * 100:.0f})"
+            for name, r in rows.items()))
+
+
+def _json_mb(path: Path) -> float:
+    with gzip.open(path, "rb") as fh:
+        return sum(len(c) for c in iter(lambda: fh.read(1 << 24), b"")) / 1e6
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
+from tracekit.parsers import _stream
 from tracekit.parsers._kineto_calls import (
     COLLECTIVE_OPS,
     DTYPE_BYTES,
@@ -45,7 +46,6 @@ from tracekit.parsers._kineto_calls import (
     torch_dtype,
 )
 from tracekit.parsers._limits import RANGES, checked_int, out_of_range, world_size
-from tracekit.parsers import _stream
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -123,7 +123,7 @@ _FILL_KEYS = ["group", "seq", "op", "in_bytes", "nranks", "rank", "algo", "proto
 
 
 def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
-                    chunk_rows: int = FILL_CHUNK_ROWS) -> tuple[pa.Table, int]:
+                    chunk_rows: int | None = None) -> tuple[pa.Table, int]:
     """Give collectives without algo/proto the choice NCCL logged for the same call elsewhere.
 
     NCCL before 2.24 prints its choice on rank 0 only, and a profiler trace prints none: a call is
@@ -131,10 +131,12 @@ def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
     and NCCL's choice depends only on (op, bytes, communicator size), so a row that still has none
     takes the one the logs show for that (rank, op, in_bytes, nranks) when they agree on it.
     The lookups are built from the rows that have a choice; the table itself is joined to them
-    `chunk_rows` rows at a time, so a million-row run is never held as several joined copies.
+    `chunk_rows` (default FILL_CHUNK_ROWS) rows at a time, so a million-row run is never held as
+    several joined copies.
     """
     if coll.num_rows == 0 or "algo" not in coll.column_names:
         return coll, 0
+    chunk_rows = chunk_rows or FILL_CHUNK_ROWS
     missing = int(coll.column("algo").null_count)
     if not missing:
         return coll, 0

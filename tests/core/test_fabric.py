@@ -30,7 +30,8 @@ def naive_resolve_peers(table, maps, pairs):
                 unknown += 1
         if changed:
             idx = table.schema.get_field_index(glob_col)
-            table = table.set_column(idx, table.schema.field(glob_col), pa.array(glob, table.schema.field(glob_col).type))
+            typ = table.schema.field(glob_col).type
+            table = table.set_column(idx, table.schema.field(glob_col), pa.array(glob, typ))
     return table, unknown
 
 
