@@ -185,3 +185,24 @@ def test_synth_all_reduce_replays_as_the_ring_it_models():
         pa.nulls(tables["collectives"].num_rows, pa.string()))
     res = replay({**tables, "collectives": untraced}, ["rail-optimized:nic_gbps=400"])
     assert {i["algo"] for i in res.results[0].instances if i["op"] == "all_reduce"} == {"tree"}
+
+
+def test_hot_links_rank_on_reported_figures_not_last_bits():
+    """Two links at a reported 100% peak are ordered by bytes, then name, whatever their last bits."""
+    from types import SimpleNamespace
+
+    from tracekit.replay.engine import _link_outputs
+
+    links = pa.table({"link": ["a", "b", "c"], "src": ["x", "y", "z"], "dst": ["p", "q", "r"],
+                      "gbps": [8.0, 8.0, 8.0]})
+    window_ns = 1000.0
+    cap = 8.0 / 8.0 * window_ns
+    win = np.zeros((6, 2))
+    win[0, 0] = cap
+    win[2, 0] = cap * (1 - 1e-12)
+    win[2, 1] = 0.5 * cap
+    win[4, 0] = cap * (1 - 1e-12)
+    cable_bytes = win.sum(axis=1)
+    _, hot = _link_outputs(SimpleNamespace(links=links), win, cable_bytes, window_ns, 0, "t", 2 * window_ns)
+    assert [h["link"] for h in hot] == ["b", "a", "c"]
+    assert [h["peak_util"] for h in hot] == [1.0, 1.0, 1.0]

@@ -967,7 +967,8 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
     n_active = max(1, math.ceil(horizon / window_ns))
     peak = util.max(axis=1) if n_w else np.zeros(n_c)
     mean = util[:, :n_active].sum(axis=1) / n_active if n_w else np.zeros(n_c)
-    order = np.lexsort((link_names.astype(str), -total, -peak))
+    # Ranked on the figures as reported, so last-bit noise in a float peak never reorders ties.
+    order = np.lexsort((link_names.astype(str), -np.round(total), -np.round(peak, 4)))
     hot = [{"link": str(link_names[i]), "peak_util": round(float(peak[i]), 4),
             "mean_util": round(float(mean[i]), 4), "bytes": round(total[i])}
            for i in order[:HOT_LINKS] if total[i] > 0]
