@@ -27,7 +27,6 @@ conjugate-gradient steps grow with the graph (931 at 4,096 ranks, 1,132 at 8,192
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import resource
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from _growth import growth_exponent
 
 
 def _peak_rss_mib() -> float:
@@ -122,16 +122,6 @@ def _child(target: Any, run_dir: str) -> dict[str, Any]:
     return res
 
 
-def _slope(xs: list[float], ys: list[float]) -> float | None:
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    den = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
-
-
 def _align_inputs(hosts: int) -> tuple[Any, Any, Any, dict[int, int]]:
     """Matched synthetic collectives (clean and jittered), the ranks table and the true offsets."""
     import numpy as np
@@ -202,7 +192,7 @@ def align_scaling(sizes: list[int], iters: int, old_max: int) -> int:
         exps = []
         for c in cols:
             pts = [(w, t[c]) for w, t in pick if c in t]
-            e = _slope([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
+            e = growth_exponent([p[0] for p in pts], [p[1] for p in pts]) if len(pts) >= 2 else None
             exps.append("-" if e is None else f"{e:.2f}")
             if c in ("clean new", "noisy new") and e is not None and e > 1.2:
                 ok = False

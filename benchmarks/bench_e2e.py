@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -35,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _growth import growth_exponent
 
 GPUS = 8
 PP = 4
@@ -217,17 +218,6 @@ def run_size(ranks: int, steps: int, work: Path, nice: int, extra: list[str]) ->
     return row
 
 
-def slope(xs: list[float], ys: list[float]) -> float | None:
-    """Least-squares slope of log(y) on log(x)."""
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    den = sum((p[0] - mx) ** 2 for p in pts)
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / den if den else None
-
-
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -261,9 +251,9 @@ def print_table(rows: list[Row]) -> bool:
             wall = [r.stages[s].wall_s for r in full]
             cpu = [r.stages[s].cpu_s for r in full]
             rss = [r.stages[s].rss_mib for r in full]
-            fw, lw = slope(xs, wall), slope(xs[-2:], wall[-2:])
-            fc, lc = slope(xs, cpu), slope(xs[-2:], cpu[-2:])
-            fr, lr = slope(xs, rss), slope(xs[-2:], rss[-2:])
+            fw, lw = growth_exponent(xs, wall), growth_exponent(xs[-2:], wall[-2:])
+            fc, lc = growth_exponent(xs, cpu), growth_exponent(xs[-2:], cpu[-2:])
+            fr, lr = growth_exponent(xs, rss), growth_exponent(xs[-2:], rss[-2:])
             flag = "" if max(x for x in (fc, lc) if x is not None) <= TARGET_EXPONENT else "  (CPU above target)"
             print(f"  {s:8} wall {_fmt(fw)} | {_fmt(lw)}   cpu {_fmt(fc)} | {_fmt(lc)}   "
                   f"rss {_fmt(fr)} | {_fmt(lr)}{flag}")
