@@ -33,7 +33,7 @@ import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -475,12 +475,13 @@ class Run:
     def _check_parts(self) -> None:
         """Every events part the manifest counts must exist (a run whose files were deleted
         under it must not analyse as if complete)."""
+        primary = self.manifest.get("primary_sources")
+        primary_keys = None if primary is None else {k for keys in primary.values() for k in keys}
         for s in self.manifest.get("sources") or []:
             if not isinstance(s, dict) or s.get("error") or not s.get("key"):
                 continue
             key = s["key"]
-            primary = self.manifest.get("primary_sources")
-            if primary is not None and not any(key in keys for keys in primary.values()):
+            if primary_keys is not None and key not in primary_keys:
                 continue
             ranks = s.get("ranks") or []
             for r in ranks if len(ranks) == 1 and s.get("events") else []:
@@ -547,11 +548,7 @@ class Run:
         return files
 
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:
-        files = self.event_files(ranks)
-        if not files:
-            return schema.empty("events")
-        tables = [_read(self.path, f) for f in files]
-        return schema.conform("events", pa.concat_tables(tables, promote_options="permissive"))
+        return read_events(self.path, self.event_files(ranks))
 
     def save(self, what: str, write: Any) -> Path | None:
         """Run `write()` (which writes a derived file) under the lock; on a read-only run, a full
@@ -616,6 +613,15 @@ def _rank_dirs(root: Path) -> list[Path]:
         if tail.isdigit() and len(tail) < 10:
             out.append(p)
     return out
+
+
+def read_events(run_dir: str | os.PathLike[str], files: Sequence[str | os.PathLike[str]]) -> pa.Table:
+    """The events in these files of a run (from `Run.event_files`), as one table: what a task
+    reading one rank partition needs, without reopening the run and checking all its parts."""
+    if not files:
+        return schema.empty("events")
+    tables = [_read(Path(run_dir), Path(f)) for f in files]
+    return schema.conform("events", pa.concat_tables(tables, promote_options="permissive"))
 
 
 def _read(run_dir: Path, path: Path) -> pa.Table:

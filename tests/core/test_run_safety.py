@@ -324,3 +324,16 @@ def test_analyses_of_an_empty_run_fail_clearly(tmp_path: Path, command: list[str
     assert res.exit_code == 1, res.output
     assert "no source was ingested" in res.stderr and "Traceback" not in res.output
     assert not (tmp_path / "r.html").exists()
+
+
+def test_run_missing_an_events_part_is_refused(tmp_path: Path) -> None:
+    """A run whose events part was deleted under it must not analyse as if complete."""
+    run = tmp_path / "run"
+    ingest(OLD, run, jobs=1)
+    Run(run)
+    victim = sorted((run / "events").glob("rank=*/*.parquet"))[-1]
+    victim.unlink()
+    with pytest.raises(RunError, match=r"inconsistent run: the events of .* are missing"):
+        Run(run)
+    res = CliRunner().invoke(main, ["analyze", str(run)])
+    assert res.exit_code == 1 and "inconsistent run" in res.output and "Traceback" not in res.output

@@ -21,7 +21,7 @@ from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.executors import Executor, run_tasks
-from tracekit.store import Run
+from tracekit.store import Run, read_events
 
 #: At most this many tasks per phase; larger runs put several ranks in a task.
 MAX_TASKS = 256
@@ -36,20 +36,22 @@ def rank_chunks(ranks: Sequence[int], max_tasks: int = MAX_TASKS) -> list[list[i
     return [ranks[i:i + size] for i in range(0, len(ranks), size)]
 
 
-def _events(run_path: str, ranks: list[int]) -> pl.DataFrame:
-    return frame(Run(run_path).events(ranks=ranks), "events")
+def _events(run_path: str, files: list[str]) -> pl.DataFrame:
+    return frame(read_events(run_path, files), "events")
 
 
-def windows_task(run_path: str, ranks: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Map, phase 1: step windows found in these ranks' events, and their event extents."""
-    return steps.event_windows(_events(run_path, ranks))
+def windows_task(run_path: str, files: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Map, phase 1: step windows found in these event files (one rank partition), and their
+    event extents. Tasks get the partition's files from the driver, which listed the run once."""
+    return steps.event_windows(_events(run_path, files))
 
 
-def breakdown_task(run_path: str, ranks: list[int], collectives: pl.DataFrame, windows: pl.DataFrame,
+def breakdown_task(run_path: str, files: list[str], collectives: pl.DataFrame, windows: pl.DataFrame,
                    compute: str | Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Map, phase 2: the per rank and step breakdown of these ranks, and their compute time as
-    disjoint intervals (rank, s, e) for the critical path (which takes the same union)."""
-    ev = _events(run_path, ranks)
+    """Map, phase 2: the per rank and step breakdown of these event files' ranks, and their
+    compute time as disjoint intervals (rank, s, e) for the critical path (which takes the same
+    union)."""
+    ev = _events(run_path, files)
     wide, long = breakdown.per_rank_step(ev, collectives, windows, compute=compute)
     iv = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, collectives), compute=compute)
     return wide, long, _union_by_rank(iv)
@@ -74,8 +76,15 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
     coll, groups = classify(coll, run.table("groups"), ranks, overrides=dims)
     c = frame(coll, "collectives")
     path = str(run.path.resolve())
-    event_ranks = sorted({int(p.parent.name.split("=", 1)[1]) for p in run.event_files()})
-    found = run_tasks(executor, windows_task, [(path, chunk) for chunk in rank_chunks(event_ranks)])
+    files_of: dict[int, list[str]] = {}
+    for f in run.event_files():
+        files_of.setdefault(int(f.parent.name.split("=", 1)[1]), []).append(str(f.resolve()))
+    event_ranks = sorted(files_of)
+
+    def chunk_files(chunk: list[int]) -> list[str]:
+        return [f for r in chunk for f in files_of.get(r, [])]
+
+    found = run_tasks(executor, windows_task, [(path, chunk_files(chunk)) for chunk in rank_chunks(event_ranks)])
     windows = steps.finish_windows(_concat([f for f, _ in found], steps.WINDOW_SCHEMA),
                                    _concat([e for _, e in found], _EXTENT_SCHEMA), c)
     c = steps.assign_step(c, windows)
@@ -86,7 +95,7 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
     work_ranks = sorted(set(event_ranks) | set(windows.get_column("rank").to_list()))
     calls = []
     for chunk in rank_chunks(work_ranks):
-        calls.append((path, chunk, c.filter(pl.col("rank").cast(pl.Int32).is_in(chunk)),
+        calls.append((path, chunk_files(chunk), c.filter(pl.col("rank").cast(pl.Int32).is_in(chunk)),
                       windows.filter(pl.col("rank").is_in(chunk)), compute))
     parts = run_tasks(executor, breakdown_task, calls)
     wide, long = _reduce([(w, g) for w, g, _ in parts])
