@@ -10,6 +10,12 @@ from tracekit.replay.simulate import Flows, resource_bytes, route, simulate
 from tracekit.replay.topology import build, parse_spec
 
 
+def _csr(paths):
+    """Flow paths (lists of resource ids) as the kernel's (indptr, ids) arrays."""
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    return indptr, np.array([r for p in paths for r in p], np.int64)
+
+
 def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0):
     lat_mult = np.ones(len(nbytes)) if lat_mult is None else lat_mult
     return _kernels.simulate_flows(np.asarray(indptr, np.int64), np.asarray(ids, np.int64),
@@ -31,8 +37,7 @@ def cases(draw):
     release = draw(st.lists(st.one_of(st.sampled_from([0.0, 5.0]), st.floats(0, 500)),
                             min_size=n_flows, max_size=n_flows))
     paths = [sorted(p) for p in paths]
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    ids = np.array([r for p in paths for r in p], np.int64)
+    indptr, ids = _csr(paths)
     return indptr, ids, np.array(nbytes), np.array(release), np.array(cap), np.array(lat)
 
 
@@ -63,8 +68,7 @@ def test_windows_conserve_bytes_and_are_deterministic():
     rng = np.random.default_rng(3)
     n_res, n_flows = 6, 200
     paths = [sorted(set(rng.integers(0, n_res, 3).tolist())) for _ in range(n_flows)]
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    ids = np.array([r for p in paths for r in p], np.int64)
+    indptr, ids = _csr(paths)
     nbytes = rng.uniform(1, 1e4, n_flows)
     release = rng.uniform(0, 1e4, n_flows)
     cap = rng.uniform(1, 10, n_res)
@@ -191,8 +195,7 @@ def shared_route_cases(draw):
                            min_size=n_flows, max_size=n_flows))
     release = draw(st.lists(st.one_of(st.just(0.0), st.floats(0, 2e3)), min_size=n_flows, max_size=n_flows))
     paths = [sorted(routes[r]) for r in route_of]
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    ids = np.array([r for p in paths for r in p], np.int64)
+    indptr, ids = _csr(paths)
     return indptr, ids, np.array(nbytes), np.array(release), np.array(cap), np.zeros(n_res)
 
 
@@ -238,8 +241,7 @@ def test_one_class_with_staggered_releases_matches_the_twin():
     cap = np.r_[10.0, np.full(6, 50.0), [3.0, 50.0]]
     nbytes = rng.integers(1, 50, n + 2) * 64.0
     release = np.r_[np.sort(rng.choice([0.0, 20.0, 55.0, 300.0], n)), [0.0, 10.0]]
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    ids = np.array([r for p in paths for r in p], np.int64)
+    indptr, ids = _csr(paths)
     fast, _ = _run(indptr, ids, nbytes, release, cap, np.zeros(cap.size))
     slow = simulate_naive(indptr, ids, nbytes, release, np.ones(n + 2), cap, np.zeros(cap.size))
     np.testing.assert_allclose(fast, slow, rtol=1e-9)
