@@ -6,6 +6,8 @@ From NVIDIA/nccl `src/nccl.h.in` (ncclDataType_t, ncclRedOp_t) and `src/include/
 
 from __future__ import annotations
 
+from tracekit.parsers._limits import checked_int
+
 #: ncclDataType_t value -> (c10 dtype name, bytes per element). 9 (bfloat16) is 2.10+, 10-11 (fp8) 2.24+.
 DATATYPES: dict[int, tuple[str, int]] = {
     0: ("Char", 1), 1: ("Byte", 1), 2: ("Int", 4), 3: ("UInt32", 4), 4: ("Long", 8), 5: ("UInt64", 8),
@@ -44,9 +46,8 @@ def datatype(value: int | str | None) -> tuple[str | None, int | None]:
     else:
         key = str(value).strip().lower()
         got = TYPE_NAMES.get(key) or TYPE_NAMES.get("nccl" + key)
-        digits = key.lstrip("-")
-        if got is None and digits.isascii() and digits.isdigit() and len(digits) < 19:
-            got = DATATYPES.get(int(key))
+        if got is None:
+            got = DATATYPES.get(checked_int(key, "int32"))
     return got if got is not None else (None, None)
 
 

@@ -31,6 +31,7 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
+from tracekit.parsers._limits import checked_int
 from tracekit.parsers._lines import LineSource, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -62,16 +63,7 @@ def _norm_id(v: Any) -> str | None:
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v if -(2**63) <= v < 2**63 else None
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    digits = v.strip().lstrip("-") if isinstance(v, str) else ""
-    if digits.isascii() and digits.isdigit() and len(digits) < 20:
-        return _int(int(v))
-    return None
+    return checked_int(v, "id")
 
 
 def _float(v: Any) -> float | None:
