@@ -1010,3 +1010,81 @@ def route_graph(src, dst, fhash, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, p
         _graph_path(src[f], dst[f], fhash[f], gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down,
                     adj_ptr, adj_node, adj_res, transit, dist, ids, indptr[f], True)
     return indptr, ids, -1
+
+
+# --------------------------------------------------------------------------------------------
+# Independent parts of a simulation (the replay re-simulates only the parts whose releases moved).
+
+
+@njit
+def flow_components(indptr, res, start, end, n_res):
+    """Connected components of flows that share a resource while both are active (`start` <=
+    t < `end`): the label of each flow is the smallest flow index of its component. Max-min
+    fair rates decompose over these components, so each can be simulated alone."""
+    n = start.size
+    order = np.argsort(start, kind="mergesort")
+    cnt = np.zeros(n_res + 1, np.int64)
+    for k in range(res.size):
+        cnt[res[k] + 1] += 1
+    for r in range(n_res):
+        cnt[r + 1] += cnt[r]
+    pos = cnt[:n_res].copy()
+    by_res = np.empty(res.size, np.int64)
+    for o in range(n):
+        f = order[o]
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            by_res[pos[r]] = f
+            pos[r] += 1
+    parent = np.arange(n)
+    for r in range(n_res):
+        reach = -np.inf  # the latest end of the overlapping run so far on this resource
+        rep = -1
+        for q in range(cnt[r], cnt[r + 1]):
+            f = by_res[q]
+            if start[f] < reach:
+                x = f
+                while parent[x] != x:
+                    parent[x] = parent[parent[x]]
+                    x = parent[x]
+                y = rep
+                while parent[y] != y:
+                    parent[y] = parent[parent[y]]
+                    y = parent[y]
+                if x < y:
+                    parent[y] = x
+                elif y < x:
+                    parent[x] = y
+                if end[f] > reach:
+                    reach = end[f]
+            else:
+                reach = end[f]
+                rep = f
+    label = np.empty(n, np.int64)
+    for f in range(n):
+        x = f
+        while parent[x] != x:
+            x = parent[x]
+        label[f] = x
+    return label
+
+
+@njit
+def mixed_components(label, unit):
+    """Per flow, whether its component (`label`, as `flow_components` gives) holds flows of more
+    than one unit (a unit: flows whose results came from one simulation)."""
+    n = label.size
+    first = np.full(n, -1, np.int64)
+    mixed = np.zeros(n, np.bool_)
+    seen = np.zeros(n, np.bool_)
+    for f in range(n):
+        c = label[f]
+        if not seen[c]:
+            seen[c] = True
+            first[c] = unit[f]
+        elif unit[f] != first[c]:
+            mixed[c] = True
+    out = np.empty(n, np.bool_)
+    for f in range(n):
+        out[f] = mixed[label[f]]
+    return out

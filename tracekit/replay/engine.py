@@ -584,24 +584,40 @@ class _Net:
             self.ids = np.concatenate([self.ids, s_ids])
             self.nbytes = np.concatenate([self.flows.nbytes, self.storage.nbytes])
             self.storage_release = self.storage.release_ns - prep.t0
+        self.lat_mult = np.concatenate([self.flows.lat_mult, np.ones(self.nbytes.size - self.n_main)])
 
     def run(self, inst_start: np.ndarray, *, n_windows: int = 0, window_ns: float = 1.0,
             merge: float = 0.0):
-        flows = self.flows
-        rel = inst_start[flows.key] if len(flows) else np.zeros(0)
-        flows = Flows(flows.src, flows.dst, flows.nbytes, np.nan_to_num(rel), flows.lat_mult,
-                      flows.channel, flows.mode, flows.key)
-        if self.storage is not None:
-            n = len(self.storage)
-            flows = Flows.concat([flows, Flows.from_lists(np.zeros(n), np.zeros(n), self.storage.nbytes,
-                                                          release=self.storage_release, key=np.full(n, -1))])
+        """Simulate every flow released at its instance's start: (network time per instance, the
+        simulation's result)."""
+        release = self.release(inst_start)
+        flows = Flows.from_lists(np.zeros(release.size), np.zeros(release.size), self.nbytes,
+                                 release=release, lat_mult=self.lat_mult)
         out = simulate(self.topology, self.indptr, self.ids, flows, n_windows=n_windows,
                        window_ns=window_ns, merge=merge)
+        return self.durations(release, out.finish), out
+
+    def release(self, inst_start: np.ndarray) -> np.ndarray:
+        """Every flow's release time: its instance's start (storage flows: their own)."""
+        rel = np.nan_to_num(inst_start[self.flows.key]) if self.n_main else np.zeros(0)
+        return np.concatenate([rel, self.storage_release]) if self.storage is not None else rel
+
+    def durations(self, release: np.ndarray, finish: np.ndarray) -> np.ndarray:
+        """Network time per instance (its last flow's finish), stretched by the pipeline fill."""
         dur = np.zeros(self.n_inst)
         if self.n_main:
-            main = slice(0, self.n_main)
-            np.maximum.at(dur, flows.key[main], out.finish[main] - flows.release[main])
-        return dur * self.fill, out
+            np.maximum.at(dur, self.flows.key, finish[:self.n_main] - release[:self.n_main])
+        return dur * self.fill
+
+    def simulate_some(self, release: np.ndarray, sel: np.ndarray, merge: float = 0.0) -> np.ndarray:
+        """Finish times of the flows `sel` (indices) simulated alone."""
+        lens = np.diff(self.indptr)[sel]
+        ptr = np.zeros(sel.size + 1, np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        at = np.repeat(self.indptr[sel] - ptr[:-1], lens) + np.arange(ptr[-1])
+        flows = Flows.from_lists(np.zeros(sel.size), np.zeros(sel.size), self.nbytes[sel],
+                                 release=release[sel], lat_mult=self.lat_mult[sel])
+        return simulate(self.topology, ptr, self.ids[at], flows, merge=merge).finish
 
     def storage_ns(self, out: Any) -> dict[str, int]:
         """Per tag of the storage flows, the time from their first release to their last finish."""
@@ -614,6 +630,56 @@ class _Net:
             if sel.any():
                 result[name] = round(float(finish[sel].max() - self.storage_release[sel].min()))
         return result
+
+
+class _Rounds:
+    """A topology's flows simulated round after round of the schedule/simulate fixed point,
+    re-simulating only what the new release times change.
+
+    Max-min fair rates decompose over the components of flows that share a resource while both
+    are active (`_kernels.flow_components`), so a component of the last round whose flows all
+    moved by one shift (within the kernel's event tolerance) keeps its finish times, shifted; the
+    others are simulated together. The result is then checked: any component of the new
+    timeline that mixes flows from different sources (two shifted components, or one and the
+    newly simulated flows) is simulated again as a whole, until none does. What remains is the
+    simulation of all flows together, component by component."""
+
+    def __init__(self, net: _Net, release: np.ndarray, finish: np.ndarray, merge: float = 0.0) -> None:
+        self.net = net
+        self.merge = merge
+        self.simulated = 0  # flows simulated by `step` so far
+        self.release, self.finish = release, finish
+        self.label: np.ndarray | None = None  # the components of the last round (made when needed)
+
+    def _components(self, release: np.ndarray, finish: np.ndarray) -> np.ndarray:
+        return _kernels.flow_components(self.net.indptr, self.net.ids, release, finish, self.net.topology.cap.size)
+
+    def step(self, release: np.ndarray) -> np.ndarray:
+        """Finish times of every flow released at `release`."""
+        n = release.size
+        if self.label is None:
+            self.label = self._components(self.release, self.finish)
+        shift = release - self.release
+        lo = np.full(n, np.inf)
+        hi = np.full(n, -np.inf)
+        np.minimum.at(lo, self.label, shift)
+        np.maximum.at(hi, self.label, shift)
+        tol = 1e-9 * float(np.max(np.abs(release), initial=0.0)) + 1e-6  # the kernel's event tolerance
+        kept = (hi - lo)[self.label] <= tol
+        finish = self.finish + shift
+        unit = np.where(kept, self.label, -1)
+        todo = np.flatnonzero(~kept)
+        while True:
+            if todo.size:
+                finish[todo] = self.net.simulate_some(release, todo, self.merge)
+                self.simulated += todo.size
+                unit[todo] = -1 - self.simulated  # one unit per simulation
+            label = self._components(release, finish)
+            todo = np.flatnonzero(_kernels.mixed_components(label, unit))
+            if not todo.size:
+                break
+        self.release, self.finish, self.label = release, finish, label
+        return finish
 
 
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
@@ -781,11 +847,17 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                 first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
     scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
+    rounds: _Rounds | None = None
     for it in range(max(1, max_iter)):
-        if it == 0 and first is not None:
-            sim, out = first
-        else:
-            sim, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
+        release = net.release(inst_start)
+        if rounds is None:  # the first round simulates everything, with the link windows
+            sim, out = first if it == 0 and first is not None else net.run(
+                inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
+            finish = out.finish
+            rounds = _Rounds(net, release, finish, merge)
+        else:  # later rounds: only what moved, without windows (`out` is then made for the last)
+            finish = rounds.step(release)
+            sim, out = net.durations(release, finish), None
         replayed = np.where(no_flow, traced, sim * scale)
         start, end, new_start = _kernels.schedule(
             prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
@@ -796,10 +868,11 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
             break
         inst_start = new_start
     horizon = float(np.nanmax(end)) if end.size else 1.0
-    span = max(horizon, float(np.nanmax(out.finish, initial=0.0)))
-    if span >= n_windows * window_ns:
-        window_ns = max(1000.0, math.ceil(span / N_WINDOWS))
-        n_windows = math.ceil(span / window_ns) + 1
+    span = max(horizon, float(np.nanmax(finish, initial=0.0)))
+    if out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
+        if span >= n_windows * window_ns:
+            window_ns = max(1000.0, math.ceil(span / N_WINDOWS))
+            n_windows = math.ceil(span / window_ns) + 1
         _, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
         span = max(horizon, float(np.nanmax(out.finish, initial=0.0)))
     out.windows = out.windows[:, :min(n_windows, math.ceil(span / window_ns) + 1)]
