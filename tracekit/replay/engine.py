@@ -43,6 +43,7 @@ from tracekit.replay.calibration import (
 )
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.observed import build_observed, is_observed, observed_spec
+from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
@@ -609,16 +610,6 @@ class _Net:
             np.maximum.at(dur, self.flows.key, finish[:self.n_main] - release[:self.n_main])
         return dur * self.fill
 
-    def simulate_some(self, release: np.ndarray, sel: np.ndarray, merge: float = 0.0) -> np.ndarray:
-        """Finish times of the flows `sel` (indices) simulated alone."""
-        lens = np.diff(self.indptr)[sel]
-        ptr = np.zeros(sel.size + 1, np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        at = np.repeat(self.indptr[sel] - ptr[:-1], lens) + np.arange(ptr[-1])
-        flows = Flows.from_lists(np.zeros(sel.size), np.zeros(sel.size), self.nbytes[sel],
-                                 release=release[sel], lat_mult=self.lat_mult[sel])
-        return simulate(self.topology, ptr, self.ids[at], flows, merge=merge).finish
-
     def storage_ns(self, out: Any) -> dict[str, int]:
         """Per tag of the storage flows, the time from their first release to their last finish."""
         if self.storage is None:
@@ -630,56 +621,6 @@ class _Net:
             if sel.any():
                 result[name] = round(float(finish[sel].max() - self.storage_release[sel].min()))
         return result
-
-
-class _Rounds:
-    """A topology's flows simulated round after round of the schedule/simulate fixed point,
-    re-simulating only what the new release times change.
-
-    Max-min fair rates decompose over the components of flows that share a resource while both
-    are active (`_kernels.flow_components`), so a component of the last round whose flows all
-    moved by one shift (within the kernel's event tolerance) keeps its finish times, shifted; the
-    others are simulated together. The result is then checked: any component of the new
-    timeline that mixes flows from different sources (two shifted components, or one and the
-    newly simulated flows) is simulated again as a whole, until none does. What remains is the
-    simulation of all flows together, component by component."""
-
-    def __init__(self, net: _Net, release: np.ndarray, finish: np.ndarray, merge: float = 0.0) -> None:
-        self.net = net
-        self.merge = merge
-        self.simulated = 0  # flows simulated by `step` so far
-        self.release, self.finish = release, finish
-        self.label: np.ndarray | None = None  # the components of the last round (made when needed)
-
-    def _components(self, release: np.ndarray, finish: np.ndarray) -> np.ndarray:
-        return _kernels.flow_components(self.net.indptr, self.net.ids, release, finish, self.net.topology.cap.size)
-
-    def step(self, release: np.ndarray) -> np.ndarray:
-        """Finish times of every flow released at `release`."""
-        n = release.size
-        if self.label is None:
-            self.label = self._components(self.release, self.finish)
-        shift = release - self.release
-        lo = np.full(n, np.inf)
-        hi = np.full(n, -np.inf)
-        np.minimum.at(lo, self.label, shift)
-        np.maximum.at(hi, self.label, shift)
-        tol = 1e-9 * float(np.max(np.abs(release), initial=0.0)) + 1e-6  # the kernel's event tolerance
-        kept = (hi - lo)[self.label] <= tol
-        finish = self.finish + shift
-        unit = np.where(kept, self.label, -1)
-        todo = np.flatnonzero(~kept)
-        while True:
-            if todo.size:
-                finish[todo] = self.net.simulate_some(release, todo, self.merge)
-                self.simulated += todo.size
-                unit[todo] = -1 - self.simulated  # one unit per simulation
-            label = self._components(release, finish)
-            todo = np.flatnonzero(_kernels.mixed_components(label, unit))
-            if not todo.size:
-                break
-        self.release, self.finish, self.label = release, finish, label
-        return finish
 
 
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
@@ -847,14 +788,15 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                 first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
     scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
-    rounds: _Rounds | None = None
+    rounds: Rounds | None = None
     for it in range(max(1, max_iter)):
         release = net.release(inst_start)
         if rounds is None:  # the first round simulates everything, with the link windows
             sim, out = first if it == 0 and first is not None else net.run(
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
-            rounds = _Rounds(net, release, finish, merge)
+            rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
+                            merge=merge)
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
             finish = rounds.step(release)
             sim, out = net.durations(release, finish), None
