@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "replay"))
 
 import previous_kernel  # noqa: E402
 
-from tracekit.replay import _kernels, engine  # noqa: E402
+from tracekit.replay import _kernels, engine, rounds  # noqa: E402
 from tracekit.replay.simulate import Flows, route, simulate  # noqa: E402
 from tracekit.replay.topology import build, parse_spec  # noqa: E402
 from tracekit.synth import make_run_tables  # noqa: E402
@@ -62,32 +62,36 @@ def whole_replay(gpus: int, topologies: list[str], previous: bool) -> float:
     tables, _ = make_run_tables(hosts=gpus // 8, gpus_per_host=8, pp=2, ep=64, steps=1, straggler_rank=None)
     print(f"whole replay  {gpus:,} GPUs: {tables['events'].num_rows:,} events, "
           f"{tables['collectives'].num_rows:,} collective calls (synthesized in {time.perf_counter() - t:.1f} s)")
-    calls: list[tuple[float, float]] = []
+    calls: list[tuple[float, float, int]] = []
     real_simulate = engine.simulate
 
-    def timed(*args, **kwargs):
+    def timed(topology, indptr, ids, flows, **kwargs):
         t0, c0 = time.perf_counter(), time.process_time()
-        out = real_simulate(*args, **kwargs)
-        calls.append((time.perf_counter() - t0, time.process_time() - c0))
+        out = real_simulate(topology, indptr, ids, flows, **kwargs)
+        calls.append((time.perf_counter() - t0, time.process_time() - c0, len(flows)))
         return out
 
     def run() -> tuple[float, float, engine.ReplayResult]:
         calls.clear()
-        engine.simulate = timed
+        engine.simulate = rounds.simulate = timed
         try:
             t0, c0 = time.perf_counter(), time.process_time()
             result = engine.replay(tables, topologies)
             return time.perf_counter() - t0, time.process_time() - c0, result
         finally:
-            engine.simulate = real_simulate
+            engine.simulate = rounds.simulate = real_simulate
 
     wall, total, result = run()
-    sim = sum(c for _, c in calls)
+    sim = sum(c for _, c, _ in calls)
+    every = {r.n_flows for r in result.results}
+    full = [c for _, c, n in calls if n in every]
+    part = [(c, n) for _, c, n in calls if n not in every]
     flows = ", ".join(f"{r.n_flows:,}" for r in result.results)
     print(f"              replay() {total:.1f} s CPU ({wall:.1f} s wall) on {len(topologies)} "
           f"topolog{'y' if len(topologies) == 1 else 'ies'} ({flows} flows each): {len(calls)} simulations "
-          f"{sim:.1f} s CPU ({', '.join(f'{c:.1f}' for _, c in calls)}), everything else {total - sim:.1f} s CPU; "
-          f"peak RSS {rss_mib():,.0f} MiB", flush=True)
+          f"{sim:.1f} s CPU: {len(full)} of every flow ({', '.join(f'{c:.1f}' for c in full)}), {len(part)} of "
+          f"the parts a round moved ({sum(n for _, n in part):,} flows, {sum(c for c, _ in part):.1f} s); "
+          f"everything else {total - sim:.1f} s CPU; peak RSS {rss_mib():,.0f} MiB", flush=True)
     if previous:
         kernel = _kernels.simulate_flows
         _kernels.simulate_flows = previous_kernel.simulate_flows
@@ -96,7 +100,7 @@ def whole_replay(gpus: int, topologies: list[str], previous: bool) -> float:
         finally:
             _kernels.simulate_flows = kernel
         print(f"              previous kernel: replay() {prev_total:.1f} s CPU ({prev_wall:.1f} s wall), "
-              f"{len(calls)} simulations {sum(c for _, c in calls):.1f} s CPU; ratio {prev_total / total:.2f}x",
+              f"{len(calls)} simulations {sum(c for _, c, _ in calls):.1f} s CPU; ratio {prev_total / total:.2f}x",
               flush=True)
     return total
 

@@ -166,7 +166,7 @@ def test_groups_that_move_apart_keep_their_results_shifted():
     moved = np.array([0.0, 0.0, 5000.0, 5000.0])
     got = r.step(moved)
     assert r.calls == 0  # nothing simulated: B kept its result, 4000 ns later
-    np.testing.assert_allclose(got, before + [0.0, 0.0, 4000.0, 4000.0], rtol=1e-12)
+    np.testing.assert_allclose(got, before + np.array([0.0, 0.0, 4000.0, 4000.0]), rtol=1e-12)
     np.testing.assert_allclose(got, _full(topo, indptr, ids, nbytes, moved), rtol=1e-12)
 
 
@@ -269,3 +269,24 @@ def test_a_replay_runs_two_full_simulations_per_topology(moe_tables, monkeypatch
     assert len(by_topology) == len(TOPOLOGIES)
     for sizes in by_topology.values():
         assert sizes.count(max(sizes)) == 2 and len(sizes) > 2
+
+
+def test_link_samples_follow_the_replayed_timeline_not_the_first_round():
+    """Compute replayed 1.5 ms longer moves the all-reduce from 1 ms to 2.5 ms: the later rounds keep
+    its flows (shifted), and the link samples are those of the last round's releases."""
+    import pyarrow as pa
+    from hand_traces import BASE, PHYSICS_NS, T0, Trace
+
+    tr = Trace()
+    for r in (0, 1):
+        tr.kernel(r, "gpu0/stream7", "compute", 0, 1_000_000)
+        tr.kernel(r, "gpu0/stream7", "comm", 1_000_000, PHYSICS_NS, coll=tr.collective(0, "all_reduce", "dp", 0, r))
+    tables = tr.tables()
+    ev = tables["events"]
+    tables["events"] = ev.append_column("replay_dur_ns", pa.array([2_500_000, None, 2_500_000, None], pa.int64()))
+    res = engine.replay(tables, [BASE])
+    samples = res.results[0].link_samples
+    ts = samples.column("ts_ns").to_numpy() - T0
+    sent = samples.column("tx_bytes").to_numpy() + samples.column("rx_bytes").to_numpy()
+    assert sent.sum() > 0
+    assert sent[ts < 2_490_000].sum() == 0 and sent[ts >= 3_600_000].sum() == 0
