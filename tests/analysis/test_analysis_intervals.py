@@ -158,6 +158,15 @@ def test_python_twins_of_the_kernels_agree():
     w = np.array([1.0, 2.0, 0.5])
     np.testing.assert_allclose(py(_kernels.centred_sums)(a, np.array([0, 2, 3]), w, vals, 3),
                                _kernels.centred_sums(a, np.array([0, 2, 3]), w, vals, 3))
+    u, v, order = np.array([0, 1, 3], np.int64), np.array([1, 2, 1], np.int64), np.array([2, 0, 1])
+    forest = [f(u, v, order, 5) for f in (py(_kernels.spanning_forest), _kernels.spanning_forest)]
+    for got, want in zip(*forest, strict=True):
+        assert got.tolist() == want.tolist()
+    bfs, parent, via = forest[1]
+    c, diag = np.array([0.0, 2.0, 1.0, 3.0, 0.0]), np.array([2.0, 6.0, 1.0, 3.0, 0.5])
+    rhs = np.array([0.0, 1.0, -2.0, 4.0, 1.0])
+    np.testing.assert_allclose(py(_kernels.tree_solve)(bfs, parent, c, diag, rhs),
+                               _kernels.tree_solve(bfs, parent, c, diag, rhs))
 
 
 def test_centred_sums_by_hand():
@@ -167,3 +176,85 @@ def test_centred_sums_by_hand():
     got = _kernels.centred_sums(r, np.array([0, 2, 4]), np.array([1.0, 3.0, 1.0, 1.0]),
                                 np.array([10.0, 2.0, 5.0, 7.0]), 4)
     assert got.tolist() == [6.0, -7.0, 1.0, 0.0]
+
+
+@st.composite
+def _weighted_graphs(draw):
+    n = draw(st.integers(1, 9))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=20))
+    edges = [(a, b) for a, b in edges if a != b]
+    weights = draw(st.permutations(range(1, len(edges) + 1)))  # distinct: one maximum forest
+    return n, edges, [float(x) for x in weights]
+
+
+def _naive_max_forest(n, edges, weights):
+    """Prim from each unreached node (lowest first), always taking the heaviest edge out of the tree."""
+    reached, kept = set(), set()
+    for root in range(n):
+        if root in reached:
+            continue
+        reached.add(root)
+        while True:
+            out = [k for k, (a, b) in enumerate(edges) if (a in reached) != (b in reached)]
+            if not out:
+                break
+            k = max(out, key=lambda k: weights[k])
+            kept.add(k)
+            reached.update(edges[k])
+    return kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(_weighted_graphs())
+def test_spanning_forest_is_the_maximum_one_in_breadth_first_order(g):
+    n, edges, weights = g
+    u = np.array([a for a, _ in edges], np.int64)
+    v = np.array([b for _, b in edges], np.int64)
+    bfs, parent, via = _kernels.spanning_forest(u, v, np.argsort(-np.array(weights), kind="stable"), n)
+    assert sorted(bfs.tolist()) == list(range(n))
+    assert {int(k) for k in via if k >= 0} == _naive_max_forest(n, edges, weights)
+    pos = {int(x): j for j, x in enumerate(bfs)}
+    for x in range(n):
+        if parent[x] >= 0:
+            assert pos[int(parent[x])] < pos[x] and {int(x), int(parent[x])} == set(edges[via[x]])
+        else:  # a root: node 0, or the lowest node of a tree without it
+            assert x == 0 or x == min(y for y in range(n) if _root(y, parent) == x)
+
+
+def _root(x, parent):
+    while parent[x] >= 0:
+        x = parent[x]
+    return x
+
+
+@settings(max_examples=150, deadline=None)
+@given(_weighted_graphs(), st.lists(st.one_of(st.just(0.0), st.floats(0.1, 3)), min_size=9, max_size=9),
+       st.lists(st.floats(-5, 5), min_size=9, max_size=9))
+def test_tree_solve_equals_the_dense_solve(g, extra, rhs):
+    """The forest's Laplacian plus a diagonal, node 0 grounded (and a tree without node 0 grounded
+    at its root when nothing else pins it), solved densely."""
+    n, edges, weights = g
+    u = np.array([a for a, _ in edges], np.int64)
+    v = np.array([b for _, b in edges], np.int64)
+    bfs, parent, via = _kernels.spanning_forest(u, v, np.argsort(-np.array(weights), kind="stable"), n)
+    c = np.array([weights[k] if k >= 0 else 0.0 for k in via])
+    m = np.diag(np.array(extra[:n]))
+    for x in range(n):
+        if parent[x] >= 0:
+            p = parent[x]
+            m[x, x] += c[x]
+            m[p, p] += c[x]
+            m[x, p] -= c[x]
+            m[p, x] -= c[x]
+    b = np.array(rhs[:n])
+    got = _kernels.tree_solve(bfs, parent, c, np.diag(m).copy(), b)
+    keep = [x for x in range(n) if x != 0 and not (parent[x] < 0 and _floating(x, parent, extra))]
+    want = np.zeros(n)
+    if keep:
+        want[keep] = np.linalg.solve(m[np.ix_(keep, keep)], b[keep])
+    np.testing.assert_allclose(got, want, atol=1e-6 * (1 + np.abs(want).max()))
+
+
+def _floating(root, parent, extra):
+    """A tree with no positive extra diagonal anywhere: its Laplacian is singular."""
+    return all(extra[y] == 0 for y in range(len(parent)) if _root(y, parent) == root)

@@ -142,3 +142,87 @@ def centred_sums(r, starts, w, v, n_r):  # pragma: no cover - jitted
         for a in range(s0, s1):
             out[r[a]] += w[a] * (v[a] - mean)
     return out
+
+
+@jit
+def spanning_forest(u, v, order, n):  # pragma: no cover - jitted
+    """A spanning forest of the graph with edges (u[k], v[k]) over nodes 0..n-1, taking edges in
+    `order` (Kruskal: heaviest first gives a maximum-weight forest), rooted at node 0 and then at
+    the lowest node of each other tree. Returns the nodes in breadth-first order (parents before
+    children), each node's parent (-1 for a root) and the edge to it (-1 for a root)."""
+    uf = np.arange(n)
+    kept = np.zeros(u.shape[0], np.bool_)
+    deg = np.zeros(n + 1, np.int64)
+    for k in order:
+        x = u[k]
+        while uf[x] != x:
+            uf[x] = uf[uf[x]]
+            x = uf[x]
+        y = v[k]
+        while uf[y] != y:
+            uf[y] = uf[uf[y]]
+            y = uf[y]
+        if x != y:
+            uf[max(x, y)] = min(x, y)
+            kept[k] = True
+            deg[u[k] + 1] += 1
+            deg[v[k] + 1] += 1
+    start = np.cumsum(deg)
+    fill = start[:-1].copy()
+    adj = np.empty(start[-1], np.int64)
+    for k in range(u.shape[0]):
+        if kept[k]:
+            adj[fill[u[k]]] = k
+            fill[u[k]] += 1
+            adj[fill[v[k]]] = k
+            fill[v[k]] += 1
+    bfs = np.empty(n, np.int64)
+    parent = np.full(n, -1, np.int64)
+    via = np.full(n, -1, np.int64)
+    seen = np.zeros(n, np.bool_)
+    head = tail = 0
+    for root in range(n):
+        if seen[root]:
+            continue
+        seen[root] = True
+        bfs[tail] = root
+        tail += 1
+        while head < tail:
+            x = bfs[head]
+            head += 1
+            for a in range(start[x], start[x + 1]):
+                k = adj[a]
+                y = v[k] if u[k] == x else u[k]
+                if not seen[y]:
+                    seen[y] = True
+                    parent[y] = x
+                    via[y] = k
+                    bfs[tail] = y
+                    tail += 1
+    return bfs, parent, via
+
+
+@jit
+def tree_solve(bfs, parent, c, diag, rhs):  # pragma: no cover - jitted
+    """Solve M y = rhs, M = the Laplacian of a weighted forest plus diag(extra), in linear time by
+    eliminating leaves towards the roots and substituting back (no fill on a tree). `c[x]` is the
+    weight of the edge from x to `parent[x]`; `diag` is M's diagonal. Node 0 is grounded (y = 0),
+    and so is any other root left without a positive pivot (a tree holding no grounded node)."""
+    d = diag.copy()
+    b = rhs.copy()
+    for j in range(bfs.shape[0] - 1, -1, -1):
+        x = bfs[j]
+        p = parent[x]
+        if p >= 0:
+            f = c[x] / d[x]
+            d[p] -= c[x] * f
+            b[p] += f * b[x]
+    y = np.zeros(bfs.shape[0])
+    for j in range(bfs.shape[0]):
+        x = bfs[j]
+        p = parent[x]
+        if p >= 0:
+            y[x] = (b[x] + c[x] * y[p]) / d[x]
+        elif x != 0 and d[x] > 1e-9 * diag[x]:
+            y[x] = b[x] / d[x]
+    return y
