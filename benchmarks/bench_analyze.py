@@ -21,7 +21,14 @@ the largest offset difference between the two solvers and from the injected trut
 exponent of each column (slope of log time on log ranks, all sizes and the two largest). Target:
 exponent <= 1.2 for the current solver's complete runs (clean, and noisy to convergence). The
 10-step column grows a little faster: the first IRLS steps start far from the answer, and their
-conjugate-gradient steps grow with the graph (931 at 4,096 ranks, 1,132 at 8,192).
+conjugate-gradient steps grow with the graph.
+
+A second table compares the conjugate-gradient preconditioners in the same run: the spanning-tree
+one (`clocks._TreePlan`) against the Jacobi one main used before it (swapped in here), on the same
+synthetic inputs and on pipeline chains (``--align-chain 1000,4096``: ranks linked only by send/recv
+to the next one, 8 transfers per link, exact and with 0-5 us end jitter), where Jacobi needs about
+as many steps per solve as the chain is long. Prints IRLS iterations, CG steps and CPU seconds of
+each, their largest offset difference and the error against the injected offsets.
 """
 
 from __future__ import annotations
@@ -141,6 +148,70 @@ def _align_inputs(hosts: int) -> tuple[Any, Any, Any, dict[int, int]]:
     return c, noisy, tables["ranks"], {int(r): v - base for r, v in truth["clock_offset_ns"].items()}
 
 
+def _chain_inputs(n: int, jitter_ns: int, transfers: int = 8) -> tuple[Any, Any, dict[int, int]]:
+    """A send/recv chain 0 -> 1 -> ... -> n-1 on clocks (r * 7919 mod 1000) us behind the common one."""
+    import numpy as np
+    import polars as pl
+
+    from tracekit.analysis import match_collectives
+
+    offset = (np.arange(n) * 7919 % 1000) * 1000
+    link = np.repeat(np.arange(n - 1), transfers)
+    end = 10**9 + np.arange(len(link)) * 100_000
+    rank = np.stack([link, link + 1], 1).ravel()
+    jitter = np.random.default_rng(0).integers(0, jitter_ns, len(rank)) if jitter_ns else 0
+    ts = np.repeat(end, 2) + jitter - offset[rank] - 40_000
+    df = pl.DataFrame({"coll_id": np.arange(len(rank)), "rank": rank, "group": "pp",
+                       "op": np.tile(["send", "recv"], len(link)), "peer": np.stack([link + 1, link], 1).ravel(),
+                       "in_bytes": 1 << 20, "out_bytes": 1 << 20, "ts_ns": ts, "dur_ns": 40_000})
+    coll, _ = match_collectives(df)
+    return coll, pl.DataFrame({"rank": np.arange(n)}), {r: int(offset[r]) for r in range(n)}
+
+
+class _JacobiPlan:
+    """The preconditioner `clocks._cg` used before the spanning tree: the Laplacian's diagonal."""
+
+    def __init__(self, *_: Any) -> None:
+        pass
+
+    def preconditioner(self, w: Any, diag: Any) -> Any:
+        import numpy as np
+
+        inv = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
+        return lambda res: inv * res
+
+
+def precond_scaling(sizes: list[int], chains: list[int]) -> None:
+    """Spanning-tree vs Jacobi preconditioning of the alignment's CG, same inputs, same run."""
+    from tracekit.analysis import clocks
+
+    tree = clocks._TreePlan
+    print("\nCG preconditioners: tree = spanning tree (current), jacobi = diagonal (before); CPU seconds")
+    print(f"{'case':>14} {'ranks':>6} {'IRLS it':>7} {'tree s':>8} {'tree CG':>8} {'jacobi s':>9} "
+          f"{'jacobi CG':>9} {'tree-jac':>9} {'truth err':>10}")
+
+    def compare(name: str, world: int, coll: Any, ranks: Any, truth: dict[int, int]) -> None:
+        out = {}
+        for label, plan in (("tree", tree), ("jacobi", _JacobiPlan)):
+            clocks._TreePlan = plan
+            try:
+                out[label] = _timed_align(clocks.align_clocks, coll, ranks)
+            finally:
+                clocks._TreePlan = tree
+        (ts, to, tr), (js, jo, jr) = out["tree"], out["jacobi"]
+        print(f"{name:>14} {world:>6} {tr['iterations']:>7} {ts:>7.2f}s {tr['solver_steps']:>8} {js:>8.2f}s "
+              f"{jr['solver_steps']:>9} {max(abs(to[r] - jo[r]) for r in to):>6} ns "
+              f"{max(abs(to[r] - truth[r]) for r in truth):>7} ns", flush=True)
+
+    for world in sizes:
+        clean, noisy, ranks, truth = _align_inputs(max(world // 8, 4))
+        compare("synth clean", world, clean, ranks, truth)
+        compare("synth noisy", world, noisy, ranks, truth)
+    for n in chains:
+        compare("chain exact", n, *_chain_inputs(n, 0))
+        compare("chain jitter", n, *_chain_inputs(n, 5_000))
+
+
 def _timed_align(fn: Any, coll: Any, ranks: Any, **kw: Any) -> tuple[float, dict[int, int], dict[str, Any]]:
     import polars as pl
 
@@ -151,7 +222,7 @@ def _timed_align(fn: Any, coll: Any, ranks: Any, **kw: Any) -> tuple[float, dict
     return dt, dict(zip(df["rank"].to_list(), df["clock_offset_ns"].to_list(), strict=True)), report
 
 
-def align_scaling(sizes: list[int], iters: int, old_max: int) -> int:
+def align_scaling(sizes: list[int], iters: int, old_max: int, chains: list[int]) -> int:
     """Clock alignment alone, current (sparse CG) vs previous (dense) solver, at growing rank counts."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import previous_clocks
@@ -198,6 +269,7 @@ def align_scaling(sizes: list[int], iters: int, old_max: int) -> int:
                 ok = False
         print(f"{'exponent':>6} {label:>8} " + " ".join(f"{x:>14}" for x in exps))
     print(f"target (current solver's complete runs, exponent <= 1.2): {'met' if ok else 'MISSED'}")
+    precond_scaling(sizes, chains)
     return 0 if ok else 1
 
 
@@ -215,10 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--align", metavar="RANKS", help="Only the clock alignment at these rank counts "
                     "(comma-separated, e.g. 256,1024,4096,8192), current vs previous solver.")
     ap.add_argument("--align-iters", type=int, default=10, help="IRLS cap for the like-for-like noisy timing.")
+    ap.add_argument("--align-chain", default="1000,4096", help="Send/recv chain lengths for the "
+                    "preconditioner comparison (comma-separated; empty for none).")
     ap.add_argument("--align-old-max", type=int, default=8192, help="Largest rank count the dense solver runs at.")
     args = ap.parse_args(argv)
     if args.align:
-        return align_scaling([int(x) for x in args.align.split(",")], args.align_iters, args.align_old_max)
+        return align_scaling([int(x) for x in args.align.split(",")], args.align_iters, args.align_old_max,
+                             [int(x) for x in args.align_chain.split(",") if x])
 
     from tracekit.synth import SynthSpec, make_run_tables, write_run
 
