@@ -1,7 +1,9 @@
 """Executors without Ray: spec parsing, and the partitioned analysis (run inline) against the whole-run one."""
 
+import shutil
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -11,7 +13,7 @@ from tracekit.analysis import analyze, partitioned
 from tracekit.cli import main
 from tracekit.executors import Executor, ExecutorError, parse_executor, parse_size, run_tasks
 from tracekit.ingest import ingest
-from tracekit.store import Run
+from tracekit.store import Run, RunError, event_frame, read_events
 from tracekit.synth import make_run_tables, write_kineto, write_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +45,34 @@ def test_rank_chunks():
     assert partitioned.rank_chunks([5, 1, 3, 2, 4], max_tasks=2) == [[1, 2, 3], [4, 5]]
     assert partitioned.rank_chunks(range(4), max_tasks=10) == [[0], [1], [2], [3]]
     assert partitioned.rank_chunks([]) == []
+    sizes = {0: 5, 1: 5, 2: 20, 3: 1, 4: 9}
+    assert partitioned.rank_chunks([4, 3, 2, 1, 0], sizes=sizes, max_bytes=10) == [[0, 1], [2], [3, 4]]
+    assert partitioned.rank_chunks(range(5), sizes=sizes, max_bytes=1 << 20) == [[0, 1, 2, 3, 4]]
+    assert partitioned.rank_chunks(range(3), sizes={}, max_bytes=0) == [[0, 1, 2]]  # no files: no bytes
+
+
+def test_event_frame_reads_what_read_events_reads(runs, tmp_path):
+    """One multi-file scan, some columns or all; a file the scan cannot read goes through
+    `read_events`, whose error names it; a file linked out of the run is refused."""
+    files = [str(f) for f in Run(runs["synth"]).event_files()]
+    want = pl.from_arrow(read_events(runs["synth"], files))
+    got = event_frame(runs["synth"], files)
+    assert got.with_columns(pl.col(pl.Categorical).cast(pl.String)).equals(
+        want.with_columns(pl.col(pl.Categorical).cast(pl.String)))
+    cols = list(partitioned.WINDOW_COLUMNS)
+    assert event_frame(runs["synth"], files, cols).columns == cols
+    assert event_frame(runs["synth"], [], cols).columns == cols
+    run = tmp_path / "run"
+    shutil.copytree(runs["synth"], run)
+    bad = next((run / "events").glob("rank=1/*.parquet"))
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.raises(RunError, match=rf"{bad.name}: unreadable table"):
+        event_frame(run, [str(f) for f in Run(run).event_files()])
+    bad.unlink()
+    (tmp_path / "out.parquet").write_bytes(Path(files[1]).read_bytes())
+    bad.symlink_to(tmp_path / "out.parquet")
+    with pytest.raises(RunError, match="leads out of the run directory"):
+        event_frame(run, [bad])
 
 
 def test_local_run_tasks_in_order():
@@ -82,10 +112,12 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["synth", "gloo", "cadence"])
-@pytest.mark.parametrize("max_tasks", [256, 3])
-def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, monkeypatch):
-    """The map over rank partitions (here run inline) gives the whole-run tables exactly."""
+@pytest.mark.parametrize(("max_tasks", "local_bytes"), [(256, partitioned.LOCAL_TASK_BYTES), (3, 1)])
+def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, local_bytes, monkeypatch):
+    """The map over rank partitions (here run inline) gives the whole-run tables exactly: Ray's
+    chunks (`max_tasks`) and the local executor's (`local_bytes` of files per task; 1 = one rank)."""
     monkeypatch.setattr(partitioned, "MAX_TASKS", max_tasks)
+    monkeypatch.setattr(partitioned, "LOCAL_TASK_BYTES", local_bytes)
     whole = analyze(runs[name], write=False, partitioned=False)
     t, extra = partitioned.prepared(Run(runs[name]), Executor(), dims=None, write=False, compute="auto")
     from tracekit.analysis import breakdown

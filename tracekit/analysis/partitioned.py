@@ -10,7 +10,8 @@ functions order them). The results are the same tables, bit for bit, as `analyze
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -21,29 +22,50 @@ from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.executors import Executor, run_tasks
-from tracekit.store import Run, read_events
+from tracekit.store import Run, event_frame
 
-#: At most this many tasks per phase; larger runs put several ranks in a task.
+#: At most this many Ray tasks per phase; larger runs put several ranks in a task.
 MAX_TASKS = 256
+#: The local executor puts consecutive ranks in one task up to this many bytes of event files
+#: (about 20 bytes per event on disk, 100 in memory): fewer, larger tasks than on Ray, as the
+#: per-task polars overhead is paid one task after another.
+LOCAL_TASK_BYTES = 32 << 20
+#: The event columns phase 1 (step windows) reads.
+WINDOW_COLUMNS = ("rank", "name", "ts_ns", "dur_ns", "step")
 
 
-def rank_chunks(ranks: Sequence[int], max_tasks: int = MAX_TASKS) -> list[list[int]]:
-    """Consecutive groups of ranks, at most `max_tasks` of them."""
+def rank_chunks(ranks: Sequence[int], max_tasks: int | None = None, *,
+                sizes: Mapping[int, int] | None = None, max_bytes: int | None = None) -> list[list[int]]:
+    """Consecutive groups of ranks: at most `max_tasks` (default `MAX_TASKS`) of them, and with
+    `sizes` (bytes per rank) and `max_bytes`, a new group wherever the next rank would take the
+    group past `max_bytes` (a group always has a rank)."""
     ranks = sorted(ranks)
     if not ranks:
         return []
-    size = math.ceil(len(ranks) / max_tasks)
+    if max_bytes is not None:
+        out: list[list[int]] = []
+        total = 0
+        for r in ranks:
+            size = (sizes or {}).get(r, 0)
+            if out and total + size <= max_bytes:
+                out[-1].append(r)
+                total += size
+            else:
+                out.append([r])
+                total = size
+        return out
+    size = math.ceil(len(ranks) / (max_tasks or MAX_TASKS))
     return [ranks[i:i + size] for i in range(0, len(ranks), size)]
 
 
-def _events(run_path: str, files: list[str]) -> pl.DataFrame:
-    return frame(read_events(run_path, files), "events")
+def _events(run_path: str, files: list[str], columns: Sequence[str] | None = None) -> pl.DataFrame:
+    return frame(event_frame(run_path, files, columns), "events")
 
 
 def windows_task(run_path: str, files: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Map, phase 1: step windows found in these event files (one rank partition), and their
     event extents. Tasks get the partition's files from the driver, which listed the run once."""
-    return steps.event_windows(_events(run_path, files))
+    return steps.event_windows(_events(run_path, files, WINDOW_COLUMNS))
 
 
 def breakdown_task(run_path: str, files: list[str], collectives: pl.DataFrame, windows: pl.DataFrame,
@@ -80,11 +102,18 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
     for f in run.event_files():
         files_of.setdefault(int(f.parent.name.split("=", 1)[1]), []).append(str(f.resolve()))
     event_ranks = sorted(files_of)
+    if executor.is_local:
+        sizes = {r: sum(os.path.getsize(f) for f in fs) for r, fs in files_of.items()}
+
+        def chunks(ranks: list[int]) -> list[list[int]]:
+            return rank_chunks(ranks, sizes=sizes, max_bytes=LOCAL_TASK_BYTES)
+    else:
+        chunks = rank_chunks
 
     def chunk_files(chunk: list[int]) -> list[str]:
         return [f for r in chunk for f in files_of.get(r, [])]
 
-    found = run_tasks(executor, windows_task, [(path, chunk_files(chunk)) for chunk in rank_chunks(event_ranks)])
+    found = run_tasks(executor, windows_task, [(path, chunk_files(chunk)) for chunk in chunks(event_ranks)])
     windows = steps.finish_windows(_concat([f for f, _ in found], steps.WINDOW_SCHEMA),
                                    _concat([e for _, e in found], _EXTENT_SCHEMA), c)
     c = steps.assign_step(c, windows)
@@ -94,7 +123,7 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
             run.write_table(name, tab)
     work_ranks = sorted(set(event_ranks) | set(windows.get_column("rank").to_list()))
     calls = []
-    for chunk in rank_chunks(work_ranks):
+    for chunk in chunks(work_ranks):
         calls.append((path, chunk_files(chunk), c.filter(pl.col("rank").cast(pl.Int32).is_in(chunk)),
                       windows.filter(pl.col("rank").is_in(chunk)), compute))
     parts = run_tasks(executor, breakdown_task, calls)
