@@ -162,7 +162,7 @@ def test_python_twins_of_the_kernels_agree():
     forest = [f(u, v, order, 5) for f in (py(_kernels.spanning_forest), _kernels.spanning_forest)]
     for got, want in zip(*forest, strict=True):
         assert got.tolist() == want.tolist()
-    bfs, parent, via = forest[1]
+    bfs, parent, _ = forest[1]
     c, diag = np.array([0.0, 2.0, 1.0, 3.0, 0.0]), np.array([2.0, 6.0, 1.0, 3.0, 0.5])
     rhs = np.array([0.0, 1.0, -2.0, 4.0, 1.0])
     np.testing.assert_allclose(py(_kernels.tree_solve)(bfs, parent, c, diag, rhs),

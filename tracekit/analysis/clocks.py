@@ -119,7 +119,7 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     """Least absolute deviations by iteratively reweighted least squares. Every step solves all
     offsets jointly (so blocks of tightly bound ranks move together) with `fixed` ranks held at 0;
     returns the offsets, the IRLS iterations and the conjugate-gradient steps they took."""
-    by_i = np.argsort(i_idx, kind="stable")
+    by_i = np.lexsort((r_idx, i_idx))  # one order whatever order the pairs came in: same sums, same tree
     r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
     starts = np.searchsorted(i_s, np.arange(n_i + 1))
     w = np.ones(len(e))
@@ -149,7 +149,7 @@ def weighted_offsets(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, w: np.
     are passes over the (rank, instance) pairs: memory and time per step are linear in the pairs,
     where forming L densely costs ranks^2 memory and solving it ranks^3 time. Returns o and the
     number of steps."""
-    by_i = np.argsort(i_idx, kind="stable")
+    by_i = np.lexsort((r_idx, i_idx))  # one order whatever order the pairs came in: same sums, same tree
     starts = np.searchsorted(i_idx[by_i], np.arange(n_i + 1))
     return _cg(r_idx[by_i], starts, e[by_i], w[by_i], n_r, fixed, np.zeros(n_r))
 
