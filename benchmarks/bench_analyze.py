@@ -5,7 +5,8 @@ Usage::
     python benchmarks/bench_analyze.py [--hosts 128] [--gpus 8] [--steps 1] [--no-naive]
 
 A synthetic DP x PP x EP run (tracekit.synth) is written as a run directory; then, each in a fresh
-process so that peak RSS is its own, `tracekit.analysis.analyze` runs on it, and so does a
+process so that peak RSS is its own, `tracekit.analysis.analyze` runs on it (per rank partition,
+the default, and with ``partitioned=False``, which loads every event at once), and so does a
 naive per-rank Python loop doing the core of the same work (per-instance waits, clock offsets by
 rank-by-rank medians, per-rank interval unions for compute/comm/overlap). Prints wall time and
 peak RSS of each and their ratios. Target: the analysis under 10 s and 4 GiB on 2 cores.
@@ -51,13 +52,17 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _fast(run_dir: str, out: Any) -> None:
+def _fast(run_dir: str, out: Any, partitioned: bool = True) -> None:
     from tracekit.analysis import analyze
 
-    t0 = time.perf_counter()
-    result = analyze(run_dir, write=False)
-    out.put({"seconds": time.perf_counter() - t0, "rss_mib": _peak_rss_mib(),
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = analyze(run_dir, write=False, partitioned=partitioned)
+    out.put({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rss_mib": _peak_rss_mib(),
              "instances": result.instances.num_rows, "findings": result.findings[:2]})
+
+
+def _eager(run_dir: str, out: Any) -> None:
+    _fast(run_dir, out, partitioned=False)
 
 
 def _union(iv: list[tuple[int, int]]) -> list[list[int]]:
@@ -314,8 +319,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{tables['collectives'].num_rows:,} collective calls ({time.perf_counter() - t0:.1f} s to make)")
         del tables
         fast = _child(_fast, run_dir)
-        print(f"analyze:  {fast['seconds']:6.2f} s  peak RSS {fast['rss_mib']:7.0f} MiB  "
-              f"({fast['instances']:,} instances)")
+        print(f"analyze:  {fast['seconds']:6.2f} s  {fast['cpu']:6.2f} s CPU  peak RSS {fast['rss_mib']:7.0f} MiB  "
+              f"({fast['instances']:,} instances; events read per rank partition)")
+        eager = _child(_eager, run_dir)
+        print(f"eager:    {eager['seconds']:6.2f} s  {eager['cpu']:6.2f} s CPU  peak RSS {eager['rss_mib']:7.0f} MiB  "
+              f"(partitioned=False: all events at once); partitioned/eager CPU "
+              f"{fast['cpu'] / eager['cpu']:.2f}x, peak RSS {fast['rss_mib'] / eager['rss_mib']:.2f}x")
         ok = fast["seconds"] < 10 and fast["rss_mib"] < 4096
         if not args.no_naive:
             naive = _child(_naive, run_dir)
