@@ -102,16 +102,17 @@ def runs(tmp_path_factory):
     ev = tables["events"]
     keep = pc.invert(pc.fill_null(pc.starts_with(pc.cast(ev.column("name"), pa.string()), "ProfilerStep"), False))
     ev = ev.filter(keep)
+    write_run({**tables, "events": ev}, base / "evstep")  # no annotations: windows from events.step
     bare = {**tables, "events": ev.set_column(ev.schema.get_field_index("step"), "step",
                                               pa.nulls(ev.num_rows, ev.schema.field("step").type))}
     coll = tables["collectives"]
     bare["collectives"] = coll.set_column(coll.schema.get_field_index("step"), "step",
                                           pa.nulls(coll.num_rows, coll.schema.field("step").type))
     write_run(bare, base / "cadence")
-    return {"synth": base / "synth", "gloo": base / "gloo", "cadence": base / "cadence"}
+    return {"synth": base / "synth", "gloo": base / "gloo", "cadence": base / "cadence", "evstep": base / "evstep"}
 
 
-@pytest.mark.parametrize("name", ["synth", "gloo", "cadence"])
+@pytest.mark.parametrize("name", ["synth", "gloo", "cadence", "evstep"])
 @pytest.mark.parametrize(("max_tasks", "local_bytes"), [(256, partitioned.LOCAL_TASK_BYTES), (3, 1)])
 def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, local_bytes, monkeypatch):
     """The map over rank partitions (here run inline) gives the whole-run tables exactly: Ray's
@@ -140,6 +141,8 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, local_byte
     assert whole.critical_path.num_rows > 0
     assert [f.to_json() for f in whole.findings] == [f.to_json() for f in mapped.findings]
     assert [f.to_json() for f in whole.findings] == [f.to_json() for f in local.findings]
+    if name == "evstep":
+        assert set(ref["windows"].get_column("source")) == {"events.step"}
     if name == "cadence":
         assert "cadence" in set(ref["windows"].get_column("source"))
         assert ref["collectives"].get_column("step").null_count() < ref["collectives"].height
