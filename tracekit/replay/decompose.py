@@ -65,7 +65,10 @@ class _Acc:
                                    ("nbytes", nbytes, np.float64), ("lat_mult", lat_mult, np.float64),
                                    ("channel", channel, np.int64), ("mode", mode, np.int64),
                                    ("key", key, np.int64)):
-            self.cols[name].append(np.broadcast_to(np.asarray(value, dtype), (n,)).copy())
+            if np.ndim(value) == 0:
+                self.cols[name].append(np.full(n, value, dtype))
+            else:
+                self.cols[name].append(np.broadcast_to(np.asarray(value, dtype), (n,)).copy())
 
     def flows(self) -> Flows:
         if not self.cols["src"]:

@@ -211,7 +211,7 @@ class _Inst:
     dim: str
     ranks: list[int]
     nbytes: float
-    splits: dict[int, list[float]]
+    splits: dict[int, Sequence[float]]
     src: int | None
     dst: int | None
     algo: str | None
@@ -377,7 +377,10 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
     for i, v in enumerate(inst_raw):
         if v >= 0:
             by_inst[int(v)].append(i)
-    rows = {int(k): part for k, part in coll.rows_by_key("instance", named=True, include_key=True).items()}
+    needed = ["instance", "rank", "group", "seq", "op", "in_bytes", "out_bytes", "nranks", "peer", "in_splits",
+              "out_splits", "algo", "proto", "dim"]
+    rows = {int(k): part for k, part in coll.select([c for c in needed if c in coll.columns])
+            .rows_by_key("instance", named=True, include_key=True).items()}
     instances: list[_Inst] = []
     inst = np.full(n, -1, np.int64)
     sched_inst = np.full(n, -1, np.int64)
@@ -513,11 +516,11 @@ def _instance_info(part: list[dict[str, Any]], group_ranks: dict[str, list[int]]
         nbytes = float(max(in_b + out_b or [0]))
     elif op == "barrier":
         nbytes = 0.0
-    splits: dict[int, list[float]] = {}
+    splits: dict[int, Sequence[float]] = {}
     src = dst = None
     for row in part:
         if op == "all_to_all" and row["in_splits"]:
-            splits[row["rank"]] = [float(x) for x in row["in_splits"]]
+            splits[row["rank"]] = np.asarray(row["in_splits"], np.float64)
         if op == "send":
             b = row["in_bytes"] if row["op"] == "send" else row["out_bytes"]
             nbytes = max(nbytes, float(b or 0))
@@ -852,13 +855,21 @@ def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:
     "nic-leaf" figure is the traffic that leaves hosts; north-south flows are dim "storage"."""
     topo, flows = net.topology, net.flows
     tiers = np.array(topo.links.column("tier").to_pylist(), dtype=object)
-    dims = np.array([i.dim or "OTHER" for i in prep.instances] or ["OTHER"], dtype=object)
-    flow_dim = dims[flows.key] if len(flows) else np.zeros(0, dtype=object)
-    flow_dim = np.concatenate([flow_dim, np.full(net.nbytes.size - flow_dim.size, STORAGE_DIM, dtype=object)])
+    names = sorted({i.dim or "OTHER" for i in prep.instances} | {"OTHER"} | {STORAGE_DIM})
+    inst_code = np.array([names.index(i.dim or "OTHER") for i in prep.instances] + [names.index("OTHER")], np.int64)
+    code = np.concatenate([inst_code[flows.key] if len(flows) else np.zeros(0, np.int64),
+                           np.full(net.nbytes.size - len(flows), names.index(STORAGE_DIM), np.int64)])
+    n_res = topo.cap.size
+    owner = np.repeat(np.arange(code.size), np.diff(net.indptr))
+    per_res = np.bincount(net.ids + n_res * code[owner], weights=net.nbytes[owner],
+                          minlength=n_res * len(names)).reshape(len(names), n_res)
+    present = np.zeros(len(names), bool)
+    present[np.unique(code)] = True
     out: dict[str, dict[str, int]] = {}
-    for d in sorted(set(flow_dim.tolist())):
-        weights = np.where(flow_dim == d, net.nbytes, 0.0)
-        up = to_cables(topo, resource_bytes(topo.cap.size, net.indptr, net.ids, weights))[0::2]
+    for j, d in enumerate(names):
+        if not present[j]:
+            continue
+        up = to_cables(topo, per_res[j])[0::2]
         for t in sorted(set(tiers.tolist())):
             total = float(up[tiers == t].sum())
             if total > 0:
