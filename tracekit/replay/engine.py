@@ -969,8 +969,8 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
     saturated = util.ravel() >= 0.99
     offsets = np.zeros(saturated.size + 1, np.int32)
     np.cumsum(saturated, out=offsets[1:])
-    flags = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.full(int(offsets[-1]), "saturated", object),
-                                                                  pa.string()))
+    flags = pa.ListArray.from_arrays(pa.array(offsets),
+                                     pa.repeat(pa.scalar("saturated", pa.string()), int(offsets[-1])))
     per_sample = np.repeat(np.arange(n_c), n_w)
 
     def repeat(column: str) -> pa.Array:
@@ -987,7 +987,7 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
         "tx_util": pa.array(tx_util.ravel(), pa.float64()),
         "rx_util": pa.array(rx_util.ravel(), pa.float64()),
         "flags": flags,
-        "origin": pa.array(np.full(n_c * n_w, f"replay:{name}", object), pa.string()),
+        "origin": pa.repeat(pa.scalar(f"replay:{name}", pa.string()), n_c * n_w),
     })
     total = cable_bytes[0::2] + cable_bytes[1::2]
     n_active = max(1, math.ceil(horizon / window_ns))
