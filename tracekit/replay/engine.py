@@ -794,8 +794,8 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     rounds: Rounds | None = None
     for it in range(max(1, max_iter)):
         release = net.release(inst_start)
-        if rounds is None:  # the first round simulates everything, with the link windows
-            sim, out = first if it == 0 and first is not None else net.run(
+        if rounds is None or it == max(1, max_iter) - 1:  # the first and the last for sure: everything,
+            sim, out = first if it == 0 and first is not None else net.run(  # with the link windows
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
             rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
