@@ -54,26 +54,34 @@ class Instance:
 
 
 class _Acc:
+    """Flow columns gathered call by call; a scalar stays one value until `flows` repeats it."""
+
+    DTYPES = (("src", np.int64), ("dst", np.int64), ("nbytes", np.float64), ("lat_mult", np.float64),
+              ("channel", np.int64), ("mode", np.int64), ("key", np.int64))
+
     def __init__(self) -> None:
-        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in (
-            "src", "dst", "nbytes", "lat_mult", "channel", "mode", "key")}
+        self.cols: dict[str, list[Any]] = {k: [] for k, _ in self.DTYPES}
+        self.counts: list[int] = []
 
     def add(self, src, dst, nbytes, *, lat_mult=1.0, channel=0, mode=MODE_GPU, key=0) -> None:
-        src = np.atleast_1d(np.asarray(src, np.int64))
-        n = src.size
-        for name, value, dtype in (("src", src, np.int64), ("dst", dst, np.int64),
-                                   ("nbytes", nbytes, np.float64), ("lat_mult", lat_mult, np.float64),
-                                   ("channel", channel, np.int64), ("mode", mode, np.int64),
-                                   ("key", key, np.int64)):
-            if np.ndim(value) == 0:
-                self.cols[name].append(np.full(n, value, dtype))
-            else:
-                self.cols[name].append(np.broadcast_to(np.asarray(value, dtype), (n,)).copy())
+        src = np.atleast_1d(np.array(src, np.int64))
+        self.counts.append(src.size)
+        for name, value in (("src", src), ("dst", dst), ("nbytes", nbytes), ("lat_mult", lat_mult),
+                            ("channel", channel), ("mode", mode), ("key", key)):
+            self.cols[name].append(np.array(value) if isinstance(value, (np.ndarray, list, tuple)) else value)
 
     def flows(self) -> Flows:
-        if not self.cols["src"]:
+        if not self.counts:
             return Flows.from_lists([], [], [])
-        c = {k: np.concatenate(v) for k, v in self.cols.items()}
+        counts = np.asarray(self.counts, np.int64)
+        c = {}
+        for name, dtype in self.DTYPES:
+            values = self.cols[name]
+            if not any(isinstance(v, np.ndarray) and v.ndim for v in values):
+                c[name] = np.repeat(np.array(values, dtype), counts)
+            else:
+                c[name] = np.concatenate([np.broadcast_to(np.asarray(v, dtype), (n,)) for v, n in
+                                          zip(values, self.counts, strict=True)])
         return Flows(c["src"], c["dst"], c["nbytes"], np.zeros(c["src"].size), c["lat_mult"],
                      c["channel"], c["mode"], c["key"])
 
