@@ -131,18 +131,19 @@ def test_a_round_gives_what_one_simulation_of_every_flow_gives(case):
 
 def _two_groups():
     """Group A (flows 0, 1) on links 0 and 1 from t=0 (done at 400); group B (flows 2, 3) on links
-    1 and 2 from t=1000 (done at 1600): apart in time, joined by link 1 when they overlap."""
-    topo = _Topo([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])
-    indptr, ids = _csr([[0], [0, 1], [1], [1, 2]])
-    nbytes = np.array([200.0, 200.0, 300.0, 300.0])
-    return topo, indptr, ids, nbytes, np.array([0.0, 0.0, 1000.0, 1000.0])
+    1 and 2 from t=1000 (done at 1600): apart in time, joined by link 1 when they overlap. Group C
+    (six flows on link 3, much later) never moves."""
+    topo = _Topo([1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    indptr, ids = _csr([[0], [0, 1], [1], [1, 2]] + [[3]] * 6)
+    nbytes = np.array([200.0, 200.0, 300.0, 300.0] + [100.0] * 6)
+    return topo, indptr, ids, nbytes, np.array([0.0, 0.0, 1000.0, 1000.0] + [1e6] * 6)
 
 
 def test_a_late_group_moved_onto_an_early_one_is_simulated_again():
     topo, indptr, ids, nbytes, release = _two_groups()
     r = _rounds(topo, indptr, ids, nbytes, release)
-    assert r.components(r.release, r.finish).tolist() == [0, 0, 2, 2]
-    moved = np.array([0.0, 0.0, 100.0, 100.0])  # B moves by one shift: on its own it would be kept
+    assert r.components(r.release, r.finish).tolist() == [0, 0, 2, 2] + [4] * 6
+    moved = release + np.array([0.0, 0.0, -900.0, -900.0] + [0.0] * 6)  # B moves by one shift: alone, it is kept
     got = r.step(moved)
     want = _full(topo, indptr, ids, nbytes, moved)
     np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -153,7 +154,7 @@ def test_a_late_group_moved_onto_an_early_one_is_simulated_again():
 def test_an_early_group_moved_onto_a_late_one_through_a_shared_link():
     topo, indptr, ids, nbytes, release = _two_groups()
     r = _rounds(topo, indptr, ids, nbytes, release)
-    moved = np.array([850.0, 850.0, 1000.0, 1000.0])  # A moves, B stays: they meet on link 1
+    moved = release + np.array([850.0, 850.0, 0.0, 0.0] + [0.0] * 6)  # A moves, B stays: they meet on link 1
     got = r.step(moved)
     np.testing.assert_allclose(got, _full(topo, indptr, ids, nbytes, moved), rtol=1e-12)
     assert got[2] > 1600.0  # B's first flow shares link 1 with A
@@ -163,17 +164,17 @@ def test_groups_that_move_apart_keep_their_results_shifted():
     topo, indptr, ids, nbytes, release = _two_groups()
     r = _rounds(topo, indptr, ids, nbytes, release)
     before = r.finish.copy()
-    moved = np.array([0.0, 0.0, 5000.0, 5000.0])
+    moved = release + np.array([0.0, 0.0, 4000.0, 4000.0] + [0.0] * 6)
     got = r.step(moved)
     assert r.calls == 0  # nothing simulated: B kept its result, 4000 ns later
-    np.testing.assert_allclose(got, before + np.array([0.0, 0.0, 4000.0, 4000.0]), rtol=1e-12)
+    np.testing.assert_allclose(got, before + np.array([0.0, 0.0, 4000.0, 4000.0] + [0.0] * 6), rtol=1e-12)
     np.testing.assert_allclose(got, _full(topo, indptr, ids, nbytes, moved), rtol=1e-12)
 
 
 def test_a_group_whose_flows_move_apart_is_simulated_again():
     topo, indptr, ids, nbytes, release = _two_groups()
     r = _rounds(topo, indptr, ids, nbytes, release)
-    moved = np.array([0.0, 150.0, 1000.0, 1000.0])  # A's flows no longer start together
+    moved = release + np.array([0.0, 150.0, 0.0, 0.0] + [0.0] * 6)  # A's flows no longer start together
     got = r.step(moved)
     np.testing.assert_allclose(got, _full(topo, indptr, ids, nbytes, moved), rtol=1e-12)
     assert r.calls == 1 and r.simulated == 2  # only A

@@ -58,9 +58,9 @@ class Rounds:
         finish = self.finish + shift
         unit = np.where(kept, self.label, -1)  # where each flow's result comes from
         todo = np.flatnonzero(~kept)
-        budget = n  # past one simulation's worth of flows, simulate them all at once
+        budget = n  # past one simulation's worth of flows (or half of them at once), simulate all
         while True:
-            if todo.size and todo.size >= budget:
+            if todo.size and (todo.size >= budget or 2 * todo.size >= n):
                 finish = self.simulate_some(release, np.arange(n))
                 self.simulated += n
                 self.calls += 1
