@@ -370,13 +370,14 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
 
     # instances
     inst_raw = ev.get_column("instance").fill_null(-1).to_numpy().astype(np.int64)
-    inst_vals = sorted({int(v) for v in inst_raw if v >= 0})
     group_ranks = {str(g): [int(x) for x in (rs or [])] for g, rs in zip(
         groups.get_column("group").to_list(), groups.get_column("ranks").to_list(), strict=False)}
-    by_inst = {k: [] for k in inst_vals}
-    for i, v in enumerate(inst_raw):
-        if v >= 0:
-            by_inst[int(v)].append(i)
+    linked = np.flatnonzero(inst_raw >= 0)
+    linked = linked[np.argsort(inst_raw[linked], kind="stable")]  # by instance, then event order
+    values, first = np.unique(inst_raw[linked], return_index=True)
+    inst_vals = values.tolist()
+    parts = np.split(linked, first[1:]) if values.size else []
+    by_inst = dict(zip(inst_vals, (part.tolist() for part in parts), strict=True))
     needed = ["instance", "rank", "group", "seq", "op", "in_bytes", "out_bytes", "nranks", "peer", "in_splits",
               "out_splits", "algo", "proto", "dim"]
     rows = {int(k): part for k, part in coll.select([c for c in needed if c in coll.columns])
