@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
+from array import array
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -109,19 +110,122 @@ def kernel_algo(name: str) -> str | None:
 
 @dataclass(slots=True)
 class Marker:
-    """A communication-related event kept in memory for collective extraction."""
+    """One communication marker of a call, made from `MarkerStore` columns while its call is
+    turned into a row (never kept for the whole file)."""
 
     ordinal: int
     lane: str
-    kind: str
     name: str
-    cat: str
     ts: int
     dur: int
     corr: int | None
     ext: int | None
     args: Args | None
-    gpu: bool
+
+
+#: The `Args` fields a call is read from (all raw JSON, decoded when a call needs them).
+RAW_ARGS = ("coll", "in_nelems", "out_nelems", "in_size", "out_size", "group_size", "dtype", "in_split",
+            "out_split", "pg_name", "pg_desc", "pg_ranks", "pg_id", "src_rank", "dst_rank", "seq", "comms_id",
+            "input_dims", "input_type", "concrete")
+_NUMERIC = {"ordinal": "q", "ts": "q", "dur": "q", "corr": "q", "ext": "q", "flags": "b", "lane": "i",
+            "name": "i", "args": "i"}
+_GPU, _COMM_KERNEL, _HAS_CORR, _HAS_EXT = 1, 2, 4, 8
+
+
+class MarkerStore:
+    """A file's communication markers (the CPU ops and kernels of collectives) as columns: about
+    50 bytes a marker plus the raw bytes of the call args it has, where a marker object with
+    its args took about 1.2 KB. Lanes and names are codes into one string table; the args'
+    raw JSON fields are packed per field (bytes + offsets)."""
+
+    def __init__(self) -> None:
+        self._cols = {k: array(t) for k, t in _NUMERIC.items()}
+        self._raw = {f: bytearray() for f in RAW_ARGS}
+        self._raw_off = {f: array("q", [0]) for f in RAW_ARGS}
+        self.strings: list[str] = []
+        self._codes: dict[str, int] = {}
+        self.n = 0
+        self.n_args = 0
+        self._np: dict[str, np.ndarray] = {}
+
+    def code(self, text: str) -> int:
+        c = self._codes.get(text)
+        if c is None:
+            c = self._codes[text] = len(self.strings)
+            self.strings.append(text)
+        return c
+
+    def code_of(self, text: str) -> int | None:
+        return self._codes.get(text)
+
+    def append(self, cols: dict[str, np.ndarray], args: list[Args | None]) -> None:
+        """Add markers: `cols` holds a numpy array per numeric column except `args`, which is
+        given as the markers' call args (None for a marker without)."""
+        n = len(args)
+        if not n:
+            return
+        rows = np.full(n, -1, np.int32)
+        for i, a in enumerate(args):
+            if a is None:
+                continue
+            rows[i] = self.n_args
+            self.n_args += 1
+            for f in RAW_ARGS:
+                raw = getattr(a, f)
+                if raw:
+                    self._raw[f] += raw
+                self._raw_off[f].append(len(self._raw[f]))
+        for k, t in _NUMERIC.items():
+            self._cols[k].frombytes(np.ascontiguousarray(rows if k == "args" else cols[k], np.dtype(t)).tobytes())
+        self.n += n
+        self._np = {}
+
+    def col(self, name: str) -> np.ndarray:
+        """A numeric column as a numpy array (a view of the store, no copy)."""
+        arr = self._np.get(name)
+        if arr is None:
+            arr = self._np[name] = np.frombuffer(self._cols[name], np.dtype(_NUMERIC[name])) if self.n else \
+                np.empty(0, np.dtype(_NUMERIC[name]))
+        return arr
+
+    def name(self, i: int) -> str:
+        return self.strings[self._cols["name"][i]]
+
+    def raw(self, i: int, field: str) -> bytes:
+        """Marker i's raw JSON for an args field (b"" when absent)."""
+        row = self._cols["args"][i]
+        if row < 0:
+            return b""
+        off = self._raw_off[field]
+        return bytes(self._raw[field][off[row]:off[row + 1]])
+
+    def has_args(self, i: int) -> bool:
+        return self._cols["args"][i] >= 0
+
+    def args(self, i: int) -> Args | None:
+        row = self._cols["args"][i]
+        if row < 0:
+            return None
+        from tracekit.parsers.kineto import Args
+
+        fields = {}
+        for f in RAW_ARGS:
+            off = self._raw_off[f]
+            lo, hi = off[row], off[row + 1]
+            if hi > lo:
+                fields[f] = msgspec.Raw(bytes(self._raw[f][lo:hi]))
+        return Args(**fields)
+
+    def marker(self, i: int) -> Marker:
+        c = self._cols
+        flags = c["flags"][i]
+        return Marker(c["ordinal"][i], self.strings[c["lane"][i]], self.strings[c["name"][i]], c["ts"][i],
+                      c["dur"][i], c["corr"][i] if flags & _HAS_CORR else None,
+                      c["ext"][i] if flags & _HAS_EXT else None, self.args(i))
+
+    def nbytes(self) -> int:
+        return sum(a.itemsize * len(a) for a in self._cols.values()) + sum(map(len, self._raw.values())) + \
+            sum(8 * len(a) for a in self._raw_off.values())
 
 
 def as_int(v: Any, kind: str = "id") -> int | None:
@@ -217,63 +321,110 @@ _UNSET: Any = object()
 
 @dataclass(slots=True)
 class _Call:
-    kernels: list[Marker] = field(default_factory=list)
-    markers: list[Marker] = field(default_factory=list)
-    args_cache: Any = _UNSET
+    """A call as marker indices into the file's `MarkerStore` (kernels, host markers); what its
+    args and op were found to be is cached as an index and a string."""
+
+    kernels: list[int] = field(default_factory=list)
+    markers: list[int] = field(default_factory=list)
+    args_at: Any = _UNSET
     op_cache: Any = _UNSET
+
+
+@dataclass(slots=True)
+class _CallView:
+    """A call's markers as objects, made for the time one call is turned into a row."""
+
+    kernels: list[Marker]
+    markers: list[Marker]
+
+
+def _view(ms: MarkerStore, call: _Call) -> _CallView:
+    return _CallView([ms.marker(i) for i in call.kernels], [ms.marker(i) for i in call.markers])
 
 
 def _collect_calls(p1: _Pass1) -> list[_Call]:
     """Group markers into calls: CPU markers nested on one lane form a cluster; kernels join the
     cluster of their CPU op (External id) or launch (correlation); one call per cluster."""
-    cpu = [m for m in p1.markers if not m.gpu and _is_call_marker(m)]
-    kernels = [m for m in p1.markers if m.kind == "comm"]
-    by_lane: dict[str, list[Marker]] = defaultdict(list)
-    for m in cpu:
-        by_lane[m.lane].append(m)
+    ms: MarkerStore = p1.markers
+    flags = ms.col("flags")
+    ts_col, dur_col, ord_col, lane_col = ms.col("ts"), ms.col("dur"), ms.col("ordinal"), ms.col("lane")
+    ext_col, corr_col = ms.col("ext"), ms.col("corr")
+    call_name = _call_names(ms)
+    cand = np.flatnonzero((flags & _GPU) == 0)
+    cpu = [i for i in cand.tolist() if _is_call_marker(ms, i, call_name)]
+    kernels = np.flatnonzero(flags & _COMM_KERNEL)
+    by_lane: dict[int, list[int]] = defaultdict(list)
+    for i, lane in zip(cpu, lane_col[cpu].tolist(), strict=True):
+        by_lane[lane].append(i)
     clusters: list[_Call] = []
-    lane_index: dict[str, tuple[list[int], list[int], list[int]]] = {}
+    lane_index: dict[int, tuple[list[int], list[int], list[int]]] = {}
     ext_to_cluster: dict[int, int] = {}
-    for lane, ms in by_lane.items():
-        ms.sort(key=lambda m: (m.ts, -m.dur, m.ordinal))
+    for lane, idx in by_lane.items():
+        ix = np.asarray(idx, np.int64)
+        ix = ix[np.lexsort((ord_col[ix], -dur_col[ix], ts_col[ix]))]
         starts: list[int] = []
         ends: list[int] = []
         ids: list[int] = []
-        for m in ms:
-            if ends and m.ts <= ends[-1] and m.ts + m.dur <= ends[-1]:
+        for i, t, d, fl, e in zip(ix.tolist(), ts_col[ix].tolist(), dur_col[ix].tolist(), flags[ix].tolist(),
+                                  ext_col[ix].tolist(), strict=True):
+            if ends and t <= ends[-1] and t + d <= ends[-1]:
                 cid = ids[-1]
             else:
                 cid = len(clusters)
                 clusters.append(_Call())
-                starts.append(m.ts)
-                ends.append(m.ts + m.dur)
+                starts.append(t)
+                ends.append(t + d)
                 ids.append(cid)
-            clusters[cid].markers.append(m)
-            if m.ext is not None:
-                ext_to_cluster.setdefault(m.ext, cid)
+            clusters[cid].markers.append(i)
+            if fl & _HAS_EXT:
+                ext_to_cluster.setdefault(e, cid)
         lane_index[lane] = (starts, ends, ids)
-    launches = _launch_index(p1, {k.corr for k in kernels if k.corr is not None})
+    kflags = flags[kernels]
+    launches = _launch_index(p1, set(corr_col[kernels][(kflags & _HAS_CORR) != 0].tolist()))
     calls_for_kernels: list[_Call] = []
-    for k in sorted(kernels, key=lambda m: (m.ts, m.ordinal)):
+    korder = kernels[np.lexsort((ord_col[kernels], ts_col[kernels]))]
+    for k, fl, kc, ke in zip(korder.tolist(), flags[korder].tolist(), corr_col[korder].tolist(),
+                             ext_col[korder].tolist(), strict=True):
         cid = None
-        if k.corr is not None and k.corr in launches:
-            lane, t = launches[k.corr]
-            idx = lane_index.get(lane)
-            if idx is not None:
-                j = bisect.bisect_right(idx[0], t) - 1
-                if j >= 0 and t <= idx[1][j]:
-                    cid = idx[2][j]
-        elif k.ext is not None and k.ext != k.corr:
-            cid = ext_to_cluster.get(k.ext)
+        has_corr, has_ext = bool(fl & _HAS_CORR), bool(fl & _HAS_EXT)
+        if has_corr and kc in launches:
+            lane_name, t = launches[kc]
+            code = ms.code_of(lane_name)
+            li = lane_index.get(code) if code is not None else None
+            if li is not None:
+                j = bisect.bisect_right(li[0], t) - 1
+                if j >= 0 and t <= li[1][j]:
+                    cid = li[2][j]
+        elif has_ext and not (has_corr and ke == kc):
+            cid = ext_to_cluster.get(ke)
         if cid is None:
             calls_for_kernels.append(_Call(kernels=[k]))
         else:
             clusters[cid].kernels.append(k)
-    calls = [c for c in clusters if c.kernels or _cluster_op(c) is not None]
-    return _pair_split_calls(calls) + calls_for_kernels
+    calls = [c for c in clusters if c.kernels or _cluster_op(ms, c) is not None]
+    return _pair_split_calls(ms, calls) + calls_for_kernels
 
 
-def _pair_split_calls(calls: list[_Call]) -> list[_Call]:
+def _call_names(ms: MarkerStore) -> dict[int, int]:
+    """Per name code: 0 `record_param_comms` (a call unless its args name a wait), 1 a call
+    marker, 2 a `c10d::` op that is not a collective."""
+    out: dict[int, int] = {}
+    for code in np.unique(ms.col("name")).tolist():
+        name = ms.strings[code]
+        if name == "record_param_comms":
+            out[code] = 0
+        elif name.startswith("c10d::"):
+            out[code] = 1 if op_from_name(name) is not None else 2
+        else:
+            out[code] = 1
+    return out
+
+
+def _start(ms: MarkerStore, call: _Call) -> int:
+    return int(ms.col("ts")[call.markers].min())
+
+
+def _pair_split_calls(ms: MarkerStore, calls: list[_Call]) -> list[_Call]:
     """Join a `c10d::` op with its `gloo:`/`nccl:` event when they sit on different threads
     (gloo runs the work on worker threads): per op, the k-th of each, in time order."""
     ops: dict[str, tuple[list[_Call], list[_Call]]] = defaultdict(lambda: ([], []))
@@ -283,23 +434,24 @@ def _pair_split_calls(calls: list[_Call]) -> list[_Call]:
             rest.append(c)
             continue
         has_c10d = has_ann = False
-        for m in c.markers:
-            if m.name.startswith("c10d::"):
+        for i in c.markers:
+            name = ms.name(i)
+            if name.startswith("c10d::"):
                 has_c10d = True
-            elif m.name.startswith(("nccl:", "gloo:")):
+            elif name.startswith(("nccl:", "gloo:")):
                 has_ann = True
-        op = _cluster_op(c)
-        if has_c10d == has_ann or op is None or _args_with_coll(c) is not None:
+        op = _cluster_op(ms, c)
+        if has_c10d == has_ann or op is None or _args_with_coll(ms, c) is not None:
             rest.append(c)
         else:
             ops[op][0 if has_c10d else 1].append(c)
     for c10d, anns in ops.values():
-        c10d.sort(key=lambda c: min(m.ts for m in c.markers))
-        anns.sort(key=lambda c: min(m.ts for m in c.markers))
+        c10d.sort(key=lambda c: _start(ms, c))
+        anns.sort(key=lambda c: _start(ms, c))
         i = 0
         for a in anns:
-            t = min(m.ts for m in a.markers)
-            if i < len(c10d) and min(m.ts for m in c10d[i].markers) <= t:
+            t = _start(ms, a)
+            if i < len(c10d) and _start(ms, c10d[i]) <= t:
                 rest.append(_Call(kernels=[], markers=c10d[i].markers + a.markers))
                 i += 1
             else:
@@ -308,13 +460,12 @@ def _pair_split_calls(calls: list[_Call]) -> list[_Call]:
     return rest
 
 
-def _is_call_marker(m: Marker) -> bool:
-    if m.name == "record_param_comms":
-        coll = _jv(m.args.coll) if m.args is not None else None
+def _is_call_marker(ms: MarkerStore, i: int, classes: dict[int, int]) -> bool:
+    cls = classes[int(ms.col("name")[i])]
+    if cls == 0:
+        coll = _jv(msgspec.Raw(ms.raw(i, "coll")))
         return not (isinstance(coll, str) and coll.lower() in NOT_A_CALL)
-    if m.name.startswith("c10d::"):
-        return op_from_name(m.name) is not None
-    return True
+    return cls == 1
 
 
 def _launch_index(p1: _Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
@@ -330,38 +481,41 @@ def _launch_index(p1: _Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
     return out
 
 
-def _args_with_coll(call: _Call) -> Args | None:
-    if call.args_cache is not _UNSET:
-        return call.args_cache
-    found = None
-    for group in (call.kernels, [m for m in call.markers if m.name == "record_param_comms"],
+def _args_with_coll(ms: MarkerStore, call: _Call) -> Args | None:
+    """The args a call is read from: the first marker's whose args name the collective (kernels,
+    then `record_param_comms`, then any), else the first naming a process group."""
+    if call.args_at is _UNSET:
+        call.args_at = _find_args(ms, call)
+    return ms.args(call.args_at) if call.args_at is not None else None
+
+
+def _find_args(ms: MarkerStore, call: _Call) -> int | None:
+    for group in (call.kernels, [i for i in call.markers if ms.name(i) == "record_param_comms"],
                   call.markers):
-        found = next((m.args for m in group if m.args is not None and m.args.coll), None)
+        found = next((i for i in group if ms.raw(i, "coll")), None)
         if found is not None:
-            break
-    if found is None:
-        found = next((m.args for m in call.markers
-                      if m.args is not None and (m.args.pg_name or m.args.pg_id)), None)
-    call.args_cache = found
-    return found
+            return found
+    return next((i for i in call.markers if ms.raw(i, "pg_name") or ms.raw(i, "pg_id")), None)
 
 
-def _cluster_op(call: _Call) -> str | None:
+def _cluster_op(ms: MarkerStore, call: _Call) -> str | None:
     if call.op_cache is _UNSET:
-        call.op_cache = _find_op(call)
+        call.op_cache = _find_op(ms, call)
     return call.op_cache
 
 
-def _find_op(call: _Call) -> str | None:
-    args = _args_with_coll(call)
-    if args is not None:
-        op = op_from_name(_str(_jv(args.coll)))
+def _find_op(ms: MarkerStore, call: _Call) -> str | None:
+    if call.args_at is _UNSET:
+        call.args_at = _find_args(ms, call)
+    if call.args_at is not None:
+        op = op_from_name(_str(_jv(msgspec.Raw(ms.raw(call.args_at, "coll")))))
         if op is not None:
             return op
     for prefix in ("nccl:", "gloo:", "c10d::"):
-        for m in call.markers:
-            if m.name.startswith(prefix):
-                op = op_from_name(m.name)
+        for i in call.markers:
+            name = ms.name(i)
+            if name.startswith(prefix):
+                op = op_from_name(name)
                 if op is not None:
                     return op
     return None
@@ -436,7 +590,7 @@ def _row_elems(dims: Any) -> int | None:
     return None
 
 
-def _shape_sizes(call: _Call, op: str) -> dict[str, Any]:
+def _shape_sizes(call: _CallView, op: str) -> dict[str, Any]:
     """Sizes from record_shapes args of the `c10d::` op (and dtype from the gloo/nccl event)."""
     out: dict[str, Any] = {"dtype": None, "in_bytes": None, "out_bytes": None, "in_rows": None,
                            "out_rows": None, "peer_local": None}
@@ -581,6 +735,7 @@ def _group_order(name: str) -> tuple[int, int, str]:
 def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
                        groups: dict[str, dict[str, Any]], stats: SourceStats
                        ) -> tuple[dict[str, list[Any]], dict[int, int]]:
+    ms: MarkerStore = p1.markers
     calls = _collect_calls(p1)
     rows: list[dict[str, Any]] = []
     default_group = None
@@ -590,28 +745,29 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
         default_group = next(iter(groups))
     assumed = False
     for call in calls:
-        args = _args_with_coll(call)
+        args = _args_with_coll(ms, call)
         op = None
         coll_name = _str(_jv(args.coll)) if args is not None else None
         if coll_name:
             op = op_from_name(coll_name)
         if op is None:
-            op = _cluster_op(call)
+            op = _cluster_op(ms, call)
+        view = _view(ms, call)
         dim_hint = None
-        if call.kernels:
-            kop, dim_hint = kernel_op(call.kernels[0].name)
+        if view.kernels:
+            kop, dim_hint = kernel_op(view.kernels[0].name)
             if op is None:
                 op = kop
         op = op or "other"
-        anchor_cpu = min(call.markers, key=lambda m: (m.ts, m.ordinal)) if call.markers else None
-        if call.kernels:
-            ks = sorted(call.kernels, key=lambda m: (m.ts, m.ordinal))
+        anchor_cpu = min(view.markers, key=lambda m: (m.ts, m.ordinal)) if view.markers else None
+        if view.kernels:
+            ks = sorted(view.kernels, key=lambda m: (m.ts, m.ordinal))
             ts = ks[0].ts
             end = max(k.ts + k.dur for k in ks)
             lane, name = ks[0].lane, ks[0].name
             issue = anchor_cpu.ts if anchor_cpu else ts
         else:
-            named = [m for m in call.markers if m.name.startswith(("nccl:", "gloo:"))]
+            named = [m for m in view.markers if m.name.startswith(("nccl:", "gloo:"))]
             a = named[0] if named else anchor_cpu
             assert a is not None
             ts, end, lane, name, issue = a.ts, a.ts + a.dur, a.lane, a.name, a.ts
@@ -648,7 +804,7 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
             comms_id = _comms_id(args.comms_id)
         peer_local = None
         if args is None or in_b is None:
-            shape = _shape_sizes(call, op)
+            shape = _shape_sizes(view, op)
             dtype = dtype or shape["dtype"]
             in_b = in_b if in_b is not None else shape["in_bytes"]
             out_b = out_b if out_b is not None else shape["out_bytes"]
@@ -661,9 +817,9 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
             "out_bytes": out_b, "nranks": size, "peer": peer, "in_splits": in_splits,
             "out_splits": out_splits, "ts": ts, "dur": end - ts, "name": name, "lane": lane,
             "comms_id": comms_id, "dim_hint": dim_hint, "_issue": issue,
-            "algo": kernel_algo(name) if call.kernels else None,
-            "_gpu": bool(call.kernels), "_kcorr": call.kernels[0].corr if call.kernels else None,
-            "_ordinals": [m.ordinal for m in call.kernels + call.markers],
+            "algo": kernel_algo(name) if view.kernels else None,
+            "_gpu": bool(view.kernels), "_kcorr": view.kernels[0].corr if view.kernels else None,
+            "_ordinals": [m.ordinal for m in view.kernels + view.markers],
             "_desc": desc, "_ranks": ranks, "_complete": complete, "_in_rows": in_rows,
             "_out_rows": out_rows, "_peer_local": peer_local,
         })

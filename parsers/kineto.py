@@ -30,11 +30,15 @@ import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
 from tracekit.parsers import _stream
+from tracekit.parsers._kineto_calls import _COMM_KERNEL as _M_COMM
+from tracekit.parsers._kineto_calls import _GPU as _M_GPU
+from tracekit.parsers._kineto_calls import _HAS_CORR as _M_CORR
+from tracekit.parsers._kineto_calls import _HAS_EXT as _M_EXT
 from tracekit.parsers._kineto_calls import (
     COLLECTIVE_OPS,
     DTYPE_BYTES,
     KERNEL_OPS,
-    Marker,
+    MarkerStore,
     as_int,
     build_collectives,
     dtype_bytes,
@@ -228,7 +232,7 @@ class _Pass1:
         self.lane_cache: dict[tuple[Any, ...], str] = {}
         self.comm_cache: dict[str, bool] = {}
         self.mark_cache: dict[str, int] = {}
-        self.markers: list[Marker] = []
+        self.markers = MarkerStore()
         self.cpu_steps: list[tuple[int, int, int]] = []
         self.gpu_steps: list[tuple[int, int, int]] = []
         self.runtime: list[pa.Table] = []
@@ -342,28 +346,20 @@ class _Pass1:
             # exact int64 (a null ts would turn the numpy view into float64)
             ts_np = pc.fill_null(ts, 0).to_numpy(zero_copy_only=False)
             dur_np = dur.to_numpy(zero_copy_only=False)
-            ordinals = (np.cumsum(keep)[hits] - 1 + self.rows).tolist()
-            n_cats = len(cat_vals)
-            for i, o, t, d, mk, k, g, ci, li in zip(
-                    hits.tolist(), ordinals, ts_np[hits].tolist(), dur_np[hits].tolist(),
-                    marks[hits].tolist(), kind[hits].tolist(), gpu[hits].tolist(),
-                    cat_idx[hits].tolist(), lane_idx[hits].tolist(), strict=True):
-                if mk == 2:
-                    step = int(_STEP.match(names[i]).group(1))  # type: ignore[union-attr]
-                    if step > _STEP_MAX:
-                        self.stats.drop("step")
-                        continue
-                    (self.gpu_steps if g else self.cpu_steps).append((t, t + d, step))
+            ordinals = np.cumsum(keep)[hits] - 1 + self.rows
+            marks_hit = marks[hits]
+            for i, t, d, g in zip(hits[marks_hit == 2].tolist(), ts_np[hits][marks_hit == 2].tolist(),
+                                  dur_np[hits][marks_hit == 2].tolist(), gpu[hits][marks_hit == 2].tolist(),
+                                  strict=True):
+                step = int(_STEP.match(names[i]).group(1))  # type: ignore[union-attr]
+                if step > _STEP_MAX:
+                    self.stats.drop("step")
                     continue
-                a = argss[i]
-                if a is None:
-                    corr_i = ext_i = call_args = None
-                else:
-                    corr_i, ext_i = as_int(a.correlation), as_int(a.external_id)
-                    call_args = _detach(a) if _has_call_args(a) else None
-                self.markers.append(Marker(  # positional: ordinal lane kind name cat ts dur corr ext args gpu
-                    o, lane_vals[li], _KINDS[k], names[i], cat_vals[ci] if ci < n_cats else "", t, d,
-                    corr_i, ext_i, call_args, g))
+                (self.gpu_steps if g else self.cpu_steps).append((t, t + d, step))
+            sel = marks_hit != 2
+            mi = hits[sel]
+            if len(mi):
+                self._add_markers(mi, ordinals[sel], ts_np, dur_np, kind, gpu, lane_vals, lane_idx, names, argss)
         rt = keep & np.isin(cat_idx, [i for i, c in enumerate(cat_vals) if c in _RUNTIME_CATS])
         if rt.any():
             self.runtime.append(pa.table({
@@ -380,6 +376,35 @@ class _Pass1:
         if self.cpu_pid is None:
             self.cpu_pid = _first_int(pids, np.flatnonzero(keep & ~gpu), "id")
         self._write(table)
+
+    def _add_markers(self, mi: np.ndarray, ordinals: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                     kind: np.ndarray, gpu: np.ndarray, lane_vals: list[str], lane_idx: np.ndarray,
+                     names: list[str], argss: list[Args | None]) -> None:
+        """Batch rows `mi` (communication markers) into the marker columns."""
+        ms = self.markers
+        lane_codes = np.array([ms.code(v) for v in lane_vals], np.int32)
+        n = len(mi)
+        corr = np.zeros(n, np.int64)
+        ext = np.zeros(n, np.int64)
+        flags = (gpu[mi].astype(np.int8) * _M_GPU) | ((kind[mi] == _COMM).astype(np.int8) * _M_COMM)
+        name_codes = np.empty(n, np.int32)
+        call_args: list[Args | None] = []
+        for j, i in enumerate(mi.tolist()):
+            name_codes[j] = ms.code(names[i])
+            a = argss[i]
+            if a is None:
+                call_args.append(None)
+                continue
+            c, e = as_int(a.correlation), as_int(a.external_id)
+            if c is not None:
+                corr[j] = c
+                flags[j] |= _M_CORR
+            if e is not None:
+                ext[j] = e
+                flags[j] |= _M_EXT
+            call_args.append(a if _has_call_args(a) else None)
+        ms.append({"ordinal": ordinals, "ts": ts[mi], "dur": dur[mi], "corr": corr, "ext": ext, "flags": flags,
+                   "lane": lane_codes[lane_idx[mi]], "name": name_codes}, call_args)
 
     @contextmanager
     def staged(self) -> Iterator[Iterable[pa.RecordBatch]]:
@@ -474,16 +499,6 @@ class _Pass1:
 
 def _has_call_args(a: Args) -> bool:
     return bool(a.coll or a.pg_name or a.pg_id or a.input_dims or a.input_type or a.concrete)
-
-
-_RAW_ARGS = tuple(f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw)
-
-
-def _detach(a: Args) -> Args:
-    """`a` with its raw fields copied out of the batch buffer (a Raw keeps the whole buffer
-    alive; markers live until the end of the file)."""
-    raws = {f: r.copy() for f in _RAW_ARGS if (r := getattr(a, f))}
-    return msgspec.structs.replace(a, **raws) if raws else a
 
 
 def _first_int(values: list[Any], candidates: np.ndarray, kind: str) -> int | None:

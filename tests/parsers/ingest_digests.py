@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -21,7 +20,8 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from kineto_helpers import REAL as REAL_KINETO, parse_into  # noqa: E402
+from kineto_helpers import REAL as REAL_KINETO  # noqa: E402
+from kineto_helpers import parse_into  # noqa: E402
 from nccl_eras import Job, job_log, rank_log  # noqa: E402
 
 from tracekit.errors import InputError  # noqa: E402

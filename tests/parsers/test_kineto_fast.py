@@ -141,16 +141,23 @@ def test_prefetched_stops_when_abandoned(tmp_path: Path) -> None:
 
 
 def test_marker_args_do_not_pin_the_batch() -> None:
+    from tracekit.parsers._kineto_calls import MarkerStore
+
     ev = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 1,
           "args": {"Collective name": "allreduce", "Process Group Name": "0", "In msg nelems": 8}}
     buf = json.dumps([ev] + [{"ph": "X", "name": "pad" * 50}] * 2000).encode()
     args = kineto.decode_events(buf)[0].args
     pinned = sys.getrefcount(buf)
-    detached = kineto._detach(args)
+    store = MarkerStore()
+    one = np.zeros(1, np.int64)
+    store.append({"ordinal": one, "ts": one, "dur": one, "corr": one, "ext": one, "flags": one,
+                  "lane": one, "name": one}, [args])
     del args
     assert sys.getrefcount(buf) < pinned
-    assert bytes(detached.coll) == b'"allreduce"' and bytes(detached.pg_name) == b'"0"'
-    assert bytes(detached.in_nelems) == b"8" and not detached.out_nelems
+    kept = store.args(0)
+    assert bytes(kept.coll) == b'"allreduce"' and bytes(kept.pg_name) == b'"0"'
+    assert bytes(kept.in_nelems) == b"8" and not kept.out_nelems
+    assert store.raw(0, "coll") == b'"allreduce"' and store.raw(0, "pg_id") == b""
 
 
 def test_spooled_and_held_stages_give_the_same_tables(real: Path, tmp_path: Path,
