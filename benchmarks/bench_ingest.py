@@ -10,6 +10,8 @@ Contenders, each timed in its own subprocess (time of the load only; peak RSS of
 
   floor     gunzip + a typed msgspec decode of the whole document (tracekit's Event struct)
   tracekit  tracekit.ingest.ingest([path], tmpdir, jobs=1) (parse, spool, Parquet, merge)
+  baseline  the tracekit run by `--baseline-python` (another install of tracekit, e.g. the main
+            checkout's), so a change is measured against the code before it in one run
   hta       hta.trace_analysis.TraceAnalysis(trace_dir=...) when `hta` is importable
             (pip install holistictraceanalysis; not a tracekit dependency)
 
@@ -92,10 +94,10 @@ def run_one(contender: str, path: Path) -> dict:
             "base_rss_mb": base}
 
 
-def measure(contender: str, path: Path, repeat: int) -> dict | None:
+def measure(contender: str, path: Path, repeat: int, python: str = sys.executable) -> dict | None:
     best: dict | None = None
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, str(HERE), "--child", contender, str(path)],
+        proc = subprocess.run([python, str(HERE), "--child", contender, str(path)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             print(f"  {contender}: failed ({proc.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
@@ -136,21 +138,29 @@ def make_scaled(src: Path, factor: int, dest: Path) -> Path:
     return dest
 
 
-def report(label: str, path: Path, repeat: int, with_hta: bool) -> dict:
+def report(label: str, path: Path, repeat: int, with_hta: bool, baseline: str | None = None) -> dict:
     size = path.stat().st_size
     with gzip.open(path, "rb") as fh:
         raw_size = sum(len(c) for c in iter(lambda: fh.read(1 << 24), b""))
     print(f"\n{label}: {path.name} ({size / 1e6:.1f} MB gz, {raw_size / 1e6:.1f} MB JSON)")
     rows = {}
-    for contender in ("floor", "tracekit", *(["hta"] if with_hta else [])):
-        res = measure(contender, path, repeat)
+    for contender in ("floor", "tracekit", *(["baseline"] if baseline else []), *(["hta"] if with_hta else [])):
+        if contender == "baseline":
+            res = measure("tracekit", path, repeat, baseline)
+            if res is not None:
+                res["contender"] = "baseline"
+        else:
+            res = measure(contender, path, repeat)
         if res is None:
             continue
         rows[contender] = res
         print(f"  {contender:9s} {res['seconds']:7.2f} s wall {res['cpu']:6.2f} s CPU  "
               f"peak RSS {res['rss_mb']:6.0f} MB "
               f"(after imports {res['base_rss_mb']:.0f} MB)  events {res['events']:,}")
-    tk, floor, hta = rows.get("tracekit"), rows.get("floor"), rows.get("hta")
+    tk, floor, hta, base = rows.get("tracekit"), rows.get("floor"), rows.get("hta"), rows.get("baseline")
+    if tk and base:
+        print(f"  tracekit / baseline:   {tk['seconds'] / base['seconds']:.2f}x wall, peak RSS above imports "
+              f"{(tk['rss_mb'] - tk['base_rss_mb']) / (base['rss_mb'] - base['base_rss_mb']):.2f}x")
     if tk and floor:
         print(f"  tracekit / floor time: {tk['seconds'] / floor['seconds']:.2f}x wall, "
               f"{tk['cpu'] / floor['cpu']:.2f}x CPU (target <= 1.5x)")
@@ -167,6 +177,8 @@ def main() -> None:
     ap.add_argument("--scale", type=int, action="append", help="repeat for several sizes (default: 10)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--baseline-python", metavar="EXE",
+                    help="also run the tracekit contender with this interpreter's tracekit (the code before a change)")
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
     ap.add_argument("--make-scaled", nargs=3, metavar=("SRC", "FACTOR", "DEST"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -186,13 +198,14 @@ def main() -> None:
         with_hta = False
         print("HTA not importable: skipping it (pip install holistictraceanalysis)")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, best of {args.repeat}")
-    sizes = {1: (report("1x", args.trace.resolve(), args.repeat, with_hta), _json_mb(args.trace))}
+    base = args.baseline_python
+    sizes = {1: (report("1x", args.trace.resolve(), args.repeat, with_hta, base), _json_mb(args.trace))}
     for scale in sorted(set(args.scale or [10])):
         with tempfile.TemporaryDirectory(prefix="tk-bench-") as tmp:
             big = Path(tmp) / f"df_index_resolver_x{scale}.json.gz"
             subprocess.run([sys.executable, str(HERE), "--make-scaled", str(args.trace), str(scale), str(big)],
                            check=True)
-            sizes[scale] = (report(f"{scale}x", big, max(1, args.repeat - 1), with_hta), _json_mb(big))
+            sizes[scale] = (report(f"{scale}x", big, max(1, args.repeat - 1), with_hta, base), _json_mb(big))
     print("\npeak RSS above the process's imports, per 100 MB of JSON:")
     for scale, (rows, mb) in sizes.items():
         print(f"  {scale:>3}x {mb:7.0f} MB JSON: " + ", ".join(

@@ -15,6 +15,8 @@ Contenders, each in its own subprocess (wall and CPU time of the work; peak RSS 
   read      polars reading the log as one string column (a plain read that holds the file)
   parse     tracekit.parsers.nccl_log.parse into a SourceSink (parse + spool + Parquet part)
   ingest    tracekit.ingest.ingest([FILE], run, jobs=1) (parse, then the run-level merge)
+  baseline  the same ingest run by `--baseline-python` (another install of tracekit, e.g. the
+            main checkout's), so a change is measured against the code before it in one run
 
 Printed: MB/s for each and the ratio to grep, peak RSS for each size, and the peak above the
 imports floor per 100k COLL rows.
@@ -114,7 +116,7 @@ def run_one(contender: str, path: Path) -> dict:
     return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rss_mb": peak_rss_mb(), "rows": rows}
 
 
-def measure(contender: str, path: Path) -> dict:
+def measure(contender: str, path: Path, python: str = sys.executable) -> dict:
     if contender == "grep":
         t0 = time.perf_counter()
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -122,7 +124,7 @@ def measure(contender: str, path: Path) -> dict:
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {"wall": time.perf_counter() - t0, "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
                 "rss_mb": None, "rows": int(out.stdout)}
-    out = subprocess.run([sys.executable, __file__, "--child", contender, str(path)], capture_output=True,
+    out = subprocess.run([python, __file__, "--child", contender, str(path)], capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -132,6 +134,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--lines", type=int, default=1_000_000, help="COLL lines per rank")
     ap.add_argument("--keep", action="store_true", help="keep the generated logs (printed paths)")
+    ap.add_argument("--baseline-python", metavar="EXE",
+                    help="also run the ingest with this interpreter's tracekit (the code before a change)")
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -156,13 +160,22 @@ def main() -> None:
               f"{'MB/100k rows':>13}")
         print(f"{'grep -c':<10} {'1':>6} {grep['wall']:>8.2f} {grep['cpu']:>8.2f} {mb_big / grep['wall']:>8.0f} "
               f"{1.0:>7.1f} {'-':>12}")
-        for contender in ("read", "parse", "ingest"):
+        peaks: dict[tuple[str, str], float] = {}
+        for contender in ("read", "parse", "ingest", *(["baseline"] if args.baseline_python else [])):
             for label, path, mb, n in sizes:
-                r = measure(contender, path)
+                if contender == "baseline":
+                    r = measure("ingest", path, args.baseline_python)
+                else:
+                    r = measure(contender, path)
+                peaks[contender, label] = r["rss_mb"]
                 assert r["rows"] == n, (contender, r, n)
                 ratio = r["wall"] / grep["wall"] * (mb_big / mb)
                 print(f"{contender:<10} {label:>6} {r['wall']:>8.2f} {r['cpu']:>8.2f} {mb / r['wall']:>8.1f} "
                       f"{ratio:>7.1f} {r['rss_mb']:>12.0f} {(r['rss_mb'] - floor) / n * 1e5:>13.1f}")
+        if args.baseline_python:
+            print("ingest / baseline, peak RSS above the imports floor: " + ", ".join(
+                f"{label} {(peaks['ingest', label] - floor) / (peaks['baseline', label] - floor):.2f}"
+                for label, *_ in sizes))
         print("x grep: wall time per MB relative to grep -c on the largest file; bounded memory: the peak RSS of "
               "'parse' is about the same for every size; MB/100k rows: peak above the imports floor per 100k COLL "
               "rows ('read' holds the whole file, for scale).")

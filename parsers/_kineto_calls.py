@@ -666,26 +666,25 @@ def _splits_text(v: Any) -> list[int]:
     return [] if None in vals or len(vals) > MAX_WORLD_SIZE else vals  # type: ignore[return-value]
 
 
-def _finish_p2p_and_splits(row: dict[str, Any], group: dict[str, Any] | None) -> None:
+def _finish_p2p_and_splits(row: _Row, group: dict[str, Any] | None) -> None:
     """Global peer from a group-local one; split rows to bytes per peer (equal when "[]")."""
-    if row["peer"] is None and row["_peer_local"] is not None and group is not None:
-        local = row["_peer_local"]
+    if row.peer is None and row.peer_local is not None and group is not None:
+        local = row.peer_local
         if group["ranks_complete"] and 0 <= local < len(group["ranks"]):
-            row["peer"] = group["ranks"][local]
-    for key, total_key in (("_in_rows", "in_bytes"), ("_out_rows", "out_bytes")):
-        spec = row[key]
-        if spec is None or row[key.replace("_rows", "_splits")[1:]] is not None:
+            row.peer = group["ranks"][local]
+    for spec, splits, total, side in ((row.in_rows, row.in_splits, row.in_bytes, "in"),
+                                      (row.out_rows, row.out_splits, row.out_bytes, "out")):
+        if spec is None or splits is not None:
             continue
         rows_, per_row, width = spec
-        total = row[total_key]
         if rows_ and per_row is not None:
             sizes = [r * per_row * width for r in rows_]
             if all(x <= SIZE_MAX for x in sizes):
-                row[key.replace("_rows", "_splits")[1:]] = sizes
-        elif not rows_ and total is not None and row["nranks"]:
-            n = row["nranks"]
+                setattr(row, f"{side}_splits", sizes)
+        elif not rows_ and total is not None and row.nranks:
+            n = row.nranks
             if total % n == 0:
-                row[key.replace("_rows", "_splits")[1:]] = [total // n] * n
+                setattr(row, f"{side}_splits", [total // n] * n)
 
 
 def _lane_tid(lane: str) -> int:
@@ -693,23 +692,23 @@ def _lane_tid(lane: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _infer_groups(rows: list[dict[str, Any]], ident: _Identity,
+def _infer_groups(rows: list[_Row], ident: _Identity,
                   groups: dict[str, dict[str, Any]]) -> None:
     """Groups for calls that do not name theirs (gloo): p2p -> this rank's only 2-rank group;
     collectives -> each PG runs on its own worker threads, created in PG order, so thread sets
     (grouped by op mix, ordered by thread id) map onto the rank's larger groups in name order."""
     member = [g for g in groups.values() if ident.rank in g["ranks"]]
     pairs = [g for g in member if g["size"] == 2]
-    todo = [r for r in rows if r["group"] is None]
+    todo = [r for r in rows if r.group is None]
     for r in todo:
-        if r["op"] in ("send", "recv") and len(pairs) == 1:
-            r["group"] = pairs[0]["group"]
-    coll = [r for r in todo if r["group"] is None and r["op"] not in ("send", "recv")]
+        if r.op in ("send", "recv") and len(pairs) == 1:
+            r.group = pairs[0]["group"]
+    coll = [r for r in todo if r.group is None and r.op not in ("send", "recv")]
     if not coll:
         return
     lanes: dict[str, set[str]] = defaultdict(set)
     for r in coll:
-        lanes[r["lane"]].add(r["op"])
+        lanes[r.lane].add(r.op)
     sigs: dict[frozenset[str], list[str]] = defaultdict(list)
     for lane, ops in lanes.items():
         sigs[frozenset(ops)].append(lane)
@@ -721,23 +720,64 @@ def _infer_groups(rows: list[dict[str, Any]], ident: _Identity,
         return
     lane_group = {lane: g for ls, g in zip(lane_sets, cands, strict=True) for lane in ls}
     for r in coll:
-        g = lane_group[r["lane"]]
-        spec = r["_in_rows"]
+        g = lane_group[r.lane]
+        spec = r.in_rows
         if spec is not None and spec[0] and len(spec[0]) != g["size"]:
             continue
-        r["group"] = g["group"]
+        r.group = g["group"]
 
 
 def _group_order(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isascii() and name.isdigit() and len(name) < 19 else (1, 0, name)
 
 
+@dataclass(slots=True)
+class _Row:
+    """One call's collective row while the file's rows are completed (groups, peers, splits) and
+    numbered; `first` is its first marker's ordinal, `pos` its place before sorting."""
+
+    group: str | None
+    seq: int | None
+    op: str
+    dtype: str | None
+    in_bytes: int | None
+    out_bytes: int | None
+    nranks: int | None
+    peer: int | None
+    in_splits: list[int] | None
+    out_splits: list[int] | None
+    ts: int
+    dur: int
+    name: str
+    lane: str
+    comms_id: str | None
+    dim_hint: str | None
+    issue: int
+    algo: str | None
+    gpu: bool
+    kcorr: int | None
+    first: int
+    desc: str | None
+    ranks: list[int]
+    complete: bool
+    in_rows: Any
+    out_rows: Any
+    peer_local: int | None
+    pos: int = 0
+    coll_id: int = 0
+    seq_explicit: bool = False
+
+
 def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
                        groups: dict[str, dict[str, Any]], stats: SourceStats
-                       ) -> tuple[dict[str, list[Any]], dict[int, int]]:
+                       ) -> tuple[dict[str, list[Any]], tuple[np.ndarray, np.ndarray]]:
+    """The file's collectives as columns, and which collective each marker belongs to (marker
+    ordinals, sorted, and their coll_ids)."""
     ms: MarkerStore = p1.markers
     calls = _collect_calls(p1)
-    rows: list[dict[str, Any]] = []
+    rows: list[_Row] = []
+    ord_keys = array("q")
+    ord_rows = array("q")
     default_group = None
     if not groups:
         default_group = "0"
@@ -812,41 +852,42 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
             peer_local = shape["peer_local"]
         else:
             in_rows = out_rows = None
-        rows.append({
-            "group": group, "seq": seq, "op": op, "dtype": dtype, "in_bytes": in_b,
-            "out_bytes": out_b, "nranks": size, "peer": peer, "in_splits": in_splits,
-            "out_splits": out_splits, "ts": ts, "dur": end - ts, "name": name, "lane": lane,
-            "comms_id": comms_id, "dim_hint": dim_hint, "_issue": issue,
-            "algo": kernel_algo(name) if view.kernels else None,
-            "_gpu": bool(view.kernels), "_kcorr": view.kernels[0].corr if view.kernels else None,
-            "_ordinals": [m.ordinal for m in view.kernels + view.markers],
-            "_desc": desc, "_ranks": ranks, "_complete": complete, "_in_rows": in_rows,
-            "_out_rows": out_rows, "_peer_local": peer_local,
-        })
+        rows.append(_Row(
+            group=group, seq=seq, op=op, dtype=dtype, in_bytes=in_b, out_bytes=out_b, nranks=size, peer=peer,
+            in_splits=in_splits, out_splits=out_splits, ts=ts, dur=end - ts, name=name, lane=lane,
+            comms_id=comms_id, dim_hint=dim_hint, issue=issue,
+            algo=kernel_algo(name) if view.kernels else None, gpu=bool(view.kernels),
+            kcorr=view.kernels[0].corr if view.kernels else None,
+            first=(view.kernels + view.markers)[0].ordinal,
+            desc=desc, ranks=ranks, complete=complete, in_rows=in_rows, out_rows=out_rows,
+            peer_local=peer_local))
+        for m in view.kernels + view.markers:
+            ord_keys.append(m.ordinal)
+            ord_rows.append(len(rows) - 1)
     if len(groups) > 1:
         _infer_groups(rows, ident, groups)
     for row in rows:
-        group = row["group"]
+        group = row.group
         if group is None and default_group is not None:
-            group = row["group"] = default_group
+            group = row.group = default_group
             assumed = assumed or not groups
         if group is None:
             continue
         g = groups.setdefault(group, {"group": group, "desc": None, "backend": ident.backend,
                                       "ranks": [], "size": None, "ranks_complete": False})
-        if row["_desc"] and not g["desc"]:
-            g["desc"] = row["_desc"]
-        if row["_ranks"] and not g["ranks_complete"]:
-            if row["_complete"]:
-                g["ranks"], g["ranks_complete"] = row["_ranks"], True
+        if row.desc and not g["desc"]:
+            g["desc"] = row.desc
+        if row.ranks and not g["ranks_complete"]:
+            if row.complete:
+                g["ranks"], g["ranks_complete"] = row.ranks, True
             else:
-                g["ranks"] = sorted(set(g["ranks"]) | set(row["_ranks"]))
-        if row["nranks"] is not None and g["size"] is None:
-            g["size"] = row["nranks"]
+                g["ranks"] = sorted(set(g["ranks"]) | set(row.ranks))
+        if row.nranks is not None and g["size"] is None:
+            g["size"] = row.nranks
     for row in rows:
-        g = groups.get(row["group"]) if row["group"] is not None else None
-        if row["nranks"] is None and g is not None:
-            row["nranks"] = g["size"]
+        g = groups.get(row.group) if row.group is not None else None
+        if row.nranks is None and g is not None:
+            row.nranks = g["size"]
         _finish_p2p_and_splits(row, g)
     if assumed:
         stats.warnings.append("no process-group info in the trace: collectives assigned to the "
@@ -859,51 +900,59 @@ def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
         if g["size"] is None:
             g["size"] = ident.world_size
         for row in rows:
-            if row["group"] == "0" and row["nranks"] is None:
-                row["nranks"] = g["size"]
-    rows.sort(key=lambda r: (r["_issue"], r["ts"], r["_ordinals"][0]))
-    per_group: Counter[str | None] = Counter()
-    ordinal_map: dict[int, int] = {}
-    base = ident.rank * 2**32
-    for i, row in enumerate(rows):
-        row["coll_id"] = base + i
-        row["seq_explicit"] = row["seq"] is not None
-        if row["seq"] is None:
-            row["seq"] = per_group[row["group"]]
-        per_group[row["group"]] += 1
-        for o in row["_ordinals"]:
-            ordinal_map.setdefault(o, row["coll_id"])
+            if row.group == "0" and row.nranks is None:
+                row.nranks = g["size"]
     n = len(rows)
-    ts = np.array([r["ts"] for r in rows], np.int64)
-    gpu = np.array([r["_gpu"] for r in rows], bool)
-    corr = np.array([r["_kcorr"] if r["_kcorr"] is not None else -1 for r in rows], np.int64)
+    for pos, row in enumerate(rows):
+        row.pos = pos
+    rows.sort(key=lambda r: (r.issue, r.ts, r.first))
+    per_group: Counter[str | None] = Counter()
+    base = ident.rank * 2**32
+    coll_of_pos = np.empty(n, np.int64)
+    for i, row in enumerate(rows):
+        row.coll_id = base + i
+        coll_of_pos[row.pos] = row.coll_id
+        row.seq_explicit = row.seq is not None
+        if row.seq is None:
+            row.seq = per_group[row.group]
+        per_group[row.group] += 1
+    keys = np.frombuffer(ord_keys, np.int64) if len(ord_keys) else np.empty(0, np.int64)
+    vals = coll_of_pos[np.frombuffer(ord_rows, np.int64)] if len(ord_rows) else np.empty(0, np.int64)
+    order = np.lexsort((vals, keys))
+    keys, vals = keys[order], vals[order]
+    first = np.ones(len(keys), bool)
+    first[1:] = keys[1:] != keys[:-1]  # a marker of two calls (none should be) maps to the first
+    keys, vals = keys[first], vals[first]
+    ts = np.array([r.ts for r in rows], np.int64)
+    gpu = np.array([r.gpu for r in rows], bool)
+    corr = np.array([r.kcorr if r.kcorr is not None else -1 for r in rows], np.int64)
     step = steps.assign(ts, gpu, corr, corr >= 0) if n else np.empty(0, np.int64)
     cols: dict[str, list[Any]] = {
-        "coll_id": [r["coll_id"] for r in rows],
+        "coll_id": [r.coll_id for r in rows],
         "rank": [ident.rank] * n,
-        "group": [r["group"] for r in rows],
-        "seq": [r["seq"] for r in rows],
-        "op": [r["op"] for r in rows],
-        "dtype": [r["dtype"] for r in rows],
-        "in_bytes": [r["in_bytes"] for r in rows],
-        "out_bytes": [r["out_bytes"] for r in rows],
-        "nranks": [r["nranks"] for r in rows],
-        "peer": [r["peer"] for r in rows],
-        "in_splits": [r["in_splits"] for r in rows],
-        "out_splits": [r["out_splits"] for r in rows],
-        "ts_ns": [r["ts"] + ident.base_ns for r in rows],
-        "dur_ns": [r["dur"] for r in rows],
+        "group": [r.group for r in rows],
+        "seq": [r.seq for r in rows],
+        "op": [r.op for r in rows],
+        "dtype": [r.dtype for r in rows],
+        "in_bytes": [r.in_bytes for r in rows],
+        "out_bytes": [r.out_bytes for r in rows],
+        "nranks": [r.nranks for r in rows],
+        "peer": [r.peer for r in rows],
+        "in_splits": [r.in_splits for r in rows],
+        "out_splits": [r.out_splits for r in rows],
+        "ts_ns": [r.ts + ident.base_ns for r in rows],
+        "dur_ns": [r.dur for r in rows],
         "state": ["completed"] * n,
         "source": [SOURCE] * n,
-        "seq_explicit": [r["seq_explicit"] for r in rows],
-        "name": [r["name"] for r in rows],
-        "lane": [r["lane"] for r in rows],
+        "seq_explicit": [r.seq_explicit for r in rows],
+        "name": [r.name for r in rows],
+        "lane": [r.lane for r in rows],
         "step": [int(s) if s >= 0 else None for s in step],
-        "comms_id": [r["comms_id"] for r in rows],
-        "dim_hint": [r["dim_hint"] for r in rows],
-        "algo": [r["algo"] for r in rows],
+        "comms_id": [r.comms_id for r in rows],
+        "dim_hint": [r.dim_hint for r in rows],
+        "algo": [r.algo for r in rows],
     }
-    return cols, ordinal_map
+    return cols, (keys, vals)
 
 
 def _backend(cfg: Any) -> str | None:

@@ -879,12 +879,8 @@ def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident:
            stats: SourceStats) -> KinetoResult:
     steps = _Steps(p1)
     groups = groups_from_config(ident)
-    coll_cols, ordinal_map = build_collectives(p1, ident, steps, groups, stats)
-    if ordinal_map:
-        keys = np.array(sorted(ordinal_map), np.int64)
-        vals = np.array([ordinal_map[k] for k in keys.tolist()], np.int64)
-    else:
-        keys = vals = np.empty(0, np.int64)
+    coll_cols, (keys, vals) = build_collectives(p1, ident, steps, groups, stats)
+    p1.markers = MarkerStore()  # let the marker columns go before the events are written
     offset = 0
     step_set: set[int] = set()
     pending: list[Future[None]] = []
