@@ -140,11 +140,65 @@ def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
     missing = int(coll.column("algo").null_count)
     if not missing:
         return coll, 0
-    have = pl.concat([_fill_frame(coll.slice(lo, chunk_rows)).filter(
-        pl.col("algo").is_not_null() & pl.col("seq").is_not_null()) for lo in range(0, coll.num_rows, chunk_rows)])
-    same_call = have.group_by(["group", "seq", "op", "in_bytes"]).agg(
+    lookups = fill_lookups([fill_have(coll.slice(lo, chunk_rows)) for lo in range(0, coll.num_rows, chunk_rows)],
+                           donors)
+    algos: list[pa.Array] = []
+    protos: list[pa.Array] = []
+    filled = 0
+    for lo in range(0, coll.num_rows, chunk_rows):
+        algo, proto, n = lookups.apply(coll.slice(lo, chunk_rows))
+        filled += n
+        algos.append(algo)
+        protos.append(proto)
+    if not filled:
+        return coll, 0
+    for name, values in (("algo", algos), ("proto", protos)):
+        idx = coll.schema.get_field_index(name)
+        coll = coll.set_column(idx, coll.schema.field(name),
+                               pa.chunked_array(values, pa.string()).combine_chunks().dictionary_encode()
+                               .cast(coll.schema.field(name).type))
+    return coll, filled
+
+
+def fill_have(part: pa.Table) -> pl.DataFrame:
+    """The rows of `part` (collectives) that have NCCL's choice: what `fill_lookups` is built from,
+    in the table's row order (the first row of a call wins)."""
+    return _fill_frame(part).filter(pl.col("algo").is_not_null() & pl.col("seq").is_not_null())
+
+
+@dataclass
+class FillLookups:
+    """NCCL's algo/proto per call (group, seq, op, bytes) and per (rank, op, bytes, size)."""
+
+    same_call: pl.DataFrame
+    agree: pl.DataFrame | None
+
+    def apply(self, part: pa.Table) -> tuple[pa.Array, pa.Array, int]:
+        """algo and proto of each row of `part` (a slice of collectives) after the fill, and how
+        many rows were filled; row by row, so any slicing of a table gives the same values."""
+        df = _fill_frame(part)
+        out = df.join(self.same_call, on=["group", "seq", "op", "in_bytes"], how="left", nulls_equal=False,
+                      maintain_order="left")
+        if self.agree is not None:
+            out = out.join(self.agree, on=["rank", "op", "in_bytes", "nranks"], how="left", nulls_equal=False,
+                           maintain_order="left")
+        else:
+            out = out.with_columns(pl.lit(None, pl.String).alias("_a2"), pl.lit(None, pl.String).alias("_p2"))
+        algo = out.select(pl.coalesce("algo", "_a1", "_a2")).to_series()
+        proto = out.select(pl.when(pl.col("algo").is_not_null()).then(pl.col("proto"))
+                           .when(pl.col("_a1").is_not_null()).then(pl.col("_p1"))
+                           .otherwise(pl.col("_p2"))).to_series()
+        filled = int((df["algo"].is_null() & algo.is_not_null()).sum())
+        return algo.to_arrow().cast(pa.string()), proto.to_arrow().cast(pa.string()), filled
+
+
+def fill_lookups(have: Sequence[pl.DataFrame], donors: pa.Table | None = None) -> FillLookups:
+    """The lookups of `fill_algo_proto` from the rows that have a choice (`fill_have` of the
+    table's slices, in row order) and the donors (other logs' rows of the same ranks)."""
+    frame = pl.concat(list(have)) if have else fill_have(schema.empty("collectives"))
+    same_call = frame.group_by(["group", "seq", "op", "in_bytes"]).agg(
         pl.col("algo").first().alias("_a1"), pl.col("proto").first().alias("_p1"))
-    pool = have.select("rank", "op", "in_bytes", "nranks", "algo", "proto")
+    pool = frame.select("rank", "op", "in_bytes", "nranks", "algo", "proto")
     if donors is not None and donors.num_rows:
         d = pl.from_arrow(donors.select(["rank", "op", "in_bytes", "nranks", "algo", "proto"]))
         assert isinstance(d, pl.DataFrame)
@@ -157,34 +211,7 @@ def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
             pl.col("algo").n_unique().alias("_na"), pl.col("proto").n_unique().alias("_np"),
             pl.col("algo").first().alias("_a2"), pl.col("proto").first().alias("_p2")).filter(
             (pl.col("_na") == 1) & (pl.col("_np") == 1)).drop("_na", "_np")
-    del have, pool
-    algos: list[pa.Array] = []
-    protos: list[pa.Array] = []
-    filled = 0
-    for lo in range(0, coll.num_rows, chunk_rows):
-        df = _fill_frame(coll.slice(lo, chunk_rows))
-        out = df.join(same_call, on=["group", "seq", "op", "in_bytes"], how="left", nulls_equal=False,
-                      maintain_order="left")
-        if agree is not None:
-            out = out.join(agree, on=["rank", "op", "in_bytes", "nranks"], how="left", nulls_equal=False,
-                           maintain_order="left")
-        else:
-            out = out.with_columns(pl.lit(None, pl.String).alias("_a2"), pl.lit(None, pl.String).alias("_p2"))
-        algo = out.select(pl.coalesce("algo", "_a1", "_a2")).to_series()
-        proto = out.select(pl.when(pl.col("algo").is_not_null()).then(pl.col("proto"))
-                           .when(pl.col("_a1").is_not_null()).then(pl.col("_p1"))
-                           .otherwise(pl.col("_p2"))).to_series()
-        filled += int((df["algo"].is_null() & algo.is_not_null()).sum())
-        algos.append(algo.to_arrow().cast(pa.string()))
-        protos.append(proto.to_arrow().cast(pa.string()))
-    if not filled:
-        return coll, 0
-    for name, values in (("algo", algos), ("proto", protos)):
-        idx = coll.schema.get_field_index(name)
-        coll = coll.set_column(idx, coll.schema.field(name),
-                               pa.chunked_array(values, pa.string()).combine_chunks().dictionary_encode()
-                               .cast(coll.schema.field(name).type))
-    return coll, filled
+    return FillLookups(same_call, agree)
 
 
 def _fill_frame(part: pa.Table) -> pl.DataFrame:

@@ -39,6 +39,7 @@ from tracekit.store import (
     contained,
     forget_written,
     os_error,
+    parquet_options,
     recover,
     remove_stale_sources,
     take_written,
@@ -473,9 +474,14 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
     from tracekit.validity import check_run_dir
     report.validity = check_run_dir(run_dir, [r for r in reports if r.ok and r.key], allow_mixed=allow_mixed)
     copies: dict[str, Path] = {}
-    merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies)
-    telemetry = _rate_telemetry(merged, report)
-    commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns), copies=copies)
+    merge_file = run_dir / MERGE_FILE
+    try:
+        merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies,
+                                       merge_file)
+        telemetry = _rate_telemetry(merged, report)
+        commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns), copies=copies)
+    finally:
+        merge_file.unlink(missing_ok=True)
     report.committed = True
     remove_stale_sources(run_dir, keep)
     if telemetry is not None:
@@ -539,12 +545,14 @@ KEPT_IN_MEMORY = ("counters",)
 COPIED_WHEN_ONE_PART = ("counters",)
 
 
-def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copies: dict[str, Path] | None = None
-           ) -> tuple[dict[str, pa.Table | None], dict[str, int]]:
+def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copies: dict[str, Path] | None = None,
+           merge_file: Path | None = None) -> tuple[dict[str, Any], dict[str, int]]:
     """Merge the per-source small tables (deterministic order): each table (None when the run
     has none) and the row counts; `copies` gets the part file of each table in
-    COPIED_WHEN_ONE_PART that one source gave alone. Nothing in the run is changed (see
-    `store.commit`)."""
+    COPIED_WHEN_ONE_PART that one source gave alone. The collectives are streamed into
+    `merge_file` (default RUN/.merge-collectives.parquet), which stands for the table in the
+    result (see `_merge_collectives`). Nothing else in the run is changed (see `store.commit`)."""
+    merge_file = merge_file or run_dir / MERGE_FILE
     primary = primary_sources(sources)
     choice = {name: primary_sources(sources, having={s.key or "" for s in sources if _has_part(run_dir, s, name)})
               for name in PER_TABLE_CHOICE}
@@ -563,6 +571,8 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
     tables: dict[str, pa.Table] = {}
     order = sorted(sources, key=lambda s: (min(s.ranks) if s.ranks else -1, s.path))
     for name in SMALL_TABLES:
+        if name == "collectives":
+            continue  # streamed below, after the groups it resolves peers through are merged
         chosen = choice.get(name, primary)
         parts = []
         part_file = None
@@ -595,13 +605,17 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
             table = _first_wins(table, FIRST_WINS[name])
         elif name == "ranks":
             table = table.sort_by([("rank", "ascending"), ("source_file", "ascending")])
-        elif name == "collectives":
-            table = _sorted(table, [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")])
         tables[name] = table
-    _merge_nccl(run_dir, sources, primary, tables, warnings)
+    fill = _merge_nccl(run_dir, sources, primary, tables, warnings)
     counts: dict[str, int] = {}
     merged: dict[str, pa.Table | None] = {}
     for name in SMALL_TABLES:
+        if name == "collectives":
+            written = _merge_collectives(run_dir, order, primary, fill, merge_file)
+            merged[name] = written[0] if written else None
+            if written:
+                counts[name] = written[1]
+            continue
         if name not in tables:
             merged[name] = None
             continue
@@ -610,6 +624,158 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
         counts[name] = table.num_rows
     counts["events"] = sum(s.events for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks))
     return merged, counts
+
+
+#: Where `_merge` streams the run's collectives before `store.commit` moves them into place.
+MERGE_FILE = ".merge-collectives.parquet"
+#: Rows the collectives merge sorts at once (sources whose ranks interleave are always sorted
+#: together) and writes per row group.
+MERGE_ROWS = 1 << 16
+_COLL_ORDER = [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")]
+
+
+def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[int, list[str]],
+                       fill: _Fill | None, out: Path) -> tuple[Path, int] | None:
+    """The run's collectives, in (rank, ts_ns, coll_id) order, written to `out`: (out, rows),
+    or None when no source has a collectives part.
+
+    Sources whose ranks interleave (several windows of one rank) are read and sorted together;
+    the others one batch of about MERGE_ROWS rows at a time, so memory is bounded by the
+    largest source (plus its sort index), never by the run. Each sorted slice then gets the
+    NCCL fills (global peers through the rank maps; algo/proto through lookups built in a
+    first pass over the same sorted rows) and is appended to `out`. The rows are those of
+    sorting the concatenated parts (a stable sort), bit for bit."""
+    from tracekit import fabric
+
+    parts: list[tuple[int, int, int, Path, list[int]]] = []  # (lo, hi, source index, file, ranks)
+    schemas = []
+    for i, s in enumerate(order):
+        path = run_dir / "sources" / (s.key or "") / "collectives.parquet"
+        if not path.is_file():
+            continue
+        stored = pq.read_schema(path)
+        schemas.append(schema.conform("collectives", stored.empty_table()).schema)
+        ranks = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
+        parts.append((min(ranks, default=-1), max(ranks, default=-1), i, path, ranks))
+    if not parts:
+        return None
+    unified = pa.unify_schemas(schemas, promote_options="permissive")
+    final = schema.conform("collectives", unified.empty_table()).schema
+    batches = _merge_batches(parts)
+    lookups = None
+    odd = 0  # rows with a proto but no algo: they keep it unless some row is filled (as fill_algo_proto)
+    if fill is not None:
+        have = []
+        for chunk in _sorted_chunks(run_dir, batches, unified):
+            have.append(fabric.fill_have(chunk))
+            odd += int(pa.compute.sum(pa.compute.and_(pa.compute.is_null(chunk.column("algo")),
+                                                      pa.compute.is_valid(chunk.column("proto")))).as_py() or 0)
+        lookups = fabric.fill_lookups(have, fill.donors)
+        del have
+    rows, filled = _write_collectives(run_dir, batches, unified, final, fill, lookups, out)
+    if lookups is not None and odd and not filled:
+        rows, _ = _write_collectives(run_dir, batches, unified, final, fill, None, out)
+    return out, rows
+
+
+def _write_collectives(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema,
+                       final: pa.Schema, fill: _Fill | None, lookups: Any, out: Path) -> tuple[int, int]:
+    """Stream the sorted rows into `out` with the NCCL fills: (rows, rows whose algo was filled)."""
+    from tracekit import fabric
+
+    rows = filled = 0
+    pending: list[pa.Table] = []
+    with pq.ParquetWriter(out, final, **parquet_options(final)) as writer:
+        for chunk in _sorted_chunks(run_dir, batches, unified):
+            if fill is not None:
+                chunk, _ = fabric.resolve_peers(chunk, fill.maps, [("peer", "peer_local")])
+            if lookups is not None:
+                algo, proto, n = lookups.apply(chunk)
+                filled += n
+                for name, values in (("algo", algo), ("proto", proto)):
+                    idx = chunk.schema.get_field_index(name)
+                    chunk = chunk.set_column(idx, chunk.schema.field(name),
+                                             values.dictionary_encode().cast(chunk.schema.field(name).type))
+            pending.append(schema.conform("collectives", chunk).cast(final))
+            rows += chunk.num_rows
+            if sum(t.num_rows for t in pending) >= MERGE_ROWS:
+                _write_group(writer, pending)
+                pending = []
+        if pending or not rows:
+            _write_group(writer, pending or [final.empty_table()])
+    return rows, filled
+
+
+def _merge_batches(parts: list[tuple[int, int, int, Path, list[int]]]) -> list[list[tuple[int, Path, list[int]]]]:
+    """Parts grouped into sort batches: parts whose rank ranges overlap always together, the
+    others gathered in rank order up to about MERGE_ROWS rows (by their files' row counts)."""
+    comps: list[list[tuple[int, int, int, Path, list[int]]]] = []
+    hi = None
+    for p in sorted(parts, key=lambda p: (p[0], p[2])):
+        if comps and hi is not None and p[0] <= hi:
+            comps[-1].append(p)
+            hi = max(hi, p[1])
+        else:
+            comps.append([p])
+            hi = p[1]
+    batches: list[list[tuple[int, Path, list[int]]]] = []
+    size = 0
+    for comp in comps:
+        n = sum(pq.ParquetFile(p[3]).metadata.num_rows for p in comp)
+        if not batches or (size + n > MERGE_ROWS and size):
+            batches.append([])
+            size = 0
+        batches[-1].extend((p[2], p[3], p[4]) for p in comp)
+        size += n
+    return batches
+
+
+def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
+                   ) -> Iterable[pa.Table]:
+    """The run's collectives in order, MERGE_ROWS at a time: each batch's parts (rows of the
+    ranks they are primary for) concatenated in source order and taken through a stable sort
+    index (no sorted copy of the batch); rows with no rank (never written) come last, sorted,
+    as a sort of the whole run would put them."""
+    tail = []
+    for batch in batches:
+        tables = []
+        for _i, path, ranks in sorted(batch, key=lambda b: b[0]):
+            t = schema.conform("collectives", pq.ParquetFile(path).read())
+            if t.num_rows:
+                keep = pa.compute.is_in(t.column("rank"), pa.array(ranks, t.column("rank").type))
+                if not pa.compute.all(keep).as_py():
+                    t = t.filter(keep)
+            tables.append(_widen(t, unified))
+        table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
+        del tables
+        if table.column("rank").null_count:
+            tail.append(table.filter(pa.compute.is_null(table.column("rank"))))
+            table = table.filter(pa.compute.is_valid(table.column("rank")))
+        yield from _in_order(table)
+        del table
+    if tail:
+        yield from _in_order(pa.concat_tables(tail).unify_dictionaries())
+
+
+def _in_order(table: pa.Table) -> Iterable[pa.Table]:
+    """`table` sorted by _COLL_ORDER (stable), MERGE_ROWS rows at a time."""
+    order = pa.compute.sort_indices(table, sort_keys=_COLL_ORDER).to_numpy()
+    in_place = bool(np.array_equal(order, np.arange(len(order))))
+    for lo in range(0, table.num_rows, MERGE_ROWS):
+        yield table.slice(lo, MERGE_ROWS) if in_place else table.take(order[lo:lo + MERGE_ROWS])
+
+
+def _widen(table: pa.Table, unified: pa.Schema) -> pa.Table:
+    """`table` with the columns of `unified` (the run's parts' columns), null where it has none."""
+    for f in unified:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(unified.names).cast(unified)
+
+
+def _write_group(writer: pq.ParquetWriter, tables: list[pa.Table]) -> None:
+    table = pa.concat_tables(tables).combine_chunks()
+    writer.write_table(table, row_group_size=max(1, table.num_rows))
 
 
 def _sorted(table: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
@@ -661,16 +827,26 @@ def _has_part(run_dir: Path, source: SourceReport, name: str) -> bool:
     return (run_dir / "sources" / (source.key or "") / f"{name}.parquet").is_file()
 
 
+@dataclass
+class _Fill:
+    """What the collectives merge needs from NCCL logs: the communicators' rank maps and the
+    algo/proto rows of logs set aside for a rank (donors)."""
+
+    maps: dict[str, list[int | None]]
+    donors: pa.Table | None
+
+
 def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, list[str]],
-                tables: dict[str, pa.Table], warnings: list[str]) -> None:
+                tables: dict[str, pa.Table], warnings: list[str]) -> _Fill | None:
     """What NCCL logs add across sources: global ranks of peers another log named (through the
-    merged `groups.rank_map`), one row per channel edge, algo/proto for calls whose log or trace
-    did not print it, and bus ids / hosts for ranks another format describes."""
+    merged `groups.rank_map`), one row per channel edge, and bus ids / hosts for ranks another
+    format describes; returns what the collectives merge needs to resolve peers and fill
+    algo/proto (None without NCCL logs)."""
     from tracekit import fabric
 
     logs = [s for s in sources if s.format == detect.NCCL_LOG]
     if not logs:
-        return
+        return None
     maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
     if "groups" in tables and "world" in tables["groups"].column_names:
         worlds = [g for g, w in zip(tables["groups"].column("group").to_pylist(),
@@ -686,22 +862,20 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
         if unknown:
             warnings.append(f"channels: {unknown} peer rank(s) stay communicator-local only (peer_comm_rank): no "
                             "log of theirs maps them to a global rank")
-    if "collectives" in tables:
-        coll, _ = fabric.resolve_peers(tables["collectives"], maps, [("peer", "peer_local")])
-        donors = []
-        for s in logs:
-            if any((s.key or "") not in primary.get(r, []) for r in s.ranks):
-                part = _read_part(run_dir, s.key or "", "collectives")
-                if part is not None:
-                    donors.append(part.select(["rank", "op", "in_bytes", "nranks", "algo", "proto"])
-                                  .filter(pa.compute.is_valid(part.column("algo"))))
-        donor = pa.concat_tables(donors, promote_options="permissive") if donors else None
-        tables["collectives"], _ = fabric.fill_algo_proto(coll, donor)
+    donors = []
+    for s in logs:
+        if any((s.key or "") not in primary.get(r, []) for r in s.ranks):
+            part = _read_part(run_dir, s.key or "", "collectives")
+            if part is not None:
+                donors.append(part.select(["rank", "op", "in_bytes", "nranks", "algo", "proto"])
+                              .filter(pa.compute.is_valid(part.column("algo"))))
+    donor = pa.concat_tables(donors, promote_options="permissive") if donors else None
     if "ranks" in tables:
         others = [t for s in logs if (t := _read_part(run_dir, s.key or "", "ranks")) is not None]
         if others:
             tables["ranks"] = fabric.fill_rank_facts(tables["ranks"],
                                                      pa.concat_tables(others, promote_options="permissive"))
+    return _Fill(maps, donor)
 
 
 _GROUP_ANY = ("world", "pxn", "gdr", "nvls", "collnet")

@@ -369,10 +369,11 @@ def _commit_record(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mapping[str, Any], *,
+def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Mapping[str, Any], *,
            copies: Mapping[str, Path] | None = None) -> None:
     """Replace the merged tables and the manifest of a run as one step (call with the lock held).
-    A table named in `copies` is written as a copy of that Parquet file (which holds the same rows).
+    A table named in `copies` is written as a copy of that Parquet file (which holds the same rows);
+    a table given as a path (a Parquet file inside the run, written by the merge) is moved in.
 
     Everything is first written to RUN/.staging/; a COMMIT marker (written by rename) then makes
     the new generation durable, and `recover` moves it into place, the manifest last. A failure
@@ -385,7 +386,9 @@ def commit(run_dir: Path, tables: Mapping[str, pa.Table | None], manifest: Mappi
         present = []
         for name, table in tables.items():
             if table is not None:
-                if copies and name in copies:
+                if isinstance(table, Path):
+                    os.replace(contained(run_dir, table), staging / f"{name}.parquet")
+                elif copies and name in copies:
                     shutil.copyfile(contained(run_dir, copies[name]), staging / f"{name}.parquet")
                 else:
                     write_parquet(table, staging / f"{name}.parquet")
