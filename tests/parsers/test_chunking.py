@@ -12,6 +12,7 @@ from kineto_helpers import REAL as REAL_KINETO
 from nccl_eras import Job, job_log
 
 from tracekit import fabric, store
+from tracekit import ingest as ingest_mod
 from tracekit.ingest import ingest
 from tracekit.parsers import _lines, _stream, kineto, nccl_log
 from tracekit.store import SMALL_TABLES, Run
@@ -32,6 +33,7 @@ def _ingest_both(paths: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPa
         m.setattr(nccl_log, "BATCH_ROWS", 7)
         m.setattr(store, "SPILL_ROWS", 5)
         m.setattr(fabric, "FILL_CHUNK_ROWS", 3)
+        m.setattr(ingest_mod, "MERGE_ROWS", 5)
         m.setattr(_stream, "CHUNK", 4096)
         m.setattr(_lines, "BATCH_BYTES", 4096)
         m.setattr(kineto, "SPOOL_MEMORY", 1 << 12)
