@@ -129,7 +129,8 @@ RAW_ARGS = ("coll", "in_nelems", "out_nelems", "in_size", "out_size", "group_siz
             "input_dims", "input_type", "concrete")
 _NUMERIC = {"ordinal": "q", "ts": "q", "dur": "q", "corr": "q", "ext": "q", "flags": "b", "lane": "i",
             "name": "i", "args": "i"}
-_GPU, _COMM_KERNEL, _HAS_CORR, _HAS_EXT = 1, 2, 4, 8
+#: Bits of a marker's `flags`: on a GPU lane, a communication kernel, has a correlation, an External id.
+MARK_GPU, MARK_COMM, MARK_CORR, MARK_EXT = 1, 2, 4, 8
 
 
 class MarkerStore:
@@ -138,7 +139,8 @@ class MarkerStore:
     its args took about 1.2 KB. Lanes and names are codes into one string table; the args'
     raw JSON fields are packed per field (bytes + offsets)."""
 
-    def __init__(self) -> None:
+    def __init__(self, args_type: type[Args] | None = None) -> None:
+        self._args_type = args_type
         self._cols = {k: array(t) for k, t in _NUMERIC.items()}
         self._raw = {f: bytearray() for f in RAW_ARGS}
         self._raw_off = {f: array("q", [0]) for f in RAW_ARGS}
@@ -206,26 +208,21 @@ class MarkerStore:
         row = self._cols["args"][i]
         if row < 0:
             return None
-        from tracekit.parsers.kineto import Args
-
         fields = {}
         for f in RAW_ARGS:
             off = self._raw_off[f]
             lo, hi = off[row], off[row + 1]
             if hi > lo:
                 fields[f] = msgspec.Raw(bytes(self._raw[f][lo:hi]))
-        return Args(**fields)
+        assert self._args_type is not None, "a store with args is made with their type"
+        return self._args_type(**fields)
 
     def marker(self, i: int) -> Marker:
         c = self._cols
         flags = c["flags"][i]
         return Marker(c["ordinal"][i], self.strings[c["lane"][i]], self.strings[c["name"][i]], c["ts"][i],
-                      c["dur"][i], c["corr"][i] if flags & _HAS_CORR else None,
-                      c["ext"][i] if flags & _HAS_EXT else None, self.args(i))
-
-    def nbytes(self) -> int:
-        return sum(a.itemsize * len(a) for a in self._cols.values()) + sum(map(len, self._raw.values())) + \
-            sum(8 * len(a) for a in self._raw_off.values())
+                      c["dur"][i], c["corr"][i] if flags & MARK_CORR else None,
+                      c["ext"][i] if flags & MARK_EXT else None, self.args(i))
 
 
 def as_int(v: Any, kind: str = "id") -> int | None:
@@ -350,9 +347,9 @@ def _collect_calls(p1: _Pass1) -> list[_Call]:
     ts_col, dur_col, ord_col, lane_col = ms.col("ts"), ms.col("dur"), ms.col("ordinal"), ms.col("lane")
     ext_col, corr_col = ms.col("ext"), ms.col("corr")
     call_name = _call_names(ms)
-    cand = np.flatnonzero((flags & _GPU) == 0)
+    cand = np.flatnonzero((flags & MARK_GPU) == 0)
     cpu = [i for i in cand.tolist() if _is_call_marker(ms, i, call_name)]
-    kernels = np.flatnonzero(flags & _COMM_KERNEL)
+    kernels = np.flatnonzero(flags & MARK_COMM)
     by_lane: dict[int, list[int]] = defaultdict(list)
     for i, lane in zip(cpu, lane_col[cpu].tolist(), strict=True):
         by_lane[lane].append(i)
@@ -376,17 +373,17 @@ def _collect_calls(p1: _Pass1) -> list[_Call]:
                 ends.append(t + d)
                 ids.append(cid)
             clusters[cid].markers.append(i)
-            if fl & _HAS_EXT:
+            if fl & MARK_EXT:
                 ext_to_cluster.setdefault(e, cid)
         lane_index[lane] = (starts, ends, ids)
     kflags = flags[kernels]
-    launches = _launch_index(p1, set(corr_col[kernels][(kflags & _HAS_CORR) != 0].tolist()))
+    launches = _launch_index(p1, set(corr_col[kernels][(kflags & MARK_CORR) != 0].tolist()))
     calls_for_kernels: list[_Call] = []
     korder = kernels[np.lexsort((ord_col[kernels], ts_col[kernels]))]
     for k, fl, kc, ke in zip(korder.tolist(), flags[korder].tolist(), corr_col[korder].tolist(),
                              ext_col[korder].tolist(), strict=True):
         cid = None
-        has_corr, has_ext = bool(fl & _HAS_CORR), bool(fl & _HAS_EXT)
+        has_corr, has_ext = bool(fl & MARK_CORR), bool(fl & MARK_EXT)
         if has_corr and kc in launches:
             lane_name, t = launches[kc]
             code = ms.code_of(lane_name)

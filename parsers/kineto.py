@@ -30,14 +30,14 @@ import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
 from tracekit.parsers import _stream
-from tracekit.parsers._kineto_calls import _COMM_KERNEL as _M_COMM
-from tracekit.parsers._kineto_calls import _GPU as _M_GPU
-from tracekit.parsers._kineto_calls import _HAS_CORR as _M_CORR
-from tracekit.parsers._kineto_calls import _HAS_EXT as _M_EXT
 from tracekit.parsers._kineto_calls import (
     COLLECTIVE_OPS,
     DTYPE_BYTES,
     KERNEL_OPS,
+    MARK_COMM,
+    MARK_CORR,
+    MARK_EXT,
+    MARK_GPU,
     MarkerStore,
     as_int,
     build_collectives,
@@ -232,7 +232,7 @@ class _Pass1:
         self.lane_cache: dict[tuple[Any, ...], str] = {}
         self.comm_cache: dict[str, bool] = {}
         self.mark_cache: dict[str, int] = {}
-        self.markers = MarkerStore()
+        self.markers = MarkerStore(Args)
         self.cpu_steps: list[tuple[int, int, int]] = []
         self.gpu_steps: list[tuple[int, int, int]] = []
         self.runtime: list[pa.Table] = []
@@ -386,7 +386,7 @@ class _Pass1:
         n = len(mi)
         corr = np.zeros(n, np.int64)
         ext = np.zeros(n, np.int64)
-        flags = (gpu[mi].astype(np.int8) * _M_GPU) | ((kind[mi] == _COMM).astype(np.int8) * _M_COMM)
+        flags = (gpu[mi].astype(np.int8) * MARK_GPU) | ((kind[mi] == _COMM).astype(np.int8) * MARK_COMM)
         name_codes = np.empty(n, np.int32)
         call_args: list[Args | None] = []
         for j, i in enumerate(mi.tolist()):
@@ -398,10 +398,10 @@ class _Pass1:
             c, e = as_int(a.correlation), as_int(a.external_id)
             if c is not None:
                 corr[j] = c
-                flags[j] |= _M_CORR
+                flags[j] |= MARK_CORR
             if e is not None:
                 ext[j] = e
-                flags[j] |= _M_EXT
+                flags[j] |= MARK_EXT
             call_args.append(a if _has_call_args(a) else None)
         ms.append({"ordinal": ordinals, "ts": ts[mi], "dur": dur[mi], "corr": corr, "ext": ext, "flags": flags,
                    "lane": lane_codes[lane_idx[mi]], "name": name_codes}, call_args)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.finding import Finding
@@ -163,7 +164,9 @@ def fill_algo_proto(coll: pa.Table, donors: pa.Table | None = None, *,
 def fill_have(part: pa.Table) -> pl.DataFrame:
     """The rows of `part` (collectives) that have NCCL's choice: what `fill_lookups` is built from,
     in the table's row order (the first row of a call wins)."""
-    return _fill_frame(part).filter(pl.col("algo").is_not_null() & pl.col("seq").is_not_null())
+    if part.num_rows:
+        part = part.filter(pc.and_(pc.is_valid(part.column("algo")), pc.is_valid(part.column("seq"))))
+    return _fill_frame(part)
 
 
 @dataclass

@@ -252,6 +252,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
                 res = module.parse(path, sink, rank=rank)
         finally:
             parts = sink.close()
+            pa.default_memory_pool().release_unused()  # the next parse or the merge starts from a low RSS
         if not res.stats.balanced:
             raise InputError(path, f"internal accounting error: {res.stats.to_dict()}")
         nulled = schema.overflows() - overflows_before
@@ -666,10 +667,15 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
     odd = 0  # rows with a proto but no algo: they keep it unless some row is filled (as fill_algo_proto)
     if fill is not None:
         have = []
-        for chunk in _sorted_chunks(run_dir, batches, unified):
-            have.append(fabric.fill_have(chunk))
-            odd += int(pa.compute.sum(pa.compute.and_(pa.compute.is_null(chunk.column("algo")),
-                                                      pa.compute.is_valid(chunk.column("proto")))).as_py() or 0)
+        for table, order in _sorted_batches(run_dir, batches, unified):
+            algo, proto = table.column("algo"), table.column("proto")
+            odd += int(pa.compute.sum(pa.compute.and_(pa.compute.is_null(algo), pa.compute.is_valid(proto)))
+                       .as_py() or 0)
+            mask = pa.compute.and_(pa.compute.is_valid(algo), pa.compute.is_valid(table.column("seq")))
+            keep = order[mask.to_numpy(zero_copy_only=False)[order]] if order is not None else \
+                np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+            have.append(fabric.fill_have(table.take(keep)))
+            del table, order
         lookups = fabric.fill_lookups(have, fill.donors)
         del have
     rows, filled = _write_collectives(run_dir, batches, unified, final, fill, lookups, out)
@@ -730,12 +736,11 @@ def _merge_batches(parts: list[tuple[int, int, int, Path, list[int]]]) -> list[l
     return batches
 
 
-def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
-                   ) -> Iterable[pa.Table]:
-    """The run's collectives in order, MERGE_ROWS at a time: each batch's parts (rows of the
-    ranks they are primary for) concatenated in source order and taken through a stable sort
-    index (no sorted copy of the batch); rows with no rank (never written) come last, sorted,
-    as a sort of the whole run would put them."""
+def _sorted_batches(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
+                    ) -> Iterable[tuple[pa.Table, np.ndarray | None]]:
+    """Each batch's parts (rows of the ranks they are primary for) concatenated in source order,
+    with the stable sort index that puts them in _COLL_ORDER (None: in order already); rows with
+    no rank (never written) come last, sorted, as a sort of the whole run would put them."""
     tail = []
     for batch in batches:
         tables = []
@@ -751,18 +756,26 @@ def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]
         if table.column("rank").null_count:
             tail.append(table.filter(pa.compute.is_null(table.column("rank"))))
             table = table.filter(pa.compute.is_valid(table.column("rank")))
-        yield from _in_order(table)
+        yield table, _order(table)
         del table
+        pa.default_memory_pool().release_unused()
     if tail:
-        yield from _in_order(pa.concat_tables(tail).unify_dictionaries())
+        table = pa.concat_tables(tail).unify_dictionaries()
+        yield table, _order(table)
 
 
-def _in_order(table: pa.Table) -> Iterable[pa.Table]:
-    """`table` sorted by _COLL_ORDER (stable), MERGE_ROWS rows at a time."""
+def _order(table: pa.Table) -> np.ndarray | None:
     order = pa.compute.sort_indices(table, sort_keys=_COLL_ORDER).to_numpy()
-    in_place = bool(np.array_equal(order, np.arange(len(order))))
-    for lo in range(0, table.num_rows, MERGE_ROWS):
-        yield table.slice(lo, MERGE_ROWS) if in_place else table.take(order[lo:lo + MERGE_ROWS])
+    return None if np.array_equal(order, np.arange(len(order))) else order
+
+
+def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
+                   ) -> Iterable[pa.Table]:
+    """The run's collectives in order, MERGE_ROWS at a time, taken from each batch through its
+    sort index (no sorted copy of a batch is made)."""
+    for table, order in _sorted_batches(run_dir, batches, unified):
+        for lo in range(0, table.num_rows, MERGE_ROWS):
+            yield table.slice(lo, MERGE_ROWS) if order is None else table.take(order[lo:lo + MERGE_ROWS])
 
 
 def _widen(table: pa.Table, unified: pa.Schema) -> pa.Table:

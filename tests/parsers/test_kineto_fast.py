@@ -148,7 +148,7 @@ def test_marker_args_do_not_pin_the_batch() -> None:
     buf = json.dumps([ev] + [{"ph": "X", "name": "pad" * 50}] * 2000).encode()
     args = kineto.decode_events(buf)[0].args
     pinned = sys.getrefcount(buf)
-    store = MarkerStore()
+    store = MarkerStore(kineto.Args)
     one = np.zeros(1, np.int64)
     store.append({"ordinal": one, "ts": one, "dur": one, "corr": one, "ext": one, "flags": one,
                   "lane": one, "name": one}, [args])
@@ -182,3 +182,36 @@ def test_spooled_and_held_stages_give_the_same_tables(real: Path, tmp_path: Path
         assert getattr(held, name).equals(getattr(spooled, name)), name
     assert held.events.num_rows > 1000 and held.collectives.num_rows
     assert not (tmp_path / "spooled" / "sources" / "k" / "_events.arrows").exists()
+
+
+def test_markers_cost_the_bytes_of_their_columns(real: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file's communication markers are held as columns until they are matched into calls:
+    tens of bytes each (a marker object with its args took hundreds to a thousand)."""
+    import gc
+    import tracemalloc
+
+    from kineto_helpers import parse_into
+
+    held: list[tuple[int, int]] = []
+    build = kineto.build_collectives
+
+    def measure(p1, *args):  # type: ignore[no-untyped-def]
+        out = build(p1, *args)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        n = p1.markers.n
+        p1.markers = None
+        gc.collect()
+        held.append((n, before - tracemalloc.get_traced_memory()[0]))
+        return out
+
+    monkeypatch.setattr(kineto, "build_collectives", measure)
+    tracemalloc.start()
+    try:
+        parse_into(real / "hta_df_index_resolver" / "df_index_resolver.json.gz", tmp_path)
+    finally:
+        tracemalloc.stop()
+    (n, nbytes), = held
+    assert n > 10_000
+    assert nbytes / n < 100
