@@ -632,6 +632,10 @@ MERGE_FILE = ".merge-collectives.parquet"
 #: Rows the collectives merge sorts at once (sources whose ranks interleave are always sorted
 #: together) and writes per row group.
 MERGE_ROWS = 1 << 16
+#: A sort batch larger than this is first split into files of consecutive ranks, sorted one by
+#: one (a node's NCCL log holds all its ranks' calls interleaved).
+SPLIT_ROWS = 2 * MERGE_ROWS
+MERGE_TMP = ".merge-buckets"
 _COLL_ORDER = [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")]
 
 
@@ -736,6 +740,69 @@ def _merge_batches(parts: list[tuple[int, int, int, Path, list[int]]]) -> list[l
     return batches
 
 
+def _batch_rows(batch: list[tuple[int, Path, list[int]]]) -> int:
+    return sum(pq.ParquetFile(path).metadata.num_rows for _, path, _ in batch)
+
+
+def _read_batch(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema) -> Iterable[pa.Table]:
+    """A batch's rows in source order, a row group at a time: the rows of the ranks each source
+    is primary for, with the run's columns."""
+    for _i, path, ranks in sorted(batch, key=lambda b: b[0]):
+        f = pq.ParquetFile(path)
+        for g in range(f.metadata.num_row_groups):
+            t = schema.conform("collectives", f.read_row_group(g))
+            if t.num_rows:
+                keep = pa.compute.is_in(t.column("rank"), pa.array(ranks, t.column("rank").type))
+                if not pa.compute.all(keep).as_py():
+                    t = t.filter(keep)
+            yield _widen(t, unified)
+
+
+def _rank_buckets(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema, tmp: Path
+                  ) -> list[Path] | None:
+    """Split a batch too large to sort in memory into files of consecutive ranks (about
+    MERGE_ROWS rows each, a rank never split), each holding its rows in source order (Arrow
+    IPC, uncompressed); None when a row has no rank (the batch is then sorted whole)."""
+    counts: dict[int, int] = {}
+    for _i, path, ranks in batch:
+        col = pq.ParquetFile(path).read(columns=["rank"]).column("rank")
+        if col.null_count:
+            return None
+        vals, n = np.unique(col.to_numpy(), return_counts=True)
+        wanted = set(ranks)
+        for v, c in zip(vals.tolist(), n.tolist(), strict=True):
+            if v in wanted:
+                counts[v] = counts.get(v, 0) + c
+    bounds: list[int] = []  # first rank of each bucket but the first
+    size = 0
+    for r in sorted(counts):
+        if size >= MERGE_ROWS:
+            bounds.append(r)
+            size = 0
+        size += counts[r]
+    edges = np.asarray(bounds, np.int64)
+    tmp.mkdir(exist_ok=True)
+    paths = [tmp / f"{b}.arrows" for b in range(len(bounds) + 1)]
+    sinks = [pa.OSFile(str(p), "wb") for p in paths]
+    writers = [pa.ipc.new_stream(f, unified) for f in sinks]
+    try:
+        for t in _read_batch(batch, unified):
+            ids = np.searchsorted(edges, t.column("rank").to_numpy(), side="right")
+            order = np.argsort(ids, kind="stable")
+            t = t.take(order)
+            n = np.bincount(ids, minlength=len(paths))
+            lo = 0
+            for b, c in enumerate(n.tolist()):
+                if c:
+                    writers[b].write_table(t.slice(lo, c))
+                lo += c
+    finally:
+        for w, f in zip(writers, sinks, strict=True):
+            w.close()
+            f.close()
+    return paths
+
+
 def _sorted_batches(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
                     ) -> Iterable[tuple[pa.Table, np.ndarray | None]]:
     """Each batch's parts (rows of the ranks they are primary for) concatenated in source order,
@@ -743,14 +810,22 @@ def _sorted_batches(run_dir: Path, batches: list[list[tuple[int, Path, list[int]
     no rank (never written) come last, sorted, as a sort of the whole run would put them."""
     tail = []
     for batch in batches:
-        tables = []
-        for _i, path, ranks in sorted(batch, key=lambda b: b[0]):
-            t = schema.conform("collectives", pq.ParquetFile(path).read())
-            if t.num_rows:
-                keep = pa.compute.is_in(t.column("rank"), pa.array(ranks, t.column("rank").type))
-                if not pa.compute.all(keep).as_py():
-                    t = t.filter(keep)
-            tables.append(_widen(t, unified))
+        if _batch_rows(batch) > SPLIT_ROWS:
+            tmp = run_dir / MERGE_TMP
+            try:
+                buckets = _rank_buckets(batch, unified, tmp)
+                for path in buckets or []:
+                    with pa.OSFile(str(path), "rb") as src:
+                        table = pa.ipc.open_stream(src).read_all().unify_dictionaries()
+                    path.unlink()
+                    yield table, _order(table)
+                    del table
+                    pa.default_memory_pool().release_unused()
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if buckets is not None:
+                continue
+        tables = list(_read_batch(batch, unified))
         table = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
         del tables
         if table.column("rank").null_count:
