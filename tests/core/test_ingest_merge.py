@@ -36,7 +36,7 @@ def _run(tmp_path: Path, parts: list[tuple[list[int], pa.Table]]) -> tuple[Path,
     for i, (ranks, table) in enumerate(parts):
         d = run / "sources" / f"s{i}"
         d.mkdir(parents=True)
-        pq.write_table(table, d / "collectives.parquet")
+        pq.write_table(table, d / "collectives.parquet", row_group_size=7)
         reports.append(SourceReport(path=f"/in/{i}", key=f"s{i}", ranks=ranks))
     return run, reports
 
@@ -59,7 +59,8 @@ def _eager(run: Path, order: list[SourceReport], primary: dict[int, list[str]], 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("merge_rows", [1, 3, 7, 1 << 16])
-def test_streamed_merge_is_the_eager_merge(seed, merge_rows, tmp_path, monkeypatch):
+@pytest.mark.parametrize("split_rows", [0, 1 << 30])  # batches split into rank buckets first, or not
+def test_streamed_merge_is_the_eager_merge(seed, merge_rows, split_rows, tmp_path, monkeypatch):
     rng = random.Random(seed)
     # sources 0 and 2 share rank 1 (two windows of it), source 1 has ranks 4-5 alone, source 3
     # is set aside for rank 6 (not primary), source 4 has rank 0 and 1 (interleaves with 0 and 2)
@@ -75,6 +76,7 @@ def test_streamed_merge_is_the_eager_merge(seed, merge_rows, tmp_path, monkeypat
     for fill in (None, _Fill(maps, donors), _Fill({}, None)):
         want = _eager(run, order, primary, fill)
         monkeypatch.setattr(ingest, "MERGE_ROWS", merge_rows)
+        monkeypatch.setattr(ingest, "SPLIT_ROWS", split_rows)
         out = _merge_collectives(run, order, primary, fill, tmp_path / "merged.parquet")
         assert out is not None and out[1] == want.num_rows
         got = schema.conform("collectives", pq.ParquetFile(out[0]).read())
@@ -82,6 +84,7 @@ def test_streamed_merge_is_the_eager_merge(seed, merge_rows, tmp_path, monkeypat
         assert got.to_pylist() == want.to_pylist()
         if merge_rows == 1 << 16:
             assert pq.ParquetFile(out[0]).metadata.num_row_groups == 1
+        assert not (run / ingest.MERGE_TMP).exists()
 
 
 def test_a_proto_without_algo_stays_unless_something_is_filled(tmp_path):

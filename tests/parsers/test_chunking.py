@@ -34,6 +34,7 @@ def _ingest_both(paths: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPa
         m.setattr(store, "SPILL_ROWS", 5)
         m.setattr(fabric, "FILL_CHUNK_ROWS", 3)
         m.setattr(ingest_mod, "MERGE_ROWS", 5)
+        m.setattr(ingest_mod, "SPLIT_ROWS", 12)
         m.setattr(_stream, "CHUNK", 4096)
         m.setattr(_lines, "BATCH_BYTES", 4096)
         m.setattr(kineto, "SPOOL_MEMORY", 1 << 12)
