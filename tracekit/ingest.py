@@ -711,6 +711,7 @@ def _write_collectives(run_dir: Path, batches: list[list[tuple[int, Path, list[i
             if sum(t.num_rows for t in pending) >= MERGE_ROWS:
                 _write_group(writer, pending)
                 pending = []
+                pa.default_memory_pool().release_unused()
         if pending or not rows:
             _write_group(writer, pending or [final.empty_table()])
     return rows, filled
@@ -796,6 +797,8 @@ def _rank_buckets(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema, 
                 if c:
                     writers[b].write_table(t.slice(lo, c))
                 lo += c
+            del t
+            pa.default_memory_pool().release_unused()
     finally:
         for w, f in zip(writers, sinks, strict=True):
             w.close()
@@ -851,6 +854,7 @@ def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]
     for table, order in _sorted_batches(run_dir, batches, unified):
         for lo in range(0, table.num_rows, MERGE_ROWS):
             yield table.slice(lo, MERGE_ROWS) if order is None else table.take(order[lo:lo + MERGE_ROWS])
+        table = order = None  # let it go before the next batch is read
 
 
 def _widen(table: pa.Table, unified: pa.Schema) -> pa.Table:
