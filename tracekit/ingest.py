@@ -652,16 +652,16 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
     sorting the concatenated parts (a stable sort), bit for bit."""
     from tracekit import fabric
 
-    parts: list[tuple[int, int, int, Path, list[int]]] = []  # (lo, hi, source index, file, ranks)
+    parts: list[_Part] = []
     schemas = []
     for i, s in enumerate(order):
         path = run_dir / "sources" / (s.key or "") / "collectives.parquet"
         if not path.is_file():
             continue
-        stored = pq.read_schema(path)
-        schemas.append(schema.conform("collectives", stored.empty_table()).schema)
+        f = pq.ParquetFile(path)
+        schemas.append(schema.conform("collectives", f.schema_arrow.empty_table()).schema)
         ranks = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
-        parts.append((min(ranks, default=-1), max(ranks, default=-1), i, path, ranks))
+        parts.append(_Part(min(ranks, default=-1), max(ranks, default=-1), i, path, ranks, f.metadata.num_rows))
     if not parts:
         return None
     unified = pa.unify_schemas(schemas, promote_options="permissive")
@@ -688,7 +688,7 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
     return out, rows
 
 
-def _write_collectives(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema,
+def _write_collectives(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema,
                        final: pa.Schema, fill: _Fill | None, lookups: Any, out: Path) -> tuple[int, int]:
     """Stream the sorted rows into `out` with the NCCL fills: (rows, rows whose algo was filled)."""
     from tracekit import fabric
@@ -717,39 +717,49 @@ def _write_collectives(run_dir: Path, batches: list[list[tuple[int, Path, list[i
     return rows, filled
 
 
-def _merge_batches(parts: list[tuple[int, int, int, Path, list[int]]]) -> list[list[tuple[int, Path, list[int]]]]:
+@dataclass
+class _Part:
+    """A source's collectives part in the merge: its primary ranks' range, its place in source
+    order, its file, those ranks and its row count."""
+
+    lo: int
+    hi: int
+    index: int
+    path: Path
+    ranks: list[int]
+    rows: int
+
+
+def _merge_batches(parts: list[_Part]) -> list[list[_Part]]:
     """Parts grouped into sort batches: parts whose rank ranges overlap always together, the
-    others gathered in rank order up to about MERGE_ROWS rows (by their files' row counts)."""
-    comps: list[list[tuple[int, int, int, Path, list[int]]]] = []
+    others gathered in rank order up to about MERGE_ROWS rows."""
+    comps: list[list[_Part]] = []
     hi = None
-    for p in sorted(parts, key=lambda p: (p[0], p[2])):
-        if comps and hi is not None and p[0] <= hi:
+    for p in sorted(parts, key=lambda p: (p.lo, p.index)):
+        if comps and hi is not None and p.lo <= hi:
             comps[-1].append(p)
-            hi = max(hi, p[1])
+            hi = max(hi, p.hi)
         else:
             comps.append([p])
-            hi = p[1]
-    batches: list[list[tuple[int, Path, list[int]]]] = []
+            hi = p.hi
+    batches: list[list[_Part]] = []
     size = 0
     for comp in comps:
-        n = sum(pq.ParquetFile(p[3]).metadata.num_rows for p in comp)
+        n = sum(p.rows for p in comp)
         if not batches or (size + n > MERGE_ROWS and size):
             batches.append([])
             size = 0
-        batches[-1].extend((p[2], p[3], p[4]) for p in comp)
+        batches[-1].extend(comp)
         size += n
     return batches
 
 
-def _batch_rows(batch: list[tuple[int, Path, list[int]]]) -> int:
-    return sum(pq.ParquetFile(path).metadata.num_rows for _, path, _ in batch)
-
-
-def _read_batch(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema) -> Iterable[pa.Table]:
+def _read_batch(batch: list[_Part], unified: pa.Schema) -> Iterable[pa.Table]:
     """A batch's rows in source order, a row group at a time: the rows of the ranks each source
     is primary for, with the run's columns."""
-    for _i, path, ranks in sorted(batch, key=lambda b: b[0]):
-        f = pq.ParquetFile(path)
+    for part in sorted(batch, key=lambda p: p.index):
+        ranks = part.ranks
+        f = pq.ParquetFile(part.path)
         for g in range(f.metadata.num_row_groups):
             t = schema.conform("collectives", f.read_row_group(g))
             if t.num_rows:
@@ -759,14 +769,15 @@ def _read_batch(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema) ->
             yield _widen(t, unified)
 
 
-def _rank_buckets(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema, tmp: Path
+def _rank_buckets(batch: list[_Part], unified: pa.Schema, tmp: Path
                   ) -> list[Path] | None:
     """Split a batch too large to sort in memory into files of consecutive ranks (about
     MERGE_ROWS rows each, a rank never split), each holding its rows in source order (Arrow
     IPC, uncompressed); None when a row has no rank (the batch is then sorted whole)."""
     counts: dict[int, int] = {}
-    for _i, path, ranks in batch:
-        col = pq.ParquetFile(path).read(columns=["rank"]).column("rank")
+    for part in batch:
+        ranks = part.ranks
+        col = pq.ParquetFile(part.path).read(columns=["rank"]).column("rank")
         if col.null_count:
             return None
         vals, n = np.unique(col.to_numpy(), return_counts=True)
@@ -806,14 +817,14 @@ def _rank_buckets(batch: list[tuple[int, Path, list[int]]], unified: pa.Schema, 
     return paths
 
 
-def _sorted_batches(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
+def _sorted_batches(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema
                     ) -> Iterable[tuple[pa.Table, np.ndarray | None]]:
     """Each batch's parts (rows of the ranks they are primary for) concatenated in source order,
     with the stable sort index that puts them in _COLL_ORDER (None: in order already); rows with
     no rank (never written) come last, sorted, as a sort of the whole run would put them."""
     tail = []
     for batch in batches:
-        if _batch_rows(batch) > SPLIT_ROWS:
+        if sum(p.rows for p in batch) > SPLIT_ROWS:
             tmp = run_dir / MERGE_TMP
             try:
                 buckets = _rank_buckets(batch, unified, tmp)
@@ -847,7 +858,7 @@ def _order(table: pa.Table) -> np.ndarray | None:
     return None if np.array_equal(order, np.arange(len(order))) else order
 
 
-def _sorted_chunks(run_dir: Path, batches: list[list[tuple[int, Path, list[int]]]], unified: pa.Schema
+def _sorted_chunks(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema
                    ) -> Iterable[pa.Table]:
     """The run's collectives in order, MERGE_ROWS at a time, taken from each batch through its
     sort index (no sorted copy of a batch is made)."""

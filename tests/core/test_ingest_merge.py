@@ -113,12 +113,10 @@ def test_no_part_no_table_and_empty_parts_give_an_empty_table(tmp_path):
 
 
 @pytest.mark.parametrize(("rows", "want"), [(6, [["a", "b", "c"], ["d"]]), (2, [["a", "b", "c", "d"]])])
-def test_sources_with_interleaving_ranks_are_sorted_together(rows, want, tmp_path, monkeypatch):
+def test_sources_with_interleaving_ranks_are_sorted_together(rows, want, monkeypatch):
     monkeypatch.setattr(ingest, "MERGE_ROWS", 10)
-    parts = [(0, 1, 0, Path("a"), [0, 1]), (2, 2, 1, Path("b"), [2]), (1, 3, 2, Path("c"), [1, 3]),
-             (5, 6, 3, Path("d"), [5, 6])]
-    meta = type("M", (), {"num_rows": rows})()
-    monkeypatch.setattr(ingest.pq, "ParquetFile", lambda p: type("F", (), {"metadata": meta})())
+    parts = [ingest._Part(0, 1, 0, Path("a"), [0, 1], rows), ingest._Part(2, 2, 1, Path("b"), [2], rows),
+             ingest._Part(1, 3, 2, Path("c"), [1, 3], rows), ingest._Part(5, 6, 3, Path("d"), [5, 6], rows)]
     batches = ingest._merge_batches(parts)
     # a, b, c overlap in ranks: one batch whatever its size; d joins it while the batch is small
-    assert [sorted(p[1].name for p in b) for b in batches] == want
+    assert [sorted(p.path.name for p in b) for b in batches] == want
