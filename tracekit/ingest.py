@@ -654,12 +654,16 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
 
     parts: list[_Part] = []
     schemas = []
+    conformed: dict[pa.Schema, pa.Schema] = {}
     for i, s in enumerate(order):
         path = run_dir / "sources" / (s.key or "") / "collectives.parquet"
         if not path.is_file():
             continue
         f = pq.ParquetFile(path)
-        schemas.append(schema.conform("collectives", f.schema_arrow.empty_table()).schema)
+        stored = f.schema_arrow
+        if stored not in conformed:
+            conformed[stored] = schema.conform("collectives", stored.empty_table()).schema
+        schemas.append(conformed[stored])
         ranks = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
         parts.append(_Part(min(ranks, default=-1), max(ranks, default=-1), i, path, ranks, f.metadata.num_rows))
     if not parts:
@@ -870,6 +874,8 @@ def _sorted_chunks(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema
 
 def _widen(table: pa.Table, unified: pa.Schema) -> pa.Table:
     """`table` with the columns of `unified` (the run's parts' columns), null where it has none."""
+    if table.schema.equals(unified, check_metadata=True):
+        return table
     for f in unified:
         if f.name not in table.column_names:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
