@@ -120,3 +120,22 @@ def test_sources_with_interleaving_ranks_are_sorted_together(rows, want, monkeyp
     batches = ingest._merge_batches(parts)
     # a, b, c overlap in ranks: one batch whatever its size; d joins it while the batch is small
     assert [sorted(p.path.name for p in b) for b in batches] == want
+
+
+@pytest.mark.parametrize("split_rows", [0, 1 << 30])
+def test_a_call_logged_twice_takes_the_first_choice_in_run_order(split_rows, tmp_path, monkeypatch):
+    # the same call (group, seq, op, bytes) with two choices: the row first in (rank, time) order
+    # gives its choice to the rank that logged none, whatever order the file holds them in
+    monkeypatch.setattr(ingest, "SPLIT_ROWS", split_rows)
+    monkeypatch.setattr(ingest, "MERGE_ROWS", 1)
+    table = schema.conform("collectives", pa.table({
+        "coll_id": [0, 1, 2], "rank": pa.array([1, 0, 2], pa.int32()), "group": ["g", "g", "g"],
+        "seq": [4, 4, 4], "op": ["all_reduce"] * 3, "in_bytes": [64, 64, 64], "nranks": pa.array([3, 3, 3], pa.int32()),
+        "ts_ns": [0, 5, 9], "algo": ["RING", "TREE", None], "proto": ["LL", "SIMPLE", None]}))
+    run, reports = _run(tmp_path, [([0, 1, 2], table)])
+    out = _merge_collectives(run, reports, {0: ["s0"], 1: ["s0"], 2: ["s0"]}, _Fill({}, None), tmp_path / "m.parquet")
+    assert out is not None
+    got = pq.read_table(out[0])
+    assert got.column("rank").to_pylist() == [0, 1, 2]
+    assert got.column("algo").to_pylist() == ["TREE", "RING", "TREE"]
+    assert got.column("proto").to_pylist() == ["SIMPLE", "LL", "SIMPLE"]

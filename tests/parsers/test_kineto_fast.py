@@ -145,19 +145,25 @@ def test_marker_args_do_not_pin_the_batch() -> None:
 
     ev = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 1,
           "args": {"Collective name": "allreduce", "Process Group Name": "0", "In msg nelems": 8}}
-    buf = json.dumps([ev] + [{"ph": "X", "name": "pad" * 50}] * 2000).encode()
-    args = kineto.decode_events(buf)[0].args
+    ev2 = {**ev, "args": {"Collective name": "broadcast", "Process Group ID": 7}}
+    buf = json.dumps([ev, ev2] + [{"ph": "X", "name": "pad" * 50}] * 2000).encode()
+    decoded = kineto.decode_events(buf)
+    args = [decoded[0].args, None, decoded[1].args]
+    del decoded
     pinned = sys.getrefcount(buf)
     store = MarkerStore(kineto.Args)
-    one = np.zeros(1, np.int64)
-    store.append({"ordinal": one, "ts": one, "dur": one, "corr": one, "ext": one, "flags": one,
-                  "lane": one, "name": one}, [args])
+    three = np.zeros(3, np.int64)
+    store.append({"ordinal": three, "ts": three, "dur": three, "corr": three, "ext": three, "flags": three,
+                  "lane": three, "name": three}, args)
     del args
     assert sys.getrefcount(buf) < pinned
     kept = store.args(0)
     assert bytes(kept.coll) == b'"allreduce"' and bytes(kept.pg_name) == b'"0"'
-    assert bytes(kept.in_nelems) == b"8" and not kept.out_nelems
+    assert bytes(kept.in_nelems) == b"8" and not kept.out_nelems and not kept.pg_id
     assert store.raw(0, "coll") == b'"allreduce"' and store.raw(0, "pg_id") == b""
+    assert store.args(1) is None and store.raw(1, "coll") == b"" and not store.has_args(1)
+    assert store.raw(2, "coll") == b'"broadcast"' and store.raw(2, "pg_id") == b"7"
+    assert bytes(store.args(2).pg_id) == b"7" and not store.args(2).pg_name
 
 
 def test_spooled_and_held_stages_give_the_same_tables(real: Path, tmp_path: Path,
