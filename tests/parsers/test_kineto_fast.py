@@ -221,3 +221,43 @@ def test_markers_cost_the_bytes_of_their_columns(real: Path, tmp_path: Path,
     (n, nbytes), = held
     assert n > 10_000
     assert nbytes / n < 100
+
+
+def _trace(tmp_path: Path, events: list[dict]) -> Path:
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
+    return path
+
+
+_RPC = {"Collective name": "allreduce", "Process Group Name": "0", "In msg nelems": 8, "Out msg nelems": 8,
+        "dtype": "Float", "Group size": 2}
+
+
+def test_markers_nested_at_one_start_are_one_call(tmp_path: Path) -> None:
+    from kineto_helpers import parse_into
+
+    # the c10d op and its record_param_comms start together: the longer one encloses the other
+    path = _trace(tmp_path, [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": _RPC},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 10, "dur": 20},
+    ])
+    parsed = parse_into(path, tmp_path / "out")
+    assert parsed.collectives.num_rows == 1
+    assert parsed.collectives.column("in_bytes").to_pylist() == [32]
+
+
+def test_a_kernel_joins_the_first_cpu_op_of_its_external_id(tmp_path: Path) -> None:
+    from kineto_helpers import parse_into
+
+    path = _trace(tmp_path, [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {**_RPC, "External id": 77}},
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 2, "ts": 100, "dur": 5,
+         "args": {**_RPC, "External id": 77}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+         "ts": 200, "dur": 30, "args": {"External id": 77}},
+    ])
+    parsed = parse_into(path, tmp_path / "out")
+    ev = {(e["lane"], e["ts_ns"]): e["coll_id"] for e in parsed.events.to_pylist()}
+    assert ev[("gpu0/stream7", 200_000)] == ev[("cpu/thread1", 10_000)] != ev[("cpu/thread2", 100_000)]
