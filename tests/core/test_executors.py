@@ -8,6 +8,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracekit.analysis import analyze, partitioned
 from tracekit.cli import main
@@ -159,3 +161,21 @@ def test_cadence_windows_are_deterministic(runs):
     assert "cadence" in set(first.get_column("source"))
     for _ in range(12):
         assert steps.step_windows(ref["events"], ref["collectives"]).equals(first)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15)), max_size=30))
+def test_union_by_rank_is_rootcause_union_per_rank(rows):
+    """All ranks at once, as `rootcause._union` does rank by rank (touching intervals kept apart)."""
+    from tracekit.analysis import rootcause
+
+    iv = pl.DataFrame({"rank": [r for r, _, _ in rows], "s": [s for _, s, _ in rows],
+                       "e": [s + d for _, s, d in rows]}, schema={"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64})
+    got = partitioned._union_by_rank(iv)
+    want = []
+    for rank in sorted({r for r, _, _ in rows}):
+        part = iv.filter(pl.col("rank") == rank)
+        s, e = rootcause._union(part["s"].to_numpy(), part["e"].to_numpy())
+        want += [(rank, int(a), int(b)) for a, b in zip(s, e, strict=True)]
+    assert got.rows() == want
+    assert got.schema == {"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64}

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analysis import breakdown, rootcause, steps
+from tracekit.analysis import breakdown, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import align_clocks
@@ -81,12 +81,17 @@ def breakdown_task(run_path: str, files: list[str], collectives: pl.DataFrame, w
 
 def _union_by_rank(iv: pl.DataFrame) -> pl.DataFrame:
     """Per rank, the union of intervals as disjoint sorted intervals (touching ones kept apart,
-    as `rootcause` merges only overlapping ones)."""
-    out = []
-    for (rank,), part in iv.sort("rank", "s").group_by("rank", maintain_order=True):
-        s, e = rootcause._union(part.get_column("s").to_numpy(), part.get_column("e").to_numpy())
-        out.append(pl.DataFrame({"rank": pl.Series([rank] * len(s), dtype=pl.Int32), "s": s, "e": e}))
-    return pl.concat(out) if out else pl.DataFrame(schema={"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64})
+    as `rootcause` merges only overlapping ones): a new interval wherever the rank changes or a
+    start passes the running end of the rank's intervals so far."""
+    if iv.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64})
+    iv = iv.sort("rank", "s")
+    new = ((pl.col("rank") != pl.col("rank").shift(1))
+           | (pl.col("s") > pl.col("e").cum_max().over("rank").shift(1))).fill_null(True)
+    return (iv.with_columns(new.cum_sum().alias("_g"))
+            .group_by("_g", maintain_order=True)
+            .agg(pl.col("rank").first(), pl.col("s").first(), pl.col("e").max())
+            .select(pl.col("rank").cast(pl.Int32), pl.col("s").cast(pl.Int64), pl.col("e").cast(pl.Int64)))
 
 
 def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, write: bool,
