@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import resource
 import statistics
 import sys
 import tempfile
@@ -49,7 +48,9 @@ from _growth import growth_exponent
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from _rss import peak_rss_mb  # VmHWM: ru_maxrss carries the parent's peak over the spawn's exec
+
+    return peak_rss_mb()
 
 
 def _fast(run_dir: str, out: Any, partitioned: bool = True) -> None:
