@@ -36,10 +36,13 @@ GOLDEN = HERE / "golden" / "ingest_digests.json"
 
 def digest(table: pa.Table, tmp: Path | None = None) -> str:
     """sha256 of the schema and every row's values (the same tables give the same digest); the
-    temporary directory `tmp` is left out of paths."""
+    temporary directory `tmp` and the checkout's root are left out of paths, so any worktree
+    gives the same digests."""
     h = hashlib.sha256(str(table.schema).encode())
     text = repr(table.to_pylist())
-    h.update((text.replace(str(tmp), "<tmp>") if tmp is not None else text).encode())
+    if tmp is not None:
+        text = text.replace(str(tmp), "<tmp>")
+    h.update(text.replace(str(ROOT), "<repo>").encode())
     return f"{table.num_rows}:{h.hexdigest()[:24]}"
 
 
