@@ -974,10 +974,11 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
                                      pa.repeat(pa.scalar("saturated", pa.string()), int(offsets[-1])))
     per_sample = np.repeat(np.arange(n_c), n_w)
 
-    def repeat(column: str) -> pa.Array:
-        return pa.compute.cast(links.column(column).combine_chunks(), pa.string()).take(per_sample)
+    def repeat(column: str) -> pa.Array:  # each cable's value per sample, encoded as the schema's dictionary
+        enc = pa.compute.dictionary_encode(pa.compute.cast(links.column(column).combine_chunks(), pa.string()))
+        return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()).take(per_sample), enc.dictionary)
 
-    samples = schema.conform("link_samples", {
+    columns = {
         "link": repeat("link"),
         "device": repeat("src"),
         "port": repeat("dst"),
@@ -988,8 +989,16 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
         "tx_util": pa.array(tx_util.ravel(), pa.float64()),
         "rx_util": pa.array(rx_util.ravel(), pa.float64()),
         "flags": flags,
-        "origin": pa.repeat(pa.scalar(f"replay:{name}", pa.string()), n_c * n_w),
-    })
+        "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n_c * n_w, np.int32)),
+                                                 pa.array([f"replay:{name}"], pa.string())),
+    }
+    nulls: dict[pa.DataType, pa.Array] = {}  # the telemetry-only columns: one null array per type, shared
+    for f in schema.SCHEMAS["link_samples"]:
+        if f.name not in columns:
+            if f.type not in nulls:
+                nulls[f.type] = pa.nulls(n_c * n_w, f.type)
+            columns[f.name] = nulls[f.type]
+    samples = schema.conform("link_samples", columns)
     total = cable_bytes[0::2] + cable_bytes[1::2]
     n_active = max(1, math.ceil(horizon / window_ns))
     peak = util.max(axis=1) if n_w else np.zeros(n_c)
