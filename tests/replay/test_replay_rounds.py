@@ -291,3 +291,15 @@ def test_link_samples_follow_the_replayed_timeline_not_the_first_round():
     sent = samples.column("tx_bytes").to_numpy() + samples.column("rx_bytes").to_numpy()
     assert sent.sum() > 0
     assert sent[ts < 2_490_000].sum() == 0 and sent[ts >= 3_600_000].sum() == 0
+
+
+def test_class_resource_bytes_matches_a_bincount_per_class():
+    rng = np.random.default_rng(2)
+    paths = [sorted(set(rng.integers(0, 7, 3).tolist())) for _ in range(50)]
+    indptr, ids = _csr(paths)
+    nbytes = rng.uniform(1, 1e6, 50)
+    cls = rng.integers(0, 3, 50)
+    got = _kernels.class_resource_bytes(indptr, ids, nbytes, cls, 3, 7)
+    for c in range(3):
+        w = np.where(cls == c, nbytes, 0.0)
+        assert np.array_equal(got[c], np.bincount(ids, weights=np.repeat(w, np.diff(indptr)), minlength=7))

@@ -1088,3 +1088,15 @@ def mixed_components(label, unit):
     for f in range(n):
         out[f] = mixed[label[f]]
     return out
+
+
+@njit
+def class_resource_bytes(indptr, res, nbytes, cls, n_cls, n_res):
+    """Bytes carried by each resource per class of flow (row `cls[f]`): one pass over the paths,
+    summing in flow order as `np.bincount` does."""
+    out = np.zeros((n_cls, n_res), np.float64)
+    for f in range(nbytes.size):
+        c = cls[f]
+        for k in range(indptr[f], indptr[f + 1]):
+            out[c, res[k]] += nbytes[f]
+    return out

@@ -860,10 +860,7 @@ def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:
     inst_code = np.array([names.index(i.dim or "OTHER") for i in prep.instances] + [names.index("OTHER")], np.int64)
     code = np.concatenate([inst_code[flows.key] if len(flows) else np.zeros(0, np.int64),
                            np.full(net.nbytes.size - len(flows), names.index(STORAGE_DIM), np.int64)])
-    n_res = topo.cap.size
-    owner = np.repeat(np.arange(code.size), np.diff(net.indptr))
-    per_res = np.bincount(net.ids + n_res * code[owner], weights=net.nbytes[owner],
-                          minlength=n_res * len(names)).reshape(len(names), n_res)
+    per_res = _kernels.class_resource_bytes(net.indptr, net.ids, net.nbytes, code, len(names), topo.cap.size)
     present = np.zeros(len(names), bool)
     present[np.unique(code)] = True
     out: dict[str, dict[str, int]] = {}
