@@ -590,6 +590,10 @@ class _Net:
             self.nbytes = np.concatenate([self.flows.nbytes, self.storage.nbytes])
             self.storage_release = self.storage.release_ns - prep.t0
         self.lat_mult = np.concatenate([self.flows.lat_mult, np.ones(self.nbytes.size - self.n_main)])
+        key = self.flows.key
+        # flows come instance by instance: the last finish per instance is then one reduceat
+        self._runs = (np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+                      if self.n_main and np.all(key[1:] >= key[:-1]) else None)
 
     def run(self, inst_start: np.ndarray, *, n_windows: int = 0, window_ns: float = 1.0,
             merge: float = 0.0):
@@ -611,7 +615,11 @@ class _Net:
         """Network time per instance (its last flow's finish), stretched by the pipeline fill."""
         dur = np.zeros(self.n_inst)
         if self.n_main:
-            np.maximum.at(dur, self.flows.key, finish[:self.n_main] - release[:self.n_main])
+            took = finish[:self.n_main] - release[:self.n_main]
+            if self._runs is not None:
+                dur[self.flows.key[self._runs]] = np.maximum(np.maximum.reduceat(took, self._runs), 0.0)
+            else:
+                np.maximum.at(dur, self.flows.key, took)
         return dur * self.fill
 
     def storage_ns(self, out: Any) -> dict[str, int]:
