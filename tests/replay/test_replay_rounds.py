@@ -303,3 +303,18 @@ def test_class_resource_bytes_matches_a_bincount_per_class():
     for c in range(3):
         w = np.where(cls == c, nbytes, 0.0)
         assert np.array_equal(got[c], np.bincount(ids, weights=np.repeat(w, np.diff(indptr)), minlength=7))
+
+
+def test_network_time_per_instance_is_its_last_flow_to_finish(moe_tables):
+    prep = engine._prepare(moe_tables)
+    net = engine._Net(prep, parse_spec("rail-optimized:gpus=4"), "auto")
+    rng = np.random.default_rng(6)
+    release = net.release(rng.uniform(0, 1e6, len(prep.instances)))
+    finish = release + rng.uniform(1e3, 1e5, release.size)
+    want = np.zeros(len(prep.instances))
+    for f, k in enumerate(net.flows.key.tolist()):
+        want[k] = max(want[k], finish[f] - release[f])
+    assert net._runs is not None  # flows come instance by instance: one reduceat
+    np.testing.assert_array_equal(net.durations(release, finish), want * net.fill)
+    net._runs = None
+    np.testing.assert_array_equal(net.durations(release, finish), want * net.fill)
