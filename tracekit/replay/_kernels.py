@@ -290,9 +290,277 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
                 ver[loc] += 1
 
 
+# Lazy rate classes. Most events of a skewed all-to-all are one flow of a class (the flows
+# bottlenecked on one resource b, all at one rate x_b) finishing, after which only that class's
+# rate rises. Such a class is kept once while its events involve nobody else: its members sit in
+# a heap of their own keyed by the class's cumulative per-flow service V_b at which each drains
+# (remaining bytes = key - V_b), so a rate change re-keys no flow, and bytes per window are
+# attributed per member from V_b at the window boundaries when it leaves the class. Rates and
+# link loads stay exact. A class event is applied in one pass over the members' links when it is
+# a one-class event of the exact algorithm (nobody else is bottlenecked on a link it touches and
+# every other link stays unsaturated); anything else first turns the classes it reaches back into
+# flows (remaining bytes, window bytes, completion-heap keys) and runs as before.
+# lzf[b]: 0 rate, 1 V, 2 time of V. lzi[b]: 0 members, 1 window of entry, 2 start of its V
+# snapshots in vpool, 3 snapshots. A member's rem holds its key, vj its V on joining.
+
+
+@njit
+def _lz_vb(b, k, lzf, lzi, vpool, t_origin, window_ns):
+    """V of lazy class b at window boundary k (time t_origin + k window_ns)."""
+    j = k - lzi[b, 1] - 1
+    if 0 <= j < lzi[b, 3]:
+        return vpool[lzi[b, 2] + j]
+    return lzf[b, 1] + lzf[b, 0] * (t_origin + k * window_ns - lzf[b, 2])
+
+
+@njit
+def _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win):
+    """Move class b's V to `now` at its current rate, recording V at the window boundaries passed."""
+    x = lzf[b, 0]
+    t = lzf[b, 2]
+    v = lzf[b, 1]
+    if n_win > 0:
+        k = lzi[b, 1] + 1 + lzi[b, 3]
+        while k <= n_win:
+            tk = t_origin + k * window_ns
+            if tk > now:
+                break
+            vpool[lzi[b, 2] + lzi[b, 3]] = v + x * (tk - t)
+            lzi[b, 3] += 1
+            k += 1
+    lzf[b, 1] = v + x * (now - t)
+    lzf[b, 2] = now
+
+
+@njit
+def _lz_windows(g, b, t0, v0, t1, v1, lzf, lzi, vpool, win, indptr, res, t_origin, window_ns):
+    """Bytes member g of class b carried between (t0, V = v0) and (t1, V = v1), onto the windows."""
+    n_win = win.shape[0]
+    if t1 <= t0 or n_win == 0:
+        return
+    wa = max(math.floor((t0 - t_origin) / window_ns) - 1, 0)
+    wb = min(math.floor((t1 - t_origin) / window_ns) + 1, n_win - 1)
+    for w in range(wa, wb + 1):
+        ws = t_origin + w * window_ns
+        we = t_origin + (w + 1) * window_ns
+        if we <= t0 or ws >= t1:
+            continue
+        va = v0 if ws <= t0 else _lz_vb(b, w, lzf, lzi, vpool, t_origin, window_ns)
+        vb = v1 if we >= t1 else _lz_vb(b, w + 1, lzf, lzi, vpool, t_origin, window_ns)
+        amount = vb - va
+        if amount > 0.0:
+            for k in range(indptr[g], indptr[g + 1]):
+                win[w, res[k]] += amount
+
+
+@njit
+def _mh_push(ck, ci, base, n, key, item):
+    """Push onto the member heap of a class (slots base .. base + n - 1)."""
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        if ck[base + p] <= key:
+            break
+        ck[base + i] = ck[base + p]
+        ci[base + i] = ci[base + p]
+        i = p
+    ck[base + i] = key
+    ci[base + i] = item
+
+
+@njit
+def _mh_pop(ck, ci, base, n):
+    """Remove the top of a class's member heap of n entries (the caller reads it first)."""
+    n -= 1
+    key = ck[base + n]
+    item = ci[base + n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and ck[base + c + 1] < ck[base + c]:
+            c += 1
+        if ck[base + c] >= key:
+            break
+        ck[base + i] = ck[base + c]
+        ci[base + i] = ci[base + c]
+        i = c
+    if n > 0:
+        ck[base + i] = key
+        ci[base + i] = item
+
+
+@njit
+def _ih_set(hk, hi, hpos, n, i, key, item):
+    """Put (key, item) at slot i of an indexed min-heap of n entries and restore the heap."""
+    while i > 0:
+        p = (i - 1) >> 1
+        if hk[p] <= key:
+            break
+        hk[i] = hk[p]
+        hi[i] = hi[p]
+        hpos[hi[i]] = i
+        i = p
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i] = hk[c]
+        hi[i] = hi[c]
+        hpos[hi[i]] = i
+        i = c
+    hk[i] = key
+    hi[i] = item
+    hpos[item] = i
+
+
+@njit
+def _ih_delete(hk, hi, hpos, n, item):
+    """Remove item from an indexed min-heap of n entries; returns the new size."""
+    i = hpos[item]
+    hpos[item] = -1
+    n -= 1
+    if i < n:
+        _ih_set(hk, hi, hpos, n, i, hk[n], hi[n])
+    return n
+
+
+@njit
+def _lz_flush(b, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj, win,
+              t_origin, window_ns, hk, hi, hpos, hn):
+    """Turn lazy class b back into flows at `now` (remaining bytes, window bytes and completion-heap
+    keys as the exact algorithm has them); the caller takes it off the class heap. Returns the
+    completion heap's new size."""
+    n_win = win.shape[0]
+    _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win)
+    x = lzf[b, 0]
+    v = lzf[b, 1]
+    base = lstart[b]
+    for m in range(lzi[b, 0]):
+        g = ci[base + m]
+        left = max(ck[base + m] - v, 0.0)
+        if n_win > 0:
+            _lz_windows(g, b, tlast[g], vj[g], now, v, lzf, lzi, vpool, win, indptr, res, t_origin,
+                        window_ns)
+        rem[g] = left
+        tlast[g] = now
+        lzc[g] = -1
+        hn += 1
+        _ih_set(hk, hi, hpos, hn, hn - 1, now + left / rate[g], g)
+    lzi[b, 0] = 0
+    return hn
+
+
+@njit
+def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
+              cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott, bpool, bpos,
+              bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
+    """An event at `now` in which flows of lazy class b, and nobody else, finish. When it is a
+    one-class event of the exact algorithm (the class is every flow bottlenecked on b, a member is
+    left, nobody else is bottlenecked on a link the event touches, and every other link the class
+    crosses stays below cap (1 - tol) at the class's new fair share), apply it and return True;
+    else leave everything as it was and return False."""
+    base = lstart[b]
+    n_all = lzi[b, 0]
+    x = lzf[b, 0]
+    v0 = lzf[b, 1]
+    t0 = lzf[b, 2]
+    n = n_all
+    n_fin = 0
+    while n > 0 and t0 + (ck[base] - v0) / x <= now + tol:
+        fin[n_fin] = ci[base]
+        n_fin += 1
+        _mh_pop(ck, ci, base, n)
+        n -= 1
+    ok = n > 0 and n_fin > 0 and bcnt[b] == n_all
+    for j in range(n_fin):
+        f = fin[j]
+        for k in range(indptr[f], indptr[f + 1]):
+            if res[k] != b and bcnt[res[k]] > 0:
+                ok = False
+    x_new = 0.0
+    if ok:
+        # the other flows on b keep their rates; the class shares what they leave
+        x_new = max(cap[b] - (load[b] - n_all * x), 0.0) / n
+        ok = x_new > 0.0
+    if ok:
+        d = x_new - x
+        lim = 1.0 - tol_b
+        for m in range(n):
+            g = ci[base + m]
+            for k in range(indptr[g], indptr[g + 1]):
+                r = res[k]
+                load[r] += d
+                if r != b and (bcnt[r] > 0 or load[r] >= cap[r] * lim):
+                    ok = False
+        if not ok:  # undo
+            for m in range(n):
+                g = ci[base + m]
+                for k in range(indptr[g], indptr[g + 1]):
+                    load[res[k]] -= d
+    if not ok:
+        for j in range(n_fin):  # put the finished flows back
+            f = fin[j]
+            _mh_push(ck, ci, base, n, rem[f], f)
+            n += 1
+        return False
+    n_win = win.shape[0]
+    _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win)
+    for m in range(n):
+        g = ci[base + m]
+        rate[g] = x_new
+        for k in range(indptr[g], indptr[g + 1]):
+            r = res[k]
+            if x_new > maxr[r]:
+                maxr[r] = x_new
+            elif x >= maxr[r]:
+                maxr_ok[r] = False
+    for j in range(n_fin):
+        f = fin[j]
+        key = rem[f]
+        t_proj = t0 + (key - v0) / x
+        if n_win > 0:
+            _lz_windows(f, b, tlast[f], vj[f], t_proj, key, lzf, lzi, vpool, win, indptr, res, t_origin,
+                        window_ns)
+        finish[f] = t_proj + latency[f]
+        active[f] = False
+        lzc[f] = -1
+        i = bpos[f]
+        last = bpool[lstart[b] + bcnt[b] - 1]
+        bpool[lstart[b] + i] = last
+        bpos[last] = i
+        bcnt[b] -= 1
+        bott[f] = -1
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            i = ipos[k]
+            jj = lstart[r] + lcnt[r] - 1
+            last = pool[jj]
+            pool[lstart[r] + i] = last
+            poolf[lstart[r] + i] = poolf[jj]
+            ipos[last] = i
+            lcnt[r] -= 1
+            load[r] -= x
+            if x >= maxr[r]:
+                maxr_ok[r] = False
+            if lcnt[r] == 0:
+                load[r] = 0.0
+        rate[f] = 0.0
+        rem[f] = 0.0
+    lzi[b, 0] = n
+    lzf[b, 0] = x_new
+    _ih_set(gk, gi, gpos, gn, gpos[b], now + (ck[base] - lzf[b, 1]) / x_new, b)
+    return True
+
+
 @njit
 def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                   t_origin, rel_eps, merge):
+                   t_origin, rel_eps, merge, lazy_min=16):
     """Event-driven fluid simulation with max-min fair sharing, exact at every arrival and finish.
 
     Flows: CSR paths (indptr, res), bytes, release time (ns) and a latency multiplier (the flow's
@@ -326,7 +594,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
         f = order[a]
         res2[indptr2[a]:indptr2[a + 1]] = res[indptr[f]:indptr[f + 1]]
     finish2, win = _simulate_sorted(indptr2, res2, nbytes[order], release[order], lat_mult[order],
-                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge)
+                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min)
     finish = np.empty(n_flows, np.float64)
     finish[order] = finish2
     return finish, win
@@ -334,7 +602,7 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                     t_origin, rel_eps, merge):
+                     t_origin, rel_eps, merge, lazy_min):
     """`simulate_flows` on flows numbered in release order."""
     n_flows = nbytes.size
     n_res = cap.size
@@ -408,15 +676,47 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     event = 0
     n_win = win.shape[0]
     wstamp = 0
+    lzf = np.zeros((n_res, 3), np.float64)
+    lzi = np.zeros((n_res, 4), np.int64)
+    lzc = np.full(n_flows, -1, np.int64)
+    vpool = np.empty(64, np.float64)
+    vp_used = 0
+    ck = np.empty(res.size, np.float64)
+    ci = np.empty(res.size, np.int64)
+    gk = np.empty(n_res, np.float64)
+    gi = np.empty(n_res, np.int64)
+    gpos = np.full(n_res, -1, np.int64)
+    gn = 0
+    fin = np.empty(n_flows, np.int64)
+    vj = np.zeros(n_flows, np.float64)
+    if merge != 0.0:
+        lazy_min = 0
     while True:
         t_rel = release[order[nxt]] if nxt < n_flows else np.inf
         t_fin = hk[0] if hn > 0 else np.inf
-        if t_rel == np.inf and t_fin == np.inf:
+        t_cls = gk[0] if gn > 0 else np.inf
+        if t_rel == np.inf and t_fin == np.inf and t_cls == np.inf:
             break
-        now = min(t_rel, t_fin)
+        now = min(t_rel, t_fin, t_cls)
         tol = rel_eps * abs(now) + 1e-6
         tol_b = 1e3 * rel_eps
         event += 1
+        if gn == 0:
+            vp_used = 0
+        else:
+            lim = now + tol
+            if (t_cls <= lim and t_rel > lim and t_fin > lim and (gn < 2 or gk[1] > lim)
+                    and (gn < 3 or gk[2] > lim)
+                    and _lz_event(gi[0], now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart,
+                                  indptr, res, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish,
+                                  latency, bott, bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin,
+                                  window_ns)):
+                continue
+            while gn > 0 and gk[0] <= lim:  # classes with flows finishing now: flows again
+                cb = gi[0]
+                gn = _ih_delete(gk, gi, gpos, gn, cb)
+                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast,
+                               vj, win, t_origin, window_ns, hk, hi, hpos, hn)
         s_n = 0
         n_chg = 0
         while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
@@ -522,6 +822,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if arrivals:
                 for q in range(lstart[r], lstart[r] + lcnt[r]):
                     g = poolf[q]
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
+                                       win, t_origin, window_ns, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -530,6 +835,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             else:
                 for q in range(lstart[r], lstart[r] + bcnt[r]):
                     g = bpool[q]
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
+                                       win, t_origin, window_ns, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -576,8 +886,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     s_list[kept] = h
                     kept += 1
             s_n = kept
+        fast_cls = -1
         while s_n > 0:
             wstamp += 1
+            fast_cls = -1
+            n_cls = 0
             # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
             # flow of S crosses another class's resource and, with each class at its resource's
             # fair share x_b, every other resource S crosses stays clearly unsaturated, progressive
@@ -591,6 +904,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     break
                 if cmark[b] != wstamp:
                     cmark[b] = wstamp
+                    n_cls += 1
                     cls_n[b] = 0
                     cls_x[b] = cap[b] - load[b]
                 cls_n[b] += 1
@@ -634,6 +948,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     b = bott[s_list[i]]
                     new_rate[i] = cls_x[b]
                     froze_at[i] = b
+                if n_cls == 1:
+                    fast_cls = bott[s_list[0]]
             else:
                 wstamp += 1
                 _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
@@ -671,6 +987,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         r = chg_links[c]
                         for q in range(lstart[r], lstart[r] + bcnt[r]):
                             h = bpool[q]
+                            if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
+                                cb = lzc[h]
+                                gn = _ih_delete(gk, gi, gpos, gn, cb)
+                                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
+                                               win, t_origin, window_ns, hk, hi, hpos, hn)
                             if checked[h] != wstamp:
                                 checked[h] = wstamp
                                 cand[n_chk] = h
@@ -744,16 +1065,50 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 for qq in range(lstart[rr], lstart[rr] + lcnt[rr]):
                     g = poolf[qq]
                     if in_s[g] != event and rate[g] >= limit:
+                        if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                            cb = lzc[g]
+                            gn = _ih_delete(gk, gi, gpos, gn, cb)
+                            hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
+                                           win, t_origin, window_ns, hk, hi, hpos, hn)
                         in_s[g] = event
                         orig[g] = rate[g]
                         s_list[s_n] = g
                         s_n += 1
                         grew = True
             if not grew:
+                fast_cls = -1
                 break
+        # a one-class event that set the rate of every flow bottlenecked on its resource: keep the
+        # class lazily from now on
+        lz_b = -1
+        if lazy_min > 0 and fast_cls >= 0 and s_n >= lazy_min and bcnt[fast_cls] == s_n:
+            lz_b = fast_cls
+            for i in range(s_n):
+                g = s_list[i]
+                if bott[g] != lz_b or rate[g] != cls_x[lz_b]:
+                    lz_b = -1
+                    break
+        if lz_b >= 0:
+            lzf[lz_b, 0] = cls_x[lz_b]
+            lzf[lz_b, 1] = 0.0
+            lzf[lz_b, 2] = now
+            lzi[lz_b, 0] = s_n
+            w0 = 0
+            need = 0
+            if n_win > 0:
+                w0 = max(math.floor((now - t_origin) / window_ns), -1)
+                need = max(n_win - w0, 0)
+                if vp_used + need > vpool.size:
+                    grown = np.empty(max(2 * vpool.size, vp_used + need), np.float64)
+                    grown[:vp_used] = vpool[:vp_used]
+                    vpool = grown
+            lzi[lz_b, 1] = w0
+            lzi[lz_b, 2] = vp_used
+            lzi[lz_b, 3] = 0
+            vp_used += need
         for i in range(s_n):
             g = s_list[i]
-            if rate[g] == orig[g]:
+            if rate[g] == orig[g] and lz_b < 0:
                 continue
             if orig[g] > 0.0:
                 if n_win > 0 and now > tlast[g]:
@@ -776,6 +1131,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 if rem[g] < 0.0:
                     rem[g] = 0.0
             tlast[g] = now
+            if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
+                if hpos[g] >= 0:
+                    hn = _ih_delete(hk, hi, hpos, hn, g)
+                vj[g] = 0.0
+                lzc[g] = lz_b
+                _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
+                continue
             r_g = rate[g] if rate[g] > 0.0 else 1e-300
             key = now + rem[g] / r_g
             i = hpos[g]
@@ -805,6 +1167,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             hk[i] = key
             hi[i] = g
             hpos[g] = i
+        if lz_b >= 0:
+            gn += 1
+            _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
     out = np.empty((n_res, n_windows), np.float64)
     for w in range(n_windows):
         for r in range(n_res):
