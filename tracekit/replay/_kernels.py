@@ -689,6 +689,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     gn = 0
     fin = np.empty(n_flows, np.int64)
     vj = np.zeros(n_flows, np.float64)
+    done_k = np.empty(n_res, np.float64)
+    done_i = np.empty(n_res, np.int64)
     if merge != 0.0:
         lazy_min = 0
     while True:
@@ -704,19 +706,28 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         if gn == 0:
             vp_used = 0
         else:
+            # each class with flows finishing now: a lazy class event, else flows again (the classes
+            # are independent, so one after the other at `now` is the same as all together)
             lim = now + tol
-            if (t_cls <= lim and t_rel > lim and t_fin > lim and (gn < 2 or gk[1] > lim)
-                    and (gn < 3 or gk[2] > lim)
-                    and _lz_event(gi[0], now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart,
-                                  indptr, res, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish,
-                                  latency, bott, bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin,
-                                  window_ns)):
-                continue
-            while gn > 0 and gk[0] <= lim:  # classes with flows finishing now: flows again
+            n_done = 0
+            while gn > 0 and gk[0] <= lim:
                 cb = gi[0]
-                gn = _ih_delete(gk, gi, gpos, gn, cb)
-                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast,
-                               vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                if _lz_event(cb, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr,
+                             res, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott,
+                             bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
+                    done_k[n_done] = gk[gpos[cb]]
+                    done_i[n_done] = cb
+                    n_done += 1
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                else:
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast,
+                                   vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+            for j in range(n_done):
+                gn += 1
+                _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
+            if t_rel > lim and (hn == 0 or hk[0] > lim):
+                continue
         s_n = 0
         n_chg = 0
         while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
