@@ -448,6 +448,7 @@ def _lz_flush(b, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, r
             _lz_windows(g, b, tlast[g], vj[g], now, v, lzf, lzi, vpool, win, indptr, res, t_origin,
                         window_ns)
         rem[g] = left
+        rate[g] = x
         tlast[g] = now
         lzc[g] = -1
         hn += 1
@@ -458,13 +459,15 @@ def _lz_flush(b, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, r
 
 @njit
 def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
-              cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott, bpool, bpos,
-              bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
-    """An event at `now` in which flows of lazy class b, and nobody else, finish. When it is a
-    one-class event of the exact algorithm (the class is every flow bottlenecked on b, a member is
-    left, nobody else is bottlenecked on a link the event touches, and every other link the class
-    crosses stays below cap (1 - tol) at the class's new fair share), apply it and return True;
-    else leave everything as it was and return False."""
+              agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott, bpool,
+              bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
+    """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
+    the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
+    is bottlenecked on a link the event touches, and every other link the class crosses stays
+    below cap (1 - tol) at the class's new fair share), apply it and return True; else leave
+    everything as it was and return False. The class's links other than b, with the number of
+    members crossing each, are agr/agc[lzi[b, 4]:+lzi[b, 5]]; aggpos maps a member's path entry
+    to its slot there."""
     base = lstart[b]
     n_all = lzi[b, 0]
     x = lzf[b, 0]
@@ -488,21 +491,34 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
         # the other flows on b keep their rates; the class shares what they leave
         x_new = max(cap[b] - (load[b] - n_all * x), 0.0) / n
         ok = x_new > 0.0
+    a0 = lzi[b, 4]
+    a1 = a0 + lzi[b, 5]
     if ok:
+        for j in range(n_fin):
+            f = fin[j]
+            for k in range(indptr[f], indptr[f + 1]):
+                if res[k] != b:
+                    agc[aggpos[k]] -= 1
         d = x_new - x
         lim = 1.0 - tol_b
-        for m in range(n):
-            g = ci[base + m]
-            for k in range(indptr[g], indptr[g + 1]):
-                r = res[k]
-                load[r] += d
-                if r != b and (bcnt[r] > 0 or load[r] >= cap[r] * lim):
+        for j in range(a0, a1):
+            c = agc[j]
+            if c > 0:
+                r = agr[j]
+                load[r] += c * d
+                if bcnt[r] > 0 or load[r] >= cap[r] * lim:
                     ok = False
-        if not ok:  # undo
-            for m in range(n):
-                g = ci[base + m]
-                for k in range(indptr[g], indptr[g + 1]):
-                    load[res[k]] -= d
+        if ok:
+            load[b] += n * d
+        else:  # undo
+            for j in range(a0, a1):
+                if agc[j] > 0:
+                    load[agr[j]] -= agc[j] * d
+            for j in range(n_fin):
+                f = fin[j]
+                for k in range(indptr[f], indptr[f + 1]):
+                    if res[k] != b:
+                        agc[aggpos[k]] += 1
     if not ok:
         for j in range(n_fin):  # put the finished flows back
             f = fin[j]
@@ -511,15 +527,11 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
         return False
     n_win = win.shape[0]
     _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win)
-    for m in range(n):
-        g = ci[base + m]
-        rate[g] = x_new
-        for k in range(indptr[g], indptr[g + 1]):
-            r = res[k]
-            if x_new > maxr[r]:
-                maxr[r] = x_new
-            elif x >= maxr[r]:
-                maxr_ok[r] = False
+    for j in range(a0, a1):
+        if agc[j] > 0 and x_new > maxr[agr[j]]:
+            maxr[agr[j]] = x_new
+    if x_new > maxr[b]:
+        maxr[b] = x_new
     for j in range(n_fin):
         f = fin[j]
         key = rem[f]
@@ -677,7 +689,12 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     n_win = win.shape[0]
     wstamp = 0
     lzf = np.zeros((n_res, 3), np.float64)
-    lzi = np.zeros((n_res, 4), np.int64)
+    lzi = np.zeros((n_res, 6), np.int64)
+    agr = np.empty(1024, np.int64)
+    agc = np.empty(1024, np.int64)
+    ag_used = 0
+    aggpos = np.empty(res.size, np.int64)
+    amap = np.zeros(n_res, np.int64)
     lzc = np.full(n_flows, -1, np.int64)
     vpool = np.empty(64, np.float64)
     vp_used = 0
@@ -705,6 +722,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         event += 1
         if gn == 0:
             vp_used = 0
+            ag_used = 0
         else:
             # each class with flows finishing now: a lazy class event, else flows again (the classes
             # are independent, so one after the other at `now` is the same as all together)
@@ -713,8 +731,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             while gn > 0 and gk[0] <= lim:
                 cb = gi[0]
                 if _lz_event(cb, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr,
-                             res, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott,
-                             bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
+                             res, agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish,
+                             latency, bott, bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin,
+                             window_ns):
                     done_k[n_done] = gk[gpos[cb]]
                     done_i[n_done] = cb
                     n_done += 1
@@ -873,7 +892,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         maxr_ok[r] = True
                         m = 0.0
                         for q in range(lstart[r], lstart[r] + lcnt[r]):
-                            m = max(m, rate[poolf[q]])
+                            m = max(m, rate[poolf[q]] if lzc[poolf[q]] < 0 else lzf[lzc[poolf[q]], 0])
                         maxr[r] = m
                     if rate[h] >= maxr[r] * (1.0 - tol_b):
                         b = r
@@ -1025,7 +1044,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             maxr_ok[r] = True
                             m = 0.0
                             for q in range(lstart[r], lstart[r] + lcnt[r]):
-                                m = max(m, rate[poolf[q]])
+                                m = max(m, rate[poolf[q]] if lzc[poolf[q]] < 0 else lzf[lzc[poolf[q]], 0])
                             maxr[r] = m
                         if rate[h] >= maxr[r] * (1.0 - tol_b):
                             b = r
@@ -1075,7 +1094,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 limit = thr[rr] * (1.0 - 1e3 * rel_eps)
                 for qq in range(lstart[rr], lstart[rr] + lcnt[rr]):
                     g = poolf[qq]
-                    if in_s[g] != event and rate[g] >= limit:
+                    if in_s[g] != event and (rate[g] if lzc[g] < 0 else lzf[lzc[g], 0]) >= limit:
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
                             gn = _ih_delete(gk, gi, gpos, gn, cb)
@@ -1117,6 +1136,36 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             lzi[lz_b, 2] = vp_used
             lzi[lz_b, 3] = 0
             vp_used += need
+            # the class's links other than lz_b, with the number of members crossing each
+            n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
+            for i in range(s_n):
+                n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
+            if ag_used + s_n * n_inc > agr.size:
+                size = max(2 * agr.size, ag_used + s_n * n_inc)
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agr[:ag_used]
+                agr = grown_i
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agc[:ag_used]
+                agc = grown_i
+            a0 = ag_used
+            for i in range(s_n):
+                g = s_list[i]
+                for k in range(indptr[g], indptr[g + 1]):
+                    r = res[k]
+                    if r == lz_b:
+                        continue
+                    if amap[r] == 0:
+                        agr[ag_used] = r
+                        agc[ag_used] = 0
+                        ag_used += 1
+                        amap[r] = ag_used
+                    aggpos[k] = amap[r] - 1
+                    agc[amap[r] - 1] += 1
+            for j in range(a0, ag_used):
+                amap[agr[j]] = 0
+            lzi[lz_b, 4] = a0
+            lzi[lz_b, 5] = ag_used - a0
         for i in range(s_n):
             g = s_list[i]
             if rate[g] == orig[g] and lz_b < 0:
