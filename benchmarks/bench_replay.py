@@ -8,10 +8,12 @@ Two cases:
    < 30 s) or `--gpus 4096` (target < 60 s).
 2. One skewed all-to-all (Dirichlet(0.5) expert popularity) over N GPUs with all N(N-1) flows
    released at once, at three sizes (default 256, 512, 1,024 GPUs: 65k, 262k and 1.05M flows).
-   Prints the growth exponent of simulation time in flows (a least-squares fit of log time on
-   log flows; 1 is linear) and the speed ratio to the previous kernel
-   (`benchmarks/previous_kernel.py`, a copy of the simulator before this work), with the largest
-   relative difference between the two kernels' completion times. Target: 1M flows < 30 s.
+   Prints the growth exponent of simulation time in flows (`_growth.growth_exponent`, a
+   least-squares fit of log time on log flows; 1 is linear), the speed ratio to the previous kernel
+   (`benchmarks/previous_kernel.py`, a copy of the simulator before the scale work) and to this
+   kernel with its lazy rate classes switched off (`lazy_min=0`: every class event flow by flow),
+   with the largest relative difference between the kernels' completion times. Target: 1M flows
+   < 30 s.
 
 A last line checks the kernel against the naive Python twin (tests/replay/naive.py) on a small
 random case (correctness, not speed).
@@ -34,6 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "replay"))
 
 import previous_kernel  # noqa: E402
+from _growth import growth_exponent  # noqa: E402
 
 from tracekit.replay import _kernels, engine, rounds  # noqa: E402
 from tracekit.replay.simulate import Flows, route, simulate  # noqa: E402
@@ -118,15 +121,15 @@ def all_to_all(n: int, seed: int = 0, skew: float = 0.5) -> tuple:
     return topo, flows, *route(topo, flows)
 
 
-def run_kernel(kernel, topo, flows, ip, ids) -> tuple[np.ndarray, float, float]:
+def run_kernel(kernel, topo, flows, ip, ids, *extra) -> tuple[np.ndarray, float, float]:
     """Finish times, wall and CPU seconds of one simulation (200 windows of 10 us)."""
     t, c = time.perf_counter(), time.process_time()
     finish, _ = kernel(ip, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency, 200,
-                       1e4, 0.0, 1e-9, 0.0)
+                       1e4, 0.0, 1e-9, 0.0, *extra)
     return finish, time.perf_counter() - t, time.process_time() - c
 
 
-def all_to_all_case(sizes: list[int], previous: bool) -> tuple[float, float]:
+def all_to_all_case(sizes: list[int], previous: bool, lazy_off: bool = True) -> tuple[float, float]:
     counts, times = [], []
     for n in sizes:
         topo, flows, ip, ids = all_to_all(n)
@@ -135,13 +138,19 @@ def all_to_all_case(sizes: list[int], previous: bool) -> tuple[float, float]:
         times.append(c_fast)
         line = (f"all-to-all    {n:>5,} GPUs, {len(flows):>9,} flows active at once: {c_fast:6.2f} s CPU "
                 f"({t_fast:.2f} s wall), makespan {np.max(fast) / 1e6:.2f} ms")
+        if lazy_off:
+            plain, t_plain, c_plain = run_kernel(_kernels.simulate_flows, topo, flows, ip, ids, 0)
+            diff = float(np.max(np.abs(fast - plain) / plain))
+            line += (f"; lazy classes off {c_plain:.2f} s CPU ({t_plain:.2f} s wall), ratio "
+                     f"{c_plain / c_fast:.2f}x, max rel diff {diff:.1e}")
         if previous:
             slow, t_slow, c_slow = run_kernel(previous_kernel.simulate_flows, topo, flows, ip, ids)
             diff = float(np.max(np.abs(fast - slow) / slow))
             line += (f"; previous kernel {c_slow:.2f} s CPU ({t_slow:.2f} s wall), ratio {c_slow / c_fast:.2f}x, "
                      f"max rel diff {diff:.1e}")
         print(line, flush=True)
-    exponent = float(np.polyfit(np.log(counts), np.log(times), 1)[0]) if len(sizes) >= 2 else float("nan")
+    fitted = growth_exponent(counts, times)
+    exponent = float("nan") if fitted is None else fitted
     print(f"              growth exponent of CPU time in flows {exponent:.2f} (fit over {len(sizes)} sizes; "
           "1 = linear)")
     return times[-1], exponent

@@ -16,12 +16,13 @@ def _csr(paths):
     return indptr, np.array([r for p in paths for r in p], np.int64)
 
 
-def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0):
+def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0, lazy_min=16):
+    """The kernel; lazy_min=1 keeps every one-class event's class lazily (0: never)."""
     lat_mult = np.ones(len(nbytes)) if lat_mult is None else lat_mult
     return _kernels.simulate_flows(np.asarray(indptr, np.int64), np.asarray(ids, np.int64),
                                    np.asarray(nbytes, np.float64), np.asarray(release, np.float64),
                                    np.asarray(lat_mult, np.float64), np.asarray(cap, np.float64),
-                                   np.asarray(lat, np.float64), n_windows, window_ns, 0.0, 1e-9, 0.0)
+                                   np.asarray(lat, np.float64), n_windows, window_ns, 0.0, 1e-9, 0.0, lazy_min)
 
 
 @st.composite
@@ -42,10 +43,10 @@ def cases(draw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(cases())
-def test_kernel_matches_naive_twin(case):
+@given(cases(), st.sampled_from([0, 1]))
+def test_kernel_matches_naive_twin(case, lazy_min):
     indptr, ids, nbytes, release, cap, lat = case
-    fast, _ = _run(indptr, ids, nbytes, release, cap, lat)
+    fast, _ = _run(indptr, ids, nbytes, release, cap, lat, lazy_min=lazy_min)
     slow = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat)
     np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-6)
 
@@ -199,18 +200,19 @@ def shared_route_cases(draw):
     return indptr, ids, np.array(nbytes), np.array(release), np.array(cap), np.zeros(n_res)
 
 
-@settings(max_examples=150, deadline=None)
-@given(shared_route_cases())
-def test_kernel_matches_naive_twin_on_shared_routes(case):
+@settings(max_examples=200, deadline=None)
+@given(shared_route_cases(), st.sampled_from([0, 1, 3]))
+def test_kernel_matches_naive_twin_on_shared_routes(case, lazy_min):
     indptr, ids, nbytes, release, cap, lat = case
-    fast, win = _run(indptr, ids, nbytes, release, cap, lat, n_windows=100, window_ns=1e5)
+    fast, win = _run(indptr, ids, nbytes, release, cap, lat, n_windows=100, window_ns=1e5, lazy_min=lazy_min)
     slow = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat)
     np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(win.sum(axis=1), resource_bytes(cap.size, indptr, ids, nbytes), rtol=1e-9)
     assert np.all(win <= cap[:, None] * 1e5 * (1 + 1e-9))
 
 
-def test_one_class_of_different_sizes_finishes_in_closed_form():
+@pytest.mark.parametrize("lazy_min", [0, 1])
+def test_one_class_of_different_sizes_finishes_in_closed_form(lazy_min):
     """n flows share one link from t=0, sizes s_1 < ... < s_n: while k flows are left each gets
     c/k, so t_k = t_{k-1} + (n - k + 1)(s_k - s_{k-1}) / c (processor sharing, by hand)."""
     c, sizes = 4.0, np.array([100.0, 250.0, 260.0, 1000.0, 4000.0])
@@ -219,7 +221,8 @@ def test_one_class_of_different_sizes_finishes_in_closed_form():
     # of flows with different paths; resources 1 and 2 are fast
     indptr = np.arange(0, 2 * n + 1, 2)
     ids = np.array([[0, 1 + f % 2] for f in range(n)]).ravel()
-    fast, win = _run(indptr, ids, sizes, np.zeros(n), [c, 100.0, 100.0], np.zeros(3), n_windows=10, window_ns=1e3)
+    fast, win = _run(indptr, ids, sizes, np.zeros(n), [c, 100.0, 100.0], np.zeros(3), n_windows=10, window_ns=1e3,
+                     lazy_min=lazy_min)
     expected, t, prev = [], 0.0, 0.0
     for k, s in enumerate(sizes, start=1):
         t += (n - k + 1) * (s - prev) / c
@@ -242,6 +245,25 @@ def test_one_class_with_staggered_releases_matches_the_twin():
     nbytes = rng.integers(1, 50, n + 2) * 64.0
     release = np.r_[np.sort(rng.choice([0.0, 20.0, 55.0, 300.0], n)), [0.0, 10.0]]
     indptr, ids = _csr(paths)
-    fast, _ = _run(indptr, ids, nbytes, release, cap, np.zeros(cap.size))
     slow = simulate_naive(indptr, ids, nbytes, release, np.ones(n + 2), cap, np.zeros(cap.size))
-    np.testing.assert_allclose(fast, slow, rtol=1e-9)
+    for lazy_min in (0, 1, 16):
+        fast, _ = _run(indptr, ids, nbytes, release, cap, np.zeros(cap.size), lazy_min=lazy_min)
+        np.testing.assert_allclose(fast, slow, rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_lazy_classes_change_nothing_on_a_skewed_all_to_all(seed):
+    """Classes kept lazily (a class-level service counter, member heaps, window bytes attributed
+    on leaving) give the flows' finish times and the links' window bytes of the flow-by-flow
+    kernel (which the naive twin checks) on an incast-heavy all-to-all with staggered releases."""
+    topo, flows = _skewed_all_to_all(seed=seed, hosts=8, gpus=4)
+    ip, ids = route(topo, flows)
+    args = (ip, ids, flows.nbytes, flows.release, topo.cap, topo.res_latency)
+    window_ns = float(np.ceil(_run(*args, lazy_min=0)[0].max() / 50))
+    exact, win0 = _run(*args, n_windows=60, window_ns=window_ns, lazy_min=0)
+    for lazy_min in (1, 4, 16):
+        lazy, win = _run(*args, n_windows=60, window_ns=window_ns, lazy_min=lazy_min)
+        np.testing.assert_allclose(lazy, exact, rtol=1e-12)
+        np.testing.assert_allclose(win, win0, rtol=1e-9, atol=1e-6 * win0.max())
+    per_res = resource_bytes(topo.cap.size, ip, ids, flows.nbytes)
+    np.testing.assert_allclose(win.sum(axis=1), per_res, rtol=1e-9)

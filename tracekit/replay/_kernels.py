@@ -855,8 +855,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
-                                       win, t_origin, window_ns, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
+                                       tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -868,8 +868,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
-                                       win, t_origin, window_ns, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
+                                       tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -1020,8 +1020,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
                                 cb = lzc[h]
                                 gn = _ih_delete(gk, gi, gpos, gn, cb)
-                                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
-                                               win, t_origin, window_ns, hk, hi, hpos, hn)
+                                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
+                                               tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
                             if checked[h] != wstamp:
                                 checked[h] = wstamp
                                 cand[n_chk] = h
@@ -1098,8 +1098,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
                             gn = _ih_delete(gk, gi, gpos, gn, cb)
-                            hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj,
-                                           win, t_origin, window_ns, hk, hi, hpos, hn)
+                            hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
+                                           tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
                         in_s[g] = event
                         orig[g] = rate[g]
                         s_list[s_n] = g
