@@ -55,9 +55,10 @@ def warm() -> None:
     topo = build(parse_spec("single-switch:hosts=2,gpus=1"))
     flows = Flows.from_lists([0, 1], [1, 0], [1.0, 2.0])
     ip, ids = route(topo, flows)
-    for kernel in (_kernels.simulate_flows, previous_kernel.simulate_flows):
+    for kernel, extra in ((_kernels.simulate_flows, ()), (_kernels.simulate_flows, (0,)),
+                          (previous_kernel.simulate_flows, ())):
         kernel(ip, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency, 0, 1.0,
-               0.0, 1e-9, 0.0)
+               0.0, 1e-9, 0.0, *extra)
 
 
 def whole_replay(gpus: int, topologies: list[str], previous: bool) -> float:
