@@ -917,7 +917,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     kept += 1
             s_n = kept
         fast_cls = -1
-        first = True
         while s_n > 0:
             wstamp += 1
             fast_cls = -1
@@ -982,40 +981,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 if n_cls == 1:
                     fast_cls = bott[s_list[0]]
             else:
-                if first and not arrivals:
-                    # S grows before its first water-fill by the flows at least as fast as one of it
-                    # on a saturated resource it crosses (those the check would add after it)
-                    wstamp += 1
-                    n_mark = 0
-                    for i in range(s_n):
-                        h = s_list[i]
-                        for k in range(indptr[h], indptr[h + 1]):
-                            r = res[k]
-                            if rchg[r] == event or load[r] < cap[r] * (1.0 - tol_b):
-                                continue
-                            if lmark[r] != wstamp:
-                                lmark[r] = wstamp
-                                thr[r] = rate[h]
-                                marked[n_mark] = r
-                                n_mark += 1
-                            elif rate[h] < thr[r]:
-                                thr[r] = rate[h]
-                    for i in range(n_mark):
-                        r = marked[i]
-                        limit = thr[r] * (1.0 - tol_b)
-                        for q in range(lstart[r], lstart[r] + lcnt[r]):
-                            g = poolf[q]
-                            if in_s[g] != event and (rate[g] if lzc[g] < 0 else lzf[lzc[g], 0]) >= limit:
-                                if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
-                                    cb = lzc[g]
-                                    gn = _ih_delete(gk, gi, gpos, gn, cb)
-                                    hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res,
-                                                   rate, rem, tlast, vj, win, t_origin, window_ns, hk, hi, hpos,
-                                                   hn)
-                                in_s[g] = event
-                                orig[g] = rate[g]
-                                s_list[s_n] = g
-                                s_n += 1
                 wstamp += 1
                 _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
                            froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
@@ -1038,7 +1003,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             chg_links[n_chg] = r
                             n_chg += 1
                     rate[g] = new_rate[i]
-            first = False
             # verify: every flow in S or on a changed resource needs a bottleneck
             wstamp += 1
             n_bad = 0
