@@ -52,6 +52,9 @@ from tracekit.store import Run
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
 DEP_GAP_NS = deps.DEP_GAP_NS
 MAX_ITER = 4
+#: The schedule/simulate fixed point has settled when no instance start moved by more than this
+#: share of the longest replayed network time.
+SETTLE_FRAC = 1e-3
 N_WINDOWS = 200
 HOT_LINKS = 10
 #: A collective's members "end far apart" when their ends spread over more than this share of its
@@ -65,6 +68,30 @@ CAUTION_P90 = 0.25
 
 class ReplayError(TracekitError):
     """The run cannot be replayed (missing instances, no timed communication, ...)."""
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """How the schedule/simulate fixed point of one topology ended: the rounds run, the largest
+    instance start move of each (ns) and of the last (`residual_ns`), against `tolerance_ns`
+    (SETTLE_FRAC of the longest replayed network time). Not converged: the cap was hit with
+    starts still moving, so the result is the last round's, not the fixed point."""
+
+    rounds: int
+    residual_ns: float
+    tolerance_ns: float
+    converged: bool
+    moves_ns: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "residual_ns": self.residual_ns, "tolerance_ns": self.tolerance_ns,
+                "converged": self.converged, "moves_ns": list(self.moves_ns)}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Convergence:
+        return cls(rounds=int(doc["rounds"]), residual_ns=float(doc["residual_ns"]),
+                   tolerance_ns=float(doc["tolerance_ns"]), converged=bool(doc["converged"]),
+                   moves_ns=tuple(float(x) for x in doc.get("moves_ns") or ()))
 
 
 @dataclass
@@ -88,6 +115,7 @@ class TopologyResult:
     timeline: pa.Table | None = None  # per replayed event: rank, lane, kind, replayed and traced ts/dur
     tier_bytes: dict[str, dict[str, int]] = field(default_factory=dict)  # tier -> dim -> bytes sent up into it
     storage_ns: dict[str, int] = field(default_factory=dict)  # north-south transfer tag -> duration
+    convergence: Convergence | None = None  # None: read back from a replay.json written before it was kept
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +123,7 @@ class TopologyResult:
             "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
             "hot_links": self.hot_links,
             "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
+            **({"convergence": self.convergence.to_dict()} if self.convergence is not None else {}),
         }
 
     @classmethod
@@ -108,7 +137,8 @@ class TopologyResult:
                    hot_links=list(doc.get("hot_links") or []),
                    replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
                    link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
-                   n_flows=0)
+                   n_flows=0,
+                   convergence=Convergence.from_dict(doc["convergence"]) if doc.get("convergence") else None)
 
 
 @dataclass(frozen=True)
@@ -692,7 +722,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
         r.step_error = dict(base.step_error)
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
-                        findings=_cautions(base, errors, identity))
+                        findings=_cautions(base, errors, identity, results))
 
 
 def _spec(text: str | TopologySpec) -> TopologySpec:
@@ -756,10 +786,21 @@ def _schedule(prep: _Prepared, inst_dur: np.ndarray) -> tuple[np.ndarray, np.nda
     return start, end
 
 
-def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity) -> list[Finding]:
+def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity,
+              results: Sequence[TopologyResult] = ()) -> list[Finding]:
     """Typed cautions: the baseline step off the traced one by more than CAUTION_STEP, the
-    cross-validated p90 above CAUTION_P90, instances replayed with their traced relation."""
+    cross-validated p90 above CAUTION_P90, instances replayed with their traced relation, a
+    topology whose schedule/simulate fixed point did not settle within the rounds allowed."""
     out: list[Finding] = []
+    for r in results:
+        cv = r.convergence
+        if cv is not None and not cv.converged:
+            out.append(Finding("replay_caution", f"the replay on {r.topology} did not settle in {cv.rounds} rounds: "
+                               f"the last round still moved an instance start by {cv.residual_ns / 1e3:.1f} µs "
+                               f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs); its times are the last round's, "
+                               "not the fixed point's", severity="warning", value=cv.residual_ns,
+                               data={"reason": "not_converged", "topology": r.topology, "rounds": cv.rounds,
+                                     "residual_ns": cv.residual_ns, "tolerance_ns": cv.tolerance_ns}))
     for step, ns in base.step_ns.items():
         traced = base.traced_step_ns.get(step)
         if traced and abs(ns - traced) / traced > CAUTION_STEP:
@@ -801,6 +842,8 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
     rounds: Rounds | None = None
+    moves: list[float] = []
+    tolerance = 0.0
     for it in range(max(1, max_iter)):
         release = net.release(inst_start)
         if rounds is None or it == max(1, max_iter) - 1:  # the first and the last for sure: everything,
@@ -818,7 +861,9 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
             prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
         new_start = np.nan_to_num(new_start)
         moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
-        if moved <= 1e-3 * max(1.0, float(np.max(replayed, initial=0.0))):
+        tolerance = SETTLE_FRAC * max(1.0, float(np.max(replayed, initial=0.0)))
+        moves.append(moved)
+        if moved <= tolerance:
             break
         inst_start = new_start
     horizon = float(np.nanmax(end)) if end.size else 1.0
@@ -855,7 +900,9 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         link_bytes=cable_bytes, n_flows=len(net.flows), timeline=_timeline(prep, start, end),
         tier_bytes=_tier_bytes(prep, net), storage_ns=net.storage_ns(out),
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
-                    "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0})
+                    "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0},
+        convergence=Convergence(rounds=len(moves), residual_ns=moves[-1], tolerance_ns=tolerance,
+                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves)))
 
 
 def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:

@@ -1,0 +1,74 @@
+"""The schedule/simulate fixed point says how it ended: rounds run, the last round's largest start
+move against the tolerance, and a replay_caution when the cap was hit with starts still moving."""
+
+import json
+
+import pyarrow as pa
+import pytest
+from hand_traces import BASE, PHYSICS_NS, Trace
+
+from tracekit.replay import engine
+from tracekit.replay.engine import Convergence, ReplayResult, TopologyResult, replay
+
+
+def _late_all_reduce():
+    """Compute replayed 1.5 ms longer than traced: the all-reduce's start moves from 1 ms to
+    2.5 ms in the first round, and nothing moves in the second."""
+    tr = Trace()
+    for r in (0, 1):
+        tr.kernel(r, "gpu0/stream7", "compute", 0, 1_000_000)
+        tr.kernel(r, "gpu0/stream7", "comm", 1_000_000, PHYSICS_NS, coll=tr.collective(0, "all_reduce", "dp", 0, r))
+    tables = tr.tables()
+    tables["events"] = tables["events"].append_column(
+        "replay_dur_ns", pa.array([2_500_000, None, 2_500_000, None], pa.int64()))
+    return tables
+
+
+def _not_converged(res):
+    return [f for f in res.findings if f.kind == "replay_caution" and f.data.get("reason") == "not_converged"]
+
+
+def test_settled_replay_records_its_rounds_and_has_no_caution():
+    res = replay(_late_all_reduce(), [BASE, "single-switch:gpus=1,latency_ns=0,pcie_gbps=500"])
+    for r in res.results:
+        cv = r.convergence
+        assert cv.converged and cv.rounds == 2
+        assert cv.moves_ns[0] == pytest.approx(1_500_000) and cv.residual_ns == cv.moves_ns[-1] == 0.0
+        assert cv.tolerance_ns == pytest.approx(engine.SETTLE_FRAC * max(i["replayed_ns"] for i in r.instances),
+                                                abs=1e-3)
+    assert not _not_converged(res)
+
+
+def test_cap_hit_records_the_residual_and_cautions():
+    """One round allowed: the start moved 1.5 ms, far above the tolerance (10^-3 of ~1 ms)."""
+    res = replay(_late_all_reduce(), [BASE], max_iter=1)
+    cv = res.results[0].convergence
+    assert cv.rounds == 1 and not cv.converged
+    assert cv.residual_ns == pytest.approx(1_500_000) and cv.tolerance_ns < 2_000
+    (f,) = _not_converged(res)
+    assert f.severity == "warning" and f.value == cv.residual_ns
+    assert f.data["topology"] == res.results[0].topology == BASE and f.data["rounds"] == 1
+    assert BASE in f.text and "1500.0 µs" in f.text and "1 rounds" in f.text
+    doc = json.loads(res.dumps())
+    assert doc["results"][0]["convergence"] == {"rounds": 1, "residual_ns": cv.residual_ns,
+                                                "tolerance_ns": cv.tolerance_ns, "converged": False,
+                                                "moves_ns": [cv.residual_ns]}
+    assert doc["findings"][[g["data"].get("reason") for g in doc["findings"] if "data" in g].index(
+        "not_converged")]["kind"] == "replay_caution"
+
+
+def test_each_unsettled_topology_gets_its_own_caution():
+    slow = "single-switch:gpus=1,latency_ns=0,pcie_gbps=500"
+    res = replay(_late_all_reduce(), [BASE, slow], max_iter=1)
+    assert [f.data["topology"] for f in _not_converged(res)] == [BASE, slow]
+    assert [f.value for f in _not_converged(res)] == [r.convergence.residual_ns for r in res.results]
+
+
+def test_convergence_round_trips_and_old_json_reads_as_unknown():
+    res = replay(_late_all_reduce(), [BASE], max_iter=1)
+    back = ReplayResult.from_json(json.loads(res.dumps()))
+    assert back.results[0].convergence == res.results[0].convergence
+    assert [f.data for f in back.findings] == [f.data for f in res.findings]
+    old = json.loads(res.dumps())
+    del old["results"][0]["convergence"]
+    assert ReplayResult.from_json(old).results[0].convergence is None
