@@ -8,7 +8,7 @@ import pytest
 from hand_traces import BASE, PHYSICS_NS, Trace
 
 from tracekit.replay import engine
-from tracekit.replay.engine import Convergence, ReplayResult, TopologyResult, replay
+from tracekit.replay.engine import ReplayResult, replay
 
 
 def _late_all_reduce():
