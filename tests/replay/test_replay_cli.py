@@ -55,6 +55,10 @@ def test_replay_run_dir(tmp_path):
     edges = next(line for line in result.output.splitlines() if line.startswith("dependency edges per rule: "))
     assert edges.split(": ", 1)[1].split(", ")[0].startswith("stream ")
     assert "replay error per op (median / p90): uncalibrated | in sample | cross-validated" in result.output
+    cv = doc["results"][0]["convergence"]
+    assert cv["converged"] and cv["rounds"] >= 1
+    line = next(x for x in result.output.splitlines() if x.startswith("fixed point on rail-optimized:gpus=4: "))
+    assert f"last start move {cv['residual_ns'] / 1e3:.1f} µs" in line and not line.endswith("not settled")
 
 
 def test_replay_needs_a_topology(tmp_path):

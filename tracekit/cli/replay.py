@@ -214,6 +214,12 @@ def _verbose_lines(doc: dict[str, Any]) -> list[str]:
     if unseen:
         lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(
             f"{_printable(b)} ({how})" for b, how in unseen.items()))
+    for r in doc["results"]:
+        cv = r.get("convergence")
+        if cv:
+            lines.append(f"fixed point on {_printable(r['topology'])}: {cv['rounds']} round"
+                         f"{'s' if cv['rounds'] != 1 else ''}, last start move {cv['residual_ns'] / 1e3:.1f} µs "
+                         f"(tolerance {cv['tolerance_ns'] / 1e3:.1f} µs){'' if cv['converged'] else ': not settled'}")
     ident = doc.get("identity") or {}
     for fb in (ident.get("fallbacks") or [])[:20]:
         lines.append(f"fallback: {_printable(fb['text'])}")
