@@ -96,6 +96,11 @@ def whole_replay(gpus: int, topologies: list[str], previous: bool) -> float:
           f"{sim:.1f} s CPU: {len(full)} of every flow ({', '.join(f'{c:.1f}' for c in full)}), {len(part)} of "
           f"the parts a round moved ({sum(n for _, n in part):,} flows, {sum(c for c, _ in part):.1f} s); "
           f"everything else {total - sim:.1f} s CPU; peak RSS {rss_mib():,.0f} MiB", flush=True)
+    for r in result.results:
+        cv = r.convergence
+        print(f"              fixed point on {r.topology}: {cv.rounds} rounds, start moves "
+              f"{', '.join(f'{m / 1e3:.1f}' for m in cv.moves_ns)} us (tolerance {cv.tolerance_ns / 1e3:.1f} us): "
+              f"{'settled' if cv.converged else 'NOT SETTLED'}", flush=True)
     if previous:
         kernel = _kernels.simulate_flows
         _kernels.simulate_flows = previous_kernel.simulate_flows

@@ -51,7 +51,7 @@ from tracekit.store import Run
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
 DEP_GAP_NS = deps.DEP_GAP_NS
-MAX_ITER = 4
+MAX_ITER = 8
 #: The schedule/simulate fixed point has settled when no instance start moved by more than this
 #: share of the longest replayed network time.
 SETTLE_FRAC = 1e-3
