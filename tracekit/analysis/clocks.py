@@ -29,7 +29,7 @@ def align_clocks(
     aligned only among themselves, and ranks with no timed collective keep offset 0.
 
     Returns the ranks table with `clock_offset_ns` (common = own + offset) and a report:
-    method, instances_used, iterations, solver_steps, anchor, components, unconnected_ranks, used_p2p,
+    method, instances_used, iterations, solver_steps, converged (False: stopped at `max_iter`), anchor, components, unconnected_ranks, used_p2p,
     raw_spread_ns and residual_ns (median/p90/max over instances of the end-time spread before
     and after alignment), per_rank_residual_ns, notes.
     """
@@ -40,7 +40,8 @@ def align_clocks(
     all_ranks = sorted(set(rk.get_column("rank").to_list()) | set(coll.get_column("rank").to_list()))
     report: dict[str, Any] = {
         "method": "end-time least absolute deviation (IRLS, joint over all ranks)",
-        "instances_used": 0, "iterations": 0, "solver_steps": 0, "anchor": None, "components": [],
+        "instances_used": 0, "iterations": 0, "solver_steps": 0, "converged": True, "anchor": None,
+        "components": [],
         "unconnected_ranks": [], "used_p2p": False,
         "raw_spread_ns": _stats(np.zeros(0)), "residual_ns": _stats(np.zeros(0)),
         "per_rank_residual_ns": {}, "notes": [],
@@ -103,6 +104,11 @@ def align_clocks(
     report["instances_used"] = len(inst_codes)
     report["iterations"] = iterations
     report["solver_steps"] = cg_steps
+    report["converged"] = converged
+    if not converged:
+        report["notes"].append(
+            f"the offsets had not settled after {iterations} iterations (max_iter): they may be off "
+            f"by more than {tol_ns:g} ns")
     report["raw_spread_ns"] = _stats(_spread(i_idx, e, len(inst_codes)))
     report["residual_ns"] = _stats(_spread(i_idx, shifted, len(inst_codes)))
     common = _group_median(i_idx, shifted, len(inst_codes))
@@ -114,7 +120,7 @@ def align_clocks(
 
 
 def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: int,
-           max_iter: int, tol: float, fixed: np.ndarray, *, floor_ns: float = 100.0, min_curv: float = 1e-6
+           max_iter: int, tol: float, fixed: np.ndarray, *, floor_ns: float = 100.0, min_curv: float = 0.1
            ) -> tuple[np.ndarray, int, int, bool]:
     """Least absolute deviations, smoothed to sum sqrt(res^2 + floor^2) over the pairs, minimised
     jointly over all offsets (`fixed` ranks held at 0) and the instances' common ends by damped
@@ -122,10 +128,12 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     reweighting of IRLS (weight 1/sqrt(res^2 + floor^2)) overstates the curvature of residuals
     much larger than the floor by (res/floor)^2, so where the optimum sits in a wide gap between
     residuals (jittered ends, a median of few samples) it creeps there linearly, its moves far
-    smaller than its remaining error. Newton uses the true curvature (at least `min_curv` times
-    the IRLS weight, which keeps the solve conditioned against ms outliers) with a line search
-    on the slope. Stops when no offset moved more than `tol`. Returns the offsets, the
-    iterations, the conjugate-gradient steps they took and whether it converged."""
+    smaller than its remaining error. These steps use the true curvature, but at least `min_curv`
+    times the IRLS weight (lower floors leave the solve too ill-conditioned for CG with ms
+    outliers), with a line search on the slope. Convergence is then fast but still linear, so the
+    remaining error is estimated from the last move and the ratio of the last two (a geometric
+    tail) and it stops when that is within `tol`. Returns the offsets, the iterations, the
+    conjugate-gradient steps they took and whether it converged."""
     by_i = np.lexsort((r_idx, i_idx))  # one order whatever order the pairs came in: same sums, same tree
     r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
     starts = np.searchsorted(i_s, np.arange(n_i + 1))
@@ -134,7 +142,7 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     off, steps = _cg(r_s, starts, e_s, ones, n_r, fixed, np.zeros(n_r), plan=plan)
     common = np.bincount(i_s, e_s + off[r_s], n_i) / np.bincount(i_s, ones, n_i)
     f2 = floor_ns * floor_ns
-    it, converged = 1, False
+    it, converged, last = 1, False, np.inf
     while it < max_iter:
         it += 1
         res = e_s + off[r_s] - common[i_s]
@@ -149,7 +157,10 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
         t = _line_search(res, d_res, f2)
         off += t * step
         common += t * d_common
-        if t * float(np.max(np.abs(step), initial=0.0)) <= tol:
+        moved = t * float(np.max(np.abs(step), initial=0.0))
+        rate = min(moved / last, 0.99) if last > 0 else 0.0
+        last = moved
+        if moved * max(1.0, rate / (1.0 - rate)) <= tol:
             converged = True
             break
     return off, it, steps, converged

@@ -304,6 +304,11 @@ def _alignment_findings(r: AnalysisResult) -> list[Finding]:
                  f"{a['instances_used']} instances."))
     elif r.validity.cross_rank:
         out.extend(Finding(kind="alignment", severity="warning", text=n) for n in a.get("notes", []))
+    if not a.get("converged", True):
+        out.append(Finding(
+            kind="alignment", severity="warning", value=a.get("iterations"),
+            text=f"Clock alignment stopped at its iteration cap ({a.get('iterations')}) before the offsets "
+                 "settled; cross-rank waits may be off by the offsets' remaining error."))
     if a.get("unconnected_ranks"):
         out.append(Finding(
             kind="alignment", severity="warning", ranks=tuple(a["unconnected_ranks"]),
