@@ -81,8 +81,9 @@ def dense_weighted_offsets(r: np.ndarray, i: np.ndarray, e: np.ndarray, w: np.nd
 
 
 def dense_irls(r: np.ndarray, i: np.ndarray, e: np.ndarray, n_r: int, n_i: int, fixed: np.ndarray,
-               max_iter: int = 100, tol: float = 0.5, floor: float = 100.0) -> np.ndarray:
-    """The alignment's IRLS with every step solved densely (`dense_weighted_offsets`)."""
+               max_iter: int = 100_000, tol: float = 1e-3, floor: float = 100.0) -> np.ndarray:
+    """Plain IRLS on the alignment's objective with every step solved densely
+    (`dense_weighted_offsets`), run to convergence: the optimum the solver must reach."""
     w = np.ones(len(e))
     off = np.zeros(n_r)
     for it in range(1, max_iter + 1):

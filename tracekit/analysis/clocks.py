@@ -142,19 +142,20 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     off, steps = _cg(r_s, starts, e_s, ones, n_r, fixed, np.zeros(n_r), plan=plan)
     common = np.bincount(i_s, e_s + off[r_s], n_i) / np.bincount(i_s, ones, n_i)
     f2 = floor_ns * floor_ns
-    it, converged, last = 1, False, np.inf
+    it, converged, last, curv = 1, False, np.inf, min_curv
     while it < max_iter:
         it += 1
         res = e_s + off[r_s] - common[i_s]
         q = res * res + f2
         root = np.sqrt(q)
         g = res / root
-        h = np.maximum(f2 / (q * root), min_curv / root)
+        h = np.maximum(f2 / (q * root), curv / root)
         step, k = _cg(r_s, starts, g / h, h, n_r, fixed, np.zeros(n_r), plan=plan)
         steps += k
         d_common = np.bincount(i_s, h * (g / h + step[r_s]), n_i) / np.bincount(i_s, h, n_i)
         d_res = step[r_s] - d_common[i_s]
         t = _line_search(res, d_res, f2)
+        curv = max(curv / 10, 1e-4) if t == 1.0 else min(curv * 10, 1.0)
         off += t * step
         common += t * d_common
         moved = t * float(np.max(np.abs(step), initial=0.0))
