@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from analysis_helpers import alignment_edges, dense_irls
+from analysis_helpers import alignment_edges, dense_irls, smoothed_lad
 
 from tracekit.analysis import analyze
 from tracekit.ingest import ingest
@@ -124,13 +124,19 @@ def test_gloo_even_all_to_alls_have_no_hot_rank(gloo):
 
 @pytest.mark.parametrize("name", ["dlrm", "gloo"])
 def test_alignment_equals_the_dense_solve_on_real_traces(request, name):
-    """The sparse solver's offsets against the dense IRLS it replaced, on real multi-rank traces
-    (DLRM: 8 ranks, 8 collectives; gloo: 8 ranks joined through send/recv, 80 instances)."""
+    """The solver's offsets against dense IRLS run to convergence, on real multi-rank traces (DLRM:
+    8 ranks, 8 collectives; gloo: 8 ranks joined through send/recv, 80 instances). Gloo's ends
+    disagree by 160-340 us per rank, so the 100 ns floor hardly smooths the absolute deviations and
+    one rank sits on a flat stretch: 411 ns of its offset change the objective (~1e8 ns) by under
+    1e-3 ns, and where on it each method stops is arbitrary. So: the objective no worse than the
+    reference's, and the offsets within 1 ns (DLRM) and 500 ns (gloo)."""
     result = request.getfixturevalue(name)
     result = result[0] if isinstance(result, tuple) else result
     n = result.ranks.num_rows
     r, i, e, n_i, fixed = alignment_edges(result.collectives, n, p2p=result.alignment["used_p2p"])
     want = dense_irls(r, i, e, n, n_i, fixed)
     got = pl.from_arrow(result.ranks).sort("rank")["clock_offset_ns"].to_numpy()
-    np.testing.assert_allclose(got, np.round(want), atol=1)
+    assert result.alignment["converged"]
+    assert smoothed_lad(r, i, e, got.astype(np.float64), n_i) <= smoothed_lad(r, i, e, np.round(want), n_i) + 1e-3
+    np.testing.assert_allclose(got, np.round(want), atol={"dlrm": 1, "gloo": 500}[name])
     assert result.alignment["instances_used"] == n_i >= 8
