@@ -20,16 +20,17 @@ def align_clocks(
 
     Participants of a collective finish nearly together, so for rank r and instance i,
     `end[r, i] + offset[r] ~ common_end[i]`. The offsets minimise the sum of absolute deviations
-    over the bipartite rank-instance graph, jointly for all ranks: iteratively reweighted least
-    squares, each step solving the rank Laplacian with the instances' common ends eliminated
-    (sparse conjugate gradients, `weighted_offsets`: the same method at every scale), until no
-    offset moves by more than `tol_ns`. Send/recv pairs are used only when the collectives leave
-    ranks unconnected (a send often returns before the recv completes). In each connected
+    over the bipartite rank-instance graph (smoothed by a 100 ns floor), jointly for all ranks: damped
+    Newton steps (`_solve`), each solving the rank Laplacian with the instances' common ends
+    eliminated (sparse conjugate gradients, `weighted_offsets`: the same method at every scale),
+    until no offset moves by more than `tol_ns` or `max_iter` iterations. Send/recv pairs are used
+    only when the collectives leave ranks unconnected (a send often returns before the recv completes). In each
     component the lowest rank is the anchor (offset 0): ranks outside the anchor's component are
     aligned only among themselves, and ranks with no timed collective keep offset 0.
 
     Returns the ranks table with `clock_offset_ns` (common = own + offset) and a report:
-    method, instances_used, iterations, solver_steps, converged (False: stopped at `max_iter`), anchor, components, unconnected_ranks, used_p2p,
+    method, instances_used, iterations, solver_steps, converged (False: stopped at `max_iter`),
+    anchor, components, unconnected_ranks, used_p2p,
     raw_spread_ns and residual_ns (median/p90/max over instances of the end-time spread before
     and after alignment), per_rank_residual_ns, notes.
     """
@@ -39,7 +40,7 @@ def align_clocks(
         coll = keyed(coll)
     all_ranks = sorted(set(rk.get_column("rank").to_list()) | set(coll.get_column("rank").to_list()))
     report: dict[str, Any] = {
-        "method": "end-time least absolute deviation (IRLS, joint over all ranks)",
+        "method": "end-time least absolute deviation (damped Newton, joint over all ranks)",
         "instances_used": 0, "iterations": 0, "solver_steps": 0, "converged": True, "anchor": None,
         "components": [],
         "unconnected_ranks": [], "used_p2p": False,
