@@ -14,22 +14,27 @@ peak RSS of each and their ratios. Target: the analysis under 10 s and 4 GiB on 
 ``--align 256,1024,4096,8192`` times the cross-rank clock alignment alone at each size (ranks =
 hosts x 8, PP=4, EP=8, one step of synthetic collectives), the current sparse solver against the
 dense one it replaced (`benchmarks/previous_clocks.py`), in the same run, on two inputs: the synth
-ends as made (they agree exactly, so IRLS stops after 2 steps: what `bench_e2e.py` sees) and the
-same ends with 0-5 us jitter and 2% of them 1-20 ms late (IRLS then does real work; both solvers
-capped at ``--align-iters`` steps, and the current one also run to convergence). Prints CPU seconds
+ends as made (they agree exactly, so the solver stops after 2 steps: what `bench_e2e.py` sees) and
+the same ends with 0-5 us jitter and 2% of them 1-20 ms late (the solver then does real work; both
+solvers capped at ``--align-iters`` steps, and the current one also run to convergence). Prints CPU seconds
 (the process's, BLAS threads included; wall time on a shared machine mostly measures the neighbours),
 the largest offset difference between the two solvers and from the injected truth, and the growth
 exponent of each column (slope of log time on log ranks, all sizes and the two largest). Target:
 exponent <= 1.2 for the current solver's complete runs (clean, and noisy to convergence). The
-10-step column grows a little faster: the first IRLS steps start far from the answer, and their
+10-step column grows a little faster: the first steps start far from the answer, and their
 conjugate-gradient steps grow with the graph.
 
 A second table compares the conjugate-gradient preconditioners in the same run: the spanning-tree
 one (`clocks._TreePlan`) against the Jacobi one main used before it (swapped in here), on the same
 synthetic inputs and on pipeline chains (``--align-chain 1000,4096``: ranks linked only by send/recv
 to the next one, 8 transfers per link, exact and with 0-5 us end jitter), where Jacobi needs about
-as many steps per solve as the chain is long. Prints IRLS iterations, CG steps and CPU seconds of
+as many steps per solve as the chain is long. Prints solver iterations, CG steps and CPU seconds of
 each, their largest offset difference and the error against the injected offsets.
+
+A third table compares the damped Newton solver (`clocks._solve`) with the plain IRLS it replaced
+(`_irls_solve` here, swapped in), on the jittered synth inputs and chains: iterations, CG steps and
+CPU seconds of each at the shipped 100-iteration cap, and their largest offset difference from IRLS
+run to 1e-3 ns (the reference optimum), and the error against the injected offsets.
 """
 
 from __future__ import annotations
@@ -193,7 +198,7 @@ def precond_scaling(sizes: list[int], chains: list[int]) -> None:
 
     tree = clocks._TreePlan
     print("\nCG preconditioners: tree = spanning tree (current), jacobi = diagonal (before); CPU seconds")
-    print(f"{'case':>14} {'ranks':>6} {'IRLS it':>7} {'tree s':>8} {'tree CG':>8} {'jacobi s':>9} "
+    print(f"{'case':>14} {'ranks':>6} {'iters':>7} {'tree s':>8} {'tree CG':>8} {'jacobi s':>9} "
           f"{'jacobi CG':>9} {'tree-jac':>9} {'truth err':>10}")
 
     def compare(name: str, world: int, coll: Any, ranks: Any, truth: dict[int, int]) -> None:
@@ -215,6 +220,66 @@ def precond_scaling(sizes: list[int], chains: list[int]) -> None:
         compare("synth noisy", world, noisy, ranks, truth)
     for n in chains:
         compare("chain exact", n, *_chain_inputs(n, 0))
+        compare("chain jitter", n, *_chain_inputs(n, 5_000))
+
+
+def _irls_solve(r_idx: Any, i_idx: Any, e: Any, n_r: int, n_i: int, max_iter: int, tol: float, fixed: Any,
+                *, floor_ns: float = 100.0) -> tuple[Any, int, int, bool]:
+    """`clocks._solve` before the damped Newton steps: plain IRLS, each CG solve warm-started from the
+    previous offsets, stopping when no offset moves more than `tol`."""
+    import numpy as np
+
+    from tracekit.analysis.clocks import _cg, _TreePlan
+
+    by_i = np.lexsort((r_idx, i_idx))
+    r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
+    starts = np.searchsorted(i_s, np.arange(n_i + 1))
+    w = np.ones(len(e))
+    off = np.zeros(n_r)
+    plan = _TreePlan(r_s, starts, n_r, fixed)
+    it = steps = 0
+    for it in range(1, max_iter + 1):
+        new, k = _cg(r_s, starts, e_s, w, n_r, fixed, off, plan=plan)
+        steps += k
+        shifted = e_s + new[r_s]
+        common = np.bincount(i_s, w * shifted, n_i) / np.bincount(i_s, w, n_i)
+        res = shifted - common[i_s]
+        w = 1.0 / np.sqrt(res * res + floor_ns * floor_ns)
+        moved = float(np.max(np.abs(new - off))) if n_r else 0.0
+        off = new
+        if moved <= tol and it > 1:
+            return off, it, steps, True
+    return off, it, steps, False
+
+
+def solver_scaling(sizes: list[int], chains: list[int]) -> None:
+    """The damped Newton solver against the plain IRLS before it (capped at 100 steps as it shipped,
+    and run to 1e-3 ns as the reference optimum), same inputs, same run."""
+    from tracekit.analysis import clocks
+
+    newton = clocks._solve
+    print("\nSolvers: newton = damped Newton (current), irls = plain IRLS (before); "
+          "ref = IRLS to 1e-3 ns, up to 100,000 steps; CPU seconds")
+    print(f"{'case':>14} {'ranks':>6} {'newton it':>9} {'CG':>6} {'s':>6} {'irls it':>7} {'CG':>6} {'s':>6} "
+          f"{'ref it':>7} {'newton-ref':>10} {'irls-ref':>9} {'truth err':>10}")
+
+    def compare(name: str, world: int, coll: Any, ranks: Any, truth: dict[int, int]) -> None:
+        clocks._solve = _irls_solve
+        try:
+            i_s, i_o, i_r = _timed_align(clocks.align_clocks, coll, ranks)
+            _, ref, ref_r = _timed_align(clocks.align_clocks, coll, ranks, max_iter=100_000, tol_ns=1e-3)
+        finally:
+            clocks._solve = newton
+        n_s, n_o, n_r = _timed_align(clocks.align_clocks, coll, ranks)
+        print(f"{name:>14} {world:>6} {n_r['iterations']:>9} {n_r['solver_steps']:>6} {n_s:>5.2f}s "
+              f"{i_r['iterations']:>7} {i_r['solver_steps']:>6} {i_s:>5.2f}s {ref_r['iterations']:>7} "
+              f"{max(abs(n_o[r] - ref[r]) for r in ref):>7} ns {max(abs(i_o[r] - ref[r]) for r in ref):>6} ns "
+              f"{max(abs(n_o[r] - truth[r]) for r in truth):>7} ns", flush=True)
+
+    for world in sizes:
+        _, noisy, ranks, truth = _align_inputs(max(world // 8, 4))
+        compare("synth noisy", world, noisy, ranks, truth)
+    for n in chains:
         compare("chain jitter", n, *_chain_inputs(n, 5_000))
 
 
@@ -276,6 +341,7 @@ def align_scaling(sizes: list[int], iters: int, old_max: int, chains: list[int])
         print(f"{'exponent':>6} {label:>8} " + " ".join(f"{x:>14}" for x in exps))
     print(f"target (current solver's complete runs, exponent <= 1.2): {'met' if ok else 'MISSED'}")
     precond_scaling(sizes, chains)
+    solver_scaling(sizes, chains)
     return 0 if ok else 1
 
 
@@ -292,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-naive", action="store_true", help="Skip the naive baseline.")
     ap.add_argument("--align", metavar="RANKS", help="Only the clock alignment at these rank counts "
                     "(comma-separated, e.g. 256,1024,4096,8192), current vs previous solver.")
-    ap.add_argument("--align-iters", type=int, default=10, help="IRLS cap for the like-for-like noisy timing.")
+    ap.add_argument("--align-iters", type=int, default=10, help="Iteration cap for the like-for-like noisy timing.")
     ap.add_argument("--align-chain", default="1000,4096", help="Send/recv chain lengths for the "
                     "preconditioner comparison (comma-separated; empty for none).")
     ap.add_argument("--align-old-max", type=int, default=8192, help="Largest rank count the dense solver runs at.")
