@@ -376,7 +376,7 @@ def test_a_constant_on_every_clock_changes_nothing(run, shift):
 @settings(max_examples=25, deadline=None)
 @given(_runs(), st.randoms(use_true_random=False))
 def test_permuting_ranks_permutes_offsets(run, rnd):
-    """Renaming ranks renames their offsets (relative to the new lowest rank), within 20 ns: IRLS
+    """Renaming ranks renames their offsets (relative to the new lowest rank), within 20 ns: the solver
     stops once no offset moves 0.5 ns, and where the L1 optimum is flat, summing in another order
     stops it a few ns elsewhere (up to 5 ns seen in 300 examples)."""
     rows, n = run
