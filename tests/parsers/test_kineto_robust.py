@@ -8,12 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kineto_helpers import parse_into
 
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
+from tracekit.parsers._limits import RANGES
 
 DLRM0 = "param_dlrm_kineto_8rank/worker0_step_12.1694128201545.pt.trace.json"
 
@@ -258,8 +259,12 @@ _event = st.fixed_dictionaries(
 
 
 def _number(ts: object) -> bool:
-    """A time stamp the parser reads: a JSON number, or a quoted decimal number (`"12"`)."""
-    if isinstance(ts, (int, float)):
+    """A time stamp the parser reads: a JSON number, or a quoted decimal number (`"12"`), whose
+    ns value is inside `RANGES["time_ns"]` (an integer µs stamp past 2**62 ns is skipped)."""
+    if isinstance(ts, int):
+        lo, hi = RANGES["time_ns"]
+        return lo <= ts * 1000 <= hi
+    if isinstance(ts, float):
         return True
     if not isinstance(ts, str) or not ts.strip() or not ts.isascii():
         return False
@@ -273,6 +278,8 @@ def _number(ts: object) -> bool:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_event, max_size=30), gz=st.booleans(), chunk=st.sampled_from([64, 1 << 20]))
+@example(events=[{"ph": "X", "cat": "kernel", "ts": 2**62 // 1000}], gz=False, chunk=64)
+@example(events=[{"ph": "X", "cat": "kernel", "ts": 2**62 // 1000 + 1}], gz=False, chunk=64)
 def test_counting_rule_holds(tmp_path_factory: pytest.TempPathFactory, events: list[dict],
                              gz: bool, chunk: int) -> None:
     tmp = tmp_path_factory.mktemp("h")
