@@ -1204,29 +1204,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if i < 0:
                 i = hn
                 hn += 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if hk[parent] <= key:
-                    break
-                hk[i] = hk[parent]
-                hi[i] = hi[parent]
-                hpos[hi[i]] = i
-                i = parent
-            while True:
-                c = 2 * i + 1
-                if c >= hn:
-                    break
-                if c + 1 < hn and hk[c + 1] < hk[c]:
-                    c += 1
-                if hk[c] >= key:
-                    break
-                hk[i] = hk[c]
-                hi[i] = hi[c]
-                hpos[hi[i]] = i
-                i = c
-            hk[i] = key
-            hi[i] = g
-            hpos[g] = i
+            _ih_set(hk, hi, hpos, hn, i, key, g)
         if lz_b >= 0:
             gn += 1
             _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
