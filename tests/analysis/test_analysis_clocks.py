@@ -281,6 +281,21 @@ def test_sparse_solve_equals_the_dense_solve(g, seed):
         assert smoothed_lad(r, i, e, got, n_i) <= smoothed_lad(r, i, e, want, n_i) * (1 + 1e-12)
 
 
+def test_a_shortened_step_is_not_taken_for_convergence():
+    """Found by hypothesis in CI: three ranks, eight instances, ms skews. The line search cut the
+    tenth step to 1/8, which moved no offset by more than 0.5 ns while the offsets were still 20 ns
+    from the optimum; the solve must go on to it (dense IRLS) and say it converged."""
+    r = np.array([2, 1, 1, 0, 2, 1, 2, 0, 2, 1, 0, 1, 0, 2, 0, 2, 1, 0, 2, 2, 1])
+    i = np.array([0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 6, 6, 6, 7, 7])
+    e = np.array([-153906113, -155762815, -105757116, -99998882, -103907142, -55760924, -53907772,
+                  -49998081, -3904408, -2762442, 0, 44240812, 49999179, 46094018, 100002601, 96095219,
+                  144239376, 150005530, 146095760, 196089113, 194235673], np.float64)
+    fixed = np.array([True, False, False])
+    got, it, _, converged = clocks._solve(r, i, e, 3, 8, 100, 0.5, fixed)
+    assert converged and it < 100
+    np.testing.assert_allclose(got, dense_irls(r, i, e, 3, 8, fixed), atol=0.5)
+
+
 def test_weighted_offsets_are_the_least_squares_solution():
     """One weighted solve against brute-force least squares over offsets and common ends."""
     rng = np.random.default_rng(4)

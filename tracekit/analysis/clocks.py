@@ -134,7 +134,8 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     least `curv` times the IRLS weight: `curv` starts at `min_curv`, drops tenfold (to 1e-4) after
     every full step and rises tenfold (to 1, the IRLS weight, whose step always descends) after
     every shortened one, which keeps CG conditioned against ms outliers far from the optimum.
-    Stops once a step moved no offset by more than `tol`. Returns the offsets, the iterations,
+    Stops once a full step (one the line search did not shorten) moved no offset by more than
+    `tol`: a shortened step is small because it was cut, not because the optimum is near. Returns the offsets, the iterations,
     the conjugate-gradient steps they took and whether it stopped by `tol` (not at `max_iter`)."""
     by_i = np.lexsort((r_idx, i_idx))  # one order whatever order the pairs came in: same sums, same tree
     r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
@@ -160,7 +161,7 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
         curv = max(curv / 10, 1e-4) if t == 1.0 else min(curv * 10, 1.0)
         off += t * step
         common += t * d_common
-        if t > 0 and t * float(np.max(np.abs(step), initial=0.0)) <= tol:
+        if t == 1.0 and float(np.max(np.abs(step), initial=0.0)) <= tol:
             converged = True
             break
     return off, it, steps, converged
