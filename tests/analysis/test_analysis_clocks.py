@@ -10,7 +10,7 @@ from analysis_helpers import (
     smoothed_lad,
     strip_derived,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tracekit.analysis import _kernels, align_clocks, clocks, match_collectives, prepare
@@ -261,13 +261,36 @@ def _graphs(draw):
     return r, i, e, n_r, n_i, fixed
 
 
+def _graph(r, i, e, fixed):
+    """An explicit `_graphs` example."""
+    r, i = np.array(r, np.int64), np.array(i, np.int64)
+    return r, i, np.array(e, np.float64), len(fixed), int(i.max()) + 1, np.array(fixed)
+
+
 @settings(max_examples=100, deadline=None)
 @given(_graphs(), st.integers(0, 2**31))
+# found by hypothesis (seed 1, 2000 examples): stopped after its first step (curvature floor 0.1),
+# 4.3 ns from dense IRLS, objective 1e-4 ns higher
+@example(_graph([3, 5, 4, 1, 8, 7, 6, 7, 3, 2, 5, 1], [0] * 6 + [1] * 6,
+                [-24825080, -29480344, -29117092, -29143722, -24246500, -20523670, 20582065, 29479688,
+                 25170502, 21471626, 20523670, 20851050], [True, True] + [False] * 7), 0)
+# 52 µs from dense IRLS on a flat stretch, objective 1.2e-3 ns higher
+@example(_graph([2, 4, 3, 0, 3, 1, 2, 5, 0, 0, 1, 5, 0, 4, 2, 5, 3], [0] * 4 + [1] * 5 + [2] * 3 + [3] * 5,
+                [-54032227, -46036360, -52322701, -50001059, -2322310, -4462487, -1028264, -5048354, 0,
+                 46999034, 45539077, 44952116, 97004739, 100961512, 95967351, 94950828, 97681753],
+                [True] + [False] * 5), 0)
 def test_sparse_solve_equals_the_dense_solve(g, seed):
     """One weighted step (weights spread like IRLS's, 1e-7 to 1e-2) to 1e-4 ns; the whole solve
-    against dense IRLS run to convergence: within 2 ns, or (ms residuals leave flat optima) an
-    objective no higher; or, within the cap, not converged and saying so (some of these few-instance
-    graphs with ms skews have a kinked optimum that takes thousands of iterations)."""
+    against dense IRLS run to convergence: within 2 ns, or an objective at most 0.01 ns higher; or,
+    within the cap, not converged and saying so (some of these few-instance graphs with ms skews
+    have a kinked optimum that takes thousands of iterations).
+    The objective, not the offsets: with ms residuals the optimum can lie on a flat stretch (an even
+    number of ends, µs apart, on either side; no pair near its kink), where offsets ns or even µs
+    apart fit within 1e-3 ns of the same sum. There a step is damped by the curvature floor, so it
+    moves under 0.5 ns well before the offsets are within 0.5 ns, and dense IRLS creeps too: in 4,500
+    graphs 29 solves ended over 2 ns from it, 25 of them with the lower objective, the rest at most
+    2.1e-3 ns higher. Precision is the chain's and the synth runs' tests; here a stop at 50 ns steps,
+    or plain IRLS, is 1.1 or 0.017 ns worse."""
     r, i, e, n_r, n_i, fixed = g
     w = 10.0 ** np.random.default_rng(seed).uniform(-7, -2, len(e))
     got, _ = clocks.weighted_offsets(r, i, e, w, n_r, n_i, fixed)
@@ -278,7 +301,7 @@ def test_sparse_solve_equals_the_dense_solve(g, seed):
         return
     want = dense_irls(r, i, e, n_r, n_i, fixed)
     if not np.allclose(got, want, rtol=0, atol=2.0):
-        assert smoothed_lad(r, i, e, got, n_i) <= smoothed_lad(r, i, e, want, n_i) * (1 + 1e-12)
+        assert smoothed_lad(r, i, e, got, n_i) <= smoothed_lad(r, i, e, want, n_i) + 0.01
 
 
 def test_a_shortened_step_is_not_taken_for_convergence():
