@@ -294,63 +294,20 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
 # bottlenecked on one resource b, all at one rate x_b) finishing, after which only that class's
 # rate rises. Such a class is kept once while its events involve nobody else: its members sit in
 # a heap of their own keyed by the class's cumulative per-flow service V_b at which each drains
-# (remaining bytes = key - V_b), so a rate change re-keys no flow, and bytes per window are
-# attributed per member from V_b at the window boundaries when it leaves the class. Rates and
-# link loads stay exact. A class event is applied in one pass over the members' links when it is
-# a one-class event of the exact algorithm (nobody else is bottlenecked on a link it touches and
-# every other link stays unsaturated); anything else first turns the classes it reaches back into
-# flows (remaining bytes, window bytes, completion-heap keys) and runs as before.
-# lzf[b]: 0 rate, 1 V, 2 time of V. lzi[b]: 0 members, 1 window of entry, 2 start of its V
-# snapshots in vpool, 3 snapshots. A member's rem holds its key, vj its V on joining.
+# (remaining bytes = key - V_b), so a rate change re-keys no flow. Rates and link loads stay exact
+# (and so do the window bytes, which integrate link loads). A class event is applied in one pass
+# over the members' links when it is a one-class event of the exact algorithm (nobody else is
+# bottlenecked on a link it touches and every other link stays unsaturated); anything else first
+# turns the classes it reaches back into flows (remaining bytes, completion-heap keys) and runs as
+# before. lzf[b]: 0 rate, 1 V, 2 time of V. lzi[b]: 0 members, 1 start and 2 length of its links
+# in agr/agc. A member's rem holds its key.
 
 
 @njit
-def _lz_vb(b, k, lzf, lzi, vpool, t_origin, window_ns):
-    """V of lazy class b at window boundary k (time t_origin + k window_ns)."""
-    j = k - lzi[b, 1] - 1
-    if 0 <= j < lzi[b, 3]:
-        return vpool[lzi[b, 2] + j]
-    return lzf[b, 1] + lzf[b, 0] * (t_origin + k * window_ns - lzf[b, 2])
-
-
-@njit
-def _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win):
-    """Move class b's V to `now` at its current rate, recording V at the window boundaries passed."""
-    x = lzf[b, 0]
-    t = lzf[b, 2]
-    v = lzf[b, 1]
-    if n_win > 0:
-        k = lzi[b, 1] + 1 + lzi[b, 3]
-        while k <= n_win:
-            tk = t_origin + k * window_ns
-            if tk > now:
-                break
-            vpool[lzi[b, 2] + lzi[b, 3]] = v + x * (tk - t)
-            lzi[b, 3] += 1
-            k += 1
-    lzf[b, 1] = v + x * (now - t)
+def _lz_advance(b, now, lzf):
+    """Move class b's V to `now` at its current rate."""
+    lzf[b, 1] += lzf[b, 0] * (now - lzf[b, 2])
     lzf[b, 2] = now
-
-
-@njit
-def _lz_windows(g, b, t0, v0, t1, v1, lzf, lzi, vpool, win, indptr, res, t_origin, window_ns):
-    """Bytes member g of class b carried between (t0, V = v0) and (t1, V = v1), onto the windows."""
-    n_win = win.shape[0]
-    if t1 <= t0 or n_win == 0:
-        return
-    wa = max(math.floor((t0 - t_origin) / window_ns) - 1, 0)
-    wb = min(math.floor((t1 - t_origin) / window_ns) + 1, n_win - 1)
-    for w in range(wa, wb + 1):
-        ws = t_origin + w * window_ns
-        we = t_origin + (w + 1) * window_ns
-        if we <= t0 or ws >= t1:
-            continue
-        va = v0 if ws <= t0 else _lz_vb(b, w, lzf, lzi, vpool, t_origin, window_ns)
-        vb = v1 if we >= t1 else _lz_vb(b, w + 1, lzf, lzi, vpool, t_origin, window_ns)
-        amount = vb - va
-        if amount > 0.0:
-            for k in range(indptr[g], indptr[g + 1]):
-                win[w, res[k]] += amount
 
 
 @njit
@@ -431,22 +388,17 @@ def _ih_delete(hk, hi, hpos, n, item):
 
 
 @njit
-def _lz_flush(b, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast, vj, win,
-              t_origin, window_ns, hk, hi, hpos, hn):
-    """Turn lazy class b back into flows at `now` (remaining bytes, window bytes and completion-heap
-    keys as the exact algorithm has them); the caller takes it off the class heap. Returns the
-    completion heap's new size."""
-    n_win = win.shape[0]
-    _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win)
+def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn):
+    """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
+    exact algorithm has them); the caller takes it off the class heap. Returns the completion
+    heap's new size."""
+    _lz_advance(b, now, lzf)
     x = lzf[b, 0]
     v = lzf[b, 1]
     base = lstart[b]
     for m in range(lzi[b, 0]):
         g = ci[base + m]
         left = max(ck[base + m] - v, 0.0)
-        if n_win > 0:
-            _lz_windows(g, b, tlast[g], vj[g], now, v, lzf, lzi, vpool, win, indptr, res, t_origin,
-                        window_ns)
         rem[g] = left
         rate[g] = x
         tlast[g] = now
@@ -458,16 +410,17 @@ def _lz_flush(b, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, r
 
 
 @njit
-def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
-              agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish, latency, bott, bpool,
-              bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin, window_ns):
+def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
+              aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott, bpool, bpos, bcnt,
+              pool, poolf, ipos, lcnt, fin, wd, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
     below cap (1 - tol) at the class's new fair share), apply it and return True; else leave
     everything as it was and return False. The class's links other than b, with the number of
-    members crossing each, are agr/agc[lzi[b, 4]:+lzi[b, 5]]; aggpos maps a member's path entry
-    to its slot there."""
+    members crossing each, are agr/agc[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
+    to its slot there. Load changes go onto the window integrals wd (row wrow, see
+    `_simulate_sorted`) when w_on."""
     base = lstart[b]
     n_all = lzi[b, 0]
     x = lzf[b, 0]
@@ -491,8 +444,8 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
         # the other flows on b keep their rates; the class shares what they leave
         x_new = max(cap[b] - (load[b] - n_all * x), 0.0) / n
         ok = x_new > 0.0
-    a0 = lzi[b, 4]
-    a1 = a0 + lzi[b, 5]
+    a0 = lzi[b, 1]
+    a1 = a0 + lzi[b, 2]
     if ok:
         for j in range(n_fin):
             f = fin[j]
@@ -501,19 +454,37 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
                     agc[aggpos[k]] -= 1
         d = x_new - x
         lim = 1.0 - tol_b
+        # one pass: loads, their window integrals, the check, the largest rates (undone below if
+        # the check fails: a raised largest rate is then marked for recomputing)
         for j in range(a0, a1):
             c = agc[j]
             if c > 0:
                 r = agr[j]
-                load[r] += c * d
+                dl = c * d
+                load[r] += dl
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac
+                    wd[wrow, r, 1] += dl
                 if bcnt[r] > 0 or load[r] >= cap[r] * lim:
                     ok = False
+                if x_new > maxr[r]:
+                    maxr[r] = x_new
         if ok:
             load[b] += n * d
+            if w_on:
+                wd[wrow, b, 0] += n * d * wfrac
+                wd[wrow, b, 1] += n * d
         else:  # undo
             for j in range(a0, a1):
-                if agc[j] > 0:
-                    load[agr[j]] -= agc[j] * d
+                c = agc[j]
+                if c > 0:
+                    r = agr[j]
+                    dl = c * d
+                    load[r] -= dl
+                    if w_on:
+                        wd[wrow, r, 0] -= dl * wfrac
+                        wd[wrow, r, 1] -= dl
+                    maxr_ok[r] = False
             for j in range(n_fin):
                 f = fin[j]
                 for k in range(indptr[f], indptr[f + 1]):
@@ -525,20 +496,13 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
             _mh_push(ck, ci, base, n, rem[f], f)
             n += 1
         return False
-    n_win = win.shape[0]
-    _lz_advance(b, now, lzf, lzi, vpool, t_origin, window_ns, n_win)
-    for j in range(a0, a1):
-        if agc[j] > 0 and x_new > maxr[agr[j]]:
-            maxr[agr[j]] = x_new
+    _lz_advance(b, now, lzf)
     if x_new > maxr[b]:
         maxr[b] = x_new
     for j in range(n_fin):
         f = fin[j]
         key = rem[f]
         t_proj = t0 + (key - v0) / x
-        if n_win > 0:
-            _lz_windows(f, b, tlast[f], vj[f], t_proj, key, lzf, lzi, vpool, win, indptr, res, t_origin,
-                        window_ns)
         finish[f] = t_proj + latency[f]
         active[f] = False
         lzc[f] = -1
@@ -548,6 +512,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
         bpos[last] = i
         bcnt[b] -= 1
         bott[f] = -1
+        late = x * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
         for k in range(indptr[f], indptr[f + 1]):
             r = res[k]
             i = ipos[k]
@@ -557,11 +522,16 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn
             poolf[lstart[r] + i] = poolf[jj]
             ipos[last] = i
             lcnt[r] -= 1
+            dl = -x
             load[r] -= x
             if x >= maxr[r]:
                 maxr_ok[r] = False
             if lcnt[r] == 0:
+                dl -= load[r]
                 load[r] = 0.0
+            if w_on:
+                wd[wrow, r, 0] += dl * wfrac + late
+                wd[wrow, r, 1] += dl
         rate[f] = 0.0
         rem[f] = 0.0
     lzi[b, 0] = n
@@ -619,9 +589,15 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     n_flows = nbytes.size
     n_res = cap.size
     finish = np.full(n_flows, np.nan)
-    win = np.zeros((n_windows, n_res), np.float64)
+    # Bytes per window are integrals of the link loads: a change dl of load[r] at `now`, in window
+    # w, adds dl * (end of w - now) to w and dl * window_ns to each later window. wd[w + 1, r]
+    # holds those two parts (row 0: changes before the first window); one pass at the end sums
+    # them up. Every change of a load is a change of flows' rates, so this is the bytes each flow
+    # carried in each window, at O(1) per change instead of O(windows) per flow.
+    n_win = max(n_windows, 0)
+    wd = np.zeros((n_win + 1, n_res, 2), np.float64)
     if n_flows == 0:
-        return finish, np.zeros((n_res, n_windows), np.float64)
+        return finish, np.zeros((n_res, n_win), np.float64)
     static = np.zeros(n_res, np.int64)
     latency = np.zeros(n_flows, np.float64)
     for f in range(n_flows):
@@ -686,18 +662,15 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     hn = 0
     nxt = 0
     event = 0
-    n_win = win.shape[0]
     wstamp = 0
     lzf = np.zeros((n_res, 3), np.float64)
-    lzi = np.zeros((n_res, 6), np.int64)
+    lzi = np.zeros((n_res, 3), np.int64)
     agr = np.empty(1024, np.int64)
     agc = np.empty(1024, np.int64)
     ag_used = 0
     aggpos = np.empty(res.size, np.int64)
     amap = np.zeros(n_res, np.int64)
     lzc = np.full(n_flows, -1, np.int64)
-    vpool = np.empty(64, np.float64)
-    vp_used = 0
     ck = np.empty(res.size, np.float64)
     ci = np.empty(res.size, np.int64)
     gk = np.empty(n_res, np.float64)
@@ -705,7 +678,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     gpos = np.full(n_res, -1, np.int64)
     gn = 0
     fin = np.empty(n_flows, np.int64)
-    vj = np.zeros(n_flows, np.float64)
     done_k = np.empty(n_res, np.float64)
     done_i = np.empty(n_res, np.int64)
     if merge != 0.0:
@@ -720,8 +692,17 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         tol = rel_eps * abs(now) + 1e-6
         tol_b = 1e3 * rel_eps
         event += 1
+        w_on = False
+        wrow = 0
+        wfrac = 0.0
+        if n_win > 0:
+            ew = math.floor((now - t_origin) / window_ns)
+            if ew < n_win:
+                w_on = True
+                if ew >= 0:
+                    wrow = ew + 1
+                    wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
         if gn == 0:
-            vp_used = 0
             ag_used = 0
         else:
             # each class with flows finishing now: a lazy class event, else flows again (the classes
@@ -730,18 +711,16 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             n_done = 0
             while gn > 0 and gk[0] <= lim:
                 cb = gi[0]
-                if _lz_event(cb, now, tol, tol_b, lzf, lzi, vpool, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr,
-                             res, agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, tlast, vj, active, finish,
-                             latency, bott, bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, win, t_origin,
-                             window_ns):
+                if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
+                             agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott,
+                             bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, wd, w_on, wrow, wfrac):
                     done_k[n_done] = gk[gpos[cb]]
                     done_i[n_done] = cb
                     n_done += 1
                     gn = _ih_delete(gk, gi, gpos, gn, cb)
                 else:
                     gn = _ih_delete(gk, gi, gpos, gn, cb)
-                    hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem, tlast,
-                                   vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
             for j in range(n_done):
                 gn += 1
                 _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
@@ -779,22 +758,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 hk[i] = key
                 hi[i] = item
                 hpos[item] = i
-            if n_win > 0 and rate[f] > 0.0 and t_proj > tlast[f]:  # bytes onto the windows
-                w0 = math.floor((tlast[f] - t_origin) / window_ns)
-                if t_origin + w0 * window_ns > tlast[f]:
-                    w0 -= 1
-                w1 = math.floor((t_proj - t_origin) / window_ns)
-                if t_origin + (w1 + 1) * window_ns < t_proj:
-                    w1 += 1
-                w0 = max(w0, 0)
-                w1 = min(w1, n_win - 1)
-                for w in range(w0, w1 + 1):
-                    aa = max(tlast[f], t_origin + w * window_ns)
-                    bb = min(t_proj, t_origin + (w + 1) * window_ns)
-                    if bb > aa:
-                        amount = rate[f] * (bb - aa)
-                        for k in range(indptr[f], indptr[f + 1]):
-                            win[w, res[k]] += amount
+            # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
+            late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
             rem[f] = 0.0
             finish[f] = tf + latency[f]
             active[f] = False
@@ -815,11 +780,16 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 poolf[lstart[r] + i] = poolf[j]
                 ipos[last] = i
                 lcnt[r] -= 1
+                dl = -rate[f]
                 load[r] -= rate[f]
                 if rate[f] >= maxr[r]:
                     maxr_ok[r] = False
                 if lcnt[r] == 0:
+                    dl -= load[r]
                     load[r] = 0.0
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac + late
+                    wd[wrow, r, 1] += dl
                 if rchg[r] != event:
                     rchg[r] = event
                     chg_links[n_chg] = r
@@ -855,8 +825,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
-                                       tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -868,8 +837,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
-                                       tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -993,6 +961,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     for k in range(indptr[g], indptr[g + 1]):
                         r = res[k]
                         load[r] += d
+                        if w_on:
+                            wd[wrow, r, 0] += d * wfrac
+                            wd[wrow, r, 1] += d
                         if d > 0.0:
                             if new_rate[i] > maxr[r]:
                                 maxr[r] = new_rate[i]
@@ -1020,8 +991,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
                                 cb = lzc[h]
                                 gn = _ih_delete(gk, gi, gpos, gn, cb)
-                                hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
-                                               tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi,
+                                               hpos, hn)
                             if checked[h] != wstamp:
                                 checked[h] = wstamp
                                 cand[n_chk] = h
@@ -1098,8 +1069,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
                             gn = _ih_delete(gk, gi, gpos, gn, cb)
-                            hn = _lz_flush(cb, now, lzf, lzi, vpool, ck, ci, lzc, lstart, indptr, res, rate, rem,
-                                           tlast, vj, win, t_origin, window_ns, hk, hi, hpos, hn)
+                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
                         in_s[g] = event
                         orig[g] = rate[g]
                         s_list[s_n] = g
@@ -1123,19 +1093,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             lzf[lz_b, 1] = 0.0
             lzf[lz_b, 2] = now
             lzi[lz_b, 0] = s_n
-            w0 = 0
-            need = 0
-            if n_win > 0:
-                w0 = max(math.floor((now - t_origin) / window_ns), -1)
-                need = max(n_win - w0, 0)
-                if vp_used + need > vpool.size:
-                    grown = np.empty(max(2 * vpool.size, vp_used + need), np.float64)
-                    grown[:vp_used] = vpool[:vp_used]
-                    vpool = grown
-            lzi[lz_b, 1] = w0
-            lzi[lz_b, 2] = vp_used
-            lzi[lz_b, 3] = 0
-            vp_used += need
             # the class's links other than lz_b, with the number of members crossing each
             n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
             for i in range(s_n):
@@ -1164,29 +1121,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     agc[amap[r] - 1] += 1
             for j in range(a0, ag_used):
                 amap[agr[j]] = 0
-            lzi[lz_b, 4] = a0
-            lzi[lz_b, 5] = ag_used - a0
+            lzi[lz_b, 1] = a0
+            lzi[lz_b, 2] = ag_used - a0
         for i in range(s_n):
             g = s_list[i]
             if rate[g] == orig[g] and lz_b < 0:
                 continue
             if orig[g] > 0.0:
-                if n_win > 0 and now > tlast[g]:
-                    w0 = math.floor((tlast[g] - t_origin) / window_ns)
-                    if t_origin + w0 * window_ns > tlast[g]:
-                        w0 -= 1
-                    w1 = math.floor((now - t_origin) / window_ns)
-                    if t_origin + (w1 + 1) * window_ns < now:
-                        w1 += 1
-                    w0 = max(w0, 0)
-                    w1 = min(w1, n_win - 1)
-                    for w in range(w0, w1 + 1):
-                        aa = max(tlast[g], t_origin + w * window_ns)
-                        bb = min(now, t_origin + (w + 1) * window_ns)
-                        if bb > aa:
-                            amount = orig[g] * (bb - aa)
-                            for k in range(indptr[g], indptr[g + 1]):
-                                win[w, res[k]] += amount
                 rem[g] -= orig[g] * (now - tlast[g])
                 if rem[g] < 0.0:
                     rem[g] = 0.0
@@ -1194,7 +1135,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
                 if hpos[g] >= 0:
                     hn = _ih_delete(hk, hi, hpos, hn, g)
-                vj[g] = 0.0
                 lzc[g] = lz_b
                 _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
                 continue
@@ -1208,10 +1148,12 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         if lz_b >= 0:
             gn += 1
             _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
-    out = np.empty((n_res, n_windows), np.float64)
-    for w in range(n_windows):
-        for r in range(n_res):
-            out[r, w] = win[w, r]
+    out = np.empty((n_res, n_win), np.float64)
+    for r in range(n_res):
+        level = wd[0, r, 1]
+        for w in range(n_win):
+            out[r, w] = wd[w + 1, r, 0] + level * window_ns
+            level += wd[w + 1, r, 1]
     return finish, out
 
 
