@@ -412,7 +412,7 @@ def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, h
 @njit
 def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
               aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott, bpool, bpos, bcnt,
-              pool, poolf, ipos, lcnt, fin, wd, w_on, wrow, wfrac):
+              lcnt, fin, wd, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
@@ -515,12 +515,6 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
         late = x * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
         for k in range(indptr[f], indptr[f + 1]):
             r = res[k]
-            i = ipos[k]
-            jj = lstart[r] + lcnt[r] - 1
-            last = pool[jj]
-            pool[lstart[r] + i] = last
-            poolf[lstart[r] + i] = poolf[jj]
-            ipos[last] = i
             lcnt[r] -= 1
             dl = -x
             load[r] -= x
@@ -609,10 +603,12 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     lstart = np.zeros(n_res, np.int64)
     for r in range(1, n_res):
         lstart[r] = lstart[r - 1] + static[r - 1]
-    pool = np.empty(res.size, np.int64)
+    # per resource, the flows that crossed it since the last pass over them (finished flows are
+    # dropped by the next pass: removing them on finishing was a random access per hop);
+    # lcnt: the active ones
     poolf = np.empty(res.size, np.int64)
+    lused = np.zeros(n_res, np.int64)
     lcnt = np.zeros(n_res, np.int64)
-    ipos = np.empty(res.size, np.int64)
     load = np.zeros(n_res, np.float64)
     rate = np.zeros(n_flows, np.float64)
     rem = nbytes.astype(np.float64).copy()
@@ -713,7 +709,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 cb = gi[0]
                 if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
                              agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott,
-                             bpool, bpos, bcnt, pool, poolf, ipos, lcnt, fin, wd, w_on, wrow, wfrac):
+                             bpool, bpos, bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
                     done_k[n_done] = gk[gpos[cb]]
                     done_i[n_done] = cb
                     n_done += 1
@@ -773,12 +769,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 bott[f] = -1
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                i = ipos[k]
-                j = lstart[r] + lcnt[r] - 1
-                last = pool[j]
-                pool[lstart[r] + i] = last
-                poolf[lstart[r] + i] = poolf[j]
-                ipos[last] = i
                 lcnt[r] -= 1
                 dl = -rate[f]
                 load[r] -= rate[f]
@@ -808,9 +798,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             rate[f] = 0.0
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
-                pool[lstart[r] + lcnt[r]] = k
-                poolf[lstart[r] + lcnt[r]] = f
-                ipos[k] = lcnt[r]
+                poolf[lstart[r] + lused[r]] = f
+                lused[r] += 1
                 lcnt[r] += 1
                 if rchg[r] != event:
                     rchg[r] = event
@@ -820,8 +809,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         for c in range(n_chg):
             r = chg_links[c]
             if arrivals:
-                for q in range(lstart[r], lstart[r] + lcnt[r]):
+                w = lstart[r]
+                for q in range(lstart[r], lstart[r] + lused[r]):
                     g = poolf[q]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
@@ -831,6 +825,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         orig[g] = rate[g]
                         s_list[s_n] = g
                         s_n += 1
+                lused[r] = w - lstart[r]
             else:
                 for q in range(lstart[r], lstart[r] + bcnt[r]):
                     g = bpool[q]
@@ -859,8 +854,14 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if not maxr_ok[r]:
                         maxr_ok[r] = True
                         m = 0.0
-                        for q in range(lstart[r], lstart[r] + lcnt[r]):
-                            m = max(m, rate[poolf[q]] if lzc[poolf[q]] < 0 else lzf[lzc[poolf[q]], 0])
+                        w = lstart[r]
+                        for q in range(lstart[r], lstart[r] + lused[r]):
+                            g = poolf[q]
+                            if active[g]:
+                                poolf[w] = g
+                                w += 1
+                                m = max(m, rate[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                        lused[r] = w - lstart[r]
                         maxr[r] = m
                     if rate[h] >= maxr[r] * (1.0 - tol_b):
                         b = r
@@ -1014,8 +1015,14 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         if not maxr_ok[r]:
                             maxr_ok[r] = True
                             m = 0.0
-                            for q in range(lstart[r], lstart[r] + lcnt[r]):
-                                m = max(m, rate[poolf[q]] if lzc[poolf[q]] < 0 else lzf[lzc[poolf[q]], 0])
+                            w = lstart[r]
+                            for q in range(lstart[r], lstart[r] + lused[r]):
+                                g = poolf[q]
+                                if active[g]:
+                                    poolf[w] = g
+                                    w += 1
+                                    m = max(m, rate[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                            lused[r] = w - lstart[r]
                             maxr[r] = m
                         if rate[h] >= maxr[r] * (1.0 - tol_b):
                             b = r
@@ -1063,8 +1070,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             for i in range(n_mark):
                 rr = marked[i]
                 limit = thr[rr] * (1.0 - 1e3 * rel_eps)
-                for qq in range(lstart[rr], lstart[rr] + lcnt[rr]):
+                w = lstart[rr]
+                for qq in range(lstart[rr], lstart[rr] + lused[rr]):
                     g = poolf[qq]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
                     if in_s[g] != event and (rate[g] if lzc[g] < 0 else lzf[lzc[g], 0]) >= limit:
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
@@ -1075,6 +1087,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         s_list[s_n] = g
                         s_n += 1
                         grew = True
+                lused[rr] = w - lstart[rr]
             if not grew:
                 fast_cls = -1
                 break
