@@ -136,7 +136,7 @@ def run_kernel(kernel, topo, flows, ip, ids, *extra) -> tuple[np.ndarray, float,
 
 
 def all_to_all_case(sizes: list[int], previous: bool, lazy_off: bool = True) -> tuple[float, float]:
-    counts, times = [], []
+    counts, times, times_plain, times_prev = [], [], [], []
     for n in sizes:
         topo, flows, ip, ids = all_to_all(n)
         fast, t_fast, c_fast = run_kernel(_kernels.simulate_flows, topo, flows, ip, ids)
@@ -146,19 +146,26 @@ def all_to_all_case(sizes: list[int], previous: bool, lazy_off: bool = True) -> 
                 f"({t_fast:.2f} s wall), makespan {np.max(fast) / 1e6:.2f} ms")
         if lazy_off:
             plain, t_plain, c_plain = run_kernel(_kernels.simulate_flows, topo, flows, ip, ids, 0)
+            times_plain.append(c_plain)
             diff = float(np.max(np.abs(fast - plain) / plain))
             line += (f"; lazy classes off {c_plain:.2f} s CPU ({t_plain:.2f} s wall), ratio "
                      f"{c_plain / c_fast:.2f}x, max rel diff {diff:.1e}")
         if previous:
             slow, t_slow, c_slow = run_kernel(previous_kernel.simulate_flows, topo, flows, ip, ids)
+            times_prev.append(c_slow)
             diff = float(np.max(np.abs(fast - slow) / slow))
             line += (f"; previous kernel {c_slow:.2f} s CPU ({t_slow:.2f} s wall), ratio {c_slow / c_fast:.2f}x, "
                      f"max rel diff {diff:.1e}")
         print(line, flush=True)
-    fitted = growth_exponent(counts, times)
-    exponent = float("nan") if fitted is None else fitted
-    print(f"              growth exponent of CPU time in flows {exponent:.2f} (fit over {len(sizes)} sizes; "
-          "1 = linear)")
+    def fit(ts: list[float]) -> float:
+        fitted = growth_exponent(counts, ts) if len(ts) == len(counts) else None
+        return float("nan") if fitted is None else fitted
+
+    exponent = fit(times)
+    others = "".join(f"; {name} {fit(ts):.2f}" for name, ts in (("lazy classes off", times_plain),
+                                                                 ("previous kernel", times_prev)) if ts)
+    print(f"              growth exponent of CPU time in flows {exponent:.2f}{others} (fit over {len(sizes)} sizes, "
+          "same run; 1 = linear)")
     return times[-1], exponent
 
 
