@@ -30,9 +30,13 @@ def progressive_filling(paths: dict[int, list[int]], cap: np.ndarray) -> dict[in
     return rates
 
 
-def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps=1e-9):
-    """Finish time of every flow (ns)."""
+def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps=1e-9, windows=None):
+    """Finish time of every flow (ns). With `windows=(n_windows, window_ns)` also the bytes each
+    resource carried in each window from t = 0 (rate x overlap per flow, hop and interval), as
+    (finish, bytes[resource, window])."""
     n = len(nbytes)
+    n_win, width = windows if windows is not None else (0, 1.0)
+    win = np.zeros((len(cap), n_win))
     paths = {f: [int(r) for r in res[indptr[f]:indptr[f + 1]]] for f in range(n)}
     latency = [lat_mult[f] * sum(res_lat[r] for r in paths[f]) for f in range(n)]
     finish = np.full(n, np.nan)
@@ -46,6 +50,11 @@ def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps
         now = min(t_rel, t_fin)
         for f, r in active.items():
             rem[f] -= r * (now - t)
+            for w in range(n_win):
+                overlap = min(now, (w + 1) * width) - max(t, w * width)
+                if overlap > 0:
+                    for hop in paths[f]:
+                        win[hop, w] += r * overlap
         tol = rel_eps * abs(now) + 1e-6
         for f in list(active):
             if rem[f] <= tol * active[f]:
@@ -60,7 +69,7 @@ def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps
         if active:
             active = progressive_filling({f: paths[f] for f in active}, cap)
         t = now
-    return finish
+    return finish if windows is None else (finish, win)
 
 
 def schedule_naive(prev, deps, slack, tr_start, dur, inst, members, inst_dur, end_frac):

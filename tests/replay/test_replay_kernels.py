@@ -211,6 +211,17 @@ def test_kernel_matches_naive_twin_on_shared_routes(case, lazy_min):
     assert np.all(win <= cap[:, None] * 1e5 * (1 + 1e-9))
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(cases(), shared_route_cases()), st.sampled_from([0, 1]), st.sampled_from([7.0, 100.0, 1e3]))
+def test_window_bytes_match_naive_twin(case, lazy_min, window_ns):
+    """Bytes per resource per window (integrals of the link loads in the kernel) against the twin's
+    rate x overlap per flow, hop and interval."""
+    indptr, ids, nbytes, release, cap, lat = case
+    _, win = _run(indptr, ids, nbytes, release, cap, lat, n_windows=40, window_ns=window_ns, lazy_min=lazy_min)
+    _, slow = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat, windows=(40, window_ns))
+    np.testing.assert_allclose(win, slow, rtol=1e-6, atol=1e-6 * max(1.0, slow.max()))
+
+
 @pytest.mark.parametrize("lazy_min", [0, 1])
 def test_one_class_of_different_sizes_finishes_in_closed_form(lazy_min):
     """n flows share one link from t=0, sizes s_1 < ... < s_n: while k flows are left each gets
