@@ -609,6 +609,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     poolf = np.empty(res.size, np.int64)
     lused = np.zeros(n_res, np.int64)
     lcnt = np.zeros(n_res, np.int64)
+    narr = np.zeros(n_res, np.int64)
     load = np.zeros(n_res, np.float64)
     rate = np.zeros(n_flows, np.float64)
     rem = nbytes.astype(np.float64).copy()
@@ -796,19 +797,28 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             arrivals = True
             tlast[f] = now
             rate[f] = 0.0
+            in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
+            orig[f] = 0.0
+            s_list[s_n] = f
+            s_n += 1
             for k in range(indptr[f], indptr[f + 1]):
                 r = res[k]
                 poolf[lstart[r] + lused[r]] = f
                 lused[r] += 1
                 lcnt[r] += 1
+                narr[r] += 1
                 if rchg[r] != event:
                     rchg[r] = event
                     chg_links[n_chg] = r
                     n_chg += 1
-        # S0: the flows on a touched resource that arrived now or were bottlenecked there
+        # S0: the flows on a touched resource that arrived now (in S already) or were bottlenecked there
         for c in range(n_chg):
             r = chg_links[c]
             if arrivals:
+                every = narr[r] == lcnt[r]
+                narr[r] = 0
+                if every:  # all its flows arrived now
+                    continue
                 w = lstart[r]
                 for q in range(lstart[r], lstart[r] + lused[r]):
                     g = poolf[q]
