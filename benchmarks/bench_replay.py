@@ -9,7 +9,8 @@ Two cases:
 2. One skewed all-to-all (Dirichlet(0.5) expert popularity) over N GPUs with all N(N-1) flows
    released at once, at three sizes (default 256, 512, 1,024 GPUs: 65k, 262k and 1.05M flows).
    Prints the growth exponent of simulation time in flows (`_growth.growth_exponent`, a
-   least-squares fit of log time on log flows; 1 is linear), the speed ratio to the previous kernel
+   least-squares fit of log time on log flows; 1 is linear) of this kernel and, measured in the
+   same run, of the two baselines below, the speed ratio to the previous kernel
    (`benchmarks/previous_kernel.py`, a copy of the simulator before the scale work) and to this
    kernel with its lazy rate classes switched off (`lazy_min=0`: every class event flow by flow),
    with the largest relative difference between the kernels' completion times. Target: 1M flows
