@@ -135,8 +135,9 @@ def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: i
     every full step and rises tenfold (to 1, the IRLS weight, whose step always descends) after
     every shortened one, which keeps CG conditioned against ms outliers far from the optimum.
     Stops once a full step (one the line search did not shorten) moved no offset by more than
-    `tol`: a shortened step is small because it was cut, not because the optimum is near. Returns the offsets, the iterations,
-    the conjugate-gradient steps they took and whether it stopped by `tol` (not at `max_iter`)."""
+    `tol`: a shortened step is small because it was cut, not because the optimum is near. Returns
+    the offsets, the iterations, the conjugate-gradient steps they took and whether it stopped by
+    `tol` (not at `max_iter`)."""
     by_i = np.lexsort((r_idx, i_idx))  # one order whatever order the pairs came in: same sums, same tree
     r_s, i_s, e_s = r_idx[by_i], i_idx[by_i], e[by_i]
     starts = np.searchsorted(i_s, np.arange(n_i + 1))
