@@ -65,14 +65,17 @@ def test_progressive_filling_textbook_case():
     assert rates == pytest.approx({0: 0.5, 1: 0.5, 2: 1.25, 3: 1.25})
 
 
-def test_windows_conserve_bytes_and_are_deterministic():
-    rng = np.random.default_rng(3)
-    n_res, n_flows = 6, 200
+def _random_flows(seed: int, n_flows: int, n_res: int = 6):
+    """Flows over up to 3 of `n_res` resources, random sizes, releases and capacities."""
+    rng = np.random.default_rng(seed)
     paths = [sorted(set(rng.integers(0, n_res, 3).tolist())) for _ in range(n_flows)]
     indptr, ids = _csr(paths)
-    nbytes = rng.uniform(1, 1e4, n_flows)
-    release = rng.uniform(0, 1e4, n_flows)
-    cap = rng.uniform(1, 10, n_res)
+    return indptr, ids, rng.uniform(1, 1e4, n_flows), rng.uniform(0, 1e4, n_flows), rng.uniform(1, 10, n_res)
+
+
+def test_windows_conserve_bytes_and_are_deterministic():
+    n_res = 6
+    indptr, ids, nbytes, release, cap = _random_flows(3, 200, n_res)
     a, win = _run(indptr, ids, nbytes, release, cap, np.zeros(n_res), n_windows=4000, window_ns=100.0)
     b, win2 = _run(indptr, ids, nbytes, release, cap, np.zeros(n_res), n_windows=4000, window_ns=100.0)
     assert np.array_equal(a, b) and np.array_equal(win, win2)
@@ -84,13 +87,8 @@ def test_windows_conserve_bytes_and_are_deterministic():
 def test_merged_finishes_keep_their_bytes_in_the_windows(merge):
     """`merge` > 0 finishes a flow early, with the current event; the bytes it had left still go
     onto the windows (at that event), so every resource's windows sum to the bytes that crossed it."""
-    rng = np.random.default_rng(4)
     n_res, n_flows = 6, 300
-    paths = [sorted(set(rng.integers(0, n_res, 3).tolist())) for _ in range(n_flows)]
-    indptr, ids = _csr(paths)
-    nbytes = rng.uniform(1, 1e4, n_flows)
-    release = rng.uniform(0, 1e4, n_flows)
-    cap = rng.uniform(1, 10, n_res)
+    indptr, ids, nbytes, release, cap = _random_flows(4, n_flows, n_res)
     args = [np.asarray(indptr, np.int64), ids, nbytes, release, np.ones(n_flows), cap, np.zeros(n_res)]
     exact, _ = _kernels.simulate_flows(*args, 0, 1.0, 0.0, 1e-9, 0.0)
     window_ns = float(np.ceil(exact.max() / 300))  # 400 windows cover the run
