@@ -1,8 +1,8 @@
 """Snapshot every command's output on the bundled samples and the real traces, to show that a
 change which should not change behaviour did not.
 
-    python tests/golden_outputs.py write DIR      # run every command, store stdout/stderr/exit
-    python tests/golden_outputs.py compare A B    # list the cases whose outputs differ
+    python tests/golden_outputs.py write DIR [JOBS] [NAME_PART...]   # run the commands, store stdout/stderr/exit
+    python tests/golden_outputs.py compare BASE NEW [--stderr]       # the cases of NEW whose outputs differ
 
 Paths that differ between checkouts (the repository, the real traces, the temporary runs) are
 replaced by placeholders, so two checkouts of the same behaviour give identical snapshots.
@@ -82,10 +82,11 @@ def _one(name: str, path: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-def write(target: Path, jobs: int = 2) -> None:
+def write(target: Path, jobs: int = 2, only: list[str] | None = None) -> None:
     target.mkdir(parents=True, exist_ok=True)
+    chosen = [(n, p) for n, p in inputs() if not only or any(part in n for part in only)]
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
-        futures = {pool.submit(_one, name, path): name for name, path in inputs()}
+        futures = {pool.submit(_one, name, path): name for name, path in chosen}
         for fut in concurrent.futures.as_completed(futures):
             name = futures[fut]
             (target / (name.replace("/", "__") + ".json")).write_text(json.dumps(fut.result(), indent=1))
@@ -94,10 +95,10 @@ def write(target: Path, jobs: int = 2) -> None:
 
 def compare(a: Path, b: Path, *, stderr: bool = False) -> int:
     differ = 0
-    for fa in sorted(a.glob("*.json")):
-        fb = b / fa.name
-        if not fb.exists():
-            print(f"missing in {b}: {fa.name}")
+    for fb in sorted(b.glob("*.json")):
+        fa = a / fb.name
+        if not fa.exists():
+            print(f"missing in {a}: {fb.name}")
             differ += 1
             continue
         da, db = json.loads(fa.read_text()), json.loads(fb.read_text())
@@ -112,7 +113,7 @@ def compare(a: Path, b: Path, *, stderr: bool = False) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "write":
-        write(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 2)
+        write(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 2, sys.argv[4:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "compare":
         sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3]), stderr="--stderr" in sys.argv))
     else:
