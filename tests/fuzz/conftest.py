@@ -16,3 +16,9 @@ import fuzzing
 @pytest.fixture(scope="session")
 def seeds() -> dict[str, list[fuzzing.Seed]]:
     return fuzzing.cached_seeds()
+
+
+@pytest.fixture(scope="session")
+def repo_seeds() -> dict[str, list[fuzzing.Seed]]:
+    """The seeds the repository holds, without ../shared/real_traces."""
+    return fuzzing.load_seeds(real=False)

@@ -1,9 +1,10 @@
 """Structural mutation fuzzing of every parser, shared by `tests/fuzz` (short CI profile) and
 `benchmarks/fuzz.py` (long runs).
 
-Seeds are real files (../shared/real_traces, when present) and the project's own samples
-(sample_traces/), each assigned to the parser that `detect` picks for it; parsers without a
-seed file get a tiny built-in one. A case is one seed with one to three mutations, chosen by the
+Seeds are real files (../shared/real_traces, when present) and the repository's own inputs
+(sample_traces/, tests/parsers/nccl_data), each assigned to the parser that `detect` picks for
+it; parsers without a seed file get small built-in ones made here, so a clone without ../shared
+fuzzes every parser. A case is one seed with one to three mutations, chosen by the
 seed's encoding:
 
 * JSON (Kineto, Flight Recorder JSON, nccl-tests `-J`, JSON telemetry): decoded and mutated as a
@@ -36,6 +37,7 @@ import pickle
 import random
 import shutil
 import signal
+import sys
 import traceback
 import zlib
 from collections.abc import Callable, Iterator
@@ -181,12 +183,66 @@ def _builtin_seeds(fmt: str) -> list[Seed]:
         csv = "host,device,port,link\nnode7,mlx5_0,1,node7-rail0\n,leaf3,17,node7-rail0\nnode8,mlx5_1,1,node8-rail1\n"
         yml = "links:\n  - {host: node7, device: mlx5_0, port: 1, peer_device: leaf3, peer_port: 17, gbps: 400}\n"
         return [Seed(fmt, "map.csv", csv.encode(), False, "text"), Seed(fmt, "map.yaml", yml.encode(), False, "text")]
+    if fmt == "gnmic":
+        tags = {"source": "spine2:6030", "subscription-name": "ports", "interface_name": "Ethernet5"}
+        events = [{"name": "ports", "timestamp": 1_700_000_000_000_000_000 + k * 10**10, "tags": tags,
+                   "values": {"/interfaces/interface/state/counters/in-octets": 1000 + k * 5_000_000,
+                              "/interfaces/interface/state/counters/out-octets": 700 + k * 4_000_000}}
+                  for k in range(3)]
+        return [Seed(fmt, "gnmic_events.json", json.dumps(events).encode(), False, "json")]
+    if fmt == "prometheus_json":
+        doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {"__name__": "ifHCOutOctets", "instance": "leaf4:9116", "ifName": f"Ethernet{p}"},
+             "values": [[1_700_000_000 + 15 * k, str(p * 10**9 + k * 123_456_789)] for k in range(4)]}
+            for p in (1, 2)]}}
+        return [Seed(fmt, "query_range.json", json.dumps(doc).encode(), False, "json")]
+    if fmt == "ufm_telemetry":
+        guid = "0x98039b0300a1b2c3"
+        doc = {"timestamp": "2024-01-02 03:04:05", "type": "full", "values": [
+            {"timestamp": 1_704_164_645_000_000 + k * 10_000_000, "source_id": guid, "node_guid": guid,
+             "port_guid": guid, "port_num": port, "Infiniband_MBOut_u_Gb": 40 * k,
+             "Infiniband_MBIn_u_Gb": 30 * k, "Infiniband_PckOut_u_Packets": 10**9 * k,
+             "Infiniband_XmtDiscards_u_Errors": 0} for k in range(3) for port in (1, 2)]}
+        return [Seed(fmt, "ufm_telemetry.json", json.dumps(doc, indent=2).encode(), False, "json")]
+    if fmt == "perfquery":
+        blocks = []
+        for k in range(3):
+            fields = {"PortSelect": 1, "CounterSelect": "0x0000", "PortXmitData": 4_000_000 + k * 2_500_000,
+                      "PortRcvData": 3_000_000 + k * 2_000_000, "PortXmitPkts": 9000 + k * 700,
+                      "PortRcvPkts": 8000 + k * 600, "PortXmitWait": 3 * k}
+            blocks.append(f"{1_700_000_000 + 10 * k}\n# Port extended counters: Lid 42 port 1 (CapMask: 0x5A00)\n"
+                          + "".join(f"{name}:".ljust(33, ".") + f"{value}\n" for name, value in fields.items()))
+        return [Seed(fmt, "perfquery_x.txt", "".join(blocks).encode(), False, "text")]
+    if fmt == "ibnetdiscover":
+        rows = ["CA    42  1 0x98039b0300a1b2c3 4x HDR - SW     7  3 0x98039b0300d4e5f6 ( 'node1 HCA-1' - 'leaf-a' )",
+                "CA    43  1 0x98039b0300a1b2c4 4x HDR - SW     7  4 0x98039b0300d4e5f6 ( 'node2 HCA-1' - 'leaf-a' )",
+                "SW     7  3 0x98039b0300d4e5f6 4x HDR - CA    42  1 0x98039b0300a1b2c3 ( 'leaf-a' - 'node1 HCA-1' )",
+                "SW     7 40 0x98039b0300d4e5f6 4x HDR - SW     9 12 0x98039b0300f0f0f0 ( 'leaf-a' - 'spine-a' )",
+                "SW     7 41 0x98039b0300d4e5f6 4x ???                                    'leaf-a'"]
+        return [Seed(fmt, "ibnetdiscover_p.txt", ("\n".join(rows) + "\n").encode(), False, "text")]
+    if fmt == "prometheus":
+        lines = ["# TYPE ifHCOutOctets counter"] + [
+            f'ifHCOutOctets{{instance="leaf4:9116",ifName="Ethernet{p}"}} {p * 10**9 + k * 987_654_321} '
+            f"{1_700_000_000_000 + 15_000 * k}" for k in range(4) for p in (1, 2)]
+        return [Seed(fmt, "switch.prom", ("\n".join(lines) + "\n").encode(), False, "text")]
+    if fmt == "nccl_log":
+        return [Seed(fmt, "nccl_2.29.log", _made_nccl_log(), False, "text")]
     if fmt == "kineto":
         doc = {"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [
             {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
              "ts": 10.5, "dur": 3, "args": {"correlation": 5, "stream": 7}}]}
         return [Seed(fmt, "builtin", json.dumps(doc).encode(), False, "json")]
     return []
+
+
+def _made_nccl_log() -> bytes:
+    """A two-node NCCL 2.29 debug log, as the parser tests write it (tests/parsers/nccl_eras.py)."""
+    parser_tests = str(REPO / "tests" / "parsers")
+    if parser_tests not in sys.path:
+        sys.path.append(parser_tests)
+    import nccl_eras
+
+    return ("\n".join(nccl_eras.job_log(nccl_eras.Job("2.29"))) + "\n").encode()
 
 
 # -- mutators -------------------------------------------------------------------------------
