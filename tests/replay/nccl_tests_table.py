@@ -95,8 +95,9 @@ def score(rows: list[dict[str, object]]) -> list[Scored]:
     return out
 
 
-def _percent(x: float) -> str:
-    return f"{x:+.0%}" if abs(x) < 1e4 else f"{x:+.1e}"
+def _percent(x: float, sign: str = "+") -> str:
+    """A percentage, or the ratio in scientific notation when it is absurd (rows predicted at ~0 us)."""
+    return f"{x:{sign}.0%}" if abs(x) < 100 else f"{x:{sign}.1e}x"
 
 
 def band_table(case: Case, scored: list[Scored]) -> list[str]:
@@ -108,10 +109,11 @@ def band_table(case: Case, scored: list[Scored]) -> list[str]:
             if not picked:
                 continue
             errors = [s.error for s in picked]
+            median_abs = statistics.median(abs(e) for e in errors)
             worst = max(errors, key=abs)
             choices = ", ".join(f"{k} x{v}" for k, v in Counter(s.algo_proto for s in picked).most_common())
             lines.append(f"| {case.file} | `{case.spec}` | {op} | {band} | {len(picked)} | "
-                         f"{statistics.median(abs(e) for e in errors):.0%} | {_percent(statistics.median(errors))} | "
+                         f"{_percent(median_abs, '')} | {_percent(statistics.median(errors))} | "
                          f"{_percent(worst)} | {choices} |")
     return lines
 
