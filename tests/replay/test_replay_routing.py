@@ -45,7 +45,7 @@ def test_ecmp_is_deterministic_and_spreads():
     b = route(topo, flows)
     assert np.array_equal(a[1], b[1])
     spines = {n.split(">")[1] for n in _names(topo, a[1]) if "spine" in n.split(">")[1]}
-    assert len(spines) == topo.route["n_spines"] > 1
+    assert len(spines) == topo.route.n_spines > 1
 
 
 def test_spray_uses_aggregates_and_splits_back():
@@ -57,7 +57,7 @@ def test_spray_uses_aggregates_and_splits_back():
     tiers = np.repeat(np.array(topo.links.column("tier").to_pylist()), 2)
     assert per_dir[tiers == "leaf-spine"].sum() == np.float64(200.0)
     spine_dirs = per_dir[tiers == "leaf-spine"]
-    assert np.count_nonzero(spine_dirs) == 2 * topo.route["n_spines"] // 1
+    assert np.count_nonzero(spine_dirs) == 2 * topo.route.n_spines // 1
 
 
 def test_three_tier_cross_pod_goes_through_core():
