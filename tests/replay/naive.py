@@ -105,3 +105,56 @@ def schedule_naive(prev, deps, slack, tr_start, dur, inst, members, inst_dur, en
         if not progress:
             raise ValueError("cyclic input")
     return np.array(start, float), np.array(end, float), np.array(inst_start, float)
+
+
+def route_fat_tree_naive(t, mode: int, src: int, dst: int, channel: int, fhash: int) -> list[int]:
+    """Resources of one flow on fat-tree tables `t` (a `FatTreeTables`), hop by hop as the modes read."""
+    nic_j = channel % t.nics_per_gpu
+    plane = (channel // t.nics_per_gpu) % t.planes
+    spine = fhash % t.leaf_spine_up.shape[1]
+    core = (fhash // t.leaf_spine_up.shape[1]) % t.spine_core_up.shape[2]
+    if mode in (5, 6):
+        r = int((t.nvl_up if mode == 5 else t.nvl_down)[src])
+        return [r] if r >= 0 else []
+    if mode in (1, 2):
+        nic = src * t.nics_per_gpu + nic_j
+        up = [int(t.pcie_up[nic]), int(t.nic_leaf_up[nic, plane])]
+        return up if mode == 1 else [int(t.leaf_nic_down[nic, plane]), int(t.pcie_down[nic])]
+    if mode in (3, 4):
+        if t.leaf_spine_up[src, 0] < 0:
+            return []
+        if t.spray:
+            return [int((t.leaf_up_agg if mode == 3 else t.leaf_down_agg)[src])]
+        return [int((t.leaf_spine_up if mode == 3 else t.spine_leaf_down)[src, spine])]
+    if mode in (7, 8):
+        if t.spine_core_up[src, 0, 0] < 0:
+            return []
+        if t.spray:
+            return [int((t.pod_up_agg if mode == 7 else t.pod_down_agg)[src])]
+        return [int((t.spine_core_up if mode == 7 else t.core_spine_down)[src, spine, core])]
+    if src == dst:
+        return []
+    same_domain = t.domain > 1 and src // t.domain == dst // t.domain
+    if same_domain:
+        return [int(t.nvl_up[src]), int(t.nvl_down[dst])]
+    path: list[int] = []
+    sender = src
+    proxy = src - src % t.gpus_per_host + dst % t.gpus_per_host
+    if t.pxn and mode == 0 and t.domain > 1 and proxy != src and proxy // t.domain == src // t.domain:
+        path += [int(t.nvl_up[src]), int(t.nvl_down[proxy])]
+        sender = proxy
+    ns, nd = sender * t.nics_per_gpu + nic_j, dst * t.nics_per_gpu + nic_j
+    leaf_s, leaf_d = int(t.nic_leaf[ns, plane]), int(t.nic_leaf[nd, plane])
+    path += [int(t.pcie_up[ns]), int(t.nic_leaf_up[ns, plane])]
+    if leaf_s != leaf_d:
+        pod_s, pod_d = int(t.leaf_pod[leaf_s]), int(t.leaf_pod[leaf_d])
+        if t.spray:
+            middle = [t.leaf_up_agg[leaf_s], t.leaf_down_agg[leaf_d]] if pod_s == pod_d else [
+                t.leaf_up_agg[leaf_s], t.pod_up_agg[pod_s], t.pod_down_agg[pod_d], t.leaf_down_agg[leaf_d]]
+        elif pod_s == pod_d:
+            middle = [t.leaf_spine_up[leaf_s, spine], t.spine_leaf_down[leaf_d, spine]]
+        else:
+            middle = [t.leaf_spine_up[leaf_s, spine], t.spine_core_up[pod_s, spine, core],
+                      t.core_spine_down[pod_d, spine, core], t.spine_leaf_down[leaf_d, spine]]
+        path += [int(x) for x in middle]
+    return [*path, int(t.leaf_nic_down[nd, plane]), int(t.pcie_down[nd])]

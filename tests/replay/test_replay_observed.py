@@ -46,7 +46,7 @@ def _naive_distances(adj_ptr, adj_node, transit, targets):
 def _shortest_paths(topo, a: int, b: int) -> set[tuple[str, ...]]:
     """Every shortest node path from node a to node b through switches only (brute force)."""
     r = topo.route
-    names, ptr, nbr, transit = r["node_names"], r["adj_ptr"], r["adj_node"], r["transit"]
+    names, ptr, nbr, transit = r.node_names, r.tables.adj_ptr, r.tables.adj_node, r.tables.transit
     best: list[tuple[str, ...]] = []
     todo = deque([(a,)])
     while todo:
@@ -83,10 +83,10 @@ def test_distances_match_a_naive_bfs(tmp_path):
     fab = SynthFabric(tuple(f"n{i}" for i in range(6)), nics=2, hosts_per_leaf=2, spines=3)
     nodes, links = _fabric(tmp_path, ibnetdiscover_text(fab))
     topo = build_observed(nodes, links, list(fab.hosts), 4)
-    r = topo.route
-    targets = np.unique(r["gpu_nic"])
-    got = _kernels.fabric_distances(r["adj_ptr"], r["adj_node"], r["transit"], targets)
-    assert (got == _naive_distances(r["adj_ptr"], r["adj_node"], r["transit"], targets)).all()
+    t = topo.route.tables
+    targets = np.unique(t.gpu_nic)
+    got = _kernels.fabric_distances(t.adj_ptr, t.adj_node, t.transit, targets)
+    assert (got == _naive_distances(t.adj_ptr, t.adj_node, t.transit, targets)).all()
     assert (got[:, targets] >= 0).all()
 
 
@@ -98,7 +98,7 @@ def test_every_flow_takes_a_shortest_path_and_ecmp_uses_every_spine(tmp_path):
     src = np.zeros(n, np.int64)          # n0/gpu0
     dst = np.full(n, 4, np.int64)        # n2/gpu0, on the other leaf
     ip, ids = route(topo, Flows.from_lists(src, dst, np.ones(n), channel=np.arange(n)))
-    names = topo.route["node_names"]
+    names = topo.route.node_names
     want = _shortest_paths(topo, names.index("n0/mlx5_0"), names.index("n2/mlx5_0"))
     assert len(want) == 3  # one per spine
     seen = set()

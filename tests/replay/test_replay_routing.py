@@ -1,5 +1,9 @@
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from naive import route_fat_tree_naive
 
+from tracekit.replay import _kernels
 from tracekit.replay.simulate import Flows, route
 from tracekit.replay.topology import build, parse_spec
 
@@ -45,7 +49,7 @@ def test_ecmp_is_deterministic_and_spreads():
     b = route(topo, flows)
     assert np.array_equal(a[1], b[1])
     spines = {n.split(">")[1] for n in _names(topo, a[1]) if "spine" in n.split(">")[1]}
-    assert len(spines) == topo.route["n_spines"] > 1
+    assert len(spines) == topo.route.n_spines > 1
 
 
 def test_spray_uses_aggregates_and_splits_back():
@@ -57,7 +61,7 @@ def test_spray_uses_aggregates_and_splits_back():
     tiers = np.repeat(np.array(topo.links.column("tier").to_pylist()), 2)
     assert per_dir[tiers == "leaf-spine"].sum() == np.float64(200.0)
     spine_dirs = per_dir[tiers == "leaf-spine"]
-    assert np.count_nonzero(spine_dirs) == 2 * topo.route["n_spines"] // 1
+    assert np.count_nonzero(spine_dirs) == 2 * topo.route.n_spines // 1
 
 
 def test_three_tier_cross_pod_goes_through_core():
@@ -65,3 +69,39 @@ def test_three_tier_cross_pod_goes_through_core():
     ip, ids = route(topo, Flows.from_lists([0], [63], [1.0]))
     names = _names(topo, ids[ip[0]:ip[1]])
     assert any("core" in n for n in names) and len(names) == 8
+
+
+@st.composite
+def fat_trees_and_flows(draw):
+    kind = draw(st.sampled_from(["fat-tree", "rail-optimized"]))
+    params = {"hosts": draw(st.integers(1, 6)), "gpus": draw(st.sampled_from([2, 4, 8])),
+              "routing": draw(st.sampled_from(["ecmp", "spray"])), "tiers": draw(st.sampled_from([2, 3])),
+              "leaf_radix": draw(st.sampled_from([16, 32]))}
+    spec = f"{kind}:" + ",".join(f"{k}={v}" for k, v in params.items())
+    topo = build(parse_spec(spec))
+    t = topo.route.tables
+    n = draw(st.integers(1, 12))
+    modes = draw(st.lists(st.sampled_from([0, 1, 2, 5, 6, 9]), min_size=n, max_size=n))
+    src = draw(st.lists(st.integers(0, topo.n_gpus - 1), min_size=n, max_size=n))
+    dst = draw(st.lists(st.integers(0, topo.n_gpus - 1), min_size=n, max_size=n))
+    n_leaves, n_pods = t.leaf_spine_up.shape[0], t.spine_core_up.shape[0]
+    for i in range(n):
+        if draw(st.booleans()):  # a switch tier flow instead
+            modes[i] = draw(st.sampled_from([3, 4, 7, 8]))
+            src[i] = dst[i] = draw(st.integers(0, (n_leaves if modes[i] < 5 else n_pods) - 1))
+    channel = draw(st.lists(st.integers(0, 7), min_size=n, max_size=n))
+    key = draw(st.lists(st.integers(0, 1000), min_size=n, max_size=n))
+    return topo, Flows.from_lists(src, dst, np.ones(n), channel=channel, mode=modes, key=key)
+
+
+@given(fat_trees_and_flows())
+@settings(max_examples=40, deadline=None)
+def test_fat_tree_router_matches_its_naive_twin(case):
+    topo, flows = case
+    ip, ids = route(topo, flows)
+    fhash = np.array([_kernels.flow_hash(*v) for v in zip(flows.src, flows.dst, flows.channel, flows.key,
+                                                           strict=True)], np.int64)
+    for f in range(len(flows)):
+        want = route_fat_tree_naive(topo.route.tables, int(flows.mode[f]), int(flows.src[f]), int(flows.dst[f]),
+                                    int(flows.channel[f]), int(fhash[f]))
+        assert ids[ip[f]:ip[f + 1]].tolist() == want

@@ -1,9 +1,12 @@
 """numba kernels for replay: routing to CSR paths, the max-min fair fluid simulator, and the
-dependency scheduler. Kernels see numpy arrays and scalars only and read no module globals."""
+dependency scheduler. Kernels see numpy arrays, scalars and named tuples of them (`FatTreeTables`,
+`GraphTables`) only, and read no module globals but the `FlowMode` constants."""
 
 from __future__ import annotations
 
 import math
+from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -11,11 +14,67 @@ from tracekit._jit import njit
 
 njit_inline = njit(inline=True)  # small helpers of hot loops
 
-# Flow modes understood by `route_flows` (passed in as plain ints by the callers).
-# 0 gpu->gpu, 1 gpu->its leaf (in-network reduction up), 2 leaf->gpu (down), 3 leaf->spine tier,
-# 4 spine tier->leaf, 5 gpu->NVSwitch (NVLS up), 6 NVSwitch->gpu (NVLS down), 7 spine tier of a
-# pod->core tier, 8 core tier->spine tier of a pod (src = pod index), 9 gpu->gpu from the source's
-# own NIC (as an NCCL log says a channel went: never re-routed through a PXN proxy).
+
+class FlowMode(IntEnum):
+    """What a flow's `src`/`dst` name and which resources `route_flows` gives it."""
+
+    GPU = 0          # GPU -> GPU (NVLink inside a domain, else NICs and fabric; PXN may relay)
+    LEAF_UP = 1      # GPU -> its leaf (in-network reduction up)
+    LEAF_DOWN = 2    # leaf -> GPU
+    SPINE_UP = 3     # leaf -> spine tier (src = leaf index)
+    SPINE_DOWN = 4   # spine tier -> leaf
+    NVLS_UP = 5      # GPU -> NVSwitch (NVLS)
+    NVLS_DOWN = 6    # NVSwitch -> GPU
+    CORE_UP = 7      # spine tier of a pod -> core tier (src = pod index)
+    CORE_DOWN = 8    # core tier -> spine tier of a pod
+    NET = 9          # GPU -> GPU from the source GPU's own NIC, never through a PXN proxy
+
+
+class FatTreeTables(NamedTuple):
+    """The resource ids a fat-tree (or rail-optimized) flow can cross, -1 where there is none; what
+    `route_flows` reads. NIC n is GPU n // nics_per_gpu's NIC n % nics_per_gpu; a flow on channel c
+    uses NIC c % nics_per_gpu and plane (c // nics_per_gpu) % planes."""
+
+    gpus_per_host: int
+    nics_per_gpu: int
+    planes: int
+    domain: int                 # GPUs per NVLink domain (1: none)
+    nvl_up: np.ndarray          # [gpu] GPU -> NVSwitch
+    nvl_down: np.ndarray        # [gpu] NVSwitch -> GPU
+    pcie_up: np.ndarray         # [nic] GPU -> NIC
+    pcie_down: np.ndarray       # [nic] NIC -> GPU
+    nic_leaf: np.ndarray        # [nic, plane] leaf index
+    nic_leaf_up: np.ndarray     # [nic, plane] NIC -> leaf
+    leaf_nic_down: np.ndarray   # [nic, plane] leaf -> NIC
+    leaf_pod: np.ndarray        # [leaf] pod index
+    leaf_spine_up: np.ndarray   # [leaf, spine of its pod] leaf -> spine
+    spine_leaf_down: np.ndarray  # [leaf, spine of its pod] spine -> leaf
+    spine_core_up: np.ndarray   # [pod, spine, core] spine -> core
+    core_spine_down: np.ndarray  # [pod, spine, core] core -> spine
+    leaf_up_agg: np.ndarray     # [leaf] all its uplinks as one resource (spray routing)
+    leaf_down_agg: np.ndarray   # [leaf] all its downlinks from spines as one resource
+    pod_up_agg: np.ndarray      # [pod] all its spine -> core links as one resource
+    pod_down_agg: np.ndarray    # [pod] all its core -> spine links as one resource
+    spray: bool                 # packet spraying over the aggregates, else ECMP by flow hash
+    pxn: bool                   # relay to the NIC of the rail of the destination over NVLink
+
+
+class GraphTables(NamedTuple):
+    """A general graph of switches (the observed fabric) and the GPU ends around it; what
+    `route_graph` reads. Nodes are numbered; adjacency is CSR (adj_ptr, adj_node, adj_res)."""
+
+    gpu_host: np.ndarray   # [gpu] host index
+    gpu_nic: np.ndarray    # [gpu] node of its NIC
+    nic_row: np.ndarray    # [gpu] row of its NIC in `dist`
+    nvl_up: np.ndarray     # [gpu] GPU -> NVSwitch
+    nvl_down: np.ndarray   # [gpu] NVSwitch -> GPU
+    pcie_up: np.ndarray    # [gpu] GPU -> NIC
+    pcie_down: np.ndarray  # [gpu] NIC -> GPU
+    adj_ptr: np.ndarray    # [node + 1] start of the node's edges
+    adj_node: np.ndarray   # [edge] node the edge leads to
+    adj_res: np.ndarray    # [edge] resource of the edge's direction
+    transit: np.ndarray    # [node] a switch (forwards traffic)
+    dist: np.ndarray       # [NIC row, node] hops to that NIC (-1: unreachable), `fabric_distances`
 
 
 @njit
@@ -33,51 +92,56 @@ def flow_hash(a: int, b: int, c: int, d: int) -> int:
 
 
 @njit
-def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per_gpu, planes,
-               domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up, leaf_nic_down,
-               leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up, core_spine_down,
-               leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn, write):
+def _route_one(mode, src, dst, channel, fhash, t, out, pos, write):
+    """Resources of one flow on fat-tree tables `t` (written at out[pos:] when `write`); their count."""
+    gpus_per_host, nics_per_gpu, planes, domain = t.gpus_per_host, t.nics_per_gpu, t.planes, t.domain
+    nvl_up, nvl_down, pcie_up, pcie_down = t.nvl_up, t.nvl_down, t.pcie_up, t.pcie_down
+    nic_leaf, nic_leaf_up, leaf_nic_down, leaf_pod = t.nic_leaf, t.nic_leaf_up, t.leaf_nic_down, t.leaf_pod
+    leaf_spine_up, spine_leaf_down = t.leaf_spine_up, t.spine_leaf_down
+    spine_core_up, core_spine_down = t.spine_core_up, t.core_spine_down
+    leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg = t.leaf_up_agg, t.leaf_down_agg, t.pod_up_agg, t.pod_down_agg
+    spray, pxn = t.spray, t.pxn
     n = 0
     j = channel % nics_per_gpu
     p = (channel // nics_per_gpu) % planes
     n_sp = leaf_spine_up.shape[1]
-    if mode == 5 or mode == 6:
-        r = nvl_up[src] if mode == 5 else nvl_down[src]
+    if mode == FlowMode.NVLS_UP or mode == FlowMode.NVLS_DOWN:
+        r = nvl_up[src] if mode == FlowMode.NVLS_UP else nvl_down[src]
         if r >= 0:
             if write:
                 out[pos] = r
             n += 1
         return n
-    if mode == 1 or mode == 2:
+    if mode == FlowMode.LEAF_UP or mode == FlowMode.LEAF_DOWN:
         nic = src * nics_per_gpu + j
         if write:
-            if mode == 1:
+            if mode == FlowMode.LEAF_UP:
                 out[pos] = pcie_up[nic]
                 out[pos + 1] = nic_leaf_up[nic, p]
             else:
                 out[pos] = leaf_nic_down[nic, p]
                 out[pos + 1] = pcie_down[nic]
         return 2
-    if mode == 3 or mode == 4:
+    if mode == FlowMode.SPINE_UP or mode == FlowMode.SPINE_DOWN:
         if leaf_spine_up[src, 0] < 0:
             return 0
         if write:
             if spray:
-                out[pos] = leaf_up_agg[src] if mode == 3 else leaf_down_agg[src]
+                out[pos] = leaf_up_agg[src] if mode == FlowMode.SPINE_UP else leaf_down_agg[src]
             else:
                 s = fhash % n_sp
-                out[pos] = leaf_spine_up[src, s] if mode == 3 else spine_leaf_down[src, s]
+                out[pos] = leaf_spine_up[src, s] if mode == FlowMode.SPINE_UP else spine_leaf_down[src, s]
         return 1
-    if mode == 7 or mode == 8:
+    if mode == FlowMode.CORE_UP or mode == FlowMode.CORE_DOWN:
         if spine_core_up[src, 0, 0] < 0:
             return 0
         if write:
             if spray:
-                out[pos] = pod_up_agg[src] if mode == 7 else pod_down_agg[src]
+                out[pos] = pod_up_agg[src] if mode == FlowMode.CORE_UP else pod_down_agg[src]
             else:
                 s = fhash % n_sp
                 c = (fhash // n_sp) % spine_core_up.shape[2]
-                out[pos] = spine_core_up[src, s, c] if mode == 7 else core_spine_down[src, s, c]
+                out[pos] = spine_core_up[src, s, c] if mode == FlowMode.CORE_UP else core_spine_down[src, s, c]
         return 1
     if src == dst:
         return 0
@@ -87,7 +151,7 @@ def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per
             out[pos + 1] = nvl_down[dst]
         return 2
     sender = src
-    if pxn and mode == 0 and domain > 1:
+    if pxn and mode == FlowMode.GPU and domain > 1:
         proxy = src - src % gpus_per_host + dst % gpus_per_host
         if proxy != src and proxy // domain == src // domain:
             if write:
@@ -140,27 +204,17 @@ def _route_one(mode, src, dst, channel, fhash, out, pos, gpus_per_host, nics_per
 
 
 @njit
-def route_flows(mode, src, dst, channel, fhash, gpus_per_host, nics_per_gpu, planes, domain,
-                nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up, leaf_nic_down,
-                leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up, core_spine_down,
-                leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn):
-    """Paths of all flows as CSR (indptr, resource ids)."""
+def route_flows(mode, src, dst, channel, fhash, tables):
+    """Paths of all flows as CSR (indptr, resource ids). Per flow: its `FlowMode`, ends, channel
+    and ECMP hash; `tables`: a `FatTreeTables`."""
     f_count = src.size
     indptr = np.zeros(f_count + 1, np.int64)
     dummy = np.zeros(1, np.int64)
     for f in range(f_count):
-        indptr[f + 1] = indptr[f] + _route_one(
-            mode[f], src[f], dst[f], channel[f], fhash[f], dummy, 0, gpus_per_host, nics_per_gpu,
-            planes, domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf, nic_leaf_up,
-            leaf_nic_down, leaf_pod, leaf_spine_up, spine_leaf_down, spine_core_up,
-            core_spine_down, leaf_up_agg, leaf_down_agg, pod_up_agg, pod_down_agg, spray, pxn, False)
+        indptr[f + 1] = indptr[f] + _route_one(mode[f], src[f], dst[f], channel[f], fhash[f], tables, dummy, 0, False)
     ids = np.empty(indptr[f_count], np.int64)
     for f in range(f_count):
-        _route_one(mode[f], src[f], dst[f], channel[f], fhash[f], ids, indptr[f], gpus_per_host,
-                   nics_per_gpu, planes, domain, nvl_up, nvl_down, pcie_up, pcie_down, nic_leaf,
-                   nic_leaf_up, leaf_nic_down, leaf_pod, leaf_spine_up, spine_leaf_down,
-                   spine_core_up, core_spine_down, leaf_up_agg, leaf_down_agg, pod_up_agg,
-                   pod_down_agg, spray, pxn, True)
+        _route_one(mode[f], src[f], dst[f], channel[f], fhash[f], tables, ids, indptr[f], True)
     return indptr, ids
 
 
@@ -1315,9 +1369,12 @@ def fabric_distances(adj_ptr, adj_node, transit, targets):
 
 
 @njit_inline
-def _graph_path(s, d, h, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down, adj_ptr,
-                adj_node, adj_res, transit, dist, out, at, write):
-    """Resources of one GPU -> GPU flow (written at out[at:] when `write`); -1 if unreachable."""
+def _graph_path(s, d, h, t, out, at, write):
+    """Resources of one GPU -> GPU flow with hash h on graph tables `t` (written at out[at:] when
+    `write`); their count, -1 if unreachable."""
+    gpu_host, gpu_nic, nic_row, dist = t.gpu_host, t.gpu_nic, t.nic_row, t.dist
+    nvl_up, nvl_down, pcie_up, pcie_down = t.nvl_up, t.nvl_down, t.pcie_up, t.pcie_down
+    adj_ptr, adj_node, adj_res, transit = t.adj_ptr, t.adj_node, t.adj_res, t.transit
     if s == d:
         return 0
     if gpu_host[s] == gpu_host[d]:
@@ -1360,23 +1417,20 @@ def _graph_path(s, d, h, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, 
 
 
 @njit
-def route_graph(src, dst, fhash, gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down,
-                adj_ptr, adj_node, adj_res, transit, dist):
-    """CSR paths (indptr, resource ids) of GPU -> GPU flows on a general graph, and the index of
-    the first flow with no path (-1 when all have one)."""
+def route_graph(src, dst, fhash, tables):
+    """CSR paths (indptr, resource ids) of GPU -> GPU flows on a general graph (`tables`: a
+    `GraphTables`), and the index of the first flow with no path (-1 when all have one)."""
     f_count = src.size
     indptr = np.zeros(f_count + 1, np.int64)
     dummy = np.zeros(1, np.int64)
     for f in range(f_count):
-        k = _graph_path(src[f], dst[f], fhash[f], gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up,
-                        pcie_down, adj_ptr, adj_node, adj_res, transit, dist, dummy, 0, False)
+        k = _graph_path(src[f], dst[f], fhash[f], tables, dummy, 0, False)
         if k < 0:
             return indptr, np.zeros(0, np.int64), f
         indptr[f + 1] = indptr[f] + k
     ids = np.empty(indptr[f_count], np.int64)
     for f in range(f_count):
-        _graph_path(src[f], dst[f], fhash[f], gpu_host, gpu_nic, nic_row, nvl_up, nvl_down, pcie_up, pcie_down,
-                    adj_ptr, adj_node, adj_res, transit, dist, ids, indptr[f], True)
+        _graph_path(src[f], dst[f], fhash[f], tables, ids, indptr[f], True)
     return indptr, ids, -1
 
 

@@ -379,8 +379,8 @@ def _sharp(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch
     per_host = spec.gpus
     hosts = gpus // per_host
     k = spec.nics_per_gpu
-    route = topology.route
-    nic_leaf, leaf_pod = route["nic_leaf"], route["leaf_pod"]
+    tables = topology.route.tables
+    nic_leaf, leaf_pod = tables.nic_leaf, tables.leaf_pod
     key = inst.key
     # (channel, shard) -> switch -> bytes: shard `pos` of a host (its GPU `pos`'s share) meets the
     # same shard of the other hosts at a switch; it climbs a tier only when they are apart.

@@ -17,7 +17,8 @@ import pyarrow as pa
 from tracekit import schema
 from tracekit.errors import TracekitError
 from tracekit.replay import _kernels
-from tracekit.replay.topology import GBPS_TO_BYTES_PER_NS, Topology, TopologySpec
+from tracekit.replay._kernels import GraphTables
+from tracekit.replay.topology import GBPS_TO_BYTES_PER_NS, GraphRoutes, Topology, TopologySpec
 
 NAME = "observed"
 SWITCH_KINDS = ("leaf", "spine", "core", "switch", "nvswitch")
@@ -161,13 +162,11 @@ def build_observed(nodes: pa.Table | None, links: pa.Table | None, hosts: list[s
     spec = spec.replace(hosts=len(hosts), gpus=gpus_per_host, nic_gbps=nic_gbps,
                         nics_per_gpu=max(1, nics_per_host // gpus_per_host))
     n_res = len(cap)
-    route = {
-        "graph": True, "n_gpus": n_gpus, "gpus_per_host": gpus_per_host, "nics_per_gpu": spec.nics_per_gpu,
-        "planes": 1, "domain": gpus_per_host, "gpu_host": gpu_host, "gpu_nic": gpu_nic, "nic_row": nic_row,
-        "nvl_up": nvl_up, "nvl_down": nvl_down, "pcie_up": pcie_up, "pcie_down": pcie_down,
-        "adj_ptr": adj_ptr, "adj_node": adj_node, "adj_res": adj_res, "transit": transit, "dist": dist,
-        "node_names": names, "hosts": list(hosts), "use_spines": True, "n_leaves": 0, "n_spines": 0, "n_core": 0,
-    }
+    tables = GraphTables(gpu_host=gpu_host, gpu_nic=gpu_nic, nic_row=nic_row, nvl_up=nvl_up, nvl_down=nvl_down,
+                         pcie_up=pcie_up, pcie_down=pcie_down, adj_ptr=adj_ptr, adj_node=adj_node, adj_res=adj_res,
+                         transit=transit, dist=dist)
+    route = GraphRoutes(tables=tables, n_gpus=n_gpus, gpus_per_host=gpus_per_host, nics_per_gpu=spec.nics_per_gpu,
+                        node_names=names, hosts=list(hosts))
     return Topology(spec=spec, nodes=all_nodes, links=all_links, cap=np.asarray(cap, np.float64),
                     res_latency=np.asarray(lat, np.float64), res_cable_ptr=np.arange(n_res + 1, dtype=np.int64),
                     res_cable_ids=np.arange(n_res, dtype=np.int64), res_cable_frac=np.ones(n_res), route=route)
@@ -178,14 +177,14 @@ def route_graph(topology: Topology, src: np.ndarray, dst: np.ndarray, fhash: np.
     """CSR paths of GPU -> GPU flows on an observed topology; a flow between hosts the fabric does
     not connect is an error naming them."""
     r = topology.route
-    indptr, ids, bad = _kernels.route_graph(src, dst, fhash, r["gpu_host"], r["gpu_nic"], r["nic_row"],
-                                            r["nvl_up"], r["nvl_down"], r["pcie_up"], r["pcie_down"],
-                                            r["adj_ptr"], r["adj_node"], r["adj_res"], r["transit"], r["dist"])
+    if not isinstance(r, GraphRoutes):
+        raise TypeError(f"{topology.name} is not an observed fabric")
+    indptr, ids, bad = _kernels.route_graph(src, dst, fhash, r.tables)
     if bad >= 0:
-        names, hosts = r["node_names"], r["hosts"]
+        names, hosts, t = r.node_names, r.hosts, r.tables
         s, d = int(src[bad]), int(dst[bad])
         raise ObservedFabricError(
-            f"the observed fabric has no path from {hosts[r['gpu_host'][s]]} ({names[r['gpu_nic'][s]]}) to "
-            f"{hosts[r['gpu_host'][d]]} ({names[r['gpu_nic'][d]]}): the ibnetdiscover output covers part of "
+            f"the observed fabric has no path from {hosts[t.gpu_host[s]]} ({names[t.gpu_nic[s]]}) to "
+            f"{hosts[t.gpu_host[d]]} ({names[t.gpu_nic[d]]}): the ibnetdiscover output covers part of "
             "the fabric only")
     return indptr, ids

@@ -7,24 +7,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit.replay import _kernels
-from tracekit.replay.topology import Topology
+from tracekit.replay._kernels import FlowMode
+from tracekit.replay.topology import GraphRoutes, Topology
 
-MODE_GPU = 0
-MODE_LEAF_UP = 1
-MODE_LEAF_DOWN = 2
-MODE_SPINE_UP = 3
-MODE_SPINE_DOWN = 4
-MODE_NVLS_UP = 5
-MODE_NVLS_DOWN = 6
-MODE_CORE_UP = 7    # spine tier of a pod -> core tier (in-network reduction), src = pod index
-MODE_CORE_DOWN = 8
-MODE_NET = 9  # GPU to GPU over the network from the source GPU's own NIC, never through a PXN proxy
+MODE_GPU = FlowMode.GPU
+MODE_LEAF_UP = FlowMode.LEAF_UP
+MODE_LEAF_DOWN = FlowMode.LEAF_DOWN
+MODE_SPINE_UP = FlowMode.SPINE_UP
+MODE_SPINE_DOWN = FlowMode.SPINE_DOWN
+MODE_NVLS_UP = FlowMode.NVLS_UP
+MODE_NVLS_DOWN = FlowMode.NVLS_DOWN
+MODE_CORE_UP = FlowMode.CORE_UP
+MODE_CORE_DOWN = FlowMode.CORE_DOWN
+MODE_NET = FlowMode.NET
 
 
 @dataclass
 class Flows:
-    """Flows as parallel arrays. `src`/`dst` are GPU indices (leaf indices for modes 3..4, pod
-    indices for modes 7..8)."""
+    """Flows as parallel arrays. `src`/`dst` are GPU indices (leaf indices for the spine modes, pod
+    indices for the core modes; see `FlowMode`)."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -61,10 +62,10 @@ class Flows:
 def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
     """CSR paths (indptr, resource ids) of the flows on the topology."""
     r = topology.route
-    n_gpus = r["n_gpus"]
-    pair = (flows.mode == MODE_GPU) | (flows.mode == MODE_NET)
-    gpu_modes = pair | (flows.mode == MODE_LEAF_UP) | (flows.mode == MODE_LEAF_DOWN) | (
-        flows.mode == MODE_NVLS_UP) | (flows.mode == MODE_NVLS_DOWN)
+    n_gpus = r.n_gpus
+    pair = (flows.mode == FlowMode.GPU) | (flows.mode == FlowMode.NET)
+    gpu_modes = pair | (flows.mode == FlowMode.LEAF_UP) | (flows.mode == FlowMode.LEAF_DOWN) | (
+        flows.mode == FlowMode.NVLS_UP) | (flows.mode == FlowMode.NVLS_DOWN)
     if len(flows) and gpu_modes.any():
         bad = gpu_modes & ((flows.src < 0) | (flows.src >= n_gpus) | (pair & (
             (flows.dst < 0) | (flows.dst >= n_gpus))))
@@ -72,19 +73,13 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")
     fhash = np.empty(len(flows), np.int64)
     _hashes(flows.src, flows.dst, flows.channel, flows.key, fhash)
-    if r.get("graph"):
+    if isinstance(r, GraphRoutes):
         from tracekit.replay.observed import route_graph
 
         if len(flows) and not pair.all():
             raise ValueError("the observed fabric routes GPU-to-GPU flows only (no in-network reduction)")
         return route_graph(topology, flows.src, flows.dst, fhash)
-    return _kernels.route_flows(
-        flows.mode, flows.src, flows.dst, flows.channel, fhash, r["gpus_per_host"],
-        r["nics_per_gpu"], r["planes"], r["domain"], r["nvl_up"], r["nvl_down"], r["pcie_up"],
-        r["pcie_down"], r["nic_leaf"], r["nic_leaf_up"], r["leaf_nic_down"], r["leaf_pod"],
-        r["leaf_spine_up"], r["spine_leaf_down"], r["spine_core_up"], r["core_spine_down"],
-        r["leaf_up_agg"], r["leaf_down_agg"], r["pod_up_agg"], r["pod_down_agg"], r["spray"], r["pxn"])
-
+    return _kernels.route_flows(flows.mode, flows.src, flows.dst, flows.channel, fhash, r.tables)
 
 @_kernels.njit
 def _hash_all(src, dst, channel, key, out):

@@ -47,42 +47,43 @@ def route_storage(topology: Topology, gpu_of_rank: Mapping[int, int], flows: Sto
                   ) -> tuple[np.ndarray, np.ndarray]:
     """CSR paths (indptr, resource ids) of storage flows on the topology."""
     r = topology.route
-    n_storage = int(r["n_storage"])
+    st, t = r.storage, r.tables
+    n_storage = int(st.n_storage)
     if n_storage == 0 and len(flows):
         raise TopologyError("storage", "the topology has no storage nodes; set storage=N")
     if len(flows) and (flows.storage.min() < 0 or flows.storage.max() >= n_storage):
         raise TopologyError("storage", f"flows name storage nodes outside 0..{n_storage - 1}")
-    per_host = r["gpus_per_host"]
-    k = r["nics_per_gpu"]
-    frontend = r["storage_on"] == "frontend"
+    per_host = r.gpus_per_host
+    k = r.nics_per_gpu
+    frontend = st.storage_on == "frontend"
     paths: list[list[int]] = []
     for rank, s, write in zip(flows.rank.tolist(), flows.storage.tolist(), flows.write.tolist(), strict=True):
         gpu = int(gpu_of_rank[rank])
         if frontend:
             host, local = divmod(gpu, per_host)
-            nic = local % r["fe_up"].shape[1]
-            tor = int(r["fe_tor"][host])
-            path = [int(r["fe_up"][host, nic]), int(r["tor_up"][tor]), int(r["storage_in"][s])]
+            nic = local % st.fe_up.shape[1]
+            tor = int(st.fe_tor[host])
+            path = [int(st.fe_up[host, nic]), int(st.tor_up[tor]), int(st.storage_in[s])]
             if not write:
-                path = [int(r["storage_out"][s]), int(r["tor_down"][tor]), int(r["fe_down"][host, nic])]
+                path = [int(st.storage_out[s]), int(st.tor_down[tor]), int(st.fe_down[host, nic])]
         else:
             nic = gpu * k
-            leaf = int(r["nic_leaf"][nic, 0])
-            if r["spine_to_store"].size:
-                n_sp = r["leaf_spine_up"].shape[1]
+            leaf = int(t.nic_leaf[nic, 0])
+            if st.spine_to_store.size:
+                n_sp = t.leaf_spine_up.shape[1]
                 sp = (gpu * 2654435761 + s * 40503) % n_sp
-                spine = int(r["leaf_pod"][leaf]) * n_sp + sp
-                middle_up = [int(r["leaf_spine_up"][leaf, sp]), int(r["spine_to_store"][spine])]
-                middle_down = [int(r["store_to_spine"][spine]), int(r["spine_leaf_down"][leaf, sp])]
+                spine = int(t.leaf_pod[leaf]) * n_sp + sp
+                middle_up = [int(t.leaf_spine_up[leaf, sp]), int(st.spine_to_store[spine])]
+                middle_down = [int(st.store_to_spine[spine]), int(t.spine_leaf_down[leaf, sp])]
             elif leaf == 0:
                 middle_up = middle_down = []
             else:
                 raise TopologyError("storage_network", "back-end storage needs spines or a single leaf")
             if write:
-                path = [int(r["pcie_up"][nic]), int(r["nic_leaf_up"][nic, 0]), *middle_up, int(r["storage_in"][s])]
+                path = [int(t.pcie_up[nic]), int(t.nic_leaf_up[nic, 0]), *middle_up, int(st.storage_in[s])]
             else:
-                path = [int(r["storage_out"][s]), *middle_down, int(r["leaf_nic_down"][nic, 0]),
-                        int(r["pcie_down"][nic])]
+                path = [int(st.storage_out[s]), *middle_down, int(t.leaf_nic_down[nic, 0]),
+                        int(t.pcie_down[nic])]
         paths.append(path)
     indptr = np.zeros(len(paths) + 1, np.int64)
     indptr[1:] = np.cumsum([len(p) for p in paths])

@@ -25,6 +25,7 @@ import yaml
 from tracekit import schema
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
+from tracekit.replay._kernels import FatTreeTables, GraphTables
 
 KINDS = ("single-switch", "fat-tree", "rail-optimized")
 ROUTINGS = ("ecmp", "spray")
@@ -276,6 +277,76 @@ def sized(spec: TopologySpec, *, hosts: int, gpus: int | None = None) -> Topolog
     return spec.replace(hosts=max(needed, 1))
 
 
+def _no_ids(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.int64)
+
+
+@dataclass(frozen=True)
+class StorageRoutes:
+    """Resource ids of the front-end network and the storage nodes (empty arrays when absent)."""
+
+    n_storage: int = 0
+    storage_on: str = "frontend"   # the network the storage nodes hang off ("frontend" or "backend")
+    has_frontend: bool = False
+    fe_up: np.ndarray = field(default_factory=lambda: _no_ids(0, 0))    # [host, front-end NIC] NIC -> ToR
+    fe_down: np.ndarray = field(default_factory=lambda: _no_ids(0, 0))  # [host, front-end NIC] ToR -> NIC
+    fe_tor: np.ndarray = field(default_factory=lambda: _no_ids(0))      # [host] its ToR
+    tor_up: np.ndarray = field(default_factory=lambda: _no_ids(0))      # [ToR] ToR -> aggregation switch
+    tor_down: np.ndarray = field(default_factory=lambda: _no_ids(0))
+    storage_in: np.ndarray = field(default_factory=lambda: _no_ids(0))  # [storage node] switch -> node
+    storage_out: np.ndarray = field(default_factory=lambda: _no_ids(0))
+    spine_to_store: np.ndarray = field(default_factory=lambda: _no_ids(0))  # [pod * spines + spine] back-end
+    store_to_spine: np.ndarray = field(default_factory=lambda: _no_ids(0))
+
+
+@dataclass(frozen=True)
+class FatTreeRoutes:
+    """How flows are routed on a built fat-tree: the router's tables, the fabric's sizes (for
+    `describe`) and the storage routes."""
+
+    tables: FatTreeTables
+    n_gpus: int
+    n_leaves: int
+    n_spines: int
+    n_core: int
+    use_spines: bool
+    leaf_up_gbps: float
+    down_ports: int
+    leaf_groups: int
+    storage: StorageRoutes
+
+    @property
+    def gpus_per_host(self) -> int:
+        return self.tables.gpus_per_host
+
+    @property
+    def nics_per_gpu(self) -> int:
+        return self.tables.nics_per_gpu
+
+    @property
+    def pxn(self) -> bool:
+        return self.tables.pxn
+
+
+@dataclass(frozen=True)
+class GraphRoutes:
+    """How flows are routed on an observed fabric (a general graph, shortest paths with ECMP): the
+    router's tables and the names its errors use. The fat-tree sizes `describe` reads are 0."""
+
+    tables: GraphTables
+    n_gpus: int
+    gpus_per_host: int
+    nics_per_gpu: int
+    node_names: list[str]
+    hosts: list[str]
+    storage: StorageRoutes = field(default_factory=StorageRoutes)
+    use_spines: bool = True
+    n_leaves: int = 0
+    n_spines: int = 0
+    n_core: int = 0
+    pxn: bool = False
+
+
 @dataclass
 class Topology:
     """A built topology: tables, simulator resources and routing arrays."""
@@ -288,7 +359,7 @@ class Topology:
     res_cable_ptr: np.ndarray  # CSR: resource -> cable-direction slots (2*cable + dir)
     res_cable_ids: np.ndarray
     res_cable_frac: np.ndarray
-    route: dict[str, Any] = field(default_factory=dict)
+    route: FatTreeRoutes | GraphRoutes
 
     @property
     def name(self) -> str:
@@ -296,7 +367,7 @@ class Topology:
 
     @property
     def n_gpus(self) -> int:
-        return int(self.route["n_gpus"])
+        return int(self.route.n_gpus)
 
     @property
     def n_cables(self) -> int:
@@ -504,36 +575,29 @@ def build(spec: TopologySpec) -> Topology:
         "cables": pa.array(b.links["cables"], pa.int32()),
         "network": pa.array(b.links["network"], pa.string()),
     })
-    route = {
-        "n_gpus": n_gpus, "gpus_per_host": g_per_host, "nics_per_gpu": k, "planes": planes,
-        "domain": domain, "nvl_up": nvl_up, "nvl_down": nvl_down, "pcie_up": pcie_up,
-        "pcie_down": pcie_down, "nic_leaf": nic_leaf, "nic_leaf_up": nic_leaf_up,
-        "leaf_nic_down": leaf_nic_down, "leaf_pod": leaf_pod, "leaf_spine_up": leaf_spine_up,
-        "spine_leaf_down": spine_leaf_down, "spine_core_up": spine_core_up,
-        "core_spine_down": core_spine_down, "leaf_up_agg": leaf_up_agg, "leaf_down_agg": leaf_down_agg,
-        "pod_up_agg": pod_up_agg, "pod_down_agg": pod_down_agg,
-        "spray": spec.routing == "spray", "pxn": spec.pxn and spec.kind == "rail-optimized",
-        "n_leaves": n_leaves, "n_spines": n_sp * n_pods if use_spines else 0, "n_core": n_core,
-        "use_spines": use_spines, "leaf_up_gbps": leaf_up_gbps, "down_ports": down_ports,
-        "leaf_groups": leaf_groups, **storage_route,
-    }
+    tables = FatTreeTables(
+        gpus_per_host=g_per_host, nics_per_gpu=k, planes=planes, domain=domain, nvl_up=nvl_up, nvl_down=nvl_down,
+        pcie_up=pcie_up, pcie_down=pcie_down, nic_leaf=nic_leaf, nic_leaf_up=nic_leaf_up,
+        leaf_nic_down=leaf_nic_down, leaf_pod=leaf_pod, leaf_spine_up=leaf_spine_up, spine_leaf_down=spine_leaf_down,
+        spine_core_up=spine_core_up, core_spine_down=core_spine_down, leaf_up_agg=leaf_up_agg,
+        leaf_down_agg=leaf_down_agg, pod_up_agg=pod_up_agg, pod_down_agg=pod_down_agg,
+        spray=spec.routing == "spray", pxn=bool(spec.pxn and spec.kind == "rail-optimized"))
+    route = FatTreeRoutes(
+        tables=tables, n_gpus=n_gpus, n_leaves=n_leaves, n_spines=n_sp * n_pods if use_spines else 0, n_core=n_core,
+        use_spines=use_spines, leaf_up_gbps=leaf_up_gbps, down_ports=down_ports, leaf_groups=leaf_groups,
+        storage=storage_route)
     return Topology(spec=spec, nodes=nodes, links=links, cap=cap, res_latency=res_lat,
                     res_cable_ptr=np.asarray(ptr, np.int64), res_cable_ids=np.asarray(ids, np.int64),
                     res_cable_frac=np.asarray(frac, np.float64), route=route)
 
 
 def _storage(b: _Builder, spec: TopologySpec, *, leaf_names: list[str], spine_names: dict[tuple[int, int], str],
-             pods_per_plane: int, n_sp: int) -> dict[str, Any]:
+             pods_per_plane: int, n_sp: int) -> StorageRoutes:
     """The front-end network (a front-end NIC per host to ToR switches under one aggregation switch)
     and the storage nodes, on the front-end or on the back-end fabric (a storage leaf wired to every
     spine of plane 0, or to the only leaf when there are no spines). Routing arrays for both."""
     hosts = spec.hosts or 0
-    out: dict[str, Any] = {"fe_up": np.zeros((0, 0), np.int64), "fe_down": np.zeros((0, 0), np.int64),
-                           "fe_tor": np.zeros(0, np.int64), "tor_up": np.zeros(0, np.int64),
-                           "tor_down": np.zeros(0, np.int64), "storage_in": np.zeros(0, np.int64),
-                           "storage_out": np.zeros(0, np.int64), "spine_to_store": np.zeros(0, np.int64),
-                           "store_to_spine": np.zeros(0, np.int64), "storage_on": spec.storage_network,
-                           "n_storage": spec.storage, "has_frontend": spec.frontend_gbps > 0}
+    out: dict[str, np.ndarray] = {}
     if spec.frontend_gbps > 0:
         nics = spec.frontend_nics
         per_tor = max(1, (spec.frontend_radix // 2) // nics)
@@ -581,7 +645,8 @@ def _storage(b: _Builder, spec: TopologySpec, *, leaf_names: list[str], spine_na
             storage_out[i], storage_in[i] = b.cable(node, attach, spec.storage_gbps, spec.latency_ns, medium, -1,
                                                     "storage", network=network)
         out.update(storage_out=storage_out, storage_in=storage_in)
-    return out
+    return StorageRoutes(n_storage=spec.storage, storage_on=spec.storage_network,
+                         has_frontend=spec.frontend_gbps > 0, **out)
 
 
 def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
@@ -605,7 +670,7 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
         entry["cables"] += int(c)
         entry["gbps"] += float(g)
     r = topology.route
-    oversub = {"leaf": spec.oversub if r["use_spines"] else 1.0}
+    oversub = {"leaf": spec.oversub if r.use_spines else 1.0}
     if "spine-core" in per_tier:
         oversub["spine"] = spec.core_oversub
     return {
@@ -616,15 +681,15 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
         "gpus_per_host": spec.gpus,
         "nvlink_domain": spec.domain,
         "nics": topology.n_gpus * spec.nics_per_gpu,
-        "leaves": r["n_leaves"],
-        "spines": r["n_spines"],
-        "cores": r["n_core"] if "spine-core" in per_tier else 0,
+        "leaves": r.n_leaves,
+        "spines": r.n_spines,
+        "cores": r.n_core if "spine-core" in per_tier else 0,
         "planes": spec.planes,
         "links_per_tier": {t: per_tier[t] for t in TIER_NAMES if t in per_tier},
         "bisection_gbps": bisection_gbps(topology),
         "oversubscription": oversub,
         "routing": spec.routing,
-        "pxn": bool(r["pxn"]),
+        "pxn": bool(r.pxn),
         "sharp": spec.sharp,
         "nvls": spec.nvls,
         "frontend": ({"gbps_per_nic": spec.frontend_gbps, "nics_per_host": spec.frontend_nics,
@@ -643,9 +708,9 @@ def bisection_gbps(topology: Topology) -> float:
         return 0.0
     half_hosts = hosts // 2
     nic_side = half_hosts * spec.gpus * spec.nics_per_gpu * spec.nic_gbps
-    if not r["use_spines"] or r["leaf_groups"] < 2:
+    if not isinstance(r, FatTreeRoutes) or not r.use_spines or r.leaf_groups < 2:
         return float(nic_side)
-    leaf_side = r["n_leaves"] / 2 * r["leaf_up_gbps"]
+    leaf_side = r.n_leaves / 2 * r.leaf_up_gbps
     return float(min(nic_side, leaf_side))
 
 
