@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -22,6 +22,9 @@ from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
+
+if TYPE_CHECKING:
+    from tracekit.hang import HangResult
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
 JSON_SCHEMA = "tracekit.analysis/1"
@@ -108,7 +111,7 @@ class AnalysisResult:
     critical_path: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CRITICAL_SCHEMA)))
     pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
                                                                  "stage": pa.array([], pa.int32())}))
-    hang: Any = None  # tracekit.hang.HangResult when the run holds sequence numbers worth checking
+    hang: HangResult | None = None  # when the run holds sequence numbers worth checking
     findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
@@ -206,7 +209,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     return result
 
 
-def _hang(run: Run | None, source: RunLike) -> Any:
+def _hang(run: Run | None, source: RunLike) -> HangResult | None:
     """`tracekit hang`'s verdict on the same run (the one code path for hang verdicts)."""
     from tracekit.hang import find_hangs, hang_from_run
 

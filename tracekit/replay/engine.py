@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -47,7 +47,11 @@ from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
+from tracekit.results import Result, from_builtins, to_builtins
 from tracekit.store import Run
+
+if TYPE_CHECKING:
+    from tracekit.telemetry.compare import TelemetryComparison
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
 DEP_GAP_NS = deps.DEP_GAP_NS
@@ -70,8 +74,7 @@ class ReplayError(TracekitError):
     """The run cannot be replayed (missing instances, no timed communication, ...)."""
 
 
-@dataclass(frozen=True)
-class Convergence:
+class Convergence(Result, frozen=True, kw_only=True):
     """How the schedule/simulate fixed point of one topology ended: the rounds run, the largest
     instance start move of each (ns) and of the last (`residual_ns`), against `tolerance_ns`
     (SETTLE_FRAC of the longest replayed network time). Not converged: the cap was hit with
@@ -82,16 +85,6 @@ class Convergence:
     tolerance_ns: float
     converged: bool
     moves_ns: tuple[float, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "residual_ns": self.residual_ns, "tolerance_ns": self.tolerance_ns,
-                "converged": self.converged, "moves_ns": list(self.moves_ns)}
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> Convergence:
-        return cls(rounds=int(doc["rounds"]), residual_ns=float(doc["residual_ns"]),
-                   tolerance_ns=float(doc["tolerance_ns"]), converged=bool(doc["converged"]),
-                   moves_ns=tuple(float(x) for x in doc.get("moves_ns") or ()))
 
 
 @dataclass
@@ -123,7 +116,7 @@ class TopologyResult:
             "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
             "hot_links": self.hot_links,
             "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
-            **({"convergence": self.convergence.to_dict()} if self.convergence is not None else {}),
+            **({"convergence": to_builtins(self.convergence)} if self.convergence is not None else {}),
         }
 
     @classmethod
@@ -138,38 +131,27 @@ class TopologyResult:
                    replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
                    link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
                    n_flows=0,
-                   convergence=Convergence.from_dict(doc["convergence"]) if doc.get("convergence") else None)
+                   convergence=from_builtins(doc["convergence"], Convergence) if doc.get("convergence") else None)
 
 
-@dataclass(frozen=True)
-class Fallback:
+class Fallback(Result, frozen=True, kw_only=True):
     """A collective instance whose trace contradicts the model, replayed with its traced relation."""
 
     group: str
     seq: int
     op: str
     reason: str  # "ended_before_peer_arrived" or "members_end_apart"
-    text: str
     ranks: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "seq": self.seq, "op": self.op, "reason": self.reason,
-                "ranks": list(self.ranks), "text": self.text}
+    text: str
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(Result, frozen=True, kw_only=True):
     """The baseline replayed with every traced duration: how far it lands from the trace."""
 
     max_step_error: float
-    max_event_error_ns: float
     instances_fallen_back: int
+    max_event_error_ns: float
     fallbacks: tuple[Fallback, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_step_error": self.max_step_error, "instances_fallen_back": self.instances_fallen_back,
-                "max_event_error_ns": self.max_event_error_ns,
-                "fallbacks": [f.to_dict() for f in self.fallbacks]}
 
 
 @dataclass
@@ -184,11 +166,11 @@ class ReplayResult:
     identity: Identity | None = None
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
-    telemetry: Any = None  # tracekit.telemetry.compare.TelemetryComparison when the run has telemetry
+    telemetry: TelemetryComparison | None = None  # when the run has telemetry
 
     def to_json(self) -> dict[str, Any]:
         return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results],
-                "identity": self.identity.to_dict() if self.identity is not None else None,
+                "identity": to_builtins(self.identity) if self.identity is not None else None,
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
                                 "split": self.errors.split if self.errors else None,
@@ -478,15 +460,16 @@ def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.n
         "a member ended before the last one arrived"
     if early:
         gone = tuple(sorted({int(rank[j]) for j in early}))
-        info.fallback = Fallback(info.group, info.seq, info.op, "ended_before_peer_arrived",
-                                 f"{info.op} {info.group}#{info.seq}: {what} (rank{'s' if len(gone) > 1 else ''} "
-                                 f"{', '.join(map(str, gone))}); those members keep their traced duration", gone)
+        info.fallback = Fallback(group=info.group, seq=info.seq, op=info.op, reason="ended_before_peer_arrived",
+                                 text=f"{info.op} {info.group}#{info.seq}: {what} "
+                                 f"(rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))}); "
+                                 "those members keep their traced duration", ranks=gone)
     elif spread > max(END_SPREAD_NS, END_SPREAD_FRAC * info.traced_ns):
         first = tuple(sorted({int(rank[j]) for j in synced if end[j] - ends.min() < spread / 2}))
-        info.fallback = Fallback(info.group, info.seq, info.op, "members_end_apart",
-                                 f"{info.op} {info.group}#{info.seq}: members end {spread / 1e3:.0f} µs apart "
+        info.fallback = Fallback(group=info.group, seq=info.seq, op=info.op, reason="members_end_apart",
+                                 text=f"{info.op} {info.group}#{info.seq}: members end {spread / 1e3:.0f} µs apart "
                                  f"({spread / info.traced_ns:.0%} of its network time); each keeps its traced "
-                                 "end within the instance", first)
+                                 "end within the instance", ranks=first)
     return synced
 
 
