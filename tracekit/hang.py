@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit._text import fmt_ranks
+from tracekit.finding import Finding, texts
 
 __all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_paths", "hang_from_run"]
 
@@ -92,10 +93,10 @@ class GroupHang:
 
 @dataclass
 class HangResult:
-    """Per-group verdicts plus the findings, most likely root cause first."""
+    """Per-group verdicts plus the findings (kind "hang"), most likely root cause first."""
 
     groups: list[GroupHang]
-    findings: list[str]
+    findings: list[Finding]
     source: str
     notes: list[str] = field(default_factory=list)
     locations: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -131,7 +132,7 @@ class HangResult:
         return {g.group: {str(r): s for r, s in sorted(g.last_seq.items())} for g in self.groups}
 
     def to_json(self) -> dict[str, Any]:
-        return {"groups": [g.to_json() for g in self.groups], "findings": list(self.findings),
+        return {"groups": [g.to_json() for g in self.groups], "findings": texts(self.findings),
                 "last_seq": self.last_seq(), "suspects": self.suspects, "source": self.source,
                 "notes": list(self.notes), "locations": {str(r): v for r, v in sorted(self.locations.items())},
                 "messages": list(self.messages)}
@@ -367,7 +368,8 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
     for r in lead[:8]:
         where = result.where(r)
         if where:
-            result.findings.insert(min(1, len(result.findings)) + lead.index(r), f"Rank {r} ran on {where}.")
+            result.findings.insert(min(1, len(result.findings)) + lead.index(r),
+                                   Finding(kind="hang", text=f"Rank {r} ran on {where}.", ranks=(r,)))
     if messages is None:
         return
     mt = messages if isinstance(messages, pa.Table) else messages.to_arrow()
@@ -398,13 +400,15 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
         watchdog = [m for m in rows if m.get("subsystem") == "watchdog"]
         warns = [m for m in rows if m.get("subsystem") != "watchdog"]
         if watchdog:
-            result.findings.append(f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}")
+            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                           text=f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}"))
         if warns:
             first = warns[0]
             more = f" ({len(warns)} in all)" if len(warns) > 1 else ""
             line = f", line {first['line']}" if first.get("line") else ""
-            result.findings.append(f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
-                                   f"{_clip(first['message'])}{line}")
+            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                           text=f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
+                                           f"{_clip(first['message'])}{line}"))
 
 
 def _clip(text: Any, limit: int = 200) -> str:
@@ -634,11 +638,12 @@ def _by_time(groups: Iterable[GroupHang]) -> list[GroupHang]:
                                          else 2**63, _gorder(g.group)))
 
 
-def _findings(groups: list[GroupHang], source: str) -> list[str]:
+def _findings(groups: list[GroupHang], source: str) -> list[Finding]:
     if not groups:
-        return ["No collectives with sequence numbers: nothing to check."]
+        return [Finding(kind="hang", text="No collectives with sequence numbers: nothing to check.")]
     bad = [g for g in _by_time(groups) if g.status != "ok"]
-    out: list[str] = []
+    broken = "error" if source == "flight_recorder" else "warning"
+    out: list[Finding] = []
     culprits = [g for g in bad if g.status in ("hang", "mismatch") and g.suspects]
     if culprits:
         g = culprits[0]
@@ -647,12 +652,14 @@ def _findings(groups: list[GroupHang], source: str) -> list[str]:
         if len(culprits) > 1:
             lead += (f" {len(culprits) - 1} other group{'s' if len(culprits) > 2 else ''} diverged later "
                      "(often a consequence).")
-        out.append(lead)
-    out.extend(g.verdict for g in bad)
+        out.append(Finding(kind="hang", severity=broken, text=lead, ranks=tuple(g.suspects), group=g.group))
+    out.extend(Finding(kind="hang", severity=broken if g.status in ("hang", "mismatch") else "warning",
+                       text=g.verdict, ranks=tuple(g.suspects), group=g.group) for g in bad)
     if source == "nccl_log" and out:
-        out.append("Sequence numbers are NCCL's opCount per communicator (commId), from NCCL logs.")
+        out.append(Finding(kind="hang", text="Sequence numbers are NCCL's opCount per communicator (commId), "
+                           "from NCCL logs."))
     elif source != "flight_recorder" and out:
-        out.append(f"Sequence numbers come from {source}, not from Flight Recorder dumps.")
+        out.append(Finding(kind="hang", text=f"Sequence numbers come from {source}, not from Flight Recorder dumps."))
     return out
 
 

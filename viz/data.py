@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
+from tracekit.finding import texts
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
            "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
@@ -663,7 +664,7 @@ def hang_data(hang: Any) -> dict[str, Any] | None:
                        "ranks": ranks, "last_seq": [g.last_seq[r] for r in ranks], "max_seq": top,
                        "suspects": list(g.suspects), "missing": list(g.missing_ranks),
                        "no_dump": fmt_ranks(g.no_dump_ranks, limit=8)})
-    return {"groups": groups, "findings": list(hang.findings), "hung": hang.hung, "source": hang.source,
+    return {"groups": groups, "findings": texts(hang.findings), "hung": hang.hung, "source": hang.source,
             "suspects": list(hang.suspects)}
 
 

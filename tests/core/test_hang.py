@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import schema
+from tracekit.finding import texts
 from tracekit.hang import find_hangs, fmt_ranks
 from tracekit.parsers import flight_recorder as fr
 from tracekit.store import SourceSink
@@ -94,7 +95,7 @@ def test_real_missing_rank(parsed, enc):
     assert "ranks 0,2,3 reached all_reduce seq 11" in g0.verdict
     assert "rank 1 never issued it" in g0.verdict and "rank 1 is the one to look at" in g0.verdict
     assert [g.status for g in res.groups[1:]] == ["ok"] * 4
-    assert res.suspects == [1] and res.findings[0].startswith("Start with rank 1")
+    assert res.suspects == [1] and res.findings[0].text.startswith("Start with rank 1")
     assert len(res.findings) == 2
 
 
@@ -215,7 +216,7 @@ def test_stuck_inside_a_collective_every_rank_arrived():
     res = find_hangs(table(rows), groups(("0", [0, 1, 2, 3], True)))
     g = res.groups[0]
     assert g.status == "stuck" and g.first_divergent_seq is None and g.suspects == []
-    assert "no desync" in g.verdict and res.findings == [g.verdict]
+    assert "no desync" in g.verdict and texts(res.findings) == [g.verdict]
 
 
 def test_dump_timing_is_not_a_hang():
@@ -302,12 +303,13 @@ def test_no_fr_rows_falls_back_with_a_caveat():
     extra = {"rank": 0, "group": "0", "seq": 4, "source": "kineto", "seq_explicit": False, "state": "scheduled"}
     rows = [*seqs("0", [0, 1], 3, source="kineto", seq_explicit=False), extra]
     res = find_hangs(table(rows), None)
-    assert res.source == "call order within the traced window" and res.findings[-1].startswith("Sequence numbers come")
+    assert res.source == "call order within the traced window"
+    assert res.findings[-1].text.startswith("Sequence numbers come")
 
 
 def test_empty():
     res = find_hangs(schema.empty("collectives"), schema.empty("groups"))
-    assert res.groups == [] and res.findings == ["No collectives with sequence numbers: nothing to check."]
+    assert res.groups == [] and texts(res.findings) == ["No collectives with sequence numbers: nothing to check."]
 
 
 def test_fmt_ranks():
@@ -392,7 +394,7 @@ def test_nccl_timeout_dumps_end_to_end(tmp_path):
     assert g0.status == "hang" and g0.first_divergent_seq == 5 and g0.missing_ranks == [2] and g0.suspects == [2]
     assert g0.last_seq == {0: 5, 1: 5, 2: 4} and g0.last_completed_seq == {0: 4, 1: 4, 2: 4}
     assert "No dump from rank 3: not checked." in g0.verdict
-    assert res.groups[1].status == "ok" and res.findings[0].startswith("Start with rank 2")
+    assert res.groups[1].status == "ok" and res.findings[0].text.startswith("Start with rank 2")
 
 
 def test_coalesced_ops_share_a_seq_and_do_not_mismatch():

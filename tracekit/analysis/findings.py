@@ -59,8 +59,8 @@ def findings(r: AnalysisResult) -> list[Finding]:
     out.extend(v.findings())
     if r.hang is not None and r.hang.hung:
         fr = r.hang.source == "flight_recorder"
-        for text in r.hang.findings:
-            out.append(Finding(kind="hang", severity="error" if fr else "warning", text=text,
+        for lead in r.hang.findings:
+            out.append(Finding(kind="hang", severity="error" if fr else "warning", text=lead.text,
                                ranks=tuple(r.hang.suspects), data={"source": r.hang.source}))
             break
         for g in r.hang.groups:
