@@ -26,6 +26,7 @@ import pyarrow as pa
 from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
 from tracekit.finding import texts
+from tracekit.results import to_builtins
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
            "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
@@ -631,17 +632,17 @@ def replay_data(replay: Any) -> dict[str, Any] | None:
         err_p90.append(None if err is None else err.p90)
         exposed[res.topology] = {norm_dim(k): float(v) / 1e6 for k, v in (res.exposed_ns or {}).items()}
         for i in res.instances or []:
-            if i.get("traced_ns") is None or i.get("replayed_ns") is None:
+            if i.traced_ns is None or i.replayed_ns is None:
                 continue
             inst["topology"].append(res.topology)
-            inst["traced_ms"].append(float(i["traced_ns"]) / 1e6)
-            inst["replayed_ms"].append(float(i["replayed_ns"]) / 1e6)
-            inst["dim"].append(norm_dim(i.get("dim")))
-            inst["op"].append(str(i.get("op") or ""))
-            inst["group"].append(str(i.get("group") or "")[:MAX_NAME_CHARS])
-            inst["seq"].append(int(i["seq"]) if i.get("seq") is not None else -1)
+            inst["traced_ms"].append(float(i.traced_ns) / 1e6)
+            inst["replayed_ms"].append(float(i.replayed_ns) / 1e6)
+            inst["dim"].append(norm_dim(i.dim))
+            inst["op"].append(str(i.op or ""))
+            inst["group"].append(str(i.group or "")[:MAX_NAME_CHARS])
+            inst["seq"].append(int(i.seq) if i.seq is not None else -1)
         for h in (res.hot_links or [])[:5]:
-            hot.append({"topology": res.topology, **{k: h.get(k) for k in ("link", "peak_util", "mean_util", "bytes")}})
+            hot.append({"topology": res.topology, **to_builtins(h)})
     traced = list((replay.results[0].traced_step_ns or {}).values())
     return {"topologies": topo, "step_ms": step_ms, "delta": delta,
             "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,

@@ -87,6 +87,33 @@ class Convergence(Result, frozen=True, kw_only=True):
     moves_ns: tuple[float, ...] = ()
 
 
+class InstanceReplay(Result, frozen=True, kw_only=True):
+    """One collective instance on one topology: its traced and replayed network time (ns), where its
+    efficiency came from in sample and cross-validated, its fallback reason, and the NCCL plan used."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    traced_ns: int
+    replayed_ns: int
+    calibration: str | None = None
+    cross_validation: str | None = None
+    fallback: str | None = None
+    algo: str | None = None
+    proto: str | None = None
+    algo_source: str | None = None
+
+
+class HotLink(Result, frozen=True, kw_only=True):
+    """One of a topology's busiest cables: peak and mean window utilisation, bytes both ways."""
+
+    link: str
+    peak_util: float
+    mean_util: float
+    bytes: int
+
+
 @dataclass
 class TopologyResult:
     """Replay of one topology."""
@@ -96,8 +123,8 @@ class TopologyResult:
     traced_step_ns: dict[str, int]
     comm_ns: dict[str, int]
     exposed_ns: dict[str, int]
-    instances: list[dict[str, Any]]
-    hot_links: list[dict[str, Any]]
+    instances: list[InstanceReplay]
+    hot_links: list[HotLink]
     replay_error: ReplayErrors | None
     link_samples: pa.Table
     topology_nodes: pa.Table
@@ -113,8 +140,8 @@ class TopologyResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "topology": self.topology, "step_ns": self.step_ns, "traced_step_ns": self.traced_step_ns,
-            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
-            "hot_links": self.hot_links,
+            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": to_builtins(self.instances),
+            "hot_links": to_builtins(self.hot_links),
             "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
             **({"convergence": to_builtins(self.convergence)} if self.convergence is not None else {}),
         }
@@ -126,8 +153,9 @@ class TopologyResult:
         empty = pa.table({})
         return cls(topology=str(doc["topology"]), step_ns=dict(doc.get("step_ns") or {}),
                    traced_step_ns=dict(doc.get("traced_step_ns") or {}), comm_ns=dict(doc.get("comm_ns") or {}),
-                   exposed_ns=dict(doc.get("exposed_ns") or {}), instances=list(doc.get("instances") or []),
-                   hot_links=list(doc.get("hot_links") or []),
+                   exposed_ns=dict(doc.get("exposed_ns") or {}),
+                   instances=from_builtins(doc.get("instances") or [], list[InstanceReplay]),
+                   hot_links=from_builtins(doc.get("hot_links") or [], list[HotLink]),
                    replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
                    link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
                    n_flows=0,
@@ -868,13 +896,13 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     step_ns, traced_step = _steps(prep, start, end)
     comm, exposed = _exposure(prep, start, end, n_steps=max(1, len(step_ns)))
     step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
-    instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
-                  "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k]),
-                  "calibration": cal.in_sample_source[k], "cross_validation": cal.cross_validated_source[k],
-                  "fallback": i.fallback.reason if i.fallback is not None else None,
-                  "algo": net.plans[k].algo if net.plans[k] is not None else None,
-                  "proto": net.plans[k].proto if net.plans[k] is not None else None,
-                  "algo_source": net.plans[k].source if net.plans[k] is not None else None}
+    instances = [InstanceReplay(group=i.group, seq=i.seq, op=i.op, dim=i.dim,
+                                traced_ns=round(traced[k]), replayed_ns=round(replayed[k]),
+                                calibration=cal.in_sample_source[k], cross_validation=cal.cross_validated_source[k],
+                                fallback=i.fallback.reason if i.fallback is not None else None,
+                                algo=net.plans[k].algo if net.plans[k] is not None else None,
+                                proto=net.plans[k].proto if net.plans[k] is not None else None,
+                                algo_source=net.plans[k].source if net.plans[k] is not None else None)
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
         topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,
@@ -1040,8 +1068,8 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
     mean = util[:, :n_active].sum(axis=1) / n_active if n_w else np.zeros(n_c)
     # Ranked on the figures as reported, so last-bit noise in a float peak never reorders ties.
     order = np.lexsort((link_names.astype(str), -np.round(total), -np.round(peak, 4)))
-    hot = [{"link": str(link_names[i]), "peak_util": round(float(peak[i]), 4),
-            "mean_util": round(float(mean[i]), 4), "bytes": round(total[i])}
+    hot = [HotLink(link=str(link_names[i]), peak_util=round(float(peak[i]), 4),
+                   mean_util=round(float(mean[i]), 4), bytes=round(total[i]))
            for i in order[:HOT_LINKS] if total[i] > 0]
     return samples, hot
 

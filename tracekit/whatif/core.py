@@ -25,6 +25,7 @@ from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
+from tracekit.replay.engine import InstanceReplay
 from tracekit.results import Result, to_builtins
 from tracekit.store import Run
 
@@ -264,10 +265,10 @@ def inter_host_bytes(result: TopologyResult) -> dict[str, int]:
 
 
 def instance_times(result: TopologyResult, *, op: str | None = None, dim: str | None = None
-                   ) -> dict[tuple[str, int], dict[str, Any]]:
+                   ) -> dict[tuple[str, int], InstanceReplay]:
     """Replayed instances by (group, seq), optionally only one op and dim."""
-    return {(i["group"], i["seq"]): i for i in result.instances
-            if (op is None or i["op"] == op) and (dim is None or i["dim"] == dim)}
+    return {(i.group, i.seq): i for i in result.instances
+            if (op is None or i.op == op) and (dim is None or i.dim == dim)}
 
 
 def parse_params(kind: str, text: str, known: Sequence[str]) -> dict[str, str]:
