@@ -130,6 +130,17 @@ class AnalysisResult:
         """A JSON-ready dict; its layout is documented in docs/analysis.md."""
         return _to_json(self)
 
+    def per_rank_means(self) -> pl.DataFrame:
+        """Per rank, the mean over its step windows of the window span, compute, exposed comm and idle
+        time (ns): columns rank, span, compute, exposed, idle, by rank."""
+        wide = _pl(self.per_rank_step)
+        if wide.height == 0:
+            return pl.DataFrame(schema={"rank": pl.Int64, "span": pl.Float64, "compute": pl.Float64,
+                                        "exposed": pl.Float64, "idle": pl.Float64})
+        prs = pl.DataFrame([{"rank": r["rank"], "span": r["span_ns"], "compute": r["compute_ns"],
+                             "exposed": r["exposed_ns"], "idle": r["idle_ns"]} for r in wide.iter_rows(named=True)])
+        return prs.group_by("rank").agg(pl.all().mean()).sort("rank")
+
     def mean_step_ns(self) -> float | None:
         """The mean step time (see `tracekit.analysis.steps.STEP_TIME`), or None without steps."""
         st = self.step_times
