@@ -159,12 +159,7 @@ def _participants(coll: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     parts = stall_analysis.participants(coll, ranks)
     if parts.height == 0:
         return _empty_parts()
-    source = (parts.sort(["instance", "arrive_ns", "rank"], descending=[False, True, False])
-              .group_by("instance", maintain_order=True)
-              .agg(pl.col("rank").filter(pl.col("op") == "send").first().alias("_sender"),
-                   pl.col("rank").first().alias("_last"))
-              .select("instance", pl.coalesce("_sender", "_last").alias("source_rank"),
-                      pl.col("_last").alias("last_rank")))
+    source = stall_analysis.waited_for(parts)
     ids = coll.select("coll_id", "instance", pl.col("rank").cast(pl.Int32)).filter(
         pl.col("instance").is_not_null())
     return (parts.join(source, on="instance", how="left")
