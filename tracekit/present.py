@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tracekit.analysis.core import AnalysisResult
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
+    from tracekit.whatif.core import WhatIfResult
 
 
 def printable(text: str) -> str:
@@ -40,6 +41,11 @@ def fmt_delta(value: float, base: float) -> str:
 def fmt_error(stats: ErrorStats) -> str:
     """A replay error: "median 1.2%, p90 3.4%"."""
     return f"median {stats.median:.1%}, p90 {stats.p90:.1%}"
+
+
+def fmt_gb(n: float) -> str:
+    """Bytes as a bare count of GB, two decimals (the unit is in the column head)."""
+    return f"{n / 1e9:.2f}"
 
 
 def fmt_step(step: int | None) -> str:
@@ -202,6 +208,72 @@ def _replay_details(result: ReplayResult) -> list[str]:
     for f in result.findings:
         if f.kind == "replay_caution" and f.severity == "info":
             lines.append(f"note: {printable(f.text)}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------
+# whatif
+
+
+def whatif_comparison(result: WhatIfResult) -> list[str]:
+    """The comparison table, then each scenario's notes (and its rank -> host map)."""
+    rows = result.scenarios
+    dims = sorted({d for s in rows for d in (*s.exposed_ns, *s.baseline_exposed_ns)})
+    ih_dims = sorted({d for s in rows for side in (s.inter_host_before, s.inter_host_after) for d in side})
+    err = result.replay_error
+    # A calibration from another run has no cross-validated figure here: the line quotes 0, as it always has.
+    cv = err.cross_validated if err is not None and err.calibrated_on is None else None
+    lines = [f"what-if on {result.topology}: each scenario vs the baseline replay of the unchanged run "
+             "(model vs model, not vs the trace)",
+             f"replay error of the baseline (cross-validated, per collective): median "
+             f"{cv.median if cv else 0:.1%}, p90 {cv.p90 if cv else 0:.1%}; the scenarios carry it plus the "
+             "model's limits"]
+    lines += [f"caution: {c.text}" for c in result.cautions if c.severity == "warning"]
+    header = (["scenario", "step (mean)"] + [f"exposed {d}/step" for d in dims]
+              + ["EP max/mean", "inter-host GB " + "/".join(ih_dims), "checkpoint"])
+    table = []
+    if rows:
+        first = rows[0]
+        table.append(["baseline", fmt_ms(mean_of(first.baseline_step_ns))]
+                     + [fmt_ms(first.baseline_exposed_ns.get(d, 0)) for d in dims]
+                     + ["", "/".join(fmt_gb(first.inter_host_before.get(d, 0)) for d in ih_dims), ""])
+    for s in rows:
+        base_step = mean_of(s.baseline_step_ns)
+        step = mean_of(s.step_ns)
+        imb = s.ep_imbalance
+        table.append(
+            [s.scenario, fmt_ms(step) + fmt_delta(step, base_step)]
+            + [fmt_ms(s.exposed_ns.get(d, 0)) + fmt_delta(s.exposed_ns.get(d, 0), s.baseline_exposed_ns.get(d, 0))
+               for d in dims]
+            + [f"{imb.before:.2f} -> {imb.after:.2f}" if imb else "-",
+               "/".join(fmt_gb(s.inter_host_after.get(d, 0)) for d in ih_dims),
+               fmt_ms(s.checkpoint_ns) if s.checkpoint_ns is not None else "-"])
+    lines += [line.rstrip() for line in _table(header, table)]
+    for s in rows:
+        lines.append("")
+        lines.append(f"{s.scenario}:")
+        if s.a2a_ns:
+            lines.append(f"  EP all-to-all per instance (mean): {fmt_ms(s.a2a_ns.before)} -> {fmt_ms(s.a2a_ns.after)}")
+        if s.slowed is not None:
+            worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
+            lines.append(f"  collectives slowed: {len(s.slowed)}" + (
+                f" (worst {worst.op} {worst.dim} group {worst.group} seq {worst.seq}: "
+                f"{fmt_ms(worst.baseline_ns)} -> {fmt_ms(worst.scenario_ns)})" if worst else ""))
+        if s.placement_before and s.placement_after:
+            after = s.placement_after
+            by_host: dict[str, list[tuple[int, str]]] = {}
+            for rank, (host, gpu) in after.slots.items():
+                by_host.setdefault(after.hosts[host], []).append((gpu, str(rank)))
+            for host in after.hosts:
+                lines.append(f"  {host}: ranks {' '.join(r for _, r in sorted(by_host.get(host, [])))} (by GPU)")
+        details = s.details or {}
+        if "replays" in details:
+            moved = details["moved_ranks"]
+            kept = f"moved {moved} ranks" if moved else "kept the traced placement"
+            lines.append(f"  search: started from the {details['start']} placement, {details['replays']} replays, "
+                         f"{kept} (a change must shorten the step by more than {details['min_gain']:.1%})")
+        for note in s.notes:
+            lines.append(f"  - {note}")
     return lines
 
 
