@@ -48,8 +48,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     status("replay: loading libraries")
     from tracekit.errors import TracekitError
     from tracekit.present import printable, replay_comparison
+    from tracekit.replay.engine import baseline_of, open_run, replay_run
     from tracekit.replay.engine import calibration_from as load_calibration
-    from tracekit.replay.engine import open_run, replay_run
 
     if not topologies and baseline is None:
         raise click.UsageError("give at least one --topology")
@@ -63,7 +63,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     options: dict = {}
     notes = []
     if calibration_from is not None:
-        base = baseline if baseline is not None else topologies[0]
+        base = baseline_of(topologies, baseline)
         saved = load_calibration(calibration_from, base, algo=algo)
         options = {"efficiency": saved.efficiency, "calibrated_on": saved.name}
         if saved.topology is not None and saved.topology != str(base):
@@ -93,13 +93,10 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
 
 
 def _physics_notes(topologies: tuple[str, ...]) -> None:
-    from tracekit.replay.topology import parse_spec, physics_caps
+    from tracekit.replay.engine import physics_notes
 
-    for text in topologies:
-        if text == "observed":
-            continue
-        for finding in physics_caps(parse_spec(text)):
-            echo(f"note: {text}: {finding.text}")
+    for text, finding in physics_notes(topologies):
+        echo(f"note: {text}: {finding.text}")
 
 
 def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:

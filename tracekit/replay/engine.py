@@ -46,7 +46,7 @@ from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
-from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
+from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, physics_caps, place, sized
 from tracekit.results import Result, from_builtins, to_builtins
 from tracekit.store import Run
 
@@ -695,9 +695,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
     specs = [_spec(t) for t in topologies]
-    if not specs and baseline is None:
-        raise ReplayError("give at least one topology")
-    base_spec = _spec(baseline) if baseline is not None else specs[0]
+    base_spec = _spec(baseline_of(topologies, baseline))
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
     prep = _prepare(tables, placement=placement)
@@ -734,6 +732,22 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity, results))
+
+
+def baseline_of(topologies: Sequence[str | TopologySpec],
+                baseline: str | TopologySpec | None = None) -> str | TopologySpec:
+    """The network a replay calibrates on and compares with: `baseline`, else the first topology."""
+    if baseline is not None:
+        return baseline
+    if not topologies:
+        raise ReplayError("give at least one topology")
+    return topologies[0]
+
+
+def physics_notes(topologies: Sequence[str]) -> list[tuple[str, Finding]]:
+    """Per modelled topology spec, the caps that bind on its paths (`topology.physics_caps`); the
+    observed fabric is measured, not modelled, and has none."""
+    return [(text, f) for text in topologies if not is_observed(text) for f in physics_caps(parse_spec(text))]
 
 
 def _spec(text: str | TopologySpec) -> TopologySpec:
