@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -27,6 +27,12 @@ from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
 from tracekit.finding import texts
 from tracekit.results import to_builtins
+
+if TYPE_CHECKING:
+    from tracekit.analysis import AnalysisResult
+    from tracekit.hang import HangResult
+    from tracekit.replay.engine import ReplayResult
+    from tracekit.whatif.core import Placement, WhatIfResult
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
            "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
@@ -141,7 +147,7 @@ def merge_short(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *, min_ns:
 # Rows
 
 
-def rank_layout(analysis: Any, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
+def rank_layout(analysis: AnalysisResult, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
     """Row order for per-rank figures: by PP stage (the analysis' `pp_stages`), then host, then rank."""
     r = _df(analysis.ranks).select("rank", "host", "clock_offset_ns")
     host = {int(k): (h or "") for k, h in zip(r["rank"].to_list(), r["host"].to_list(), strict=True)}
@@ -205,7 +211,7 @@ def _str_ids(values: pl.Series, names: dict[str, int]) -> np.ndarray:
     return v.replace_strict(names, return_dtype=pl.Int32).to_numpy()
 
 
-def timeline_data(analysis: Any, events: pl.DataFrame | pa.Table, *, width_px: int = 1400,
+def timeline_data(analysis: AnalysisResult, events: pl.DataFrame | pa.Table, *, width_px: int = 1400,
                   max_glyphs: int = 60_000, max_total: int = 250_000, zoom: int = 8, max_levels: int = 4,
                   overview_bins: int = 800) -> TimelineData:
     """The timeline's layers (compute, comm per dim, stall) at several levels of detail.
@@ -488,7 +494,7 @@ def level_for(level_ms_per_px: Sequence[float], visible_ms: float, width_px: int
 # Overlap, EP, links, replay, hang
 
 
-def overlap_data(analysis: Any, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
+def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
     """Hidden vs exposed communication per rank and dim, in ms per step window (mean over the
     rank's steps), from the analysis' per rank and step breakdown."""
     wide = _df(analysis.per_rank_step)
@@ -516,7 +522,7 @@ def overlap_data(analysis: Any, rank_order: Sequence[int] | None = None) -> dict
     return {"ranks": ranks, "dims": dims, "columns": cols, "totals_ms": totals}
 
 
-def ep_data(analysis: Any, *, max_ranks: int = 256) -> dict[str, Any] | None:
+def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any] | None:
     """The EP traffic matrix among the ranks present (the analysis' `ep_traffic`), the bytes each
     receives, the per-group figures (`ep_groups`) and the notes that qualify them."""
     traffic = _df(analysis.ep_traffic)
@@ -609,7 +615,7 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
     return {"panels": panels, "notes": notes}
 
 
-def replay_data(replay: Any) -> dict[str, Any] | None:
+def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
     traced vs replayed duration of every instance, the hottest links, and the replay's findings."""
@@ -652,7 +658,7 @@ def replay_data(replay: Any) -> dict[str, Any] | None:
             "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
 
 
-def hang_data(hang: Any) -> dict[str, Any] | None:
+def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
     """Per group of a `tracekit.hang.HangResult`: its verdict and status, each rank's last seq, and
     which ranks the verdict names (the same code and words as `tracekit hang`)."""
     if hang is None or not hang.groups:
@@ -677,7 +683,7 @@ MAX_EP_RANKS = 256
 AXIS_CHARS = 34  # scenario names on an axis; hover shows them whole
 
 
-def whatif_data(result: Any) -> dict[str, Any] | None:
+def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
     grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
@@ -749,7 +755,7 @@ def whatif_data(result: Any) -> dict[str, Any] | None:
             "notes": {name: [str(n) for n in s.notes] for name, s in scen.items()}}
 
 
-def _grid(placement: Any) -> dict[str, Any]:
+def _grid(placement: Placement) -> dict[str, Any]:
     """A placement as cells: host row, GPU column, rank."""
     cells = sorted((h, g, r) for r, (h, g) in placement.slots.items())
     return {"hosts": [str(h)[:MAX_NAME_CHARS] for h in placement.hosts], "gpus": placement.gpus_per_host,
