@@ -17,6 +17,7 @@ from tracekit import schema
 from tracekit.finding import texts
 from tracekit.hang import find_hangs, fmt_ranks
 from tracekit.parsers import flight_recorder as fr
+from tracekit.results import to_builtins
 from tracekit.store import SourceSink
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def test_real_type_mismatch_blames_the_minority(parsed, enc):
     res = hang_of(parsed["type_mismatch", enc])
     g0 = res.groups[0]
     assert g0.status == "mismatch" and g0.first_divergent_seq == 11 and g0.missing_ranks == []
-    assert g0.mismatches == [{"seq": 11, "field": "op", "majority": "all_reduce", "minority_ranks": [3],
+    assert to_builtins(g0.mismatches) == [{"seq": 11, "field": "op", "majority": "all_reduce", "minority_ranks": [3],
                               "values": [{"value": "all_reduce", "ranks": [0, 1, 2]},
                                          {"value": "broadcast", "ranks": [3]}]}]
     assert g0.suspects == [3] and res.suspects == [3]  # the stock analyzer blames 0,1,2 here
@@ -241,7 +242,7 @@ def test_tie_has_no_majority_and_is_order_independent():
     b = find_hangs(table(list(reversed(rows))), None)
     assert a.to_json() == b.to_json()
     g = a.groups[0]
-    assert g.mismatches[0]["majority"] == "all_reduce" and g.mismatches[0]["minority_ranks"] == [1, 3]
+    assert g.mismatches[0].majority == "all_reduce" and g.mismatches[0].minority_ranks == [1, 3]
     assert "no majority" in g.verdict
 
 
@@ -254,7 +255,7 @@ def test_dtype_and_size_mismatches():
              {"rank": 1, "group": "7", "seq": 3, "state": "scheduled"},
              {"rank": 2, "group": "7", "seq": 3, "state": "scheduled"}]
     g = find_hangs(table(rows), None).groups[0]
-    assert [(m["seq"], m["field"], m["minority_ranks"]) for m in g.mismatches] == [(2, "dtype", [0]), (3, "size", [0])]
+    assert [(m.seq, m.field, m.minority_ranks) for m in g.mismatches] == [(2, "dtype", [0]), (3, "size", [0])]
     assert g.first_divergent_seq == 2 and g.suspects == [0]
     assert "rank 0 used dtype BFloat16" in g.verdict and "Also mismatched at seq 3" in g.verdict
 
@@ -353,7 +354,7 @@ def test_blame_is_the_minority_whatever_the_order(n, last, data):
         if kind == "missing":
             assert g.missing_ranks == odd
         else:
-            assert g.mismatches[0]["minority_ranks"] == odd and g.mismatches[0]["field"] == kind
+            assert g.mismatches[0].minority_ranks == odd and g.mismatches[0].field == kind
 
 
 # ------------------------------------------------------------------ synthetic NCCL dumps, end to end
