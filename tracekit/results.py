@@ -8,6 +8,7 @@ carry, and `from_builtins` types a stored document again; no result writes or re
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, TypeVar
 
 import msgspec
@@ -23,6 +24,8 @@ class Result(msgspec.Struct, frozen=True, kw_only=True):
 def _enc_hook(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
     raise TypeError(f"{type(obj).__name__} is not a JSON result")
 
 
