@@ -29,9 +29,10 @@ def _enc_hook(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not a JSON result")
 
 
-def to_builtins(obj: Any) -> Any:
-    """`obj` as plain JSON values (dicts, lists, str, int, float, bool, None); dict keys become strings."""
-    return msgspec.to_builtins(obj, str_keys=True, enc_hook=_enc_hook)
+def to_builtins(obj: Any, *, str_keys: bool = True) -> Any:
+    """`obj` as plain JSON values (dicts, lists, str, int, float, bool, None). Dict keys become strings
+    unless `str_keys` is False (a document written with `sort_keys` orders int keys as numbers)."""
+    return msgspec.to_builtins(obj, str_keys=str_keys, enc_hook=_enc_hook)
 
 
 def dumps(obj: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:

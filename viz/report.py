@@ -155,8 +155,8 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
     exposed = next((f for f in analysis.findings if f.kind == "exposed_comm"), None)
     if exposed is not None and exposed.value is not None:
         kpis.append(("exposed comm, share of the ranks' step windows", f"{100 * exposed.value:.0f}%"))
-    res = analysis.alignment.get("residual_ns") or {}
-    if analysis.alignment.get("instances_used") and res.get("p90") is not None:
+    res = analysis.alignment.residual_ns
+    if analysis.alignment.instances_used and res.get("p90") is not None:
         kpis.append(("clock alignment residual (p90)", fmt_ns(res["p90"])))
     kpis.append(("intervals drawn", f"{td.raw_intervals:,}"))
     roots = root_cause_rows(analysis)

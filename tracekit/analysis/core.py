@@ -15,11 +15,12 @@ import pyarrow as pa
 from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
-from tracekit.analysis.clocks import align_clocks
+from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
+from tracekit.results import to_builtins
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
 
@@ -103,7 +104,7 @@ class AnalysisResult:
     ep_groups: pa.Table
     ep_traffic: pa.Table
     pp_bubbles: pa.Table
-    alignment: dict[str, Any]
+    alignment: Alignment
     validity: RunValidity = field(default_factory=lambda: RunValidity(None, [], [], []))
     step_times: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=steps.STEP_TIME_SCHEMA)))
     participants: pa.Table = field(default_factory=lambda: pa.table({}))
@@ -299,8 +300,8 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "validity": r.validity.to_json(),
         "step_times": st.to_dicts(),
         "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
-        "alignment_residual_ns": r.alignment["residual_ns"],
-        "alignment": r.alignment,
+        "alignment_residual_ns": r.alignment.residual_ns,
+        "alignment": to_builtins(r.alignment, str_keys=False),
         "dims": {g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
         "pp_stages": {str(k): v for k, v in _pl(r.pp_stages).iter_rows()},
         "per_rank_step": prs,

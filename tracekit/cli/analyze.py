@@ -121,9 +121,9 @@ def _print(result: Any, top: int) -> None:
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise).")
     show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
-    a = doc["alignment"]
+    a = result.alignment
     console.print()
-    console.print(f"clock alignment: {a['method']}; {a['instances_used']} instances, residual median "
-                  f"{fmt_ns(a['residual_ns']['median'])}, p90 {fmt_ns(a['residual_ns']['p90'])}, "
-                  f"max {fmt_ns(a['residual_ns']['max'])}")
+    console.print(f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
+                  f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, "
+                  f"max {fmt_ns(a.residual_ns['max'])}")
 
