@@ -286,10 +286,14 @@ def solver_scaling(sizes: list[int], chains: list[int]) -> None:
 def _timed_align(fn: Any, coll: Any, ranks: Any, **kw: Any) -> tuple[float, dict[int, int], dict[str, Any]]:
     import polars as pl
 
+    from tracekit.results import to_builtins
+
     t0 = time.process_time()
     out, report = fn(coll, ranks, **kw)
     dt = time.process_time() - t0
     df = pl.from_arrow(out)
+    if not isinstance(report, dict):  # the current Alignment; the previous implementation returns a dict
+        report = to_builtins(report, str_keys=False)
     return dt, dict(zip(df["rank"].to_list(), df["clock_offset_ns"].to_list(), strict=True)), report
 
 

@@ -22,10 +22,10 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -58,9 +58,8 @@ class ExportError(TracekitError):
     """The run cannot be exported (nothing to write, or the output cannot be written)."""
 
 
-@dataclass
-class ExportSummary:
-    """What went into the file."""
+class ExportSummary(msgspec.Struct, kw_only=True):
+    """What went into the file (counted while it is written)."""
 
     path: Path
     ranks: int = 0
@@ -69,15 +68,9 @@ class ExportSummary:
     overlapping: int = 0  # slices moved to "<lane> (overlap)" threads (they overlap without nesting)
     flows_dropped: int = 0  # participants whose slice ended before the source's started
     stalls: int = 0
-    replay: dict[str, int] = field(default_factory=dict)  # topology -> replayed slices
-    skipped: Counter[str] = field(default_factory=Counter)  # reason -> events left out
+    replay: dict[str, int] = msgspec.field(default_factory=dict)  # topology -> replayed slices
+    skipped: Counter[str] = msgspec.field(default_factory=Counter)  # reason -> events left out
     base_ns: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.path), "ranks": self.ranks, "slices": self.slices, "flows": self.flows,
-                "flows_dropped": self.flows_dropped, "overlapping": self.overlapping,
-                "stalls": self.stalls, "replay": dict(self.replay), "skipped": dict(self.skipped),
-                "base_ns": self.base_ns}
 
 
 def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -159,12 +152,7 @@ def _participants(coll: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     parts = stall_analysis.participants(coll, ranks)
     if parts.height == 0:
         return _empty_parts()
-    source = (parts.sort(["instance", "arrive_ns", "rank"], descending=[False, True, False])
-              .group_by("instance", maintain_order=True)
-              .agg(pl.col("rank").filter(pl.col("op") == "send").first().alias("_sender"),
-                   pl.col("rank").first().alias("_last"))
-              .select("instance", pl.coalesce("_sender", "_last").alias("source_rank"),
-                      pl.col("_last").alias("last_rank")))
+    source = stall_analysis.waited_for(parts)
     ids = coll.select("coll_id", "instance", pl.col("rank").cast(pl.Int32)).filter(
         pl.col("instance").is_not_null())
     return (parts.join(source, on="instance", how="left")

@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit._text import fmt_ranks
+from tracekit.finding import Finding, texts
+from tracekit.results import Result, to_builtins
 
 __all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_paths", "hang_from_run"]
 
@@ -58,6 +60,24 @@ class _Row:
         return f"in={_b(self.in_bytes)} out={_b(self.out_bytes)}"
 
 
+class MismatchValue(Result, frozen=True, kw_only=True):
+    """One value a mismatched field took, and the ranks that used it."""
+
+    value: Any
+    ranks: list[int]
+
+
+class Mismatch(Result, frozen=True, kw_only=True):
+    """At `seq`, the ranks of a group disagree on `field` (op, dtype or size): the majority value,
+    the ranks that differ from it, and every value with its ranks."""
+
+    seq: int
+    field: str
+    majority: Any
+    minority_ranks: list[int]
+    values: list[MismatchValue]
+
+
 @dataclass
 class GroupHang:
     """The verdict on one process group."""
@@ -71,7 +91,7 @@ class GroupHang:
     first_divergent_seq: int | None
     missing_ranks: list[int]
     no_dump_ranks: list[int]
-    mismatches: list[dict[str, Any]]
+    mismatches: list[Mismatch]
     status: str
     verdict: str
     suspects: list[int] = field(default_factory=list)
@@ -85,17 +105,17 @@ class GroupHang:
             "last_completed_seq": {str(r): s for r, s in sorted(self.last_completed_seq.items())},
             "last_p2p_seq": {str(r): s for r, s in sorted(self.last_p2p_seq.items())},
             "first_divergent_seq": self.first_divergent_seq, "missing_ranks": self.missing_ranks,
-            "no_dump_ranks": self.no_dump_ranks, "mismatches": self.mismatches, "status": self.status,
+            "no_dump_ranks": self.no_dump_ranks, "mismatches": to_builtins(self.mismatches), "status": self.status,
             "suspects": self.suspects, "verdict": self.verdict,
         }
 
 
 @dataclass
 class HangResult:
-    """Per-group verdicts plus the findings, most likely root cause first."""
+    """Per-group verdicts plus the findings (kind "hang"), most likely root cause first."""
 
     groups: list[GroupHang]
-    findings: list[str]
+    findings: list[Finding]
     source: str
     notes: list[str] = field(default_factory=list)
     locations: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -131,7 +151,7 @@ class HangResult:
         return {g.group: {str(r): s for r, s in sorted(g.last_seq.items())} for g in self.groups}
 
     def to_json(self) -> dict[str, Any]:
-        return {"groups": [g.to_json() for g in self.groups], "findings": list(self.findings),
+        return {"groups": [g.to_json() for g in self.groups], "findings": texts(self.findings),
                 "last_seq": self.last_seq(), "suspects": self.suspects, "source": self.source,
                 "notes": list(self.notes), "locations": {str(r): v for r, v in sorted(self.locations.items())},
                 "messages": list(self.messages)}
@@ -367,7 +387,8 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
     for r in lead[:8]:
         where = result.where(r)
         if where:
-            result.findings.insert(min(1, len(result.findings)) + lead.index(r), f"Rank {r} ran on {where}.")
+            result.findings.insert(min(1, len(result.findings)) + lead.index(r),
+                                   Finding(kind="hang", text=f"Rank {r} ran on {where}.", ranks=(r,)))
     if messages is None:
         return
     mt = messages if isinstance(messages, pa.Table) else messages.to_arrow()
@@ -398,13 +419,15 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
         watchdog = [m for m in rows if m.get("subsystem") == "watchdog"]
         warns = [m for m in rows if m.get("subsystem") != "watchdog"]
         if watchdog:
-            result.findings.append(f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}")
+            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                           text=f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}"))
         if warns:
             first = warns[0]
             more = f" ({len(warns)} in all)" if len(warns) > 1 else ""
             line = f", line {first['line']}" if first.get("line") else ""
-            result.findings.append(f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
-                                   f"{_clip(first['message'])}{line}")
+            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                           text=f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
+                                           f"{_clip(first['message'])}{line}"))
 
 
 def _clip(text: Any, limit: int = 200) -> str:
@@ -429,8 +452,8 @@ def _majority(values: Mapping[int, Any]) -> tuple[Any, list[int], dict[Any, list
     return major, minority, dict(sorted(by_value.items(), key=lambda kv: kv[1][0]))
 
 
-def _mismatches(track: _Track) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _mismatches(track: _Track) -> list[Mismatch]:
+    out: list[Mismatch] = []
     for seq in track.candidates:
         at = track.at(seq)
         if len(at) < 2:
@@ -447,14 +470,14 @@ def _mismatches(track: _Track) -> list[dict[str, Any]]:
             sizes = {r: row.size for r, row in same.items() if row.in_bytes is not None or row.out_bytes is not None}
             if len(set(sizes.values())) > 1:
                 out.append(_mm(seq, "size", *_majority(sizes)))
-        if len({m["seq"] for m in out}) >= MAX_MISMATCHES:
+        if len({m.seq for m in out}) >= MAX_MISMATCHES:
             break
     return out
 
 
-def _mm(seq: int, fieldname: str, major: Any, minority: list[int], values: dict[Any, list[int]]) -> dict[str, Any]:
-    return {"seq": seq, "field": fieldname, "majority": major, "minority_ranks": minority,
-            "values": [{"value": v, "ranks": rs} for v, rs in values.items()]}
+def _mm(seq: int, fieldname: str, major: Any, minority: list[int], values: dict[Any, list[int]]) -> Mismatch:
+    return Mismatch(seq=seq, field=fieldname, majority=major, minority_ranks=minority,
+                    values=[MismatchValue(value=v, ranks=rs) for v, rs in values.items()])
 
 
 #: How ingest marks the default group it assumed for calls that name none (parsers/_kineto_calls.py).
@@ -484,7 +507,7 @@ def _check_group(group: str, tracks: dict[bool, _Track], info: Mapping[str, Any]
     last_p2p = dict(sorted(p2p.last.items()))
     gname = _gname(group, desc)
     mismatches = _mismatches(coll)
-    first_mm = min((m["seq"] for m in mismatches), default=None)
+    first_mm = min((m.seq for m in mismatches), default=None)
     first_missing = coll.next_after(min(last.values())) if last and min(last.values()) < max(last.values()) \
         else None
     candidates = [s for s in (first_mm, first_missing) if s is not None]
@@ -537,14 +560,14 @@ def _agreed_verdict(gname: str, coll: _Track, last: dict[int, int]) -> tuple[str
 
 
 def _divergent_verdict(gname: str, first: int, at_first: dict[int, _Row], missing: list[int],
-                       coll: _Track, mismatches: list[dict[str, Any]]
+                       coll: _Track, mismatches: list[Mismatch]
                        ) -> tuple[str, str, list[int]]:
     parts: list[str] = []
     suspects: list[int] = []
     status = "ok"
     arrived = sorted(at_first)
     op = Counter(row.op for row in at_first.values()).most_common(1)[0][0] if at_first else "?"
-    here = [m for m in mismatches if m["seq"] == first]
+    here = [m for m in mismatches if m.seq == first]
     if missing:
         states = [at_first[r].state == "completed" for r in arrived]
         done = all(states) if op in _ROOTED else any(states)
@@ -575,20 +598,20 @@ def _divergent_verdict(gname: str, first: int, at_first: dict[int, _Row], missin
                          "elsewhere: check the other groups.")
     for m in here:
         status = "mismatch"
-        minority = m["minority_ranks"]
+        minority = m.minority_ranks
         suspects.extend(r for r in minority if r not in suspects)
-        vals = {v["value"]: v["ranks"] for v in m["values"]}
-        major_ranks = vals.get(m["majority"], [])
-        what = {"op": "issued", "dtype": "used dtype", "size": "used sizes"}[m["field"]]
-        others = "; ".join(f"{_rk(rs)} {what} {v}" for v, rs in vals.items() if v != m["majority"])
-        tie = len(major_ranks) == max(len(rs) for v, rs in vals.items() if v != m["majority"])
+        vals = {v.value: v.ranks for v in m.values}
+        major_ranks = vals.get(m.majority, [])
+        what = {"op": "issued", "dtype": "used dtype", "size": "used sizes"}[m.field]
+        others = "; ".join(f"{_rk(rs)} {what} {v}" for v, rs in vals.items() if v != m.majority)
+        tie = len(major_ranks) == max(len(rs) for v, rs in vals.items() if v != m.majority)
         blame = (f"no majority: look at both sides, starting with {_rk(minority)}" if tie else
                  f"{_rk(minority)} {'is' if len(minority) == 1 else 'are'} the one"
                  f"{'' if len(minority) == 1 else 's'} to look at")
         where = _where(at_first, minority)
-        parts.append(f"{gname}: at seq {first} {_rk(major_ranks)} {what} {m['majority']}, {others}{where} — "
+        parts.append(f"{gname}: at seq {first} {_rk(major_ranks)} {what} {m.majority}, {others}{where} — "
                      f"{blame}.")
-    later = sorted({m["seq"] for m in mismatches if m["seq"] != first})
+    later = sorted({m.seq for m in mismatches if m.seq != first})
     if later:
         parts.append(f"Also mismatched at seq {', '.join(map(str, later[:5]))}{' ...' if len(later) > 5 else ''}.")
     return status, " ".join(parts), suspects
@@ -634,11 +657,12 @@ def _by_time(groups: Iterable[GroupHang]) -> list[GroupHang]:
                                          else 2**63, _gorder(g.group)))
 
 
-def _findings(groups: list[GroupHang], source: str) -> list[str]:
+def _findings(groups: list[GroupHang], source: str) -> list[Finding]:
     if not groups:
-        return ["No collectives with sequence numbers: nothing to check."]
+        return [Finding(kind="hang", text="No collectives with sequence numbers: nothing to check.")]
     bad = [g for g in _by_time(groups) if g.status != "ok"]
-    out: list[str] = []
+    broken = "error" if source == "flight_recorder" else "warning"
+    out: list[Finding] = []
     culprits = [g for g in bad if g.status in ("hang", "mismatch") and g.suspects]
     if culprits:
         g = culprits[0]
@@ -647,12 +671,14 @@ def _findings(groups: list[GroupHang], source: str) -> list[str]:
         if len(culprits) > 1:
             lead += (f" {len(culprits) - 1} other group{'s' if len(culprits) > 2 else ''} diverged later "
                      "(often a consequence).")
-        out.append(lead)
-    out.extend(g.verdict for g in bad)
+        out.append(Finding(kind="hang", severity=broken, text=lead, ranks=tuple(g.suspects), group=g.group))
+    out.extend(Finding(kind="hang", severity=broken if g.status in ("hang", "mismatch") else "warning",
+                       text=g.verdict, ranks=tuple(g.suspects), group=g.group) for g in bad)
     if source == "nccl_log" and out:
-        out.append("Sequence numbers are NCCL's opCount per communicator (commId), from NCCL logs.")
+        out.append(Finding(kind="hang", text="Sequence numbers are NCCL's opCount per communicator (commId), "
+                           "from NCCL logs."))
     elif source != "flight_recorder" and out:
-        out.append(f"Sequence numbers come from {source}, not from Flight Recorder dumps.")
+        out.append(Finding(kind="hang", text=f"Sequence numbers come from {source}, not from Flight Recorder dumps."))
     return out
 
 

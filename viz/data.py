@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -25,6 +25,14 @@ import pyarrow as pa
 
 from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
+from tracekit.finding import texts
+from tracekit.results import to_builtins
+
+if TYPE_CHECKING:
+    from tracekit.analysis import AnalysisResult
+    from tracekit.hang import HangResult
+    from tracekit.replay.engine import ReplayResult
+    from tracekit.whatif.core import Placement, WhatIfResult
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
            "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
@@ -139,7 +147,7 @@ def merge_short(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *, min_ns:
 # Rows
 
 
-def rank_layout(analysis: Any, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
+def rank_layout(analysis: AnalysisResult, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
     """Row order for per-rank figures: by PP stage (the analysis' `pp_stages`), then host, then rank."""
     r = _df(analysis.ranks).select("rank", "host", "clock_offset_ns")
     host = {int(k): (h or "") for k, h in zip(r["rank"].to_list(), r["host"].to_list(), strict=True)}
@@ -203,7 +211,7 @@ def _str_ids(values: pl.Series, names: dict[str, int]) -> np.ndarray:
     return v.replace_strict(names, return_dtype=pl.Int32).to_numpy()
 
 
-def timeline_data(analysis: Any, events: pl.DataFrame | pa.Table, *, width_px: int = 1400,
+def timeline_data(analysis: AnalysisResult, events: pl.DataFrame | pa.Table, *, width_px: int = 1400,
                   max_glyphs: int = 60_000, max_total: int = 250_000, zoom: int = 8, max_levels: int = 4,
                   overview_bins: int = 800) -> TimelineData:
     """The timeline's layers (compute, comm per dim, stall) at several levels of detail.
@@ -486,7 +494,7 @@ def level_for(level_ms_per_px: Sequence[float], visible_ms: float, width_px: int
 # Overlap, EP, links, replay, hang
 
 
-def overlap_data(analysis: Any, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
+def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
     """Hidden vs exposed communication per rank and dim, in ms per step window (mean over the
     rank's steps), from the analysis' per rank and step breakdown."""
     wide = _df(analysis.per_rank_step)
@@ -514,7 +522,7 @@ def overlap_data(analysis: Any, rank_order: Sequence[int] | None = None) -> dict
     return {"ranks": ranks, "dims": dims, "columns": cols, "totals_ms": totals}
 
 
-def ep_data(analysis: Any, *, max_ranks: int = 256) -> dict[str, Any] | None:
+def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any] | None:
     """The EP traffic matrix among the ranks present (the analysis' `ep_traffic`), the bytes each
     receives, the per-group figures (`ep_groups`) and the notes that qualify them."""
     traffic = _df(analysis.ep_traffic)
@@ -607,7 +615,7 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
     return {"panels": panels, "notes": notes}
 
 
-def replay_data(replay: Any) -> dict[str, Any] | None:
+def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
     traced vs replayed duration of every instance, the hottest links, and the replay's findings."""
@@ -630,17 +638,17 @@ def replay_data(replay: Any) -> dict[str, Any] | None:
         err_p90.append(None if err is None else err.p90)
         exposed[res.topology] = {norm_dim(k): float(v) / 1e6 for k, v in (res.exposed_ns or {}).items()}
         for i in res.instances or []:
-            if i.get("traced_ns") is None or i.get("replayed_ns") is None:
+            if i.traced_ns is None or i.replayed_ns is None:
                 continue
             inst["topology"].append(res.topology)
-            inst["traced_ms"].append(float(i["traced_ns"]) / 1e6)
-            inst["replayed_ms"].append(float(i["replayed_ns"]) / 1e6)
-            inst["dim"].append(norm_dim(i.get("dim")))
-            inst["op"].append(str(i.get("op") or ""))
-            inst["group"].append(str(i.get("group") or "")[:MAX_NAME_CHARS])
-            inst["seq"].append(int(i["seq"]) if i.get("seq") is not None else -1)
+            inst["traced_ms"].append(float(i.traced_ns) / 1e6)
+            inst["replayed_ms"].append(float(i.replayed_ns) / 1e6)
+            inst["dim"].append(norm_dim(i.dim))
+            inst["op"].append(str(i.op or ""))
+            inst["group"].append(str(i.group or "")[:MAX_NAME_CHARS])
+            inst["seq"].append(int(i.seq) if i.seq is not None else -1)
         for h in (res.hot_links or [])[:5]:
-            hot.append({"topology": res.topology, **{k: h.get(k) for k in ("link", "peak_util", "mean_util", "bytes")}})
+            hot.append({"topology": res.topology, **to_builtins(h)})
     traced = list((replay.results[0].traced_step_ns or {}).values())
     return {"topologies": topo, "step_ms": step_ms, "delta": delta,
             "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,
@@ -650,7 +658,7 @@ def replay_data(replay: Any) -> dict[str, Any] | None:
             "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
 
 
-def hang_data(hang: Any) -> dict[str, Any] | None:
+def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
     """Per group of a `tracekit.hang.HangResult`: its verdict and status, each rank's last seq, and
     which ranks the verdict names (the same code and words as `tracekit hang`)."""
     if hang is None or not hang.groups:
@@ -663,7 +671,7 @@ def hang_data(hang: Any) -> dict[str, Any] | None:
                        "ranks": ranks, "last_seq": [g.last_seq[r] for r in ranks], "max_seq": top,
                        "suspects": list(g.suspects), "missing": list(g.missing_ranks),
                        "no_dump": fmt_ranks(g.no_dump_ranks, limit=8)})
-    return {"groups": groups, "findings": list(hang.findings), "hung": hang.hung, "source": hang.source,
+    return {"groups": groups, "findings": texts(hang.findings), "hung": hang.hung, "source": hang.source,
             "suspects": list(hang.suspects)}
 
 
@@ -675,7 +683,7 @@ MAX_EP_RANKS = 256
 AXIS_CHARS = 34  # scenario names on an axis; hover shows them whole
 
 
-def whatif_data(result: Any) -> dict[str, Any] | None:
+def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
     grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
@@ -747,7 +755,7 @@ def whatif_data(result: Any) -> dict[str, Any] | None:
             "notes": {name: [str(n) for n in s.notes] for name, s in scen.items()}}
 
 
-def _grid(placement: Any) -> dict[str, Any]:
+def _grid(placement: Placement) -> dict[str, Any]:
     """A placement as cells: host row, GPU column, rank."""
     cells = sorted((h, g, r) for r, (h, g) in placement.slots.items())
     return {"hosts": [str(h)[:MAX_NAME_CHARS] for h in placement.hosts], "gpus": placement.gpus_per_host,

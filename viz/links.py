@@ -3,16 +3,20 @@ here beyond unit conversion: bytes per window -> Gb/s). `comparison_data` import
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tracekit.telemetry.compare import TelemetryComparison
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
           "#17becf")
 NO_TELEMETRY = "No switch or NIC telemetry in this run: nothing measured to set beside the replay."
 
 
-def comparison_data(cmp: Any, *, has_telemetry: bool, top: int = 8, t0_ns: int | None = None) -> dict[str, Any]:
+def comparison_data(cmp: TelemetryComparison, *, has_telemetry: bool, top: int = 8,
+                    t0_ns: int | None = None) -> dict[str, Any]:
     """Plain data for the panel: per link (in the comparison's disagreement order, first `top`)
     the windows' start (ms from `t0_ns`, the timeline's start, else the first window), measured
     and replayed Gb/s, flags; the table

@@ -21,8 +21,8 @@ import polars as pl
 from tracekit._progress import status
 from tracekit._text import fmt_ns, fmt_ranks
 from tracekit.analysis import AnalysisResult
-from tracekit.analysis.findings import op_label
 from tracekit.analysis.steps import STEP_TIME
+from tracekit.present import root_cause_rows, straggler_rows
 from tracekit.store import Run
 from tracekit.validity import run_name
 from tracekit.viz import data as D
@@ -155,27 +155,12 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
     exposed = next((f for f in analysis.findings if f.kind == "exposed_comm"), None)
     if exposed is not None and exposed.value is not None:
         kpis.append(("exposed comm, share of the ranks' step windows", f"{100 * exposed.value:.0f}%"))
-    res = analysis.alignment.get("residual_ns") or {}
-    if analysis.alignment.get("instances_used") and res.get("p90") is not None:
+    res = analysis.alignment.residual_ns
+    if analysis.alignment.instances_used and res.get("p90") is not None:
         kpis.append(("clock alignment residual (p90)", fmt_ns(res["p90"])))
     kpis.append(("intervals drawn", f"{td.raw_intervals:,}"))
-    inst = pl.from_arrow(analysis.instances)
-    assert isinstance(inst, pl.DataFrame)
-    at = {row["instance"]: f"{op_label(row['dim'], row['op'], row['seq'])} on group {row['group']}"
-          for row in inst.select("instance", "dim", "op", "seq", "group").iter_rows(named=True)}
-    causes = pl.from_arrow(analysis.root_causes)
-    assert isinstance(causes, pl.DataFrame)
-    roots = [{"root": c["root_rank"], "step": "-" if c["root_step"] is None else str(c["root_step"]),
-              "busy": fmt_ns(c["root_stall_ns"]), "waits": str(c["instances"]), "lost": fmt_ns(c["total_wait_ns"]),
-              "worst": f"{fmt_ns(c['worst_wait_ns'])}: rank {c['worst_waiter']} waited for rank "
-                       f"{c['worst_waited_on']} at {at.get(c['worst_instance'], '?')}"}
-             for c in causes.head(analysis.top).iter_rows(named=True)]
-    strag = pl.from_arrow(analysis.stragglers)
-    assert isinstance(strag, pl.DataFrame)
-    stragglers = [{"rank": s["rank"], "last": str(s["times_last"]), "of": str(s["instances"]),
-                   "delay": fmt_ns(s["delay_ns"]), "caused": fmt_ns(s["caused_ns"]), "excess": fmt_ns(s["excess_ns"]),
-                   "steps": ",".join(str(x) for x in (s["steps"] or [])[:5] if x is not None) or "-"}
-                  for s in strag.filter(pl.col("times_last") > 0).head(analysis.top).iter_rows(named=True)]
+    roots = root_cause_rows(analysis)
+    stragglers = straggler_rows(analysis)
     rp = data.get("replay")
     replay_lines = []
     findings = list(analysis.findings)

@@ -50,15 +50,15 @@ def summary_html(data: Mapping[str, Any]) -> str:
     else:
         out.append("<p class='muted'>Nothing stands out.</p>")
     if s["roots"]:
-        rows = [[(f"r{x['root']}", False), (x["step"], True), (x["busy"], True), (x["waits"], True),
-                 (x["lost"], True), (x["worst"], False)] for x in s["roots"]]
+        rows = [[(f"r{x.root}", False), (x.step, True), (x.busy, True), (x.waits, True),
+                 (x.lost, True), (x.worst, False)] for x in s["roots"]]
         out.append("<h3>Stalls by root cause (one row per cascade of waits)</h3>")
         out.append(_table(["root", "step", "busy", "waits", "lost", "worst wait"], rows,
                           "root: the rank at the end of the chain of waits; busy: how long it was busy with its own "
                           "work while the others waited; lost: every waiting rank's wait, summed."))
     if s["stragglers"]:
-        rows = [[(f"r{x['rank']}", False), (x["last"], True), (x["of"], True), (x["delay"], True),
-                 (x["caused"], True), (x["excess"], True), (x["steps"], False)] for x in s["stragglers"]]
+        rows = [[(f"r{x.rank}", False), (x.last, True), (x.of, True), (x.delay, True),
+                 (x.caused, True), (x.excess, True), (x.steps, False)] for x in s["stragglers"]]
         out.append("<h3>Stragglers (ranks most often last)</h3>")
         out.append(_table(["rank", "last", "of", "delay", "caused", "excess", "steps"], rows,
                           "delay: the waits of the collectives where the rank was last; caused: the part its own "

@@ -52,9 +52,9 @@ def test_recovers_ms_offsets_across_overlapping_groups():
     ranks, report = align_clocks(coll, ranks_table(8))
     est = _offsets(ranks)
     assert all(_close(est[r], offset[r]) for r in range(8)), (est, offset)
-    assert report["residual_ns"]["p90"] < 10_000
-    assert report["raw_spread_ns"]["median"] > 1_000_000
-    assert report["anchor"] == 0 and not report["unconnected_ranks"]
+    assert report.residual_ns["p90"] < 10_000
+    assert report.raw_spread_ns["median"] > 1_000_000
+    assert report.anchor == 0 and not report.unconnected_ranks
 
 
 def test_tightly_bound_blocks_move_together():
@@ -91,7 +91,7 @@ def test_p2p_used_only_to_connect():
                      "ts_ns": end - 5000 - offset[2], "dur_ns": 5000})
     coll, _ = match_collectives(coll_table(rows))
     ranks, report = align_clocks(coll, ranks_table(4))
-    assert report["used_p2p"]
+    assert report.used_p2p
     est = _offsets(ranks)
     assert all(_close(est[r], offset[r]) for r in range(4))
 
@@ -100,9 +100,9 @@ def test_unconnected_ranks_are_reported():
     offset = dict.fromkeys(range(4), 0)
     coll, _ = match_collectives(coll_table(_skewed_run(offset, {"a": [0, 1], "b": [2, 3]}, 5)))
     ranks, report = align_clocks(coll, ranks_table(5))
-    assert report["unconnected_ranks"] == [2, 3, 4]
+    assert report.unconnected_ranks == [2, 3, 4]
     assert _offsets(ranks)[4] == 0
-    assert any("share no timed collective" in n for n in report["notes"])
+    assert any("share no timed collective" in n for n in report.notes)
 
 
 def test_no_timestamps_leaves_zero_offsets():
@@ -110,7 +110,7 @@ def test_no_timestamps_leaves_zero_offsets():
     coll, _ = match_collectives(coll_table(rows))
     ranks, report = align_clocks(coll, ranks_table(3))
     assert set(_offsets(ranks).values()) == {0}
-    assert "no collectives with timestamps" in report["notes"][0]
+    assert "no collectives with timestamps" in report.notes[0]
 
 
 @pytest.mark.parametrize("fixture", ["synth_small", "synth_wide"])
@@ -144,8 +144,8 @@ def test_a_1000_rank_send_recv_chain_is_recovered_exactly_in_few_solver_steps():
     matched, _ = match_collectives(coll)
     ranks, report = align_clocks(matched, ranks_table(n))
     assert _offsets(ranks) == dict(enumerate(offset))
-    assert report["used_p2p"] and report["residual_ns"]["max"] == 0
-    assert report["solver_steps"] <= 3, report["solver_steps"]
+    assert report.used_p2p and report.residual_ns["max"] == 0
+    assert report.solver_steps <= 3, report.solver_steps
 
 
 _NEAR, _FAR = (2000, 4000), (6000, 8000)
@@ -195,11 +195,11 @@ def test_a_jittered_chain_converges_well_inside_the_cap_to_the_optimum():
     assert 50 < x < 100
     matched, offset = _jittered_chain(100)
     ranks, report = align_clocks(matched, ranks_table(100))
-    assert report["converged"] and report["iterations"] <= 20, report["iterations"]
+    assert report.converged and report.iterations <= 20, report.iterations
     got = _offsets(ranks)
     want = [offset[r] - (x if r % 2 else 0.0) for r in range(100)]
     assert max(abs(got[r] - want[r]) for r in range(100)) <= 1
-    assert not any("settled" in n for n in report["notes"])
+    assert not any("settled" in n for n in report.notes)
 
 
 def test_stopping_at_the_cap_is_reported():
@@ -211,8 +211,8 @@ def test_stopping_at_the_cap_is_reported():
 
     matched, _ = _jittered_chain(20)
     ranks, report = align_clocks(matched, ranks_table(20), max_iter=3)
-    assert not report["converged"] and report["iterations"] == 3
-    assert any("had not settled after 3 iterations" in n for n in report["notes"])
+    assert not report.converged and report.iterations == 3
+    assert any("had not settled after 3 iterations" in n for n in report.notes)
     found = _alignment_findings(SimpleNamespace(alignment=report, ranks=ranks, validity=None))
     assert [f.severity for f in found if "iteration cap" in f.text] == ["warning"]
 
@@ -367,10 +367,10 @@ def test_recovers_synth_offsets_at_256_ranks_with_jitter_outliers_and_a_detached
     est = _offsets(ranks)
     err = max(abs(est[r] - true[r]) for r in true)
     assert err < 10_000, err
-    assert report["unconnected_ranks"] == [256, 257, 258, 259]
-    assert sorted(report["components"], key=len)[0] == [256, 257, 258, 259]
+    assert report.unconnected_ranks == [256, 257, 258, 259]
+    assert sorted(report.components, key=len)[0] == [256, 257, 258, 259]
     assert all(abs(est[r] - extra_off[r]) < 10_000 for r in extra_off)
-    assert report["residual_ns"]["p90"] < 20_000 < report["raw_spread_ns"]["median"]
+    assert report.residual_ns["p90"] < 20_000 < report.raw_spread_ns["median"]
 
 
 def test_one_method_at_512_ranks():
@@ -380,7 +380,7 @@ def test_one_method_at_512_ranks():
     ranks, report = align_clocks(matched, ranks_table(512))
     est = _offsets(ranks)
     assert max(abs(est[r] - true[r]) for r in true) <= 1
-    assert report["method"].startswith("end-time least absolute deviation")
+    assert report.method.startswith("end-time least absolute deviation")
     assert not hasattr(clocks, "DENSE_LIMIT")
 
 
@@ -388,15 +388,15 @@ def test_equals_the_dense_solve_on_a_noisy_64_rank_synth_run():
     coll, _ = _synth_collectives(8, 2, noise=True)
     matched, _ = match_collectives(coll)
     _, report = align_clocks(matched, ranks_table(64))
-    assert report["used_p2p"]  # pipeline stages meet only in send/recv
+    assert report.used_p2p  # pipeline stages meet only in send/recv
     r, i, e, n_i, fixed = alignment_edges(matched, 64, p2p=True)
     want = dense_irls(r, i, e, 64, n_i, fixed)
     got, _, _, _ = clocks._solve(r, i, e, 64, n_i, 100, 0.5, fixed)
     np.testing.assert_allclose(got, want, atol=0.1)
-    assert report["iterations"] > 2 and report["solver_steps"] > report["iterations"]
+    assert report.iterations > 2 and report.solver_steps > report.iterations
     # each step's solve starts from zero (the step, not the offsets) to a relative 1e-6: 324 CG steps
     # in all; from the offsets, or to 1e-12, it took 455 or 510
-    assert report["converged"] and report["solver_steps"] <= 400, report["solver_steps"]
+    assert report.converged and report.solver_steps <= 400, report.solver_steps
 
 
 @st.composite
@@ -415,7 +415,7 @@ def test_a_constant_on_every_clock_changes_nothing(run, shift):
     moved = [{**r, "ts_ns": r["ts_ns"] + shift} for r in rows]
     again = align_clocks(match_collectives(coll_table(moved))[0], ranks_table(n))
     assert _offsets(again[0]) == _offsets(base[0])
-    assert again[1]["residual_ns"] == base[1]["residual_ns"]
+    assert again[1].residual_ns == base[1].residual_ns
 
 
 @settings(max_examples=25, deadline=None)

@@ -42,8 +42,8 @@ def test_dlrm_ranks_share_one_clock(dlrm):
     # one host: the end-time skew of its collectives is 1-7 us, so offsets stay at the us level
     offsets = pl.from_arrow(dlrm.ranks)["clock_offset_ns"].to_list()
     assert len(offsets) == 8 and max(abs(o) for o in offsets) < 20_000
-    assert dlrm.alignment["residual_ns"]["p90"] < 10_000
-    assert dlrm.alignment["raw_spread_ns"]["max"] < 10_000
+    assert dlrm.alignment.residual_ns["p90"] < 10_000
+    assert dlrm.alignment.raw_spread_ns["max"] < 10_000
 
 
 def test_dlrm_rank7_arrives_last_in_the_sendrecv(dlrm):
@@ -133,10 +133,10 @@ def test_alignment_equals_the_dense_solve_on_real_traces(request, name):
     result = request.getfixturevalue(name)
     result = result[0] if isinstance(result, tuple) else result
     n = result.ranks.num_rows
-    r, i, e, n_i, fixed = alignment_edges(result.collectives, n, p2p=result.alignment["used_p2p"])
+    r, i, e, n_i, fixed = alignment_edges(result.collectives, n, p2p=result.alignment.used_p2p)
     want = dense_irls(r, i, e, n, n_i, fixed)
     got = pl.from_arrow(result.ranks).sort("rank")["clock_offset_ns"].to_numpy()
-    assert result.alignment["converged"]
+    assert result.alignment.converged
     assert smoothed_lad(r, i, e, got.astype(np.float64), n_i) <= smoothed_lad(r, i, e, np.round(want), n_i) + 1e-3
     np.testing.assert_allclose(got, np.round(want), atol={"dlrm": 1, "gloo": 500}[name])
-    assert result.alignment["instances_used"] == n_i >= 8
+    assert result.alignment.instances_used == n_i >= 8

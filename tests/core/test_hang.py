@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracekit import schema
+from tracekit.finding import texts
 from tracekit.hang import find_hangs, fmt_ranks
 from tracekit.parsers import flight_recorder as fr
+from tracekit.results import to_builtins
 from tracekit.store import SourceSink
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +96,7 @@ def test_real_missing_rank(parsed, enc):
     assert "ranks 0,2,3 reached all_reduce seq 11" in g0.verdict
     assert "rank 1 never issued it" in g0.verdict and "rank 1 is the one to look at" in g0.verdict
     assert [g.status for g in res.groups[1:]] == ["ok"] * 4
-    assert res.suspects == [1] and res.findings[0].startswith("Start with rank 1")
+    assert res.suspects == [1] and res.findings[0].text.startswith("Start with rank 1")
     assert len(res.findings) == 2
 
 
@@ -103,7 +105,7 @@ def test_real_type_mismatch_blames_the_minority(parsed, enc):
     res = hang_of(parsed["type_mismatch", enc])
     g0 = res.groups[0]
     assert g0.status == "mismatch" and g0.first_divergent_seq == 11 and g0.missing_ranks == []
-    assert g0.mismatches == [{"seq": 11, "field": "op", "majority": "all_reduce", "minority_ranks": [3],
+    assert to_builtins(g0.mismatches) == [{"seq": 11, "field": "op", "majority": "all_reduce", "minority_ranks": [3],
                               "values": [{"value": "all_reduce", "ranks": [0, 1, 2]},
                                          {"value": "broadcast", "ranks": [3]}]}]
     assert g0.suspects == [3] and res.suspects == [3]  # the stock analyzer blames 0,1,2 here
@@ -215,7 +217,7 @@ def test_stuck_inside_a_collective_every_rank_arrived():
     res = find_hangs(table(rows), groups(("0", [0, 1, 2, 3], True)))
     g = res.groups[0]
     assert g.status == "stuck" and g.first_divergent_seq is None and g.suspects == []
-    assert "no desync" in g.verdict and res.findings == [g.verdict]
+    assert "no desync" in g.verdict and texts(res.findings) == [g.verdict]
 
 
 def test_dump_timing_is_not_a_hang():
@@ -240,7 +242,7 @@ def test_tie_has_no_majority_and_is_order_independent():
     b = find_hangs(table(list(reversed(rows))), None)
     assert a.to_json() == b.to_json()
     g = a.groups[0]
-    assert g.mismatches[0]["majority"] == "all_reduce" and g.mismatches[0]["minority_ranks"] == [1, 3]
+    assert g.mismatches[0].majority == "all_reduce" and g.mismatches[0].minority_ranks == [1, 3]
     assert "no majority" in g.verdict
 
 
@@ -253,7 +255,7 @@ def test_dtype_and_size_mismatches():
              {"rank": 1, "group": "7", "seq": 3, "state": "scheduled"},
              {"rank": 2, "group": "7", "seq": 3, "state": "scheduled"}]
     g = find_hangs(table(rows), None).groups[0]
-    assert [(m["seq"], m["field"], m["minority_ranks"]) for m in g.mismatches] == [(2, "dtype", [0]), (3, "size", [0])]
+    assert [(m.seq, m.field, m.minority_ranks) for m in g.mismatches] == [(2, "dtype", [0]), (3, "size", [0])]
     assert g.first_divergent_seq == 2 and g.suspects == [0]
     assert "rank 0 used dtype BFloat16" in g.verdict and "Also mismatched at seq 3" in g.verdict
 
@@ -302,12 +304,13 @@ def test_no_fr_rows_falls_back_with_a_caveat():
     extra = {"rank": 0, "group": "0", "seq": 4, "source": "kineto", "seq_explicit": False, "state": "scheduled"}
     rows = [*seqs("0", [0, 1], 3, source="kineto", seq_explicit=False), extra]
     res = find_hangs(table(rows), None)
-    assert res.source == "call order within the traced window" and res.findings[-1].startswith("Sequence numbers come")
+    assert res.source == "call order within the traced window"
+    assert res.findings[-1].text.startswith("Sequence numbers come")
 
 
 def test_empty():
     res = find_hangs(schema.empty("collectives"), schema.empty("groups"))
-    assert res.groups == [] and res.findings == ["No collectives with sequence numbers: nothing to check."]
+    assert res.groups == [] and texts(res.findings) == ["No collectives with sequence numbers: nothing to check."]
 
 
 def test_fmt_ranks():
@@ -351,7 +354,7 @@ def test_blame_is_the_minority_whatever_the_order(n, last, data):
         if kind == "missing":
             assert g.missing_ranks == odd
         else:
-            assert g.mismatches[0]["minority_ranks"] == odd and g.mismatches[0]["field"] == kind
+            assert g.mismatches[0].minority_ranks == odd and g.mismatches[0].field == kind
 
 
 # ------------------------------------------------------------------ synthetic NCCL dumps, end to end
@@ -392,7 +395,7 @@ def test_nccl_timeout_dumps_end_to_end(tmp_path):
     assert g0.status == "hang" and g0.first_divergent_seq == 5 and g0.missing_ranks == [2] and g0.suspects == [2]
     assert g0.last_seq == {0: 5, 1: 5, 2: 4} and g0.last_completed_seq == {0: 4, 1: 4, 2: 4}
     assert "No dump from rank 3: not checked." in g0.verdict
-    assert res.groups[1].status == "ok" and res.findings[0].startswith("Start with rank 2")
+    assert res.groups[1].status == "ok" and res.findings[0].text.startswith("Start with rank 2")
 
 
 def test_coalesced_ops_share_a_seq_and_do_not_mismatch():

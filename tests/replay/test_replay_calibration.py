@@ -39,13 +39,13 @@ def test_uncalibrated_error_is_the_raw_physics_against_a_closed_form():
     assert err.uncalibrated.median == pytest.approx(0.2, rel=1e-6)
     assert res.efficiency == {"all_reduce:2^24": pytest.approx(1.25, rel=1e-6)}
     assert err.in_sample.median == pytest.approx(0.0, abs=1e-9)
-    assert res.results[0].instances[0]["replayed_ns"] == 1_250_000
+    assert res.results[0].instances[0].replayed_ns == 1_250_000
 
 
 def test_what_if_duration_follows_the_closed_form():
     """At nic_gbps=50 the physics is 8 ms; calibrated by 1.25: 10 ms."""
     res = replay(_allreduces([1_250_000]), [BASE, SLOW8])
-    assert res.results[1].instances[0]["replayed_ns"] == pytest.approx(10_000_000, rel=1e-6)
+    assert res.results[1].instances[0].replayed_ns == pytest.approx(10_000_000, rel=1e-6)
 
 
 def test_cross_validated_error_scores_held_out_steps_only():

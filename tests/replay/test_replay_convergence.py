@@ -34,7 +34,7 @@ def test_settled_replay_records_its_rounds_and_has_no_caution():
         cv = r.convergence
         assert cv.converged and cv.rounds == 2
         assert cv.moves_ns[0] == pytest.approx(1_500_000) and cv.residual_ns == cv.moves_ns[-1] == 0.0
-        assert cv.tolerance_ns == pytest.approx(engine.SETTLE_FRAC * max(i["replayed_ns"] for i in r.instances),
+        assert cv.tolerance_ns == pytest.approx(engine.SETTLE_FRAC * max(i.replayed_ns for i in r.instances),
                                                 abs=1e-3)
     assert not _not_converged(res)
 

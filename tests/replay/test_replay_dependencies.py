@@ -38,7 +38,7 @@ def test_blocked_launch_waits_for_the_allreduce_and_everything_after_moves_by_th
     res = replay(_exposed_allreduce(), [BASE, SLOW8])
     assert res.dependencies["launch"] == 2 and res.dependencies["gap"] == 0 and res.dependencies["sync"] == 0
     base, slow = res.results
-    assert base.instances[0]["replayed_ns"] == 1_000_000 and slow.instances[0]["replayed_ns"] == 8_000_000
+    assert base.instances[0].replayed_ns == 1_000_000 and slow.instances[0].replayed_ns == 8_000_000
     excess = 7_000_000  # the all-reduce ends at 12 µs + 8 ms instead of 12 µs + 1 ms
     for r in (0, 1):
         traced = _times(base, r)
@@ -81,7 +81,7 @@ def test_stream_wait_event_ties_the_optimizer_to_a_hidden_allreduce():
     res = replay(_hidden_allreduce(), [BASE, SLOW8])
     assert res.dependencies["sync"] == 2 and res.dependencies["launch"] == 0
     base, slow = res.results
-    assert base.instances[0]["replayed_ns"] == 800_000 and slow.instances[0]["replayed_ns"] == 6_400_000
+    assert base.instances[0].replayed_ns == 800_000 and slow.instances[0].replayed_ns == 6_400_000
     excess = 12_000 + 6_400_000 - 900_000  # past its overlap: the all-reduce now ends after B2
     for r in (0, 1):
         expected = [(S7, 2_000, 400_000), (S20, 12_000, 6_400_000), (S7, 402_500, 497_500),

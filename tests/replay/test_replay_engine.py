@@ -42,14 +42,14 @@ def test_baseline_reproduces_the_trace():
     assert res.identity.max_step_error == 0 and res.identity.instances_fallen_back == 0
     assert r.step_ns["0"] == pytest.approx(r.traced_step_ns["0"], rel=1e-6)
     inst = r.instances[0]
-    assert inst["traced_ns"] == 1_000_000 and inst["replayed_ns"] == pytest.approx(1_000_000, rel=1e-6)
+    assert inst.traced_ns == 1_000_000 and inst.replayed_ns == pytest.approx(1_000_000, rel=1e-6)
 
 
 def test_faster_network_shortens_the_step_by_the_exposed_comm():
     res = replay(_hand_tables(), ["single-switch:gpus=1,pcie_gbps=2000",
                                   "single-switch:gpus=1,nic_gbps=800,pcie_gbps=2000"])
     base, fast = res.results
-    saved = base.instances[0]["replayed_ns"] - fast.instances[0]["replayed_ns"]
+    saved = base.instances[0].replayed_ns - fast.instances[0].replayed_ns
     assert saved == pytest.approx(500_000, rel=1e-2)
     assert base.step_ns["0"] - fast.step_ns["0"] == pytest.approx(saved, rel=1e-3)
     assert fast.exposed_ns["DP"] < base.exposed_ns["DP"]
@@ -122,7 +122,7 @@ def test_link_samples_cover_every_link(synth_result):
         assert set(samples.column("origin").to_pylist()) == {f"replay:{r.topology}"}
         total = np.nansum(samples.column("tx_bytes").to_numpy()) + np.nansum(samples.column("rx_bytes").to_numpy())
         assert total == pytest.approx(r.link_bytes.sum(), rel=1e-6)
-        assert r.hot_links and r.hot_links[0]["peak_util"] <= 1.0 + 1e-6
+        assert r.hot_links and r.hot_links[0].peak_util <= 1.0 + 1e-6
 
 
 def test_deterministic():
@@ -178,14 +178,14 @@ def test_synth_all_reduce_replays_as_the_ring_it_models():
     assert set(tables["collectives"].column("algo").to_pylist()) == {
         None, "RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE"}
     res = replay(tables, ["rail-optimized:nic_gbps=400", "rail-optimized:nic_gbps=400,sharp=true"])
-    base, sharp = ([i for i in r.instances if i["op"] == "all_reduce"] for r in res.results)
-    assert {(i["algo"], i["algo_source"]) for i in base} == {("ring", "trace")}
-    assert {i["algo"] for i in sharp} <= {"collnet_direct", "collnet_chain"}
+    base, sharp = ([i for i in r.instances if i.op == "all_reduce"] for r in res.results)
+    assert {(i.algo, i.algo_source) for i in base} == {("ring", "trace")}
+    assert {i.algo for i in sharp} <= {"collnet_direct", "collnet_chain"}
     untraced = tables["collectives"].set_column(
         tables["collectives"].schema.get_field_index("algo"), "algo",
         pa.nulls(tables["collectives"].num_rows, pa.string()))
     res = replay({**tables, "collectives": untraced}, ["rail-optimized:nic_gbps=400"])
-    assert {i["algo"] for i in res.results[0].instances if i["op"] == "all_reduce"} == {"tree"}
+    assert {i.algo for i in res.results[0].instances if i.op == "all_reduce"} == {"tree"}
 
 
 def test_hot_links_rank_on_reported_figures_not_last_bits():
@@ -205,5 +205,5 @@ def test_hot_links_rank_on_reported_figures_not_last_bits():
     win[4, 0] = cap * (1 - 1e-12)
     cable_bytes = win.sum(axis=1)
     _, hot = _link_outputs(SimpleNamespace(links=links), win, cable_bytes, window_ns, 0, "t", 2 * window_ns)
-    assert [h["link"] for h in hot] == ["b", "a", "c"]
-    assert [h["peak_util"] for h in hot] == [1.0, 1.0, 1.0]
+    assert [h.link for h in hot] == ["b", "a", "c"]
+    assert [h.peak_util for h in hot] == [1.0, 1.0, 1.0]

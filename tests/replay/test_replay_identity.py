@@ -40,7 +40,7 @@ def test_members_ending_far_apart_fall_back_and_keep_their_relation():
     assert res.identity.max_event_error_ns == 0
     assert [f.reason for f in res.identity.fallbacks] == ["members_end_apart"]
     assert res.to_json()["identity"]["instances_fallen_back"] == 1
-    assert res.results[0].instances[0]["fallback"] == "members_end_apart"
+    assert res.results[0].instances[0].fallback == "members_end_apart"
 
 
 def test_identity_json_shape():

@@ -238,8 +238,8 @@ def test_replay_equals_simulating_every_flow_every_round(moe_tables, monkeypatch
         assert a.step_ns.keys() == b.step_ns.keys()
         for s in a.step_ns:
             assert abs(a.step_ns[s] - b.step_ns[s]) <= 1
-        assert np.abs(np.array([i["replayed_ns"] for i in a.instances])
-                      - np.array([i["replayed_ns"] for i in b.instances])).max() <= 1
+        assert np.abs(np.array([i.replayed_ns for i in a.instances])
+                      - np.array([i.replayed_ns for i in b.instances])).max() <= 1
         assert a.hot_links == b.hot_links and a.comm_ns.keys() == b.comm_ns.keys()
         for col in ("tx_bytes", "rx_bytes"):
             np.testing.assert_allclose(a.link_samples.column(col).to_numpy(), b.link_samples.column(col).to_numpy(),

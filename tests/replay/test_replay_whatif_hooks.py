@@ -37,7 +37,7 @@ def test_fixed_efficiency_is_not_refitted():
     base = replay(_tables(), [topo])
     doubled = {k: 2 * v for k, v in base.efficiency.items()}
     twice = replay(_tables(), [topo], efficiency=doubled)
-    r0, r1 = base.results[0].instances[0]["replayed_ns"], twice.results[0].instances[0]["replayed_ns"]
+    r0, r1 = base.results[0].instances[0].replayed_ns, twice.results[0].instances[0].replayed_ns
     assert r1 == pytest.approx(2 * r0, rel=1e-6)
 
 

@@ -9,7 +9,7 @@ import re
 import pytest
 from bokeh.models import ColumnDataSource, Div
 
-from tracekit.cli.whatif import format_whatif
+from tracekit.present import whatif_comparison
 from tracekit.viz import data as D
 from tracekit.viz import figures
 
@@ -72,7 +72,7 @@ def test_every_number_on_the_tab_is_one_the_cli_prints(synth_whatif) -> None:
     printed the same way by `tracekit whatif` for the same result."""
     result, data = synth_whatif
     text, labels = _shown(data["what-if"])
-    said = set(NUMBER.findall(format_whatif(result)))
+    said = set(NUMBER.findall("\n".join(whatif_comparison(result))))
     shown = set(NUMBER.findall(text + " " + " ".join(labels)))
     labels_shown = {n for x in labels for n in NUMBER.findall(x)}
     assert len(labels_shown) >= 2 * len(data["what-if"]["names"]) - 1  # value and change per scenario
@@ -82,7 +82,7 @@ def test_every_number_on_the_tab_is_one_the_cli_prints(synth_whatif) -> None:
 def test_bars_compare_with_the_baseline_as_the_cli_does(synth_whatif) -> None:
     result, data = synth_whatif
     _, labels = _shown(data["what-if"])
-    out = format_whatif(result)
+    out = "\n".join(whatif_comparison(result))
     for s in result.scenarios:
         step = _mean(s.step_ns)
         base = _mean(s.baseline_step_ns)

@@ -30,7 +30,7 @@ def base():
 
 
 def _all_reduce_ns(result):
-    return result.step_ns, next(i["replayed_ns"] for i in result.instances if i["op"] == "all_reduce")
+    return result.step_ns, next(i.replayed_ns for i in result.instances if i.op == "all_reduce")
 
 
 def _efficiency(base):
@@ -46,8 +46,8 @@ def test_backend_checkpoint_slows_the_all_reduce_by_the_closed_form(base, ckpt_b
     # is min(B, S)/C, times the baseline's calibration.
     sc = f"checkpoint:bytes_per_rank={ckpt_bytes},at=start,via=backend,storage=1,storage_gbps={20 * C_GBPS:g}"
     r = run_scenario(base, sc)
-    before = next(i["replayed_ns"] for i in base.result.instances)
-    after = next(i["replayed_ns"] for i in base.replay_with(
+    before = next(i.replayed_ns for i in base.result.instances)
+    after = next(i.replayed_ns for i in base.replay_with(
         topology=parse_spec(TOPO).replace(storage=1, storage_network="backend", storage_gbps=20 * C_GBPS),
         storage=_flows(base, ckpt_bytes)).instances)
     c = C_GBPS / 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -11,11 +12,34 @@ import pyarrow as pa
 from tracekit.analysis import _kernels
 from tracekit.analysis._frames import P2P_OPS, Frame, frame, table
 from tracekit.analysis.matching import keyed
+from tracekit.results import Result
+
+
+class Alignment(Result, frozen=True, kw_only=True):
+    """How `align_clocks` set the offsets: the method, the instances used, the iterations and
+    solver steps (converged False: stopped at max_iter), the anchor rank, the connected components,
+    the ranks not connected to the anchor, whether send/recv pairs were needed, the end-time spread
+    over instances before (`raw_spread_ns`) and after (`residual_ns`) alignment (median, p90, max),
+    the per-rank median residual, and notes."""
+
+    method: str
+    instances_used: int = 0
+    iterations: int = 0
+    solver_steps: int = 0
+    converged: bool = True
+    anchor: int | None = None
+    components: list[list[int]] = msgspec.field(default_factory=list)
+    unconnected_ranks: list[int] = msgspec.field(default_factory=list)
+    used_p2p: bool = False
+    raw_spread_ns: dict[str, float | None] = msgspec.field(default_factory=dict)
+    residual_ns: dict[str, float | None] = msgspec.field(default_factory=dict)
+    per_rank_residual_ns: dict[int, float] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def align_clocks(
     collectives: Frame, ranks: Frame, *, max_iter: int = 100, tol_ns: float = 0.5,
-) -> tuple[pa.Table, dict[str, Any]]:
+) -> tuple[pa.Table, Alignment]:
     """Estimate each rank's clock offset from the end times of the collectives it joined.
 
     Participants of a collective finish nearly together, so for rank r and instance i,
@@ -28,11 +52,7 @@ def align_clocks(
     component the lowest rank is the anchor (offset 0): ranks outside the anchor's component are
     aligned only among themselves, and ranks with no timed collective keep offset 0.
 
-    Returns the ranks table with `clock_offset_ns` (common = own + offset) and a report:
-    method, instances_used, iterations, solver_steps, converged (False: stopped at `max_iter`),
-    anchor, components, unconnected_ranks, used_p2p,
-    raw_spread_ns and residual_ns (median/p90/max over instances of the end-time spread before
-    and after alignment), per_rank_residual_ns, notes.
+    Returns the ranks table with `clock_offset_ns` (common = own + offset) and the `Alignment`.
     """
     coll = frame(collectives, "collectives")
     rk = frame(ranks, "ranks")
@@ -60,7 +80,7 @@ def align_clocks(
     )
     if multi.height == 0 or not all_ranks:
         report["notes"].append("no collectives with timestamps on two or more ranks: offsets left at 0")
-        return _with_offsets(rk, all_ranks, offsets), report
+        return _with_offsets(rk, all_ranks, offsets), Alignment(**report)
 
     edges = multi.filter(~pl.col("p2p"))
     rank_arr = np.array(all_ranks, np.int64)
@@ -73,7 +93,7 @@ def align_clocks(
             report["notes"].append("send/recv pairs were needed to connect some ranks")
     if edges.height == 0:
         report["notes"].append("only send/recv with timestamps: offsets left at 0")
-        return _with_offsets(rk, all_ranks, offsets), report
+        return _with_offsets(rk, all_ranks, offsets), Alignment(**report)
 
     r_idx = np.searchsorted(rank_arr, edges.get_column("rank").to_numpy().astype(np.int64))
     inst_codes, i_idx = np.unique(edges.get_column("instance").to_numpy(), return_inverse=True)
@@ -117,7 +137,7 @@ def align_clocks(
     per_rank = _group_median(r_idx, dev, len(all_ranks))
     report["per_rank_residual_ns"] = {all_ranks[i]: round(float(per_rank[i]), 1)
                                       for i in sorted(present)}
-    return _with_offsets(rk, all_ranks, offsets), report
+    return _with_offsets(rk, all_ranks, offsets), Alignment(**report)
 
 
 def _solve(r_idx: np.ndarray, i_idx: np.ndarray, e: np.ndarray, n_r: int, n_i: int,

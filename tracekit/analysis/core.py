@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -15,13 +15,17 @@ import pyarrow as pa
 from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
-from tracekit.analysis.clocks import align_clocks
+from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
+from tracekit.results import to_builtins
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
+
+if TYPE_CHECKING:
+    from tracekit.hang import HangResult
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
 JSON_SCHEMA = "tracekit.analysis/1"
@@ -100,7 +104,7 @@ class AnalysisResult:
     ep_groups: pa.Table
     ep_traffic: pa.Table
     pp_bubbles: pa.Table
-    alignment: dict[str, Any]
+    alignment: Alignment
     validity: RunValidity = field(default_factory=lambda: RunValidity(None, [], [], []))
     step_times: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=steps.STEP_TIME_SCHEMA)))
     participants: pa.Table = field(default_factory=lambda: pa.table({}))
@@ -108,7 +112,7 @@ class AnalysisResult:
     critical_path: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CRITICAL_SCHEMA)))
     pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
                                                                  "stage": pa.array([], pa.int32())}))
-    hang: Any = None  # tracekit.hang.HangResult when the run holds sequence numbers worth checking
+    hang: HangResult | None = None  # when the run holds sequence numbers worth checking
     findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
@@ -126,6 +130,17 @@ class AnalysisResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; its layout is documented in docs/analysis.md."""
         return _to_json(self)
+
+    def per_rank_means(self) -> pl.DataFrame:
+        """Per rank, the mean over its step windows of the window span, compute, exposed comm and idle
+        time (ns): columns rank, span, compute, exposed, idle, by rank."""
+        wide = _pl(self.per_rank_step)
+        if wide.height == 0:
+            return pl.DataFrame(schema={"rank": pl.Int64, "span": pl.Float64, "compute": pl.Float64,
+                                        "exposed": pl.Float64, "idle": pl.Float64})
+        prs = pl.DataFrame([{"rank": r["rank"], "span": r["span_ns"], "compute": r["compute_ns"],
+                             "exposed": r["exposed_ns"], "idle": r["idle_ns"]} for r in wide.iter_rows(named=True)])
+        return prs.group_by("rank").agg(pl.all().mean()).sort("rank")
 
     def mean_step_ns(self) -> float | None:
         """The mean step time (see `tracekit.analysis.steps.STEP_TIME`), or None without steps."""
@@ -206,7 +221,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     return result
 
 
-def _hang(run: Run | None, source: RunLike) -> Any:
+def _hang(run: Run | None, source: RunLike) -> HangResult | None:
     """`tracekit hang`'s verdict on the same run (the one code path for hang verdicts)."""
     from tracekit.hang import find_hangs, hang_from_run
 
@@ -285,8 +300,8 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "validity": r.validity.to_json(),
         "step_times": st.to_dicts(),
         "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
-        "alignment_residual_ns": r.alignment["residual_ns"],
-        "alignment": r.alignment,
+        "alignment_residual_ns": r.alignment.residual_ns,
+        "alignment": to_builtins(r.alignment, str_keys=False),
         "dims": {g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
         "pp_stages": {str(k): v for k, v in _pl(r.pp_stages).iter_rows()},
         "per_rank_step": prs,

@@ -59,8 +59,8 @@ def findings(r: AnalysisResult) -> list[Finding]:
     out.extend(v.findings())
     if r.hang is not None and r.hang.hung:
         fr = r.hang.source == "flight_recorder"
-        for text in r.hang.findings:
-            out.append(Finding(kind="hang", severity="error" if fr else "warning", text=text,
+        for lead in r.hang.findings:
+            out.append(Finding(kind="hang", severity="error" if fr else "warning", text=lead.text,
                                ranks=tuple(r.hang.suspects), data={"source": r.hang.source}))
             break
         for g in r.hang.groups:
@@ -295,23 +295,23 @@ def _alignment_findings(r: AnalysisResult) -> list[Finding]:
     a = r.alignment
     out: list[Finding] = []
     offs = [x for x in _pl(r.ranks).get_column("clock_offset_ns").to_list() if x is not None]
-    if a.get("instances_used"):
-        res = a["residual_ns"]
+    if a.instances_used:
+        res = a.residual_ns
         out.append(Finding(
             kind="alignment", severity="info", value=res["median"],
             text=f"Clock offsets span {fmt_ns(max(offs) - min(offs))}; after alignment, collective end times "
                  f"agree within {fmt_ns(res['median'])} (median) and {fmt_ns(res['p90'])} (p90) over "
-                 f"{a['instances_used']} instances."))
+                 f"{a.instances_used} instances."))
     elif r.validity.cross_rank:
-        out.extend(Finding(kind="alignment", severity="warning", text=n) for n in a.get("notes", []))
-    if not a.get("converged", True):
+        out.extend(Finding(kind="alignment", severity="warning", text=n) for n in a.notes)
+    if not a.converged:
         out.append(Finding(
-            kind="alignment", severity="warning", value=a.get("iterations"),
-            text=f"Clock alignment stopped at its iteration cap ({a.get('iterations')}) before the offsets "
+            kind="alignment", severity="warning", value=a.iterations,
+            text=f"Clock alignment stopped at its iteration cap ({a.iterations}) before the offsets "
                  "settled; cross-rank waits may be off by the offsets' remaining error."))
-    if a.get("unconnected_ranks"):
+    if a.unconnected_ranks:
         out.append(Finding(
-            kind="alignment", severity="warning", ranks=tuple(a["unconnected_ranks"]),
-            text=f"Ranks {fmt_ranks(a['unconnected_ranks'])} share no timed collective with rank {a['anchor']}; "
+            kind="alignment", severity="warning", ranks=tuple(a.unconnected_ranks),
+            text=f"Ranks {fmt_ranks(a.unconnected_ranks)} share no timed collective with rank {a.anchor}; "
                  "their clocks could not be aligned to it."))
     return out

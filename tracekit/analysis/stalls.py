@@ -55,7 +55,7 @@ def instances(parts: pl.DataFrame) -> pl.DataFrame:
     one step); excess_ns = min(caused_ns, lead_ns - baseline_lead_ns): the part that is not the
     step's regular pattern (pipeline fill, a hot expert) but a one-off.
     """
-    last = (parts.sort(["instance", "arrive_ns", "rank"], descending=[False, True, False])
+    last = (latest_first(parts)
             .group_by("instance", maintain_order=True)
             .agg(pl.col("rank").first().alias("last_rank"),
                  pl.col("gap_ns").first().alias("_gap"),
@@ -155,3 +155,19 @@ def stragglers(inst: pl.DataFrame, parts: pl.DataFrame) -> pl.DataFrame:
     return out.sort(["excess_ns", "caused_ns", "delay_ns", "rank"], descending=[True, True, True, False]).select(
         "rank", "times_last", "instances", "delay_ns", "caused_ns", "excess_ns", "worst_wait_ns", "steps",
         "groups")
+
+
+def latest_first(parts: pl.DataFrame) -> pl.DataFrame:
+    """Participants per instance, the last to arrive first (ties: lowest rank): who the others waited for."""
+    return parts.sort(["instance", "arrive_ns", "rank"], descending=[False, True, False])
+
+
+def waited_for(parts: pl.DataFrame) -> pl.DataFrame:
+    """Per instance, `source_rank`, the rank every other participant waited for (the sender of a
+    send/recv, else the last to arrive), and `last_rank`, the last to arrive."""
+    return (latest_first(parts)
+            .group_by("instance", maintain_order=True)
+            .agg(pl.col("rank").filter(pl.col("op") == "send").first().alias("_sender"),
+                 pl.col("rank").first().alias("_last"))
+            .select("instance", pl.coalesce("_sender", "_last").alias("source_rank"),
+                    pl.col("_last").alias("last_rank")))

@@ -49,13 +49,12 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
 
 
 def _print(result: Any, top: int) -> None:
-    import polars as pl
     from rich.table import Table
 
     from tracekit._text import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
-    from tracekit.analysis.findings import op_label
     from tracekit.analysis.steps import STEP_TIME
     from tracekit.cli._common import console as make_console
+    from tracekit.present import root_cause_rows, straggler_rows
 
     console = make_console()
     doc = result.to_json()
@@ -83,24 +82,14 @@ def _print(result: Any, top: int) -> None:
         console.print()
         console.print(f"{STEP_TIME}: mean {fmt_ns(doc['summary']['mean_step_ns'])}; "
                       + ", ".join(f"step {s['step']} {fmt_ns(s['step_ns'])}" for s in steps[:12]))
-    inst = {s["instance"]: s for s in doc["stalls"]}
-    allinst = pl.from_arrow(result.instances)
-    where = {row["instance"]: row
-             for row in allinst.select("instance", "group", "op", "dim", "seq").iter_rows(named=True)}
     show("Stalls by root cause (one row per cascade of waits)",
-         ["root", "step", "busy", "waits", "lost", "worst wait"], [
-             [str(c["root_rank"]), _step(c["root_step"]), fmt_ns(c["root_stall_ns"]), str(c["instances"]),
-              fmt_ns(c["total_wait_ns"]),
-              f"{fmt_ns(c['worst_wait_ns'])}: rank {c['worst_waiter']} waited for rank {c['worst_waited_on']} at "
-              + _at(where.get(c["worst_instance"]) or inst.get(c["worst_instance"]), op_label)]
-             for c in doc["root_causes"][:top]],
+         ["root", "step", "busy", "waits", "lost", "worst wait"],
+         [[c.root, c.step, c.busy, c.waits, c.lost, c.worst] for c in root_cause_rows(result, top)],
          caption="root: the rank at the end of the chain of waits; busy: how long it was busy with its own work "
                  "while the others waited; lost: every waiting rank's wait, summed.")
-    show("Stragglers", ["rank", "last", "of", "delay", "caused", "excess", "steps"], [
-        [str(s["rank"]), str(s["times_last"]), str(s["instances"]), fmt_ns(s["delay_ns"]),
-         fmt_ns(s["caused_ns"]), fmt_ns(s["excess_ns"]),
-         ",".join(str(x) for x in (s["steps"] or [])[:5] if x is not None) or "-"]
-        for s in doc["stragglers"][:top] if s["times_last"]], caption=LEGEND)
+    show("Stragglers", ["rank", "last", "of", "delay", "caused", "excess", "steps"],
+         [[s.rank, s.last, s.of, s.delay, s.caused, s.excess, s.steps] for s in straggler_rows(result, top)],
+         caption=LEGEND)
     cp = doc["critical_path"]
     cp_dims = sorted({d["dim"] for c in cp for d in c["comm_by_dim"]})
     show("Critical path per step", ["step", "step time", "compute", *(f"{d} comm" for d in cp_dims), "idle", "ranks",
@@ -110,11 +99,8 @@ def _print(result: Any, top: int) -> None:
          fmt_ns(c["idle_ns"]), ",".join(map(str, c["ranks"])), str(c["hops"])] for c in cp[:top]],
         caption="Walked back from the rank that ended the step, jumping to the rank it waited for; idle: nothing "
                 "traced on the path (host time, data loading, start skew).")
-    prs = pl.DataFrame([{"rank": r["rank"], "span": r["span_ns"], "compute": r["compute_ns"],
-                         "exposed": r["exposed_total_ns"], "idle": r["idle_ns"]} for r in doc["per_rank_step"]]
-                       ) if doc["per_rank_step"] else None
-    if prs is not None:
-        agg = prs.group_by("rank").agg(pl.all().mean()).sort("rank")
+    agg = result.per_rank_means()
+    if agg.height:
         show("Per rank (mean per step window)", ["rank", "window", "compute", "exposed comm", "idle"], [
             [str(r["rank"]), fmt_ns(r["span"]), fmt_ns(r["compute"]), fmt_ns(r["exposed"]), fmt_ns(r["idle"])]
             for r in agg.head(max(top, 16)).iter_rows(named=True)],
@@ -135,18 +121,9 @@ def _print(result: Any, top: int) -> None:
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise).")
     show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
-    a = doc["alignment"]
+    a = result.alignment
     console.print()
-    console.print(f"clock alignment: {a['method']}; {a['instances_used']} instances, residual median "
-                  f"{fmt_ns(a['residual_ns']['median'])}, p90 {fmt_ns(a['residual_ns']['p90'])}, "
-                  f"max {fmt_ns(a['residual_ns']['max'])}")
+    console.print(f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
+                  f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, "
+                  f"max {fmt_ns(a.residual_ns['max'])}")
 
-
-def _step(step: int | None) -> str:
-    return "-" if step is None else str(step)
-
-
-def _at(row: dict[str, Any] | None, op_label: Any) -> str:
-    if row is None:
-        return "-"
-    return f"{op_label(row['dim'], row['op'], row['seq'])} on group {row['group']}"

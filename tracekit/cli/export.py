@@ -21,13 +21,12 @@ from tracekit.cli._common import json_option, user_errors
 def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: bool, as_json: bool) -> None:
     """Export RUN as one trace: a process per rank, a thread per lane, collectives linked by
     arrows, stalls as slices, and replayed timelines as extra processes."""
-    import json
-
     from tracekit.export import export_chrome
+    from tracekit.results import dumps
 
     summary = export_chrome(run, chrome, flows=not no_flows, stalls=not no_stalls, include_replay=not no_replay)
     if as_json:
-        click.echo(json.dumps(summary.to_json(), indent=1, sort_keys=True))
+        click.echo(dumps(summary, sort_keys=True))
         return
     replay = "".join(f", replay {name}: {n:,} slices" for name, n in summary.replay.items())
     skipped = "".join(f", skipped {n:,} ({why})" for why, n in sorted(summary.skipped.items()))

@@ -48,6 +48,7 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
 def _print(result: Any) -> None:
     from rich.table import Table
 
+    from tracekit.finding import texts
     from tracekit.hang import fmt_ranks
 
     console = safe_console(soft_wrap=True)
@@ -57,7 +58,7 @@ def _print(result: Any) -> None:
     for note in result.notes:
         err.print(f"note: {note}", markup=False)
     console.print("Verdict", style="bold")
-    for line in result.findings or ["no divergence: every rank reached the same seq in every group."]:
+    for line in texts(result.findings) or ["no divergence: every rank reached the same seq in every group."]:
         console.print(f"  - {line}", markup=False)
     table = Table(show_edge=False, title="Groups (last seq reached: ranks)", title_justify="left")
     for col in ("group", "desc", "ranks", "status", "diverges at", "missing", "last seq: ranks"):

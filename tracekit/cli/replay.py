@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -48,8 +47,9 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
 
     status("replay: loading libraries")
     from tracekit.errors import TracekitError
+    from tracekit.present import printable, replay_comparison
+    from tracekit.replay.engine import baseline_of, open_run, replay_run
     from tracekit.replay.engine import calibration_from as load_calibration
-    from tracekit.replay.engine import open_run, replay_run
 
     if not topologies and baseline is None:
         raise click.UsageError("give at least one --topology")
@@ -63,7 +63,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     options: dict = {}
     notes = []
     if calibration_from is not None:
-        base = baseline if baseline is not None else topologies[0]
+        base = baseline_of(topologies, baseline)
         saved = load_calibration(calibration_from, base, algo=algo)
         options = {"efficiency": saved.efficiency, "calibrated_on": saved.name}
         if saved.topology is not None and saved.topology != str(base):
@@ -74,9 +74,9 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if as_json:
         click.echo(result.dumps())
     else:
-        echo(format_comparison(result.to_json(), result.efficiency, verbose=verbose))
+        echo("\n".join(replay_comparison(result, verbose=verbose)))
         for note in notes:
-            click.echo(_printable(note))
+            click.echo(printable(note))
         if result.telemetry is not None:
             from tracekit.telemetry.compare import format_comparison as format_links
 
@@ -93,13 +93,10 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
 
 
 def _physics_notes(topologies: tuple[str, ...]) -> None:
-    from tracekit.replay.topology import parse_spec, physics_caps
+    from tracekit.replay.engine import physics_notes
 
-    for text in topologies:
-        if text == "observed":
-            continue
-        for finding in physics_caps(parse_spec(text)):
-            echo(f"note: {text}: {finding.text}")
+    for text, finding in physics_notes(topologies):
+        echo(f"note: {text}: {finding.text}")
 
 
 def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:
@@ -118,118 +115,3 @@ def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_jso
         echo(f"note: {finding.text}")
     echo(f"nccl-tests {path.name} on {topology}:")
     echo(format_microbench(rows))
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
-
-
-def _delta(value: float, base: float) -> str:
-    if not base:
-        return ""
-    return f" ({(value - base) / base:+.1%})"
-
-
-def _pct(stats: dict[str, float]) -> str:
-    return f"median {stats['median']:.1%}, p90 {stats['p90']:.1%}"
-
-
-def _printable(text: str) -> str:
-    """Trace strings on a terminal: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def format_comparison(doc: dict[str, Any], efficiency: dict[str, float] | None = None, *,
-                      verbose: bool = False) -> str:
-    """The comparison table: per topology, step time, exposed comm per dim and the hottest link,
-    each against the baseline (the first result); the replay error (cross-validated, then in
-    sample and uncalibrated), the identity check and any caution."""
-    from tracekit.replay.calibration import WHAT_IF_NOTE
-
-    results = doc["results"]
-    base = results[0]
-    dims = sorted({d for r in results for d in r["exposed_ns"]})
-    lines = []
-    err = base["replay_error"]
-    if err.get("calibrated_on") is not None:
-        lines.append(f"baseline {_printable(base['topology'])}: replay error per instance {_pct(err['out_of_sample'])} "
-                     f"(out of sample: calibrated on {_printable(str(err['calibrated_on']))}); uncalibrated "
-                     f"{_pct(err['uncalibrated'])}")
-    else:
-        lines.append(f"baseline {_printable(base['topology'])}: replay error per instance "
-                     f"{_pct(err['cross_validated'])} (cross-validated, {err['split']}); in sample "
-                     f"{_pct(err['in_sample'])}; uncalibrated {_pct(err['uncalibrated'])}")
-    ident = doc.get("identity")
-    if ident:
-        lines.append(f"identity (traced durations replayed): max step error {ident['max_step_error']:.2e}, "
-                     f"{ident['instances_fallen_back']} instance(s) fall back to the traced relation")
-    header = ["topology", "step (mean)"] + [f"exposed {d}/step" for d in dims] + ["hottest link"]
-    rows = []
-    base_step = _mean(base["step_ns"])
-    for r in results:
-        step = _mean(r["step_ns"])
-        row = [_printable(r["topology"]), _ms(step) + _delta(step, base_step)]
-        for d in dims:
-            v = r["exposed_ns"].get(d, 0)
-            row.append(_ms(v) + _delta(v, base["exposed_ns"].get(d, 0)))
-        hot = r["hot_links"][0] if r["hot_links"] else None
-        row.append(f"{hot['link']} peak {hot['peak_util']:.0%}" if hot else "-")
-        rows.append(row)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)))
-    lines.append(f"traced step (mean) {_ms(_mean(base['traced_step_ns']))}")
-    if len(results) > 1:
-        lines.append(f"note: {WHAT_IF_NOTE}")
-    if efficiency:
-        source = err.get("calibrated_on")
-        lines.append(f"calibration ({'from ' + _printable(str(source)) + ', ' if source is not None else ''}"
-                     "traced / modelled): " + ", ".join(
-            f"{_printable(k)} x{v:.2f}" for k, v in sorted(efficiency.items())))
-    for f in doc.get("findings") or []:
-        if f["kind"] == "replay_caution" and f["severity"] != "info":
-            lines.append(f"caution: {_printable(f['text'])}")
-    if verbose:
-        lines.extend(_verbose_lines(doc))
-    return "\n".join(lines)
-
-
-def _verbose_lines(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    deps = doc.get("dependencies") or {}
-    if deps:
-        lines.append("dependency edges per rule: " + ", ".join(f"{k} {v}" for k, v in deps.items()))
-    err = doc["results"][0]["replay_error"]
-    if err.get("calibrated_on") is not None:
-        kinds_shown, heads = ("uncalibrated", "out_of_sample"), "uncalibrated | out of sample"
-    else:
-        kinds_shown = ("uncalibrated", "in_sample", "cross_validated")
-        heads = "uncalibrated | in sample | cross-validated"
-    lines.append(f"replay error per op (median / p90): {heads}")
-    for op, kinds in err["by_op"].items():
-        lines.append(f"  {_printable(op)}: " + " | ".join(
-            f"{kinds[k]['median']:.1%} / {kinds[k]['p90']:.1%}" for k in kinds_shown))
-    unseen = (doc.get("calibration") or {}).get("unseen_buckets") or {}
-    if unseen:
-        lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(
-            f"{_printable(b)} ({how})" for b, how in unseen.items()))
-    for r in doc["results"]:
-        cv = r.get("convergence")
-        if cv:
-            lines.append(f"fixed point on {_printable(r['topology'])}: {cv['rounds']} round"
-                         f"{'s' if cv['rounds'] != 1 else ''}, last start move {cv['residual_ns'] / 1e3:.1f} µs "
-                         f"(tolerance {cv['tolerance_ns'] / 1e3:.1f} µs){'' if cv['converged'] else ': not settled'}")
-    ident = doc.get("identity") or {}
-    for fb in (ident.get("fallbacks") or [])[:20]:
-        lines.append(f"fallback: {_printable(fb['text'])}")
-    if len(ident.get("fallbacks") or []) > 20:
-        lines.append(f"fallback: ... and {len(ident['fallbacks']) - 20} more")
-    for f in doc.get("findings") or []:
-        if f["kind"] == "replay_caution" and f["severity"] == "info":
-            lines.append(f"note: {_printable(f['text'])}")
-    return lines
-
-
-def _mean(values: dict[str, int]) -> float:
-    return sum(values.values()) / len(values) if values else 0.0

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -46,8 +46,12 @@ from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
-from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, place, sized
+from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, physics_caps, place, sized
+from tracekit.results import Result, from_builtins, to_builtins
 from tracekit.store import Run
+
+if TYPE_CHECKING:
+    from tracekit.telemetry.compare import TelemetryComparison
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
 DEP_GAP_NS = deps.DEP_GAP_NS
@@ -70,8 +74,7 @@ class ReplayError(TracekitError):
     """The run cannot be replayed (missing instances, no timed communication, ...)."""
 
 
-@dataclass(frozen=True)
-class Convergence:
+class Convergence(Result, frozen=True, kw_only=True):
     """How the schedule/simulate fixed point of one topology ended: the rounds run, the largest
     instance start move of each (ns) and of the last (`residual_ns`), against `tolerance_ns`
     (SETTLE_FRAC of the longest replayed network time). Not converged: the cap was hit with
@@ -83,15 +86,32 @@ class Convergence:
     converged: bool
     moves_ns: tuple[float, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "residual_ns": self.residual_ns, "tolerance_ns": self.tolerance_ns,
-                "converged": self.converged, "moves_ns": list(self.moves_ns)}
 
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> Convergence:
-        return cls(rounds=int(doc["rounds"]), residual_ns=float(doc["residual_ns"]),
-                   tolerance_ns=float(doc["tolerance_ns"]), converged=bool(doc["converged"]),
-                   moves_ns=tuple(float(x) for x in doc.get("moves_ns") or ()))
+class InstanceReplay(Result, frozen=True, kw_only=True):
+    """One collective instance on one topology: its traced and replayed network time (ns), where its
+    efficiency came from in sample and cross-validated, its fallback reason, and the NCCL plan used."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    traced_ns: int
+    replayed_ns: int
+    calibration: str | None = None
+    cross_validation: str | None = None
+    fallback: str | None = None
+    algo: str | None = None
+    proto: str | None = None
+    algo_source: str | None = None
+
+
+class HotLink(Result, frozen=True, kw_only=True):
+    """One of a topology's busiest cables: peak and mean window utilisation, bytes both ways."""
+
+    link: str
+    peak_util: float
+    mean_util: float
+    bytes: int
 
 
 @dataclass
@@ -103,8 +123,8 @@ class TopologyResult:
     traced_step_ns: dict[str, int]
     comm_ns: dict[str, int]
     exposed_ns: dict[str, int]
-    instances: list[dict[str, Any]]
-    hot_links: list[dict[str, Any]]
+    instances: list[InstanceReplay]
+    hot_links: list[HotLink]
     replay_error: ReplayErrors | None
     link_samples: pa.Table
     topology_nodes: pa.Table
@@ -120,10 +140,10 @@ class TopologyResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "topology": self.topology, "step_ns": self.step_ns, "traced_step_ns": self.traced_step_ns,
-            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": self.instances,
-            "hot_links": self.hot_links,
+            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": to_builtins(self.instances),
+            "hot_links": to_builtins(self.hot_links),
             "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
-            **({"convergence": self.convergence.to_dict()} if self.convergence is not None else {}),
+            **({"convergence": to_builtins(self.convergence)} if self.convergence is not None else {}),
         }
 
     @classmethod
@@ -133,43 +153,33 @@ class TopologyResult:
         empty = pa.table({})
         return cls(topology=str(doc["topology"]), step_ns=dict(doc.get("step_ns") or {}),
                    traced_step_ns=dict(doc.get("traced_step_ns") or {}), comm_ns=dict(doc.get("comm_ns") or {}),
-                   exposed_ns=dict(doc.get("exposed_ns") or {}), instances=list(doc.get("instances") or []),
-                   hot_links=list(doc.get("hot_links") or []),
+                   exposed_ns=dict(doc.get("exposed_ns") or {}),
+                   instances=from_builtins(doc.get("instances") or [], list[InstanceReplay]),
+                   hot_links=from_builtins(doc.get("hot_links") or [], list[HotLink]),
                    replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
                    link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
                    n_flows=0,
-                   convergence=Convergence.from_dict(doc["convergence"]) if doc.get("convergence") else None)
+                   convergence=from_builtins(doc["convergence"], Convergence) if doc.get("convergence") else None)
 
 
-@dataclass(frozen=True)
-class Fallback:
+class Fallback(Result, frozen=True, kw_only=True):
     """A collective instance whose trace contradicts the model, replayed with its traced relation."""
 
     group: str
     seq: int
     op: str
     reason: str  # "ended_before_peer_arrived" or "members_end_apart"
-    text: str
     ranks: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "seq": self.seq, "op": self.op, "reason": self.reason,
-                "ranks": list(self.ranks), "text": self.text}
+    text: str
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(Result, frozen=True, kw_only=True):
     """The baseline replayed with every traced duration: how far it lands from the trace."""
 
     max_step_error: float
-    max_event_error_ns: float
     instances_fallen_back: int
+    max_event_error_ns: float
     fallbacks: tuple[Fallback, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_step_error": self.max_step_error, "instances_fallen_back": self.instances_fallen_back,
-                "max_event_error_ns": self.max_event_error_ns,
-                "fallbacks": [f.to_dict() for f in self.fallbacks]}
 
 
 @dataclass
@@ -184,11 +194,11 @@ class ReplayResult:
     identity: Identity | None = None
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
-    telemetry: Any = None  # tracekit.telemetry.compare.TelemetryComparison when the run has telemetry
+    telemetry: TelemetryComparison | None = None  # when the run has telemetry
 
     def to_json(self) -> dict[str, Any]:
         return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results],
-                "identity": self.identity.to_dict() if self.identity is not None else None,
+                "identity": to_builtins(self.identity) if self.identity is not None else None,
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
                                 "split": self.errors.split if self.errors else None,
@@ -478,15 +488,16 @@ def _synchronised(info: _Inst, members: list[int], rank: np.ndarray, start: np.n
         "a member ended before the last one arrived"
     if early:
         gone = tuple(sorted({int(rank[j]) for j in early}))
-        info.fallback = Fallback(info.group, info.seq, info.op, "ended_before_peer_arrived",
-                                 f"{info.op} {info.group}#{info.seq}: {what} (rank{'s' if len(gone) > 1 else ''} "
-                                 f"{', '.join(map(str, gone))}); those members keep their traced duration", gone)
+        info.fallback = Fallback(group=info.group, seq=info.seq, op=info.op, reason="ended_before_peer_arrived",
+                                 text=f"{info.op} {info.group}#{info.seq}: {what} "
+                                 f"(rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))}); "
+                                 "those members keep their traced duration", ranks=gone)
     elif spread > max(END_SPREAD_NS, END_SPREAD_FRAC * info.traced_ns):
         first = tuple(sorted({int(rank[j]) for j in synced if end[j] - ends.min() < spread / 2}))
-        info.fallback = Fallback(info.group, info.seq, info.op, "members_end_apart",
-                                 f"{info.op} {info.group}#{info.seq}: members end {spread / 1e3:.0f} µs apart "
+        info.fallback = Fallback(group=info.group, seq=info.seq, op=info.op, reason="members_end_apart",
+                                 text=f"{info.op} {info.group}#{info.seq}: members end {spread / 1e3:.0f} µs apart "
                                  f"({spread / info.traced_ns:.0%} of its network time); each keeps its traced "
-                                 "end within the instance", first)
+                                 "end within the instance", ranks=first)
     return synced
 
 
@@ -684,9 +695,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
     specs = [_spec(t) for t in topologies]
-    if not specs and baseline is None:
-        raise ReplayError("give at least one topology")
-    base_spec = _spec(baseline) if baseline is not None else specs[0]
+    base_spec = _spec(baseline_of(topologies, baseline))
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
     prep = _prepare(tables, placement=placement)
@@ -723,6 +732,22 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity, results))
+
+
+def baseline_of(topologies: Sequence[str | TopologySpec],
+                baseline: str | TopologySpec | None = None) -> str | TopologySpec:
+    """The network a replay calibrates on and compares with: `baseline`, else the first topology."""
+    if baseline is not None:
+        return baseline
+    if not topologies:
+        raise ReplayError("give at least one topology")
+    return topologies[0]
+
+
+def physics_notes(topologies: Sequence[str]) -> list[tuple[str, Finding]]:
+    """Per modelled topology spec, the caps that bind on its paths (`topology.physics_caps`); the
+    observed fabric is measured, not modelled, and has none."""
+    return [(text, f) for text in topologies if not is_observed(text) for f in physics_caps(parse_spec(text))]
 
 
 def _spec(text: str | TopologySpec) -> TopologySpec:
@@ -885,13 +910,13 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     step_ns, traced_step = _steps(prep, start, end)
     comm, exposed = _exposure(prep, start, end, n_steps=max(1, len(step_ns)))
     step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
-    instances = [{"group": i.group, "seq": i.seq, "op": i.op, "dim": i.dim,
-                  "traced_ns": round(traced[k]), "replayed_ns": round(replayed[k]),
-                  "calibration": cal.in_sample_source[k], "cross_validation": cal.cross_validated_source[k],
-                  "fallback": i.fallback.reason if i.fallback is not None else None,
-                  "algo": net.plans[k].algo if net.plans[k] is not None else None,
-                  "proto": net.plans[k].proto if net.plans[k] is not None else None,
-                  "algo_source": net.plans[k].source if net.plans[k] is not None else None}
+    instances = [InstanceReplay(group=i.group, seq=i.seq, op=i.op, dim=i.dim,
+                                traced_ns=round(traced[k]), replayed_ns=round(replayed[k]),
+                                calibration=cal.in_sample_source[k], cross_validation=cal.cross_validated_source[k],
+                                fallback=i.fallback.reason if i.fallback is not None else None,
+                                algo=net.plans[k].algo if net.plans[k] is not None else None,
+                                proto=net.plans[k].proto if net.plans[k] is not None else None,
+                                algo_source=net.plans[k].source if net.plans[k] is not None else None)
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
         topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,
@@ -1057,8 +1082,8 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
     mean = util[:, :n_active].sum(axis=1) / n_active if n_w else np.zeros(n_c)
     # Ranked on the figures as reported, so last-bit noise in a float peak never reorders ties.
     order = np.lexsort((link_names.astype(str), -np.round(total), -np.round(peak, 4)))
-    hot = [{"link": str(link_names[i]), "peak_util": round(float(peak[i]), 4),
-            "mean_util": round(float(mean[i]), 4), "bytes": round(total[i])}
+    hot = [HotLink(link=str(link_names[i]), peak_util=round(float(peak[i]), 4),
+                   mean_util=round(float(mean[i]), 4), bytes=round(total[i]))
            for i in order[:HOT_LINKS] if total[i] > 0]
     return samples, hot
 

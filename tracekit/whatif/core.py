@@ -25,6 +25,8 @@ from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
+from tracekit.replay.engine import InstanceReplay
+from tracekit.results import Result, to_builtins
 from tracekit.store import Run
 
 DEFAULT_TOPOLOGY = "rail-optimized"
@@ -38,8 +40,7 @@ class WhatIfError(TracekitError):
     """A scenario cannot be parsed or applied; the message names the field or the problem."""
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Result, frozen=True):
     """One figure before (baseline) and after (scenario)."""
 
     before: float
@@ -48,9 +49,6 @@ class Change:
     @property
     def ratio(self) -> float:
         return self.after / self.before if self.before else math.nan
-
-    def to_json(self) -> dict[str, float]:
-        return {"before": self.before, "after": self.after}
 
 
 @dataclass(frozen=True)
@@ -76,8 +74,7 @@ class Placement:
                 "ranks": {str(r): [self.hosts[h], g] for r, (h, g) in sorted(self.slots.items())}}
 
 
-@dataclass(frozen=True)
-class RankLoad:
+class RankLoad(Result, frozen=True):
     """Bytes each rank of one EP group received over the run's EP all-to-alls, before and after."""
 
     group: str
@@ -89,13 +86,8 @@ class RankLoad:
     def imbalance(self) -> Change:
         return Change(_max_over_mean(self.before), _max_over_mean(self.after))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "ranks": list(self.ranks), "before": list(self.before),
-                "after": list(self.after)}
 
-
-@dataclass(frozen=True)
-class Slowdown:
+class Slowdown(Result, frozen=True, kw_only=True):
     """A collective instance that the scenario made slower (scenario minus baseline replay)."""
 
     group: str
@@ -104,10 +96,6 @@ class Slowdown:
     dim: str
     baseline_ns: int
     scenario_ns: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "seq": self.seq, "op": self.op, "dim": self.dim,
-                "baseline_ns": self.baseline_ns, "scenario_ns": self.scenario_ns}
 
 
 @dataclass
@@ -143,13 +131,13 @@ class ScenarioResult:
             "baseline_step_ns": dict(self.baseline_step_ns),
             "exposed_ns": dict(self.exposed_ns),
             "baseline_exposed_ns": dict(self.baseline_exposed_ns),
-            "ep_imbalance": self.ep_imbalance.to_json() if self.ep_imbalance else None,
+            "ep_imbalance": to_builtins(self.ep_imbalance) if self.ep_imbalance else None,
             "inter_host_bytes": {"before": dict(self.inter_host_before), "after": dict(self.inter_host_after)},
             "checkpoint_ns": self.checkpoint_ns,
             "kind": self.kind,
-            "a2a_ns": self.a2a_ns.to_json() if self.a2a_ns else None,
-            "ep_load": [x.to_json() for x in self.ep_load] if self.ep_load is not None else None,
-            "slowed": [x.to_json() for x in self.slowed] if self.slowed is not None else None,
+            "a2a_ns": to_builtins(self.a2a_ns) if self.a2a_ns else None,
+            "ep_load": to_builtins(self.ep_load) if self.ep_load is not None else None,
+            "slowed": to_builtins(self.slowed) if self.slowed is not None else None,
             "placement": ({"before": self.placement_before.to_json(), "after": self.placement_after.to_json()}
                           if self.placement_before and self.placement_after else None),
             "details": self.details or None,
@@ -277,10 +265,10 @@ def inter_host_bytes(result: TopologyResult) -> dict[str, int]:
 
 
 def instance_times(result: TopologyResult, *, op: str | None = None, dim: str | None = None
-                   ) -> dict[tuple[str, int], dict[str, Any]]:
+                   ) -> dict[tuple[str, int], InstanceReplay]:
     """Replayed instances by (group, seq), optionally only one op and dim."""
-    return {(i["group"], i["seq"]): i for i in result.instances
-            if (op is None or i["op"] == op) and (dim is None or i["dim"] == dim)}
+    return {(i.group, i.seq): i for i in result.instances
+            if (op is None or i.op == op) and (dim is None or i.dim == dim)}
 
 
 def parse_params(kind: str, text: str, known: Sequence[str]) -> dict[str, str]:

@@ -355,7 +355,7 @@ def rank_loads(pairs: pl.DataFrame) -> dict[str, dict[int, int]]:
 
 
 def _mean_ns(result: Any) -> float:
-    times = [i["replayed_ns"] for i in instance_times(result, op="all_to_all", dim="EP").values()]
+    times = [i.replayed_ns for i in instance_times(result, op="all_to_all", dim="EP").values()]
     return float(np.mean(times)) if times else 0.0
 
 

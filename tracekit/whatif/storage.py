@@ -168,10 +168,10 @@ def slowed(before: TopologyResult, after: TopologyResult) -> list[Slowdown]:
     out = []
     for key, inst in instance_times(after).items():
         ref = base.get(key)
-        if ref is None or inst["replayed_ns"] <= ref["replayed_ns"] * (1 + SLOWER):
+        if ref is None or inst.replayed_ns <= ref.replayed_ns * (1 + SLOWER):
             continue
-        out.append(Slowdown(group=str(inst["group"]), seq=int(inst["seq"]), op=inst["op"], dim=inst["dim"],
-                            baseline_ns=int(ref["replayed_ns"]), scenario_ns=int(inst["replayed_ns"])))
+        out.append(Slowdown(group=str(inst.group), seq=int(inst.seq), op=inst.op, dim=inst.dim,
+                            baseline_ns=int(ref.replayed_ns), scenario_ns=int(inst.replayed_ns)))
     return sorted(out, key=lambda x: (x.baseline_ns - x.scenario_ns, x.group, x.seq))
 
 

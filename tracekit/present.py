@@ -1,0 +1,284 @@
+"""Results into rows and sentences, for the CLI and the report alike.
+
+Every quantity a command prints or the report shows is formatted here once, from the typed result
+(never from its JSON); the CLI modules only choose what to print and where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from tracekit._text import fmt_ns
+from tracekit.results import Result
+
+if TYPE_CHECKING:
+    from tracekit.analysis.core import AnalysisResult
+    from tracekit.replay.calibration import ErrorStats
+    from tracekit.replay.engine import ReplayResult
+    from tracekit.whatif.core import WhatIfResult
+
+
+def printable(text: str) -> str:
+    """Trace strings on a terminal: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def fmt_ms(ns: float) -> str:
+    """A replayed time in milliseconds, three decimals."""
+    return f"{ns / 1e6:.3f} ms"
+
+
+def fmt_delta(value: float, base: float) -> str:
+    """" (+12.3%)" against `base`, or "" without one."""
+    if not base:
+        return ""
+    return f" ({(value - base) / base:+.1%})"
+
+
+def fmt_error(stats: ErrorStats) -> str:
+    """A replay error: "median 1.2%, p90 3.4%"."""
+    return f"median {stats.median:.1%}, p90 {stats.p90:.1%}"
+
+
+def fmt_gb(n: float) -> str:
+    """Bytes as a bare count of GB, two decimals (the unit is in the column head)."""
+    return f"{n / 1e9:.2f}"
+
+
+def fmt_step(step: int | None) -> str:
+    return "-" if step is None else str(step)
+
+
+def mean_of(values: Mapping[str, float]) -> float:
+    """The mean over steps of a per-step figure (0 without steps)."""
+    return sum(values.values()) / len(values) if values else 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# analyze
+
+
+class RootCauseRow(Result, frozen=True, kw_only=True):
+    """One cascade of waits, as `analyze` and the report's summary list it."""
+
+    root: str
+    step: str
+    busy: str
+    waits: str
+    lost: str
+    worst: str
+
+
+class StragglerRow(Result, frozen=True, kw_only=True):
+    """One rank that was last in some collectives, as `analyze` and the report list it."""
+
+    rank: str
+    last: str
+    of: str
+    delay: str
+    caused: str
+    excess: str
+    steps: str
+
+
+def instance_places(analysis: AnalysisResult) -> dict[int, str]:
+    """Per instance, "op #seq on group G": where a wait happened."""
+    from tracekit.analysis.findings import op_label
+
+    inst = pl.from_arrow(analysis.instances)
+    assert isinstance(inst, pl.DataFrame)
+    if inst.height == 0:
+        return {}
+    return {row["instance"]: f"{op_label(row['dim'], row['op'], row['seq'])} on group {row['group']}"
+            for row in inst.select("instance", "dim", "op", "seq", "group").iter_rows(named=True)}
+
+
+def root_cause_rows(analysis: AnalysisResult, top: int | None = None) -> list[RootCauseRow]:
+    """The first `top` cascades of waits (default: the result's own `top`)."""
+    causes = pl.from_arrow(analysis.root_causes)
+    assert isinstance(causes, pl.DataFrame)
+    at = instance_places(analysis)
+    return [RootCauseRow(root=str(c["root_rank"]), step=fmt_step(c["root_step"]), busy=fmt_ns(c["root_stall_ns"]),
+                         waits=str(c["instances"]), lost=fmt_ns(c["total_wait_ns"]),
+                         worst=f"{fmt_ns(c['worst_wait_ns'])}: rank {c['worst_waiter']} waited for rank "
+                               f"{c['worst_waited_on']} at {at.get(c['worst_instance'], '-')}")
+            for c in causes.head(min(analysis.top, top or analysis.top)).iter_rows(named=True)]
+
+
+def straggler_rows(analysis: AnalysisResult, top: int | None = None) -> list[StragglerRow]:
+    """Of the first `top` stragglers (default: the result's own `top`), those that were last at least once."""
+    strag = pl.from_arrow(analysis.stragglers)
+    assert isinstance(strag, pl.DataFrame)
+    return [StragglerRow(rank=str(s["rank"]), last=str(s["times_last"]), of=str(s["instances"]),
+                         delay=fmt_ns(s["delay_ns"]), caused=fmt_ns(s["caused_ns"]), excess=fmt_ns(s["excess_ns"]),
+                         steps=",".join(str(x) for x in (s["steps"] or [])[:5] if x is not None) or "-")
+            for s in strag.head(min(analysis.top, top or analysis.top)).iter_rows(named=True) if s["times_last"]]
+
+
+# ------------------------------------------------------------------------------------------
+# replay
+
+
+def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[str]:
+    """The comparison table: per topology, step time, exposed comm per dim and the hottest link,
+    each against the baseline (the first result); the replay error (cross-validated, then in
+    sample and uncalibrated), the identity check and any caution."""
+    from tracekit.replay.calibration import WHAT_IF_NOTE
+
+    results = result.results
+    base = results[0]
+    dims = sorted({d for r in results for d in r.exposed_ns})
+    lines = []
+    err = base.replay_error
+    assert err is not None
+    if err.calibrated_on is not None:
+        lines.append(f"baseline {printable(base.topology)}: replay error per instance "
+                     f"{fmt_error(err.cross_validated)} (out of sample: calibrated on "
+                     f"{printable(str(err.calibrated_on))}); uncalibrated {fmt_error(err.uncalibrated)}")
+    else:
+        lines.append(f"baseline {printable(base.topology)}: replay error per instance "
+                     f"{fmt_error(err.cross_validated)} (cross-validated, {err.split}); in sample "
+                     f"{fmt_error(err.in_sample)}; uncalibrated {fmt_error(err.uncalibrated)}")
+    ident = result.identity
+    if ident is not None:
+        lines.append(f"identity (traced durations replayed): max step error {ident.max_step_error:.2e}, "
+                     f"{ident.instances_fallen_back} instance(s) fall back to the traced relation")
+    header = ["topology", "step (mean)"] + [f"exposed {d}/step" for d in dims] + ["hottest link"]
+    rows = []
+    base_step = mean_of(base.step_ns)
+    for r in results:
+        step = mean_of(r.step_ns)
+        row = [printable(r.topology), fmt_ms(step) + fmt_delta(step, base_step)]
+        for d in dims:
+            v = r.exposed_ns.get(d, 0)
+            row.append(fmt_ms(v) + fmt_delta(v, base.exposed_ns.get(d, 0)))
+        hot = r.hot_links[0] if r.hot_links else None
+        row.append(f"{hot.link} peak {hot.peak_util:.0%}" if hot else "-")
+        rows.append(row)
+    lines.extend(_table(header, rows))
+    lines.append(f"traced step (mean) {fmt_ms(mean_of(base.traced_step_ns))}")
+    if len(results) > 1:
+        lines.append(f"note: {WHAT_IF_NOTE}")
+    if result.efficiency:
+        source = err.calibrated_on
+        lines.append(f"calibration ({'from ' + printable(str(source)) + ', ' if source is not None else ''}"
+                     "traced / modelled): " + ", ".join(
+            f"{printable(k)} x{v:.2f}" for k, v in sorted(result.efficiency.items())))
+    for f in result.findings:
+        if f.kind == "replay_caution" and f.severity != "info":
+            lines.append(f"caution: {printable(f.text)}")
+    if verbose:
+        lines.extend(_replay_details(result))
+    return lines
+
+
+def _replay_details(result: ReplayResult) -> list[str]:
+    lines = []
+    if result.dependencies:
+        lines.append("dependency edges per rule: " + ", ".join(f"{k} {v}" for k, v in result.dependencies.items()))
+    err = result.results[0].replay_error
+    assert err is not None
+    if err.calibrated_on is not None:
+        kinds_shown, heads = ("uncalibrated", "cross_validated"), "uncalibrated | out of sample"
+    else:
+        kinds_shown = ("uncalibrated", "in_sample", "cross_validated")
+        heads = "uncalibrated | in sample | cross-validated"
+    lines.append(f"replay error per op (median / p90): {heads}")
+    for op, kinds in err.by_op.items():
+        lines.append(f"  {printable(op)}: " + " | ".join(
+            f"{kinds[k].median:.1%} / {kinds[k].p90:.1%}" for k in kinds_shown))
+    unseen = result.errors.unseen if result.errors is not None else {}
+    if unseen:
+        lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(
+            f"{printable(b)} ({how})" for b, how in unseen.items()))
+    for r in result.results:
+        cv = r.convergence
+        if cv is not None:
+            lines.append(f"fixed point on {printable(r.topology)}: {cv.rounds} round"
+                         f"{'s' if cv.rounds != 1 else ''}, last start move {cv.residual_ns / 1e3:.1f} µs "
+                         f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs){'' if cv.converged else ': not settled'}")
+    fallbacks = result.identity.fallbacks if result.identity is not None else ()
+    for fb in fallbacks[:20]:
+        lines.append(f"fallback: {printable(fb.text)}")
+    if len(fallbacks) > 20:
+        lines.append(f"fallback: ... and {len(fallbacks) - 20} more")
+    for f in result.findings:
+        if f.kind == "replay_caution" and f.severity == "info":
+            lines.append(f"note: {printable(f.text)}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------
+# whatif
+
+
+def whatif_comparison(result: WhatIfResult) -> list[str]:
+    """The comparison table, then each scenario's notes (and its rank -> host map)."""
+    rows = result.scenarios
+    dims = sorted({d for s in rows for d in (*s.exposed_ns, *s.baseline_exposed_ns)})
+    ih_dims = sorted({d for s in rows for side in (s.inter_host_before, s.inter_host_after) for d in side})
+    err = result.replay_error
+    # A calibration from another run has no cross-validated figure here: the line quotes 0, as it always has.
+    cv = err.cross_validated if err is not None and err.calibrated_on is None else None
+    lines = [f"what-if on {result.topology}: each scenario vs the baseline replay of the unchanged run "
+             "(model vs model, not vs the trace)",
+             f"replay error of the baseline (cross-validated, per collective): median "
+             f"{cv.median if cv else 0:.1%}, p90 {cv.p90 if cv else 0:.1%}; the scenarios carry it plus the "
+             "model's limits"]
+    lines += [f"caution: {c.text}" for c in result.cautions if c.severity == "warning"]
+    header = (["scenario", "step (mean)"] + [f"exposed {d}/step" for d in dims]
+              + ["EP max/mean", "inter-host GB " + "/".join(ih_dims), "checkpoint"])
+    table = []
+    if rows:
+        first = rows[0]
+        table.append(["baseline", fmt_ms(mean_of(first.baseline_step_ns))]
+                     + [fmt_ms(first.baseline_exposed_ns.get(d, 0)) for d in dims]
+                     + ["", "/".join(fmt_gb(first.inter_host_before.get(d, 0)) for d in ih_dims), ""])
+    for s in rows:
+        base_step = mean_of(s.baseline_step_ns)
+        step = mean_of(s.step_ns)
+        imb = s.ep_imbalance
+        table.append(
+            [s.scenario, fmt_ms(step) + fmt_delta(step, base_step)]
+            + [fmt_ms(s.exposed_ns.get(d, 0)) + fmt_delta(s.exposed_ns.get(d, 0), s.baseline_exposed_ns.get(d, 0))
+               for d in dims]
+            + [f"{imb.before:.2f} -> {imb.after:.2f}" if imb else "-",
+               "/".join(fmt_gb(s.inter_host_after.get(d, 0)) for d in ih_dims),
+               fmt_ms(s.checkpoint_ns) if s.checkpoint_ns is not None else "-"])
+    lines += [line.rstrip() for line in _table(header, table)]
+    for s in rows:
+        lines.append("")
+        lines.append(f"{s.scenario}:")
+        if s.a2a_ns:
+            lines.append(f"  EP all-to-all per instance (mean): {fmt_ms(s.a2a_ns.before)} -> {fmt_ms(s.a2a_ns.after)}")
+        if s.slowed is not None:
+            worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
+            lines.append(f"  collectives slowed: {len(s.slowed)}" + (
+                f" (worst {worst.op} {worst.dim} group {worst.group} seq {worst.seq}: "
+                f"{fmt_ms(worst.baseline_ns)} -> {fmt_ms(worst.scenario_ns)})" if worst else ""))
+        if s.placement_before and s.placement_after:
+            after = s.placement_after
+            by_host: dict[str, list[tuple[int, str]]] = {}
+            for rank, (host, gpu) in after.slots.items():
+                by_host.setdefault(after.hosts[host], []).append((gpu, str(rank)))
+            for host in after.hosts:
+                lines.append(f"  {host}: ranks {' '.join(r for _, r in sorted(by_host.get(host, [])))} (by GPU)")
+        details = s.details or {}
+        if "replays" in details:
+            moved = details["moved_ranks"]
+            kept = f"moved {moved} ranks" if moved else "kept the traced placement"
+            lines.append(f"  search: started from the {details['start']} placement, {details['replays']} replays, "
+                         f"{kept} (a change must shorten the step by more than {details['min_gain']:.1%})")
+        for note in s.notes:
+            lines.append(f"  - {note}")
+    return lines
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-justified columns two spaces apart."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    return ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)),
+            *("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) for row in rows)]

@@ -1,0 +1,45 @@
+"""One JSON encoder for the typed results that cross layers.
+
+Results are msgspec Structs whose fields are declared in the order their JSON lists them.
+`to_builtins` turns one into plain JSON values, `dumps` into the text `--json` and results/*.json
+carry, and `from_builtins` types a stored document again; no result writes or reads its JSON by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, TypeVar
+
+import msgspec
+import numpy as np
+
+T = TypeVar("T")
+
+
+class Result(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of the typed results: immutable, keyword-built, encoded in field order."""
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"{type(obj).__name__} is not a JSON result")
+
+
+def to_builtins(obj: Any, *, str_keys: bool = True) -> Any:
+    """`obj` as plain JSON values (dicts, lists, str, int, float, bool, None). Dict keys become strings
+    unless `str_keys` is False (a document written with `sort_keys` orders int keys as numbers)."""
+    return msgspec.to_builtins(obj, str_keys=str_keys, enc_hook=_enc_hook)
+
+
+def dumps(obj: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:
+    """The JSON text of a result (Python's float formatting, NaN kept as `NaN`, as the stored files have it)."""
+    return json.dumps(to_builtins(obj), indent=indent, sort_keys=sort_keys)
+
+
+def from_builtins(doc: Any, kind: type[T]) -> T:
+    """A stored document typed again as `kind` (ints accepted where floats are declared)."""
+    return msgspec.convert(doc, kind, strict=False)
