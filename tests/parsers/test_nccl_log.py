@@ -308,8 +308,8 @@ def test_hang_from_a_log_with_p2p_gaps_in_the_opcount(tmp_path: Path) -> None:
     (g,) = result.groups
     assert (g.group, g.first_divergent_seq, g.missing_ranks, g.suspects) == (WORLD, 4, [3], [3])
     assert "reached all_gather seq 4" in g.verdict
-    assert any(f.startswith("Rank 3 ran on host node-1, GPU 1") for f in result.findings)
-    assert any("rank 3 (host node-1, GPU 1 (pid 4003)) logged NCCL WARN: NET/IB : Got completion" in f
+    assert any(f.text.startswith("Rank 3 ran on host node-1, GPU 1") for f in result.findings)
+    assert any("rank 3 (host node-1, GPU 1 (pid 4003)) logged NCCL WARN: NET/IB : Got completion" in f.text
                for f in result.findings)
     assert [m["rank"] for m in result.messages] == [3]
 

@@ -121,7 +121,7 @@ def test_gfbench_straggler_is_rank_0(tmp_path: Path) -> None:
     assert g.last_seq == {0: 0x10, 1: 0x11}
     assert (g.status, g.first_divergent_seq, g.missing_ranks, g.suspects) == ("hang", 0x11, [0], [0])
     assert result.suspects == [0]
-    assert any("Rank 0 ran on host 2e194b931ff6, GPU 0 (pid 15980)" in f for f in result.findings)
+    assert any("Rank 0 ran on host 2e194b931ff6, GPU 0 (pid 15980)" in f.text for f in result.findings)
     assert result.source == "nccl_log"
 
 
