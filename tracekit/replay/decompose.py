@@ -337,11 +337,33 @@ def _host_chains(gpus: np.ndarray, per_host: int, channel: int, ports: int) -> l
     return [ordered[hosts == h] for h in dict.fromkeys(hosts.tolist())]
 
 
+def btree_parent(pos: int, m: int) -> int | None:
+    """The parent of position `pos` in NCCL's binary tree over `m` nodes (src/graph/trees.cc), or
+    None at the root (position 0): clear the lowest set bit and set the next one up, or just clear
+    it when that falls outside."""
+    if pos == 0:
+        return None
+    bit = pos & -pos
+    up = (pos ^ bit) | (bit << 1)
+    return up if up < m else pos ^ bit
+
+
+def dtree_parent(pos: int, m: int, second: bool) -> int | None:
+    """The parent in one of NCCL's two trees: the second is the first mirrored (node k plays m-1-k)
+    when m is even, shifted by one node when m is odd, so a node interior in one is a leaf in the other."""
+    if not second:
+        return btree_parent(pos, m)
+    if m % 2:
+        up = btree_parent((pos - 1) % m, m)
+        return None if up is None else (up + 1) % m
+    up = btree_parent(m - 1 - pos, m)
+    return None if up is None else m - 1 - up
+
+
 def _btree_parents(m: int, mirrored: bool) -> list[tuple[int, int]]:
-    """(child, parent) host positions of one of NCCL's two binary trees over `m` hosts: a heap
-    over the hosts in order, and its mirror (hosts in reverse order) for the second tree."""
-    ids = list(range(m)) if not mirrored else [m - 1 - i for i in range(m)]
-    return [(ids[pos], ids[(pos - 1) // 2]) for pos in range(1, m)]
+    """(child, parent) host positions of one of NCCL's double binary trees over `m` hosts."""
+    pairs = [(pos, dtree_parent(pos, m, mirrored)) for pos in range(m)]
+    return [(c, p) for c, p in pairs if p is not None]
 
 
 def _tree(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int, s_wire: float,

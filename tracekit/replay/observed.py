@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from tracekit import schema
 from tracekit.errors import TracekitError
-from tracekit.replay import _kernels
+from tracekit.replay import _kernels, hardware
 from tracekit.replay._kernels import GraphTables
 from tracekit.replay.topology import GBPS_TO_BYTES_PER_NS, GraphRoutes, Topology, TopologySpec
 
@@ -128,7 +128,7 @@ def build_observed(nodes: pa.Table | None, links: pa.Table | None, hosts: list[s
             g = h * gpus_per_host + local
             gpu = f"{host}/gpu{local}"
             gpu_nodes.append((gpu, "gpu", host))
-            nvl_up[g], nvl_down[g] = cable(f"{gpu}--{nvsw}", gpu, nvsw, spec.nvlink_gbs * 8.0,
+            nvl_up[g], nvl_down[g] = cable(f"{gpu}--{nvsw}", gpu, nvsw, hardware.achievable(spec).nvlink_gbs * 8.0,
                                            spec.nvlink_latency_ns, "nvlink", "nvlink")
             nic = names[gpu_nic[g]]
             pcie_up[g], pcie_down[g] = cable(f"{gpu}--{nic}", gpu, nic, spec.pcie_gbps, 0, "pcie", "pcie")

@@ -25,6 +25,7 @@ import yaml
 from tracekit import schema
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
+from tracekit.replay import hardware
 from tracekit.replay._kernels import FatTreeTables, GraphTables
 
 KINDS = ("single-switch", "fat-tree", "rail-optimized")
@@ -73,6 +74,11 @@ class TopologySpec:
     storage: int = 0
     storage_gbps: float = 400.0
     storage_network: str = "frontend"
+    gpu: str = ""
+    nvlink_efficiency: float = 0.0
+    nic_efficiency: float = 0.0
+    nvls_efficiency: float = 0.0
+    given: tuple[str, ...] = ()
 
     @property
     def domain(self) -> int:
@@ -168,10 +174,28 @@ def spec_from_mapping(values: dict[str, Any]) -> TopologySpec:
         f = _FIELDS.get(name)
         if f is None:
             raise TopologyError(str(key), f"unknown field; known: {', '.join(sorted(_FIELDS))}")
+        if name == "given":
+            raise TopologyError(str(key), "is set by the parser, not by a spec")
         kwargs[name] = _convert(name, f.type, value)
-    spec = TopologySpec(**kwargs)
+    if kwargs.get("gpu"):
+        try:
+            defaults = hardware.profile_defaults(kwargs["gpu"])
+        except hardware.HardwareError as exc:
+            raise TopologyError("gpu", str(exc)) from None
+        kwargs = {**{k: v for k, v in defaults.items() if k not in kwargs}, **kwargs, "gpu": defaults["gpu"]}
+    spec = TopologySpec(**kwargs, given=tuple(sorted(k for k in kwargs if k != "name")))
     validate(spec)
     return spec
+
+
+def with_gpu(spec: TopologySpec, device: str | None) -> TopologySpec:
+    """The spec with the GPU profile an input names (a device string), where the spec names none:
+    the profile's line rates and NVLS fill the fields the spec did not give; explicit fields win."""
+    name = hardware.gpu_from_device(device) if device else None
+    if spec.gpu or name is None:
+        return spec
+    defaults = hardware.profile_defaults(name)
+    return spec.replace(**{k: v for k, v in defaults.items() if k not in spec.given or k == "gpu"})
 
 
 def _convert(name: str, type_name: Any, value: Any) -> Any:
@@ -222,6 +246,11 @@ def validate(spec: TopologySpec) -> None:
     for name in ("nvlink_gbs", "pcie_gbps", "nic_gbps"):
         if not getattr(spec, name) > 0:
             raise TopologyError(name, f"must be > 0, got {getattr(spec, name)}")
+    for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
+        if not 0.0 <= getattr(spec, name) <= 1.0:
+            raise TopologyError(name, f"must be a fraction in (0, 1] (0: from the GPU profile), got {getattr(spec, name)}")
+    if spec.gpu and spec.gpu not in hardware.GPUS:
+        raise TopologyError("gpu", f"unknown GPU {spec.gpu!r}; known: {', '.join(hardware.GPUS)}")
     for name in ("oversub", "core_oversub"):
         if not getattr(spec, name) >= 1:
             raise TopologyError(name, f"must be >= 1 (k for k:1), got {getattr(spec, name)}")
@@ -409,6 +438,7 @@ def build(spec: TopologySpec) -> Topology:
     domain = spec.domain
     n_dom = math.ceil(n_gpus / domain)
     net_medium = "ib"
+    rates = hardware.achievable(spec)
 
     nvl_up = np.full(n_gpus, -1, np.int64)
     nvl_down = np.full(n_gpus, -1, np.int64)
@@ -421,7 +451,7 @@ def build(spec: TopologySpec) -> Topology:
             host = f"h{d * domain // g_per_host}" if domain <= g_per_host else None
             sw = b.node(f"nvl{d}/nvswitch", "nvswitch", host=host)
             for g in range(d * domain, min(n_gpus, (d + 1) * domain)):
-                nvl_up[g], nvl_down[g] = b.cable(gpu_names[g], sw, spec.nvlink_gbs * 8,
+                nvl_up[g], nvl_down[g] = b.cable(gpu_names[g], sw, rates.nvlink_gbs * 8,
                                                  spec.nvlink_latency_ns, "nvlink", -1, "nvlink")
     n_nics = n_gpus * k
     pcie_up = np.empty(n_nics, np.int64)
@@ -446,7 +476,8 @@ def build(spec: TopologySpec) -> Topology:
     rail_leaves = spec.kind == "rail-optimized"
     leaves_per_plane = leaf_groups * (rails if rail_leaves else 1)
     n_leaves = leaves_per_plane * planes
-    nic_gbps = spec.nic_gbps / planes
+    nic_gbps = rates.nic_gbs * 8 / planes  # what a NIC port achieves; switch ports run at line rate
+    port_gbps = spec.nic_gbps / planes
     nic_leaf = np.empty((n_nics, planes), np.int64)
     nic_leaf_up = np.empty((n_nics, planes), np.int64)
     leaf_nic_down = np.empty((n_nics, planes), np.int64)
@@ -465,7 +496,7 @@ def build(spec: TopologySpec) -> Topology:
     attached = min(hosts_per_leaf, hosts)
     down_ports = (attached * rails if not rail_leaves else attached) if spec.kind != "single-switch" else 0
     up_ports = down_ports / spec.oversub if down_ports else 0.0
-    leaf_up_gbps = up_ports * nic_gbps
+    leaf_up_gbps = up_ports * port_gbps
     use_spines = spec.tiers >= 2 and leaves_per_plane > 1
     if use_spines:
         pod_leaves = leaves_per_plane if spec.tiers == 2 else max(1, spec.leaf_radix // 2)
@@ -512,7 +543,7 @@ def build(spec: TopologySpec) -> Topology:
         if spec.tiers == 3 and pods_per_plane > 1:
             leaves_in_pod = min(pod_leaves, leaves_per_plane)
             spine_up_gbps = leaves_in_pod * bundle_gbps / spec.core_oversub
-            spine_up_ports = spine_up_gbps / nic_gbps
+            spine_up_ports = spine_up_gbps / port_gbps
             n_core = max(1, math.ceil(pods_per_plane * n_sp * spine_up_ports / spec.leaf_radix))
             spine_core_up = np.full((n_pods, n_sp, n_core), -1, np.int64)
             core_spine_down = np.full((n_pods, n_sp, n_core), -1, np.int64)

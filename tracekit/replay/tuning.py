@@ -15,6 +15,7 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from tracekit.replay import hardware
 from tracekit.replay.topology import Topology, TopologySpec
 
 NCCL_SOURCE = "NCCL 2.30.7 (src/graph/tuning.cc, src/enqueue.cc, src/graph/connect.cc, src/init.cc)"
@@ -38,15 +39,18 @@ HW_LATENCY_US = {
             "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9),
             "pat": (0, 0, 14)},
 }
-# Per-channel bus-bandwidth ceilings in GB/s for Hopper, by node count (1, 2, more).
-LL_MAX_BW = {1: 141.0, 2: 39.0, 3: 20.4}  # one node: GPU row; several: Intel CPU row
-PER_CH_MAX_RING_LL128 = {1: 36.7, 2: 36.7, 3: 36.7}
-PER_CH_MAX_TREE = {1: 38.7, 2: 41.4, 3: 36.0}
-PER_CH_MAX_TREE_LL128 = {1: 36.7, 2: 36.7, 3: 29.0}
-PER_CH_MAX_NVLS_TREE = {1: 0.0, 2: 57.7, 3: 45.5}
-NVLS_EFFICIENCY = 0.85  # Hopper
+# Per-channel bus-bandwidth ceilings in GB/s by GPU generation and node count (1, 2, more), tuning.cc.
+LL_MAX_BW_ONE_NODE = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+LL_MAX_BW_MULTI = {2: 39.0, 3: 20.4}  # several nodes: Intel CPU row
+PER_CH_MAX_RING_LL128 = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+PER_CH_MAX_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0),
+                   "blackwell": (70.0, 42.8, 24.0)}
+PER_CH_MAX_TREE_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
+                         "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
+PER_CH_MAX_NVLS_TREE = {"volta": (0.0, 18.5, 10.0), "ampere": (0.0, 23.6, 17.8), "hopper": (0.0, 57.7, 45.5),
+                        "blackwell": (0.0, 96.0, 80.0)}
 NET_OVERHEAD_US = 1.0  # x86 Intel; x3 for Simple
-RING_PLATEAU = 1.4  # ring/Simple all-reduce across nodes, compute capability >= 8.0
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # Tree all-reduce correction by log2(bytes / 64), per protocol (LL, LL128, Simple).
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
@@ -109,7 +113,7 @@ class Plan:
     algo: str
     proto: str
     channels: int
-    depth: int
+    depth: float
     chunk_bytes: float
     efficiency: float
     latency_us: float
@@ -134,6 +138,8 @@ class Shape:
     nvlink: bool       # intra-node traffic rides NVLink
     nvls: bool
     sharp: bool
+    generation: str = "hopper"   # NCCL's tuning family (hardware.GpuProfile.generation)
+    nvls_efficiency: float = 0.74
 
 
 def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *,
@@ -147,13 +153,15 @@ def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *
     for g in gpus:
         per_node[g // domain] = per_node.get(g // domain, 0) + 1
     ppn = max(per_node.values()) if per_node else 1
-    nic_gbs = min(spec.nic_gbps, spec.pcie_gbps) / 8.0 * spec.nics_per_gpu
+    rates = hardware.achievable(spec)
+    nic_gbs = min(rates.nic_gbs, spec.pcie_gbps / 8.0) * spec.nics_per_gpu
     # NICs per node: the participating GPUs' own NICs (PXN spreads channels over them)
     net = nic_gbs * ppn
     nvlink = domain > 1
-    intra = spec.nvlink_gbs if nvlink else spec.pcie_gbps / 8.0
+    intra = rates.nvlink_gbs if nvlink else spec.pcie_gbps / 8.0
     return Shape(n_ranks=n_ranks or len(gpus), n_nodes=len(per_node), ppn=ppn, intra_gbs=intra,
-                 net_gbs=net, nvlink=nvlink, nvls=spec.nvls and nvlink, sharp=spec.sharp)
+                 net_gbs=net, nvlink=nvlink, nvls=spec.nvls and nvlink, sharp=spec.sharp,
+                 generation=rates.gpu.generation, nvls_efficiency=rates.nvls_efficiency)
 
 
 def default_channels(topology: Topology | TopologySpec, shape: Shape | None = None) -> int:
@@ -218,8 +226,9 @@ def algorithm_bandwidth(op: str, algo: str, shape: Shape) -> float:
         return edge / max(factor, 1e-12)
     tree_net = shape.net_gbs / (1.0 if shape.n_nodes <= 2 else 2.0)
     if algo == "tree":
-        intra = shape.intra_gbs / 2.0 if ppn > 1 else math.inf
-        return min(intra, tree_net) if multi else shape.intra_gbs / 2.0
+        # the chain is rotated per channel: a GPU sends 2 (ppn-1) / ppn of S on average
+        intra = shape.intra_gbs * ppn / (2.0 * (ppn - 1)) if ppn > 1 else math.inf
+        return min(intra, tree_net) if multi else intra
     if algo == "nvls":
         if op == "all_reduce":
             return min(shape.intra_gbs, shape.net_gbs) if multi else shape.intra_gbs
@@ -247,7 +256,7 @@ def efficiency(op: str, algo: str, proto: str, shape: Shape) -> float:
         elif proto == "LL128":
             eff *= 7.0 / 9.0 if shape.n_nodes == 1 else 120.0 / 128.0
     elif algo in ("nvls", "nvls_tree"):
-        eff = NVLS_EFFICIENCY
+        eff = shape.nvls_efficiency
     elif algo == "collnet_direct":
         eff = 0.85
     elif algo == "pat":
@@ -257,20 +266,22 @@ def efficiency(op: str, algo: str, proto: str, shape: Shape) -> float:
 
 def _caps_gbs(op: str, algo: str, proto: str, shape: Shape, channels: int) -> float:
     """NCCL's per-channel ceilings, as algorithm bandwidth."""
-    ni = _node_index(shape.n_nodes)
+    ni = _node_index(shape.n_nodes) - 1
+    gen = shape.generation
     n = shape.n_ranks
     nsteps = 2 * (n - 1) if op == "all_reduce" else (n - 1 if op in ("all_gather", "reduce_scatter") else n)
     ratio = 0.5 if algo in ("tree", "collnet_direct", "collnet_chain") else n / max(nsteps, 1)
     cap = math.inf
+    ll_max = LL_MAX_BW_ONE_NODE[gen] if shape.n_nodes == 1 else LL_MAX_BW_MULTI[ni + 1]
     if algo == "ring" and proto == "LL":
-        cap = LL_MAX_BW[ni if shape.n_nodes > 1 else 1]
+        cap = ll_max
     elif algo == "ring" and proto == "LL128":
-        cap = channels * PER_CH_MAX_RING_LL128[ni]
+        cap = channels * PER_CH_MAX_RING_LL128[gen]
     elif algo == "tree" and op == "all_reduce":
-        cap = channels * (PER_CH_MAX_TREE[ni] if proto == "Simple" else
-                          PER_CH_MAX_TREE_LL128[ni] if proto == "LL128" else LL_MAX_BW[ni])
-    elif algo == "nvls_tree" and PER_CH_MAX_NVLS_TREE[ni] > 0:
-        cap = channels * PER_CH_MAX_NVLS_TREE[ni]
+        cap = channels * (PER_CH_MAX_TREE[gen][ni] if proto == "Simple" else
+                          PER_CH_MAX_TREE_LL128[gen][ni] if proto == "LL128" else ll_max)
+    elif algo == "nvls_tree" and PER_CH_MAX_NVLS_TREE[gen][ni] > 0:
+        cap = channels * PER_CH_MAX_NVLS_TREE[gen][ni]
     return cap * ratio
 
 
@@ -322,11 +333,11 @@ def predicted_us(op: str, algo: str, proto: str, nbytes: float, shape: Shape, ch
         bw *= TREE_CORRECTION[PROTOS.index(proto)][log_size]
     if (algo == "ring" and proto == "Simple" and shape.n_nodes > 1 and op == "all_reduce"
             and nbytes / (channels * shape.n_ranks) >= 64):
-        lat *= RING_PLATEAU
+        lat *= RING_PLATEAU[shape.generation]
     return lat + nbytes / (1000.0 * bw)
 
 
-def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channels: int) -> tuple[int, float]:
+def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channels: int) -> tuple[float, float]:
     """(depth in hops, chunk bytes per channel) of the pair's pipeline (enqueue.cc chunking).
 
     Rings keep every link busy from the first step (depth 1); a chain from a root has n-1 hops;
@@ -339,7 +350,14 @@ def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channe
     if algo == "ring":
         return (n - 1, chunk) if op in ("broadcast", "reduce") else (1, chunk * RING_CHUNK_STEPS)
     if algo == "tree":
-        return 2 * (ppn - 1 + levels), chunk
+        if proto == "LL128":
+            chunk = _tree_ll128_chunk(chunk, nbytes, channels, nodes, n / max(nodes, 1))
+        # a chunk crosses each hop at the hop's per-channel share of its link, not at the call's
+        # bottleneck rate: hops count by (call rate / link rate)
+        rate = algorithm_bandwidth(op, algo, shape) * efficiency(op, algo, proto, shape)
+        intra = 2 * (ppn - 1) * min(1.0, rate / shape.intra_gbs)
+        inter = 2 * levels * min(1.0, rate / shape.net_gbs) if shape.net_gbs > 0 else 2 * levels
+        return 1.0 + intra + inter, chunk
     if algo in ("nvls", "nvls_tree"):
         per_call = nbytes / max(channels, 1)
         nvls_chunk = float(NVLS_CHUNK)
@@ -352,6 +370,18 @@ def pipeline(op: str, algo: str, proto: str, nbytes: float, shape: Shape, channe
     if algo == "collnet_direct":
         return 4, chunk
     return 1, chunk
+
+
+def _tree_ll128_chunk(chunk: float, nbytes: float, channels: int, nodes: int, ppn: float) -> float:
+    """NCCL's tree/LL128 chunk (enqueue.cc `calcCollChunking`): halved while the call has too few
+    chunks per channel for the tree's depth, down to 128 KiB, then to 32 KiB."""
+    steps = 1 + _log2i(nodes) + 0.1 * ppn
+    per = nbytes / max(channels, 1)
+    while per // chunk < steps * 64 / ppn and chunk > 131072:
+        chunk /= 2
+    while per // chunk < steps * 16 / ppn and chunk > 32768:
+        chunk /= 2
+    return chunk
 
 
 def select(op: str, nbytes: float, shape: Shape, channels: int, *, algo: str | Collection[str] | None = None,

@@ -8,6 +8,7 @@ predicted bus bandwidth uses nccl-tests' own factors, so it compares with the me
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ import pyarrow as pa
 
 from tracekit import schema
 from tracekit.errors import InputError, TracekitError
+from tracekit.replay import hardware
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import route, simulate
-from tracekit.replay.topology import TopologySpec, build, parse_spec
+from tracekit.replay.topology import TopologySpec, build, parse_spec, with_gpu
 
 
 class ReplayError(TracekitError):
@@ -92,7 +94,7 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
     table = schema.conform("microbench", microbench)
     if table.num_rows == 0:
         raise ReplayError("the microbench table has no rows (no nccl-tests output was read)")
-    spec = parse_spec(topology)
+    spec = with_gpu(parse_spec(topology), sweep_device(table))
     rows = table.to_pylist()
     out: list[MicrobenchRow] = []
     built: dict[tuple[int, int], object] = {}
@@ -118,8 +120,10 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         dec = decompose_plan([inst], topo, gpu_of_rank, algo=algo)
         plan = dec.plans[0]
         if len(dec.flows):
-            indptr, ids = route(topo, dec.flows)
-            transfer = float(simulate(topo, indptr, ids, dec.flows).finish.max())
+            # NCCL's latency (added below) already counts every hop: simulate the bandwidth alone
+            flows = dataclasses.replace(dec.flows, lat_mult=np.zeros(len(dec.flows)))
+            indptr, ids = route(topo, flows)
+            transfer = float(simulate(topo, indptr, ids, flows).finish.max())
         else:
             transfer = 0.0
         predicted_ns = transfer * float(dec.fill[0]) + float(dec.latency_ns[0])
@@ -133,6 +137,23 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
             algo=plan.algo if plan else "p2p", proto=plan.proto if plan else "Simple",
             channels=plan.channels if plan else 1, latency_bound=size < LATENCY_BOUND_BYTES))
     return out
+
+
+def sweep_device(microbench: pa.Table) -> str | None:
+    """The GPU the sweep ran on, from nccl-tests' device lines (the first named), or None."""
+    if "devices" not in microbench.column_names:
+        return None
+    for devices in microbench.column("devices").to_pylist():
+        for device in devices or ():
+            if device and hardware.gpu_from_device(device):
+                return str(device)
+    return None
+
+
+def sweep_spec(microbench: pa.Table, topology: str | TopologySpec) -> TopologySpec:
+    """The spec a sweep is replayed on: the given one, with the GPU profile the sweep's devices name
+    where the spec names none."""
+    return with_gpu(parse_spec(topology), sweep_device(schema.conform("microbench", microbench)))
 
 
 def format_microbench(rows: list[MicrobenchRow]) -> str:
