@@ -20,13 +20,17 @@ def _table(rows):
 
 
 def test_large_all_reduce_is_tree_with_pipeline_fill_by_hand():
-    """8 GiB all-reduce on 2 x 8 GPUs, NICs 25 B/ns each. Tree/Simple (NCCL's choice): a host's 8
-    NICs carry S/0.92 each way -> 2^33 / (0.92 x 200) ns = 46 685 us. Fill: 16 channels of 2^29 B,
-    16 hops of 512 KiB chunks -> x (1 + 15 x 2^19 / 2^29). NCCL latency 8.4 + 2 x (7 x 4.0 + 14) =
-    92.4 us. busbw = S / t x 2 x 15/16."""
+    """8 GiB all-reduce on 2 x 8 H100, 200 Gb/s NICs: 25 B/ns line, 24 achievable (0.96, hardware.NICS).
+    Tree/Simple (NCCL's choice): a host's 8 NICs carry S/0.92 each way -> 2^33 / (0.92 x 192) ns. The
+    rotated chain's NVLink (370.8 x 8/14 = 211.9) does not bind. Fill: 16 channels of 2^29 B, chunks of
+    512 KiB; a chunk crosses the 14 chain hops at 176.6/370.8 and the 2 NIC hops at 176.6/192 of the
+    call's rate -> x (1 + 8.51 x 2^19 / 2^29). NCCL latency 8.4 + 2 x (7 x 4.0 + 14) = 92.4 us.
+    busbw = S / t x 2 x 15/16."""
     size = 8 * 2**30
     [row] = replay_microbench(_table([("all_reduce", size, 16, 8, 47535.0)]), TOPOLOGY)
-    t_us = size / (0.92 * 200) / 1000 * (1 + 15 * 2**19 / 2**29) + 92.4
+    rate = 0.92 * 192
+    hops = 14 * rate / 370.8 + 2 * rate / 192
+    t_us = size / rate / 1000 * (1 + hops * 2**19 / 2**29) + 92.4
     assert (row.algo, row.proto, row.channels) == ("tree", "Simple", 16)
     assert row.predicted_us == pytest.approx(t_us, rel=0.01)
     assert row.predicted_busbw == pytest.approx(size / t_us / 1000 * 30 / 16, rel=0.01)

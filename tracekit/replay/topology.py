@@ -451,7 +451,7 @@ def build(spec: TopologySpec) -> Topology:
             host = f"h{d * domain // g_per_host}" if domain <= g_per_host else None
             sw = b.node(f"nvl{d}/nvswitch", "nvswitch", host=host)
             for g in range(d * domain, min(n_gpus, (d + 1) * domain)):
-                nvl_up[g], nvl_down[g] = b.cable(gpu_names[g], sw, rates.nvlink_gbs * 8,
+                nvl_up[g], nvl_down[g] = b.cable(gpu_names[g], sw, spec.nvlink_gbs * 8,
                                                  spec.nvlink_latency_ns, "nvlink", -1, "nvlink")
     n_nics = n_gpus * k
     pcie_up = np.empty(n_nics, np.int64)
@@ -476,8 +476,7 @@ def build(spec: TopologySpec) -> Topology:
     rail_leaves = spec.kind == "rail-optimized"
     leaves_per_plane = leaf_groups * (rails if rail_leaves else 1)
     n_leaves = leaves_per_plane * planes
-    nic_gbps = rates.nic_gbs * 8 / planes  # what a NIC port achieves; switch ports run at line rate
-    port_gbps = spec.nic_gbps / planes
+    nic_gbps = spec.nic_gbps / planes
     nic_leaf = np.empty((n_nics, planes), np.int64)
     nic_leaf_up = np.empty((n_nics, planes), np.int64)
     leaf_nic_down = np.empty((n_nics, planes), np.int64)
@@ -496,7 +495,7 @@ def build(spec: TopologySpec) -> Topology:
     attached = min(hosts_per_leaf, hosts)
     down_ports = (attached * rails if not rail_leaves else attached) if spec.kind != "single-switch" else 0
     up_ports = down_ports / spec.oversub if down_ports else 0.0
-    leaf_up_gbps = up_ports * port_gbps
+    leaf_up_gbps = up_ports * nic_gbps
     use_spines = spec.tiers >= 2 and leaves_per_plane > 1
     if use_spines:
         pod_leaves = leaves_per_plane if spec.tiers == 2 else max(1, spec.leaf_radix // 2)
@@ -543,7 +542,7 @@ def build(spec: TopologySpec) -> Topology:
         if spec.tiers == 3 and pods_per_plane > 1:
             leaves_in_pod = min(pod_leaves, leaves_per_plane)
             spine_up_gbps = leaves_in_pod * bundle_gbps / spec.core_oversub
-            spine_up_ports = spine_up_gbps / port_gbps
+            spine_up_ports = spine_up_gbps / nic_gbps
             n_core = max(1, math.ceil(pods_per_plane * n_sp * spine_up_ports / spec.leaf_radix))
             spine_core_up = np.full((n_pods, n_sp, n_core), -1, np.int64)
             core_spine_down = np.full((n_pods, n_sp, n_core), -1, np.int64)
@@ -564,7 +563,11 @@ def build(spec: TopologySpec) -> Topology:
     n_cable_res = 2 * len(b.links["link"])
     gbps = np.asarray(b.links["gbps"], np.float64)
     lat = np.asarray(b.links["latency_ns"], np.float64)
-    cap = np.repeat(gbps * GBPS_TO_BYTES_PER_NS, 2)
+    # links keep line rates; the simulated capacity is what NCCL achieves on them (hardware.py)
+    achieved = np.array([rates.nvlink_gbs / spec.nvlink_gbs if m == "nvlink" else
+                         rates.nic_fraction if m == "ib" and t != "storage" else 1.0
+                         for m, t in zip(b.links["medium"], b.links["tier"], strict=True)], np.float64)
+    cap = np.repeat(gbps * achieved * GBPS_TO_BYTES_PER_NS, 2)
     res_lat = np.repeat(lat, 2)
     ptr = [0]
     ids: list[int] = []

@@ -50,6 +50,7 @@ PER_CH_MAX_TREE_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.
 PER_CH_MAX_NVLS_TREE = {"volta": (0.0, 18.5, 10.0), "ampere": (0.0, 23.6, 17.8), "hopper": (0.0, 57.7, 45.5),
                         "blackwell": (0.0, 96.0, 80.0)}
 NET_OVERHEAD_US = 1.0  # x86 Intel; x3 for Simple
+NVLS_EFFICIENCY = 0.85  # NCCL's Hopper figure, kept where NVLS meets the NICs (NVLS-tree, NVLS+SHARP)
 RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # Tree all-reduce correction by log2(bytes / 64), per protocol (LL, LL128, Simple).
 TREE_CORRECTION = (
@@ -255,8 +256,10 @@ def efficiency(op: str, algo: str, proto: str, shape: Shape) -> float:
             eff /= 3.8
         elif proto == "LL128":
             eff *= 7.0 / 9.0 if shape.n_nodes == 1 else 120.0 / 128.0
+    elif algo == "nvls" and shape.n_nodes == 1:
+        eff = shape.nvls_efficiency  # measured multimem all-reduce (hardware.py), not NCCL's model
     elif algo in ("nvls", "nvls_tree"):
-        eff = shape.nvls_efficiency
+        eff = NVLS_EFFICIENCY
     elif algo == "collnet_direct":
         eff = 0.85
     elif algo == "pat":
