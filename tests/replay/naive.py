@@ -158,3 +158,30 @@ def route_fat_tree_naive(t, mode: int, src: int, dst: int, channel: int, fhash: 
                       t.core_spine_down[pod_d, spine, core], t.spine_leaf_down[leaf_d, spine]]
         path += [int(x) for x in middle]
     return [*path, int(t.leaf_nic_down[nd, plane]), int(t.pcie_down[nd])]
+
+
+def nccl_btree_children_naive(m: int) -> dict[int, list[int]]:
+    """Children of every node of NCCL's binary tree over m nodes, built top-down (the direction
+    trees.cc computes `down0`/`down1`): the root 0 has one child, the highest power of two below m;
+    a node whose lowest set bit is b has children pos - b/2 and the first of pos + b/2, pos + b/4,
+    ... that exists."""
+    children: dict[int, list[int]] = {p: [] for p in range(m)}
+    if m < 2:
+        return children
+    top = 1 << (m - 1).bit_length() - 1
+    children[0].append(top)
+    stack = [top]
+    while stack:
+        pos = stack.pop()
+        low = (pos & -pos) >> 1
+        if low == 0:
+            continue
+        children[pos].append(pos - low)
+        stack.append(pos - low)
+        step = low
+        while step and pos + step >= m:
+            step >>= 1
+        if step:
+            children[pos].append(pos + step)
+            stack.append(pos + step)
+    return children

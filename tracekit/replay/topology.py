@@ -78,6 +78,7 @@ class TopologySpec:
     nvlink_efficiency: float = 0.0
     nic_efficiency: float = 0.0
     nvls_efficiency: float = 0.0
+    net_latency_us: float = 0.0
     given: tuple[str, ...] = ()
 
     @property
@@ -258,7 +259,7 @@ def validate(spec: TopologySpec) -> None:
         raise TopologyError("tiers", f"must be 1, 2 or 3, got {spec.tiers}")
     if spec.kind != "single-switch" and spec.leaf_radix < 2:
         raise TopologyError("leaf_radix", "must be >= 2")
-    for name in ("latency_ns", "nvlink_latency_ns"):
+    for name in ("latency_ns", "nvlink_latency_ns", "net_latency_us"):
         if getattr(spec, name) < 0:
             raise TopologyError(name, "must be >= 0")
     rails = spec.gpus * spec.nics_per_gpu

@@ -141,6 +141,7 @@ class Shape:
     sharp: bool
     generation: str = "hopper"   # NCCL's tuning family (hardware.GpuProfile.generation)
     nvls_efficiency: float = 0.74
+    net_latency_us: float = 0.0  # the network plugin's own latency per NET hop (NCCL's latencyInter)
 
 
 def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *,
@@ -162,7 +163,8 @@ def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *
     intra = rates.nvlink_gbs if nvlink else spec.pcie_gbps / 8.0
     return Shape(n_ranks=n_ranks or len(gpus), n_nodes=len(per_node), ppn=ppn, intra_gbs=intra,
                  net_gbs=net, nvlink=nvlink, nvls=spec.nvls and nvlink, sharp=spec.sharp,
-                 generation=rates.gpu.generation, nvls_efficiency=rates.nvls_efficiency)
+                 generation=rates.gpu.generation, nvls_efficiency=rates.nvls_efficiency,
+                 net_latency_us=spec.net_latency_us)
 
 
 def default_channels(topology: Topology | TopologySpec, shape: Shape | None = None) -> int:
@@ -298,6 +300,7 @@ def latency_us(op: str, algo: str, proto: str, shape: Shape) -> float:
     lat = BASE_LATENCY_US[algo][p]
     intra = HW_LATENCY_US[intra_hw][algo][p]
     inter = HW_LATENCY_US["net"]["tree" if ppn == 1 else algo][p]
+    inter += shape.net_latency_us * (2 if proto == "Simple" else 1)  # tuning.cc: twice for Simple
     if algo == "ring":
         if op in ("broadcast", "reduce"):
             return lat + HW_LATENCY_US[hw]["ring"][p]
