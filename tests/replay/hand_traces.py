@@ -8,7 +8,7 @@ T0 = 1_700_000_000_000_000_000
 #: 50 MB over one 400 Gb/s NIC (50 bytes/ns) with no latency: a 2-rank all-reduce moves S per GPU.
 NBYTES = 50_000_000
 PHYSICS_NS = 1_000_000
-BASE = "single-switch:gpus=1,latency_ns=0,pcie_gbps=2000"
+BASE = "single-switch:gpus=1,latency_ns=0,pcie_gbps=2000,nic_efficiency=1"  # line rate: closed forms by hand
 SLOW8 = BASE + ",nic_gbps=50"
 
 

@@ -25,7 +25,8 @@ from tracekit.replay.simulate import (
 from tracekit.replay.topology import build, parse_spec
 
 S = 1_000_000.0
-ZERO_LAT = "latency_ns=0,nvlink_latency_ns=0,nvlink_efficiency=1,nic_efficiency=1"  # line rates: these closed forms test the decomposition
+# line rates and no latency: these closed forms test the decomposition, not the hardware profiles
+ZERO_LAT = "latency_ns=0,nvlink_latency_ns=0,nvlink_efficiency=1,nic_efficiency=1"
 
 
 def _topo(text="single-switch:hosts=4,gpus=1"):

@@ -95,7 +95,7 @@ def test_synth_calibrated_baseline_is_close(synth_result):
     base = synth_result.results[0]
     err = base.replay_error
     assert err.cross_validated.median < 0.05 and err.cross_validated.p90 < 0.1
-    assert err.uncalibrated.median > 0.05  # the two models differ: calibration has work to do
+    assert err.uncalibrated.p90 > 0.03  # the two models differ under contention
     assert err.split == "leave-one-step-out"
     assert synth_result.identity.max_step_error == 0
     for step, ns in base.step_ns.items():

@@ -7,7 +7,6 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st

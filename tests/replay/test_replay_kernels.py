@@ -99,7 +99,7 @@ def test_merged_finishes_keep_their_bytes_in_the_windows(merge):
 
 def _single_switch(n, **extra):
     params = ",".join(f"{k}={v}" for k, v in extra.items())
-    return build(parse_spec(f"single-switch:hosts={n},gpus=1" + ("," + params if params else "")))
+    return build(parse_spec(f"single-switch:hosts={n},gpus=1,nic_efficiency=1" + ("," + params if params else "")))
 
 
 def test_one_flow_alone():

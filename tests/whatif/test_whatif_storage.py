@@ -11,7 +11,7 @@ from tracekit.whatif.storage import other_traffic
 
 C_GBPS = 100.0  # back-end NIC
 S = 50_000_000  # all-reduce bytes
-TOPO = f"single-switch:gpus=1,nic_gbps={C_GBPS:g},pcie_gbps=2000"
+TOPO = f"single-switch:gpus=1,nic_gbps={C_GBPS:g},pcie_gbps=2000,nic_efficiency=1"
 
 
 def _run():
@@ -73,7 +73,7 @@ def test_frontend_checkpoint_never_slows_a_collective(pcie_gbps):
     # A dedicated front-end (F = 25 Gb/s per host) carries the checkpoint: the all-reduce and the
     # step are exactly the baseline's (also when PCIe is as slow as the NIC, so that sharing any
     # GPU-side link would show); the checkpoint takes B / F plus 3 hops of 600 ns.
-    base = make_baseline(_run(), f"single-switch:gpus=1,nic_gbps={C_GBPS:g},pcie_gbps={pcie_gbps:g}")
+    base = make_baseline(_run(), f"single-switch:gpus=1,nic_gbps={C_GBPS:g},pcie_gbps={pcie_gbps:g},nic_efficiency=1")
     r = run_scenario(base, f"checkpoint:bytes_per_rank={2 * S},at=start,via=frontend,storage=1,frontend_gbps=25")
     assert r.slowed == []
     assert r.step_ns == r.baseline_step_ns and r.exposed_ns == r.baseline_exposed_ns

@@ -102,11 +102,13 @@ def _physics_notes(topologies: tuple[str, ...]) -> None:
 def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:
     import json
 
-    from tracekit.replay.topology import parse_spec, physics_caps
+    from tracekit.replay.hardware import describe_profile
+    from tracekit.replay.topology import parse_spec, physics_caps, with_gpu
     from tracekit.replay.validate import format_microbench, replay_nccl_tests
 
     rows = replay_nccl_tests(path, topology, cache=cache, algo=algo)
-    caps = physics_caps(parse_spec(topology))
+    spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
+    caps = physics_caps(spec)
     if as_json:
         click.echo(json.dumps({"topology": topology, "rows": [r.to_json() for r in rows],
                                "findings": [f.to_json() for f in caps]}, indent=2))
@@ -114,4 +116,5 @@ def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_jso
     for finding in caps:
         echo(f"note: {finding.text}")
     echo(f"nccl-tests {path.name} on {topology}:")
+    echo(describe_profile(spec))
     echo(format_microbench(rows))

@@ -32,7 +32,7 @@ from tracekit._progress import status
 from tracekit.errors import TracekitError
 from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
-from tracekit.replay import _kernels
+from tracekit.replay import _kernels, hardware
 from tracekit.replay import dependencies as deps
 from tracekit.replay.calibration import (
     Calibration,
@@ -46,7 +46,16 @@ from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
-from tracekit.replay.topology import Topology, TopologySpec, build, parse_spec, physics_caps, place, sized
+from tracekit.replay.topology import (
+    Topology,
+    TopologySpec,
+    build,
+    parse_spec,
+    physics_caps,
+    place,
+    sized,
+    with_gpu,
+)
 from tracekit.results import Result, from_builtins, to_builtins
 from tracekit.store import Run
 
@@ -694,8 +703,9 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     --calibration-from`): the error is then reported as out of sample. An optional
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
-    specs = [_spec(t) for t in topologies]
-    base_spec = _spec(baseline_of(topologies, baseline))
+    device = traced_device(tables)
+    specs = [with_gpu(_spec(t), device) for t in topologies]
+    base_spec = with_gpu(_spec(baseline_of(topologies, baseline)), device)
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
     prep = _prepare(tables, placement=placement)
@@ -748,6 +758,18 @@ def physics_notes(topologies: Sequence[str]) -> list[tuple[str, Finding]]:
     """Per modelled topology spec, the caps that bind on its paths (`topology.physics_caps`); the
     observed fabric is measured, not modelled, and has none."""
     return [(text, f) for text in topologies if not is_observed(text) for f in physics_caps(parse_spec(text))]
+
+
+def traced_device(tables: Mapping[str, pa.Table]) -> str | None:
+    """The GPU the trace ran on (Kineto's `deviceProperties` name in the ranks table), when it names
+    one a hardware profile knows; the topology takes that profile where its spec names none."""
+    ranks = tables.get("ranks")
+    if ranks is None or "device_name" not in ranks.column_names:
+        return None
+    for name in ranks.column("device_name").to_pylist():
+        if name and hardware.gpu_from_device(name):
+            return str(name)
+    return None
 
 
 def _spec(text: str | TopologySpec) -> TopologySpec:

@@ -134,3 +134,13 @@ def profile_defaults(gpu: str) -> dict[str, object]:
     p = gpu_profile(gpu)
     return {"gpu": p.name, "nvlink_gbs": p.nvlink_line_gbs, "pcie_gbps": {3: 128.0, 4: 256.0, 5: 512.0}[p.pcie_gen],
             "nvls": p.nvls}
+
+
+def describe_profile(spec) -> str:
+    """One line naming the GPU profile a spec runs with, its line rates and what is achieved on them."""
+    rates = achievable(spec)
+    gpu = rates.gpu
+    nvls = f"; NVLS {rates.nvls_efficiency:g} of NVLink" if spec.nvls else ""
+    chosen = spec.gpu or f"{gpu.name} (default)"
+    return (f"hardware profile {chosen}: NVLink {spec.nvlink_gbs:g} GB/s line, {rates.nvlink_gbs:.1f} achieved; "
+            f"NIC {spec.nic_gbps:g} Gb/s line, {rates.nic_fraction:g} achieved{nvls} (docs/hardware.md)")

@@ -249,7 +249,7 @@ def validate(spec: TopologySpec) -> None:
             raise TopologyError(name, f"must be > 0, got {getattr(spec, name)}")
     for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
         if not 0.0 <= getattr(spec, name) <= 1.0:
-            raise TopologyError(name, f"must be a fraction in (0, 1] (0: from the GPU profile), got {getattr(spec, name)}")
+            raise TopologyError(name, f"must be a fraction in (0, 1] (0: the GPU profile's), got {getattr(spec, name)}")
     if spec.gpu and spec.gpu not in hardware.GPUS:
         raise TopologyError("gpu", f"unknown GPU {spec.gpu!r}; known: {', '.join(hardware.GPUS)}")
     for name in ("oversub", "core_oversub"):
@@ -727,6 +727,7 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
         "pxn": bool(r.pxn),
         "sharp": spec.sharp,
         "nvls": spec.nvls,
+        "profile": hardware.describe_profile(spec),
         "frontend": ({"gbps_per_nic": spec.frontend_gbps, "nics_per_host": spec.frontend_nics,
                       "oversub": spec.frontend_oversub} if spec.frontend_gbps else None),
         "storage": ({"nodes": spec.storage, "network": spec.storage_network, "gbps": spec.storage_gbps}
@@ -765,6 +766,8 @@ def format_description(info: dict[str, Any]) -> str:
         lines.append(f"  {tier:<11} {entry['links']:>6} links {entry['cables']:>7} cables "
                      f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction  {entry['medium']}, {entry['network']}")
     lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s")
+    if info.get("profile"):
+        lines.append(info["profile"])
     lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
     if info.get("frontend"):
         fe = info["frontend"]

@@ -58,6 +58,7 @@ class MicrobenchRow:
     proto: str
     channels: int
     latency_bound: bool
+    gpu: str = ""  # the hardware profile the row was replayed with (hardware.GPUS)
 
     @property
     def error(self) -> float:
@@ -68,7 +69,7 @@ class MicrobenchRow:
         return {"op": self.op, "size_bytes": self.size_bytes, "measured_busbw": self.measured_busbw,
                 "predicted_busbw": self.predicted_busbw, "measured_us": self.measured_us,
                 "predicted_us": self.predicted_us, "algo": self.algo, "proto": self.proto,
-                "channels": self.channels, "latency_bound": self.latency_bound}
+                "channels": self.channels, "latency_bound": self.latency_bound, "gpu": self.gpu}
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -135,7 +136,8 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
             else size / measured_us / 1000.0 * factor,
             predicted_busbw=size / predicted_us / 1000.0 * factor,
             algo=plan.algo if plan else "p2p", proto=plan.proto if plan else "Simple",
-            channels=plan.channels if plan else 1, latency_bound=size < LATENCY_BOUND_BYTES))
+            channels=plan.channels if plan else 1, latency_bound=size < LATENCY_BOUND_BYTES,
+            gpu=topo.spec.gpu))
     return out
 
 
