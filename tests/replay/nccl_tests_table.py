@@ -39,17 +39,17 @@ class Case:
 CASES = (
     Case("all_reduce_perf_2node_16xH100.txt", "rail-optimized:gpus=8,nic_gbps=200",
          "2 GCP A3-Mega x 8 H100, 8 x 200 Gb/s GPU NICs per host (GPUDirect-TCPXO)"),
-    Case("nvidia_exemplar_dgx_h100_1x8_all_reduce_perf.txt", "rail-optimized:hosts=1,gpus=8,nvls=true",
-         "1 DGX H100, 8 x H100 SXM, NVSwitch, NVLS"),
     Case("nvidia_exemplar_dgx_h100_1x8_all_reduce_perf.txt", "rail-optimized:hosts=1,gpus=8",
+         "1 DGX H100, 8 x H100 SXM, NVSwitch: the device lines pick the H100 profile, NVLS on"),
+    Case("nvidia_exemplar_dgx_h100_1x8_all_reduce_perf.txt", "rail-optimized:hosts=1,gpus=8,nvls=false",
          "same, NVLS off in the spec (ring over NVLink)", primary=False),
-    Case("xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log", "rail-optimized:hosts=1,gpus=8,nvls=true",
-         "1 host x 8 H100 SXM, NVSwitch, NVLS; NCCL 2.29.2"),
     Case("xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log", "rail-optimized:hosts=1,gpus=8",
+         "1 host x 8 H100 SXM, NVSwitch, NVLS; NCCL 2.29.2"),
+    Case("xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log", "rail-optimized:hosts=1,gpus=8,nvls=false",
          "same, NVLS off in the spec", primary=False),
-    Case("xxrjun_cluster01_N10_G8_h100_5ops.log", "rail-optimized:hosts=10,gpus=8,nic_gbps=400,nvls=true",
-         "10 hosts x 8 H100, 1 x 400 Gb/s NIC per GPU (inferred); NCCL 2.29.2"),
     Case("xxrjun_cluster01_N10_G8_h100_5ops.log", "rail-optimized:hosts=10,gpus=8,nic_gbps=400",
+         "10 hosts x 8 H100, 1 x 400 Gb/s NIC per GPU (inferred); NCCL 2.29.2"),
+    Case("xxrjun_cluster01_N10_G8_h100_5ops.log", "rail-optimized:hosts=10,gpus=8,nic_gbps=400,nvls=false",
          "same, NVLS off in the spec", primary=False),
 )
 
@@ -70,7 +70,8 @@ class Scored:
 
 def replay_rows(case: Case, traces: Path, cache: Path | None) -> list[dict[str, object]]:
     """The replay's JSON rows for one case (read from the cache directory when it holds them)."""
-    cached = cache / f"{case.file}__{case.spec.replace(':', '_').replace(',', '_')}.json" if cache else None
+    cached = (cache / f"{Path(case.file).name}__{case.spec.replace(':', '_').replace(',', '_')}.json"
+              if cache else None)
     if cached is not None and cached.exists():
         return json.loads(cached.read_text())["rows"]
     command = [sys.executable, "-m", "tracekit", "replay", "--nccl-tests", str(traces / case.file),
@@ -112,7 +113,7 @@ def band_table(case: Case, scored: list[Scored]) -> list[str]:
             median_abs = statistics.median(abs(e) for e in errors)
             worst = max(errors, key=abs)
             choices = ", ".join(f"{k} x{v}" for k, v in Counter(s.algo_proto for s in picked).most_common())
-            lines.append(f"| {case.file} | `{case.spec}` | {op} | {band} | {len(picked)} | "
+            lines.append(f"| {Path(case.file).name} | `{case.spec}` | {op} | {band} | {len(picked)} | "
                          f"{_percent(median_abs, '')} | {_percent(statistics.median(errors))} | "
                          f"{_percent(worst)} | {choices} |")
     return lines
@@ -120,7 +121,7 @@ def band_table(case: Case, scored: list[Scored]) -> list[str]:
 
 def row_table(case: Case, scored: list[Scored]) -> list[str]:
     """Markdown rows, one per replayed size."""
-    return [f"| {case.file} | {s.op} | {s.size_bytes} | {s.measured_busbw:.2f} | {s.predicted_busbw:.3g} | "
+    return [f"| {Path(case.file).name} | {s.op} | {s.size_bytes} | {s.measured_busbw:.2f} | {s.predicted_busbw:.3g} | "
             f"{_percent(s.error)} | {s.algo_proto} |" for s in scored]
 
 
@@ -130,9 +131,12 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, help="keep (and reuse) each replay's JSON in this directory")
     parser.add_argument("--rows", action="store_true", help="also print every row")
     parser.add_argument("--primary", action="store_true", help="only the specs that describe the hardware")
+    parser.add_argument("--extra", nargs=2, action="append", default=[], metavar=("FILE", "SPEC"),
+                        help="also score another nccl-tests output (any path) on a spec; repeatable")
     args = parser.parse_args()
 
     cases = [c for c in CASES if c.primary or not args.primary]
+    cases += [Case(str(Path(f).resolve()), spec, "extra") for f, spec in args.extra]
     results = [(case, score(replay_rows(case, args.traces, args.cache))) for case in cases]
     print("| file | spec | op | band | rows | median abs error | median error | worst | replay algo/proto |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -241,7 +241,11 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
             fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
         if plan.algo in ("tree", "nvls_tree") and op == "all_reduce":
-            _tree(acc, inst, gpus, topology, n_ch, s_wire, plan, nvls=plan.algo == "nvls_tree")
+            nvls_tree = plan.algo == "nvls_tree"
+            # NVLS-tree: the multimem stages run at NVLS's measured efficiency, the NIC tree at the tree's
+            s_tree = inst.nbytes / tuning.efficiency(op, "tree", "Simple", shape) if nvls_tree else s_wire
+            s_nvls = inst.nbytes / shape.nvls_efficiency if nvls_tree else s_wire
+            _tree(acc, inst, gpus, topology, n_ch, s_tree, plan, nvls=nvls_tree, s_nvls=s_nvls)
             fill[idx] = plan.fill_factor(inst.nbytes / n_ch)
             continue
         steps = {"all_reduce": 2 * (n - 1), "barrier": 2 * (n - 1)}.get(op, n - 1)
@@ -367,7 +371,7 @@ def _btree_parents(m: int, mirrored: bool) -> list[tuple[int, int]]:
 
 
 def _tree(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch: int, s_wire: float,
-          plan: tuning.Plan, *, nvls: bool) -> None:
+          plan: tuning.Plan, *, nvls: bool, s_nvls: float = 0.0) -> None:
     """NCCL's tree all-reduce: per channel a chain inside each host from the channel's NIC GPU
     (or NVLS within the host for NVLS-tree) and a binary tree over the hosts' head GPUs; the
     second half of the channels use the mirrored tree. Every edge carries S/C each way."""
@@ -376,8 +380,8 @@ def _tree(acc: _Acc, inst: Instance, gpus: np.ndarray, topology: Topology, n_ch:
     lat = float(plan.depth)
     k = inst.key
     if nvls:
-        acc.add(gpus, gpus, s_wire, lat_mult=lat, mode=MODE_NVLS_UP, key=k)
-        acc.add(gpus, gpus, s_wire, lat_mult=lat, mode=MODE_NVLS_DOWN, key=k)
+        acc.add(gpus, gpus, s_nvls or s_wire, lat_mult=lat, mode=MODE_NVLS_UP, key=k)
+        acc.add(gpus, gpus, s_nvls or s_wire, lat_mult=lat, mode=MODE_NVLS_DOWN, key=k)
     ports = spec.nics_per_gpu * spec.planes
     for c in range(n_ch):
         chains = _host_chains(gpus, spec.gpus, c, ports)
