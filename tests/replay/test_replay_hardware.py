@@ -44,6 +44,7 @@ def test_device_names_pick_the_profile_unless_the_spec_names_one():
     device = "NVIDIA H100 80GB HBM3"
     assert hardware.gpu_from_device(device) == "h100"
     assert hardware.gpu_from_device("Tesla V100-SXM2-32GB") == "v100"
+    assert hardware.gpu_from_device("NVIDIA H100 PCIe") is None  # no NVSwitch, no NVLS
     picked = with_gpu(parse_spec("rail-optimized:hosts=1,gpus=8"), device)
     assert (picked.gpu, picked.nvls) == ("h100", True)
     assert not with_gpu(parse_spec("rail-optimized:hosts=1,gpus=8,nvls=false"), device).nvls

@@ -95,8 +95,11 @@ def gpu_profile(name: str | None) -> GpuProfile:
 
 
 def gpu_from_device(device: str) -> str | None:
-    """The profile name a device string names (nccl-tests' 'NVIDIA H100 80GB HBM3'), or None."""
+    """The profile name a device string names (nccl-tests' 'NVIDIA H100 80GB HBM3'), or None. PCIe
+    cards have no NVSwitch (at most a bridged pair): no SXM profile describes them."""
     text = re.sub(r"[^a-z0-9]", "", str(device).lower())
+    if "pcie" in text:
+        return None
     for pattern, name in _DEVICE_PATTERNS:
         if pattern in text:
             return name
