@@ -58,6 +58,8 @@ from tracekit.store import Run, RunLock, SourceSink, commit
 
 #: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
 NVLINK_GBS = 450.0
+#: what the traces say they ran on (the run directory and the Kineto export alike)
+DEVICE_NAME = "NVIDIA H100 80GB HBM3"
 #: One 400 Gb/s NIC per GPU, per direction.
 NIC_GBS = 50.0
 #: Latency of one algorithm step (a ring all-reduce has 2(n-1), an all-to-all or a p2p one).
@@ -729,6 +731,7 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
             "source_format": ["synth"] * spec.world,
             "clock_offset_ns": [offset[r] for r in range(spec.world)],
             "backend": ["nccl"] * spec.world,
+            "device_name": [DEVICE_NAME] * spec.world,
         }),
         "groups": schema.conform("groups", {
             "group": [g["group"] for g in layout["groups"]],
@@ -941,7 +944,7 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
                 trace_events.append(_flow("f", corr, device, stream, ts))
         doc = {
             "schemaVersion": 1,
-            "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
+            "deviceProperties": [{"id": device, "name": DEVICE_NAME}],
             "distributedInfo": {"backend": "nccl", "rank": r, "world_size": info["world_size"],
                                 "pg_count": len(pg_config.get(r, [])), "pg_config": pg_config.get(r, []),
                                 "nccl_version": "2.27.5"},
