@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tracekit.analysis.core import AnalysisResult
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.validate import BenchTable, MicrobenchReport
     from tracekit.whatif.core import WhatIfResult
 
 
@@ -208,6 +209,72 @@ def _replay_details(result: ReplayResult) -> list[str]:
     for f in result.findings:
         if f.kind == "replay_caution" and f.severity == "info":
             lines.append(f"note: {printable(f.text)}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------
+# replay --nccl-tests
+
+
+def fmt_gbs(x: float) -> str:
+    """A bandwidth in GB/s, three significant figures (whole numbers from 100 up)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def fmt_error_pct(x: float) -> str:
+    """A signed error as a percentage, or as a ratio in scientific notation when it is absurd."""
+    return f"{x:+.0%}" if abs(x) < 100 else f"{x:+.1e}x"
+
+
+def health_sentence(table: BenchTable, *, with_file: bool = False) -> str:
+    """One nccl-tests table's verdict in words, with the figures it rests on."""
+    from pathlib import Path
+
+    from tracekit.replay.validate import DEGRADED_BELOW
+
+    where = f"{Path(table.source).name} " if with_file else ""
+    head = f"{printable(where)}table {table.table} ({printable(table.test or table.op)})"
+    h = table.health
+    if h.verdict == "unknown" or h.measured_busbw is None or h.predicted_busbw is None:
+        return f"{head}: no verdict: the model predicts no row of op {printable(table.op)}"
+    ratio = h.measured_over_predicted or 0.0
+    if h.verdict == "degraded":
+        return (f"{head}: degraded: measured {fmt_gbs(h.measured_busbw)} GB/s busbw at {h.sizes} where this "
+                f"fabric should give about {fmt_gbs(h.predicted_busbw)} GB/s (x{ratio:.2f}, below "
+                f"x{DEGRADED_BELOW:.1f}): check cabling, GPUDirect RDMA, the NICs NCCL picked")
+    return (f"{head}: healthy: measured {fmt_gbs(h.measured_busbw)} GB/s busbw at {h.sizes}, "
+            f"the model gives about {fmt_gbs(h.predicted_busbw)} GB/s (x{ratio:.2f})")
+
+
+def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list[str]:
+    """`replay --nccl-tests`: the caps that bind, then the rows (one file) or the error by file, op and
+    size band (a folder; the rows too with `verbose`), then each table's health."""
+    from pathlib import Path
+
+    from tracekit.replay.validate import DEGRADED_BELOW, format_microbench, is_folder
+
+    lines = [f"note: {printable(f.text)}" for f in report.findings]
+    name = printable(Path(report.path).name or report.path)
+    folder = is_folder(report)
+    if folder:
+        lines.append(f"nccl-tests {name}/ ({len(report.sources)} files, {len(report.tables)} tables) on "
+                     f"{printable(report.topology)}:")
+        rows = [[printable(Path(b.source).name), printable(b.op), b.band, str(b.rows),
+                 f"{b.median_abs_error:.0%}" if b.median_abs_error < 100 else f"{b.median_abs_error:.1e}x",
+                 fmt_error_pct(b.median_error), fmt_error_pct(b.worst_error)] for b in report.bands]
+        lines += [line.rstrip() for line in _table(
+            ["file", "op", "band", "rows", "median |error|", "median error", "worst"], rows)]
+        lines.append("error = predicted / measured busbw - 1 (out-of-place, from the times)")
+        if verbose:
+            for source in report.sources:
+                lines.append(f"{printable(Path(source).name)}:")
+                lines += format_microbench([r for r in report.rows if r.source == source]).splitlines()
+    else:
+        lines.append(f"nccl-tests {name} on {printable(report.topology)}:")
+        lines += format_microbench(list(report.rows)).splitlines()
+    lines.append(f"health per table (measured / predicted busbw at the large sizes; degraded below "
+                 f"x{DEGRADED_BELOW:.1f}):")
+    lines += [f"  {health_sentence(t, with_file=folder)}" for t in report.tables]
     return lines
 
 

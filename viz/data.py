@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from tracekit.analysis import AnalysisResult
     from tracekit.hang import HangResult
     from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.validate import MicrobenchReport
     from tracekit.whatif.core import Placement, WhatIfResult
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
-           "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
+           "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short",
+           "microbench_data", "norm_dim",
            "overlap_data", "rank_layout", "replay_data", "timeline_data"]
 
 # Okabe-Ito (and Tol's wine for WORLD): distinguishable with every common form of colour-blindness.
@@ -656,6 +658,30 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
             "error_calibrated_on": getattr(getattr(replay, "errors", None), "calibrated_on", None),
             "instances": inst, "exposed_ms": exposed,
             "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
+
+
+def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
+    """Per nccl-tests file: per table, measured and predicted busbw by size (the rows the model
+    predicts), and each table's health sentence (the same words as `tracekit replay --nccl-tests`)."""
+    from pathlib import Path
+
+    from tracekit.present import health_sentence
+
+    files = []
+    for source in report.sources:
+        tables = []
+        for t in (t for t in report.tables if t.source == source):
+            rows = [r for r in report.rows if r.source == source and r.table == t.table and r.modelled
+                    and r.measured_us > 0]
+            tables.append({"table": t.table, "label": f"table {t.table}: {t.test or t.op}"[:MAX_NAME_CHARS],
+                           "op": t.op, "verdict": t.health.verdict, "sentence": health_sentence(t),
+                           "size_bytes": [r.size_bytes for r in rows],
+                           "size": [fmt_bytes(r.size_bytes) for r in rows],
+                           "measured": [r.timed_busbw for r in rows],
+                           "predicted": [r.predicted_busbw for r in rows]})
+        files.append({"file": Path(source).name or source, "tables": tables})
+    return {"topology": report.topology, "path": report.path, "files": files,
+            "findings": [f.text for f in report.findings]}
 
 
 def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
