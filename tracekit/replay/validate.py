@@ -286,8 +286,7 @@ def table_health(rows: Sequence[MicrobenchRow]) -> Health:
                       sizes="", rows=0)
     ratio = statistics.median(r.predicted_us / r.measured_us for r in large)
     measured = statistics.median(r.timed_busbw for r in large)
-    predicted = statistics.median(r.size_bytes / r.predicted_us / 1000.0 * busbw_factor(r.op, r.nranks)
-                                  for r in large)
+    predicted = statistics.median(r.predicted_busbw for r in large)
     return Health(verdict="degraded" if ratio < DEGRADED_BELOW else "healthy", measured_over_predicted=ratio,
                   measured_busbw=measured, predicted_busbw=predicted, sizes=sizes, rows=len(large))
 
