@@ -211,3 +211,34 @@ def test_not_an_nccl_tests_file_is_a_one_line_error(tmp_path):
                                     "--cache", str(tmp_path / "c")])
     assert res.exit_code == 1
     assert "notes.txt" in res.output and "Traceback" not in res.output
+
+
+def test_bundled_degraded_sample_is_its_recipe_output():
+    """sample_traces/nccl_tests holds exactly what its generator writes (project-made, regenerable)."""
+    import importlib.util
+
+    repo = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("make_degraded", repo / "sample_traces" /
+                                                  "make_nccl_tests_degraded.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sample = repo / "sample_traces" / "nccl_tests" / module.NAME
+    assert sample.read_text() == "\n".join(module.lines()) + "\n"
+
+
+def test_report_data_is_per_file_with_the_cli_sentences():
+    from tracekit.present import health_sentence
+    from tracekit.viz.data import microbench_data
+
+    rows = [_row(MIB, 1000.0, 100.0), _row(64 * MIB, 100.0, 20.0),
+            _row(64 * MIB, 100.0, 1e-9, op="other", table=1, modelled=False),
+            _row(64 * MIB, 100.0, 90.0, source="dir/b.txt")]
+    report = microbench_report(rows, "rail-optimized", path="dir")
+    md = microbench_data(report)
+    assert [f["file"] for f in md["files"]] == ["a.txt", "b.txt"]
+    first = md["files"][0]["tables"]
+    assert [t["verdict"] for t in first] == ["degraded", "unknown"]
+    assert first[0]["size_bytes"] == [MIB, 64 * MIB] and first[1]["size_bytes"] == []
+    assert first[0]["measured"] == pytest.approx([r.timed_busbw for r in rows[:2]])
+    assert first[0]["sentence"] == health_sentence(report.tables[0])
