@@ -130,6 +130,8 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
     from tracekit.replay.calibration import WHAT_IF_NOTE
 
     results = result.results
+    if not results:
+        return _not_modelled(result)
     base = results[0]
     dims = sorted({d for r in results for d in r.exposed_ns})
     lines = []
@@ -173,6 +175,19 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
             lines.append(f"caution: {printable(f.text)}")
     if verbose:
         lines.extend(_replay_details(result))
+    return lines
+
+
+def _not_modelled(result: ReplayResult) -> list[str]:
+    """A replay the network model did not apply to (a CPU/gloo run): the finding that says why, and the
+    identity check, which needs no network."""
+    lines = [printable(f.text) for f in result.findings if f.kind == "cpu_backend"]
+    ident = result.identity
+    if ident is not None:
+        lines.append(f"identity (traced durations replayed): max step error {ident.max_step_error:.2e}, "
+                     f"{ident.instances_fallen_back} instance(s) fall back to the traced relation")
+    lines += [f"caution: {printable(f.text)}" for f in result.findings
+              if f.kind == "replay_caution" and f.severity != "info"]
     return lines
 
 
@@ -284,6 +299,9 @@ def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list
 
 def whatif_comparison(result: WhatIfResult) -> list[str]:
     """The comparison table, then each scenario's notes (and its rank -> host map)."""
+    cpu = [c for c in result.cautions if c.kind == "cpu_backend"]
+    if cpu:
+        return [f"what-if on {result.topology}: {printable(cpu[0].text)}"]
     rows = result.scenarios
     dims = sorted({d for s in rows for d in (*s.exposed_ns, *s.baseline_exposed_ns)})
     ih_dims = sorted({d for s in rows for side in (s.inter_host_before, s.inter_host_after) for d in side})

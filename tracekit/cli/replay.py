@@ -84,7 +84,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             from tracekit.telemetry.compare import format_comparison as format_links
 
             click.echo(format_links(result.telemetry))
-        _physics_notes(topologies)
+        if result.results:
+            _physics_notes(topologies)
     if report_path is not None:
         try:
             from tracekit.viz.report import write_report
