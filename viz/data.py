@@ -620,9 +620,17 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
 def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
-    traced vs replayed duration of every instance, the hottest links, and the replay's findings."""
-    if replay is None or not replay.results:
+    traced vs replayed duration of every instance, the hottest links, and the replay's findings. A replay
+    the network model did not apply to (a CPU/gloo run) gives only its findings, `not_modelled` first."""
+    if replay is None:
         return None
+    if not replay.results:
+        findings = list(getattr(replay, "findings", []) or [])
+        said = [f for f in findings if f.kind == "cpu_backend"]
+        if not said:
+            return None
+        return {"topologies": [], "step_ms": [], "delta": [], "not_modelled": said,
+                "findings": [f for f in findings if f.kind != "cpu_backend"]}
     topo, step_ms, delta, err_med, err_p90 = [], [], [], [], []
     inst: dict[str, list] = {k: [] for k in ("topology", "traced_ms", "replayed_ms", "dim", "op", "group", "seq")}
     exposed: dict[str, dict[str, float]] = {}

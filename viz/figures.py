@@ -243,7 +243,12 @@ DASHES = ("dashed", "dotted", "dashdot")
 
 def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     """Step time per topology (in the order given, against the baseline, as `tracekit replay`
-    prints it), exposed communication per topology, and traced vs replayed per instance."""
+    prints it), exposed communication per topology, and traced vs replayed per instance; for a run the
+    network model does not apply to, the sentence that says so."""
+    if rd.get("not_modelled"):
+        text = "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in rd["not_modelled"])
+        text += "".join(f"<div class='note'>{_esc(f.text)}</div>" for f in rd.get("findings") or [])
+        return html_div(f"<h2>Replay</h2>{text}", width=width)
     topo = rd["topologies"]
     n = len(topo)
     labels = [f"{ms:.3f} ms ({d:+.1%})" for ms, d in zip(rd["step_ms"], rd["delta"], strict=True)]

@@ -169,6 +169,7 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
                                 f"{rp['topologies'][0]}).")
         findings += rp["findings"]
+        findings += rp.get("not_modelled", [])
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}
 
