@@ -64,8 +64,8 @@ def cpu_backend(tables: Mapping[str, pa.Table]) -> Finding | None:
     groups = sum(backends.values())
     names = ", ".join(sorted(backends))
     seen = f"no GPU event among {n_events:,}" if n_events else "no GPU events"
-    text = (f"this is a CPU/gloo run (backend {names} on all {groups} process group{'s' if groups != 1 else ''}, "
-            f"{seen}): the network model is NCCL on GPU fabrics and does not apply, so there are no modelled "
-            "or calibrated what-if times")
+    where = f"all {groups} process groups" if groups > 1 else "its one process group"
+    text = (f"this is a CPU/gloo run (backend {names} on {where}, {seen}): the network model is NCCL on GPU "
+            "fabrics and does not apply, so there are no modelled or calibrated what-if times")
     return Finding(kind="cpu_backend", text=text, severity="warning",
                    data={"backends": dict(backends), "groups": groups, "events": n_events, "gpu_events": gpu_events})
