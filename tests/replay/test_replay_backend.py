@@ -37,13 +37,16 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _cpu_trace(backend: str | list[str], *, gpu_lane: bool = False) -> dict[str, pa.Table]:
+def _cpu_trace(backend: str | list[str], *, gpu_lane: bool = False, on_tp: bool = False) -> dict[str, pa.Table]:
     """Two ranks, one all-reduce on CPU threads (as gloo runs record it) on group "dp" with `backend`;
-    with `gpu_lane`, one compute kernel on a GPU stream as well. A list gives a second group "tp"."""
+    with `gpu_lane`, one compute kernel on a GPU stream as well. A list gives a second group "tp", which
+    carries a second all-reduce with `on_tp`."""
     tr = Trace()
     for r in (0, 1):
         tr.event(r, "cpu/thread1", "cpu_op", 0, 30_000, coll=tr.collective(0, "all_reduce", "dp", 0, r))
         tr.event(r, "cpu/thread1", "cpu_op", 40_000, 10_000, name="aten::mm")
+        if on_tp:
+            tr.event(r, "cpu/thread1", "cpu_op", 50_000, 5_000, coll=tr.collective(1, "all_reduce", "tp", 0, r))
     if gpu_lane:
         tr.kernel(0, S20, "compute", 60_000, 5_000)
     tables = tr.tables()
@@ -71,6 +74,7 @@ def test_hand_built_cpu_run_and_its_near_misses():
     assert idle_nccl is not None and idle_nccl.data["backends"] == {"gloo": 1}
     assert "backend gloo on its one process group, no GPU event among 4" in idle_nccl.text
     assert cpu_backend(_cpu_trace(["nccl", "gloo"])) is None  # the group that carried the collective is NCCL
+    assert cpu_backend(_cpu_trace(["gloo", "nccl"], on_tp=True)) is None  # an NCCL group carried one too
     unknown = _cpu_trace("gloo")
     unknown["groups"] = unknown["groups"].drop_columns(["backend"])
     assert cpu_backend(unknown) is None  # no backend known: no evidence either way
