@@ -242,3 +242,13 @@ def test_report_data_is_per_file_with_the_cli_sentences():
     assert first[0]["size_bytes"] == [MIB, 64 * MIB] and first[1]["size_bytes"] == []
     assert first[0]["measured"] == pytest.approx([r.timed_busbw for r in rows[:2]])
     assert first[0]["sentence"] == health_sentence(report.tables[0])
+
+
+@needs_real
+def test_a_topology_too_small_for_the_sweep_is_a_one_line_error(tmp_path):
+    """Regression: 10 hosts x 8 ranks on a 2-host spec ended in a traceback from the router."""
+    n10 = "xxrjun_cluster01_N10_G8_h100_5ops.log"
+    res = CliRunner().invoke(main, ["replay", "--nccl-tests", str(REAL / n10), "--topology",
+                                    "rail-optimized:hosts=2,gpus=8,nic_gbps=400", "--cache", str(tmp_path / "c")])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert n10 in res.output and "10 hosts x 8 ranks" in res.output and "2 hosts x 8 GPUs" in res.output

@@ -139,9 +139,14 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         key = (hosts, per_host)
         if key not in built:
             sized = spec if spec.hosts else spec.replace(hosts=hosts)
+            where = f"{row['source']}: " if row.get("source") else ""
             if per_host > sized.gpus:
-                raise ReplayError(f"the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
+                raise ReplayError(f"{where}the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
                                   f"{sized.gpus} GPUs per host")
+            if hosts * per_host > sized.hosts * sized.gpus:
+                raise ReplayError(f"{where}the sweep runs on {hosts} hosts x {per_host} ranks; topology "
+                                  f"{spec.name!r} has {sized.hosts} hosts x {sized.gpus} GPUs (leave hosts= out "
+                                  "to size it to each sweep)")
             built[key] = build(sized)
         topo = built[key]
         gpu_of_rank = np.array([(r // per_host) * topo.spec.gpus + r % per_host for r in range(n)])
