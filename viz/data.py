@@ -721,9 +721,13 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
     grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
-    is a field of the result, only averaged over steps and converted to ms and GB."""
-    if result is None or not result.scenarios:
+    is a field of the result, only averaged over steps and converted to ms and GB. A run the network
+    model does not apply to (a CPU/gloo run) gives only the finding that says so, as `not_modelled`."""
+    if result is None:
         return None
+    if not result.scenarios:
+        said = [c for c in result.cautions if c.kind == "cpu_backend"]
+        return {"not_modelled": said, "topology": result.topology} if said else None
     names = ["baseline"]
     for s in result.scenarios:
         label, i = str(s.scenario)[:MAX_NAME_CHARS], 2

@@ -464,7 +464,11 @@ def _placement_grid(grid: Mapping[str, Any], title: str, moved: set[int]) -> Any
 
 def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     """Scenario vs baseline step and exposed time, inter-host traffic by dim, EP load per rank,
-    placement grids, and the north-south transfers, from `viz.data.whatif_data`."""
+    placement grids, and the north-south transfers, from `viz.data.whatif_data`; for a run the network
+    model does not apply to, the sentence that says so."""
+    if wd.get("not_modelled"):
+        said = "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in wd["not_modelled"])
+        return html_div(f"<h2>What-if on {_esc(wd['topology'])}</h2>{said}", width=width)
     names = wd["names"]
     bar_w = width // 2 - 20
     err = wd.get("replay_error") or {}

@@ -133,3 +133,12 @@ def test_real_gpu_traces_are_not(name, tmp_path):
     if not path.exists():
         pytest.skip(f"{path} not present")
     assert cpu_backend(_prepared(path, tmp_path / "c")) is None
+
+
+def test_whatif_report_of_a_cpu_run_says_so(gloo_run, tmp_path):
+    out = tmp_path / "w.html"
+    res = CliRunner().invoke(main, ["whatif", str(gloo_run), "eplb:redundant=8", "--topology", "rail-optimized",
+                                    "--report", str(out)])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert '"title":"What-if"' in text and "this is a CPU/gloo run" in text
