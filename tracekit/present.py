@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tracekit.analysis.core import AnalysisResult
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.validate import BenchTable, MicrobenchReport
     from tracekit.whatif.core import WhatIfResult
 
 
@@ -129,6 +130,8 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
     from tracekit.replay.calibration import WHAT_IF_NOTE
 
     results = result.results
+    if not results:
+        return _not_modelled(result)
     base = results[0]
     dims = sorted({d for r in results for d in r.exposed_ns})
     lines = []
@@ -175,6 +178,19 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
     return lines
 
 
+def _not_modelled(result: ReplayResult) -> list[str]:
+    """A replay the network model did not apply to (a CPU/gloo run): the finding that says why, and the
+    identity check, which needs no network."""
+    lines = [printable(f.text) for f in result.findings if f.kind == "cpu_backend"]
+    ident = result.identity
+    if ident is not None:
+        lines.append(f"identity (traced durations replayed): max step error {ident.max_step_error:.2e}, "
+                     f"{ident.instances_fallen_back} instance(s) fall back to the traced relation")
+    lines += [f"caution: {printable(f.text)}" for f in result.findings
+              if f.kind == "replay_caution" and f.severity != "info"]
+    return lines
+
+
 def _replay_details(result: ReplayResult) -> list[str]:
     lines = []
     if result.dependencies:
@@ -212,11 +228,82 @@ def _replay_details(result: ReplayResult) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------
+# replay --nccl-tests
+
+
+def fmt_gbs(x: float) -> str:
+    """A bandwidth in GB/s, three significant figures (whole numbers from 100 up)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def fmt_error_pct(x: float) -> str:
+    """A signed error as a percentage, or as a ratio in scientific notation when it is absurd."""
+    return f"{x:+.0%}" if abs(x) < 100 else f"{x:+.1e}x"
+
+
+def health_sentence(table: BenchTable, *, with_file: bool = False) -> str:
+    """One nccl-tests table's verdict in words, with the figures it rests on."""
+    from pathlib import Path
+
+    from tracekit.replay.validate import DEGRADED_BELOW
+
+    where = f"{Path(table.source).name} " if with_file else ""
+    head = f"{printable(where)}table {table.table} ({printable(table.test or table.op)})"
+    h = table.health
+    if h.verdict == "unknown" or h.measured_busbw is None or h.predicted_busbw is None:
+        return f"{head}: no verdict: the model predicts no row of op {printable(table.op)}"
+    ratio = h.measured_over_predicted or 0.0
+    if h.verdict == "degraded":
+        return (f"{head}: degraded: measured {fmt_gbs(h.measured_busbw)} GB/s busbw at {h.sizes} where this "
+                f"fabric should give about {fmt_gbs(h.predicted_busbw)} GB/s (x{ratio:.2f}, below "
+                f"x{DEGRADED_BELOW:.1f}): check cabling, GPUDirect RDMA, the NICs NCCL picked")
+    return (f"{head}: healthy: measured {fmt_gbs(h.measured_busbw)} GB/s busbw at {h.sizes}, "
+            f"the model gives about {fmt_gbs(h.predicted_busbw)} GB/s (x{ratio:.2f})")
+
+
+def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list[str]:
+    """`replay --nccl-tests`: the caps that bind, then the rows (one file) or the error by file, op and
+    size band (a folder; the rows too with `verbose`), then each table's health."""
+    from pathlib import Path
+
+    from tracekit.replay.validate import DEGRADED_BELOW, format_microbench, is_folder
+
+    lines = [f"note: {printable(f.text)}" for f in report.findings]
+    name = printable(Path(report.path).name or report.path)
+    folder = is_folder(report)
+    if folder:
+        lines.append(f"nccl-tests {name}/ ({len(report.sources)} files, {len(report.tables)} tables) on "
+                     f"{printable(report.topology)}:")
+        rows = [[printable(Path(b.source).name), printable(b.op), b.band, str(b.rows),
+                 f"{b.median_abs_error:.0%}" if b.median_abs_error < 100 else f"{b.median_abs_error:.1e}x",
+                 fmt_error_pct(b.median_error), fmt_error_pct(b.worst_error)] for b in report.bands]
+        lines += [line.rstrip() for line in _table(
+            ["file", "op", "band", "rows", "median |error|", "median error", "worst"], rows)]
+        lines.append("error = predicted / measured busbw - 1 (out-of-place, from the times)")
+        if verbose:
+            for source in report.sources:
+                lines.append(f"{printable(Path(source).name)}:")
+                lines += format_microbench([r for r in report.rows if r.source == source]).splitlines()
+    else:
+        lines.append(f"nccl-tests {name} on {printable(report.topology)}:")
+    lines += [printable(p) for p in report.profiles]
+    if not folder:
+        lines += format_microbench(list(report.rows)).splitlines()
+    lines.append(f"health per table (measured / predicted busbw at the large sizes; degraded below "
+                 f"x{DEGRADED_BELOW:.1f}):")
+    lines += [f"  {health_sentence(t, with_file=folder)}" for t in report.tables]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------
 # whatif
 
 
 def whatif_comparison(result: WhatIfResult) -> list[str]:
     """The comparison table, then each scenario's notes (and its rank -> host map)."""
+    cpu = [c for c in result.cautions if c.kind == "cpu_backend"]
+    if cpu:
+        return [f"what-if on {result.topology}: {printable(cpu[0].text)}"]
     rows = result.scenarios
     dims = sorted({d for s in rows for d in (*s.exposed_ns, *s.baseline_exposed_ns)})
     ih_dims = sorted({d for s in rows for side in (s.inter_host_before, s.inter_host_after) for d in side})

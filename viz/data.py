@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from tracekit.analysis import AnalysisResult
     from tracekit.hang import HangResult
     from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.validate import MicrobenchReport
     from tracekit.whatif.core import Placement, WhatIfResult
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
-           "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short", "norm_dim",
+           "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short",
+           "microbench_data", "norm_dim",
            "overlap_data", "rank_layout", "replay_data", "timeline_data"]
 
 # Okabe-Ito (and Tol's wine for WORLD): distinguishable with every common form of colour-blindness.
@@ -618,9 +620,17 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
 def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
-    traced vs replayed duration of every instance, the hottest links, and the replay's findings."""
-    if replay is None or not replay.results:
+    traced vs replayed duration of every instance, the hottest links, and the replay's findings. A replay
+    the network model did not apply to (a CPU/gloo run) gives only its findings, `not_modelled` first."""
+    if replay is None:
         return None
+    if not replay.results:
+        findings = list(getattr(replay, "findings", []) or [])
+        said = [f for f in findings if f.kind == "cpu_backend"]
+        if not said:
+            return None
+        return {"topologies": [], "step_ms": [], "delta": [], "not_modelled": said,
+                "findings": [f for f in findings if f.kind != "cpu_backend"]}
     topo, step_ms, delta, err_med, err_p90 = [], [], [], [], []
     inst: dict[str, list] = {k: [] for k in ("topology", "traced_ms", "replayed_ms", "dim", "op", "group", "seq")}
     exposed: dict[str, dict[str, float]] = {}
@@ -658,6 +668,30 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
             "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
 
 
+def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
+    """Per nccl-tests file: per table, measured and predicted busbw by size (the rows the model
+    predicts), and each table's health sentence (the same words as `tracekit replay --nccl-tests`)."""
+    from pathlib import Path
+
+    from tracekit.present import health_sentence
+
+    files = []
+    for source in report.sources:
+        tables = []
+        for t in (t for t in report.tables if t.source == source):
+            rows = [r for r in report.rows if r.source == source and r.table == t.table and r.modelled
+                    and r.measured_us > 0]
+            tables.append({"table": t.table, "label": f"table {t.table}: {t.test or t.op}"[:MAX_NAME_CHARS],
+                           "op": t.op, "verdict": t.health.verdict, "sentence": health_sentence(t),
+                           "size_bytes": [r.size_bytes for r in rows],
+                           "size": [fmt_bytes(r.size_bytes) for r in rows],
+                           "measured": [r.timed_busbw for r in rows],
+                           "predicted": [r.predicted_busbw for r in rows]})
+        files.append({"file": Path(source).name or source, "tables": tables})
+    return {"topology": report.topology, "path": report.path, "files": files,
+            "findings": [f.text for f in report.findings]}
+
+
 def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
     """Per group of a `tracekit.hang.HangResult`: its verdict and status, each rank's last seq, and
     which ranks the verdict names (the same code and words as `tracekit hang`)."""
@@ -687,9 +721,13 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
     grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
-    is a field of the result, only averaged over steps and converted to ms and GB."""
-    if result is None or not result.scenarios:
+    is a field of the result, only averaged over steps and converted to ms and GB. A run the network
+    model does not apply to (a CPU/gloo run) gives only the finding that says so, as `not_modelled`."""
+    if result is None:
         return None
+    if not result.scenarios:
+        said = [c for c in result.cautions if c.kind == "cpu_backend"]
+        return {"not_modelled": said, "topology": result.topology} if said else None
     names = ["baseline"]
     for s in result.scenarios:
         label, i = str(s.scenario)[:MAX_NAME_CHARS], 2

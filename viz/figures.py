@@ -243,7 +243,12 @@ DASHES = ("dashed", "dotted", "dashdot")
 
 def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     """Step time per topology (in the order given, against the baseline, as `tracekit replay`
-    prints it), exposed communication per topology, and traced vs replayed per instance."""
+    prints it), exposed communication per topology, and traced vs replayed per instance; for a run the
+    network model does not apply to, the sentence that says so."""
+    if rd.get("not_modelled"):
+        text = "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in rd["not_modelled"])
+        text += "".join(f"<div class='note'>{_esc(f.text)}</div>" for f in rd.get("findings") or [])
+        return html_div(f"<h2>Replay</h2>{text}", width=width)
     topo = rd["topologies"]
     n = len(topo)
     labels = [f"{ms:.3f} ms ({d:+.1%})" for ms, d in zip(rd["step_ms"], rd["delta"], strict=True)]
@@ -459,7 +464,11 @@ def _placement_grid(grid: Mapping[str, Any], title: str, moved: set[int]) -> Any
 
 def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     """Scenario vs baseline step and exposed time, inter-host traffic by dim, EP load per rank,
-    placement grids, and the north-south transfers, from `viz.data.whatif_data`."""
+    placement grids, and the north-south transfers, from `viz.data.whatif_data`; for a run the network
+    model does not apply to, the sentence that says so."""
+    if wd.get("not_modelled"):
+        said = "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in wd["not_modelled"])
+        return html_div(f"<h2>What-if on {_esc(wd['topology'])}</h2>{said}", width=width)
     names = wd["names"]
     bar_w = width // 2 - 20
     err = wd.get("replay_error") or {}
@@ -512,3 +521,42 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     if notes:
         parts.append(html_div(f"<h3>Assumptions</h3><ul>{notes}</ul>", width=width))
     return column(*parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# nccl-tests: predicted against measured per file
+
+
+def microbench_figures(md: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
+    """Per nccl-tests file, busbw by size: measured (solid) and predicted on the topology (dashed), one
+    colour per table, with each table's health sentence above the plot."""
+    blocks: list[Any] = []
+    notes = "".join(f"<div class='note'>{_esc(t)}</div>" for t in md.get("findings") or [])
+    blocks.append(html_div(f"<h2>nccl-tests replayed on {_esc(md['topology'])}</h2>{notes}", width=width))
+    for f in md["files"]:
+        said = "".join(f"<div class='{'warn' if t['verdict'] == 'degraded' else 'note'}'>{_esc(t['sentence'])}</div>"
+                       for t in f["tables"])
+        blocks.append(html_div(f"<h3>{_esc(f['file'])}</h3>{said}", width=width))
+        p = figure(width=min(width, 1000), height=420, x_axis_type="log", y_axis_type="log",
+                   title=f"{f['file']}: busbw by size, measured (solid) and predicted (dashed)"[:160],
+                   x_axis_label="size (bytes)", y_axis_label="busbw (GB/s)", tools="box_zoom,wheel_zoom,reset,save")
+        style(p)
+        items = []
+        for i, t in enumerate(f["tables"]):
+            if not t["size_bytes"]:
+                continue
+            color = LINE_COLORS[i % len(LINE_COLORS)]
+            src = ColumnDataSource({"x": t["size_bytes"], "size": t["size"], "measured": t["measured"],
+                                    "predicted": t["predicted"], "table": [t["label"]] * len(t["size"])})
+            m = p.line("x", "measured", source=src, color=color, line_width=2)
+            ms = p.scatter("x", "measured", source=src, color=color, size=6)
+            q = p.line("x", "predicted", source=src, color=color, line_width=2, line_dash="dashed")
+            items.append(LegendItem(label=t["label"], renderers=[m, ms, q]))
+        p.add_tools(HoverTool(tooltips=[("table", "@table"), ("size", "@size"),
+                                        ("measured", "@measured{0,0.0} GB/s"),
+                                        ("predicted", "@predicted{0,0.0} GB/s")]))
+        if items:
+            p.add_layout(Legend(items=items, click_policy="hide", label_text_font_size="8pt",
+                                border_line_color=None), "right")
+        blocks.append(p)
+    return column(*blocks)

@@ -169,6 +169,7 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
                                 f"{rp['topologies'][0]}).")
         findings += rp["findings"]
+        findings += rp.get("not_modelled", [])
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}
 
@@ -234,3 +235,27 @@ def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[
                       merged_intervals=td.merged_finest if td else 0,
                       merged_full_view=td.merged_full_view if td else 0,
                       raw_intervals=td.raw_intervals if td else 0, tabs=list(data["tabs"]), notes=list(data["notes"]))
+
+
+def write_microbench_report(report: Any, out_path: str | os.PathLike[str], *, cdn: bool = False,
+                            width: int = WIDTH) -> ReportInfo:
+    """Write a standalone HTML page drawing an nccl-tests replay (`validate.MicrobenchReport`):
+    predicted against measured busbw per file, and each table's health."""
+    from bokeh.embed import file_html
+    from bokeh.resources import CDN, INLINE
+
+    from tracekit.replay.validate import MicrobenchReport
+    from tracekit.viz.figures import microbench_figures
+
+    if not isinstance(report, MicrobenchReport):
+        raise TypeError(f"report must be a MicrobenchReport, not {type(report).__name__}")
+    data = D.microbench_data(report)
+    text = file_html(microbench_figures(data, width=width), CDN if cdn else INLINE,
+                     title=f"tracekit nccl-tests: {Path(report.path).name or report.path}")
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return ReportInfo(path=out, size_bytes=out.stat().st_size, merged_intervals=0, merged_full_view=0,
+                      raw_intervals=0, tabs=["nccl-tests"])

@@ -78,3 +78,21 @@ def test_analyze_block_is_the_real_output(tmp_path):
     assert len(quoted) == 3 and res.stdout.splitlines()[1].strip()[2:] == quoted[0].strip()
     for finding in quoted:
         assert finding.strip() in printed
+
+
+def test_nccl_tests_health_block_is_the_real_output(tmp_path):
+    """The health verdict the README shows for the bundled degraded nccl-tests sample is what the
+    command prints, line for line (the last lines of its output)."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    command = next(line for line in text.splitlines() if line.startswith("tracekit replay --nccl-tests "))
+    args = [str(ROOT / a) if a.startswith("sample_traces/") else a for a in command.split()[1:]]
+    res = CliRunner().invoke(main, [*args, "--cache", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    block = _block_after(text, "it ends with the verdict")
+    got = [line.rstrip() for line in res.stdout.splitlines()]
+    assert got[-len(block):] == block
+    assert "degraded" in block[-1]

@@ -197,8 +197,8 @@ def check_every_tab(page: Page, name: str) -> None:
     for tab in page.tabs():
         page.show(tab)
         page.shot(f"{name}-{tab.lower()}")
-        if tab in ("Summary", "Hang"):
-            continue  # text only
+        if tab in ("Summary", "Hang") or (tab == "Replay" and name == "gloo"):
+            continue  # text only (a CPU/gloo run's Replay tab says the network model does not apply)
         drawn = [c for c in page.canvases() if c["colours"] > 3]
         assert drawn, f"{tab}: no canvas with content"
     assert page.text_problems() == []

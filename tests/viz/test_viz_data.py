@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from viz_runs import GLOO_TOPOLOGIES, SYNTH_TOPOLOGIES
+from viz_runs import SYNTH_TOPOLOGIES
 
 from tracekit.viz import data as D
 
@@ -199,11 +199,11 @@ def test_link_panels_label_their_own_links(synth) -> None:
         assert p["line"]["link"] == p["links"][0]
 
 
-def test_replay_data_follows_the_topology_order_and_the_cli(gloo) -> None:
-    rd = gloo.data["replay"]
-    assert rd["topologies"] == GLOO_TOPOLOGIES
+def test_replay_data_follows_the_topology_order_and_the_cli(synth) -> None:
+    rd = synth.data["replay"]
+    assert rd["topologies"] == SYNTH_TOPOLOGIES
     assert rd["delta"][0] == 0.0
-    steps = [float(np.mean(list(r.step_ns.values()))) / 1e6 for r in gloo.replay.results]
+    steps = [float(np.mean(list(r.step_ns.values()))) / 1e6 for r in synth.replay.results]
     assert rd["step_ms"] == pytest.approx(steps)
 
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from viz_runs import HOSTILE, SAMPLES
+from viz_runs import GLOO_TOPOLOGIES, HOSTILE, SAMPLES
 
 from tracekit.cli import main
 from tracekit.viz import report as R
@@ -31,7 +31,8 @@ def _strip_tags(html: str) -> str:
 
 def test_tabs_in_order_when_data_exists(synth, gloo, type_mismatch) -> None:
     assert synth.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay"]
-    assert gloo.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "Hang"]  # + FR dumps
+    # + FR dumps; a CPU/gloo run is not replayed on a GPU fabric: no replayed link samples, a Replay tab that says so
+    assert gloo.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Replay", "Hang"]
     assert type_mismatch.data["tabs"] == ["Summary", "EP", "Hang"]
 
 
@@ -138,7 +139,7 @@ def test_write_report_cdn_is_small(gloo, tmp_path) -> None:
 
 def test_cli_report_reads_the_stored_replay(gloo, tmp_path) -> None:
     out = cli("report", str(gloo.run.path), "-o", str(tmp_path / "out" / "r.html"))
-    assert re.match(r"wrote .*r\.html \(\d+\.\d MB; tabs: Summary, Timeline, Overlap, EP, Links, Replay, Hang\)", out)
+    assert re.match(r"wrote .*r\.html \(\d+\.\d MB; tabs: Summary, Timeline, Overlap, EP, Replay, Hang\)", out)
     assert "intervals" in out
 
 
@@ -151,7 +152,8 @@ def test_replay_quotes_the_analysis_step_time(gloo, synth) -> None:
     """One step time: the replay's traced step is the analysis' (first rank in to last rank out)."""
     import polars as pl
 
-    for p in (gloo, synth):
+    assert not gloo.replay.results  # a CPU/gloo run has no replayed steps
+    for p in (synth,):
         want = {str(s): ns for s, ns in pl.from_arrow(p.analysis.step_times).select("step", "step_ns").iter_rows()}
         for res in p.replay.results:
             assert res.traced_step_ns == pytest.approx(want)
@@ -213,15 +215,28 @@ def test_replay_of_a_partial_run_says_so(one_of_eight) -> None:
     assert partial[0].text.startswith("1 of 8 ranks present: the replay moves only their traffic")
 
 
-def test_replay_baseline_far_from_the_trace_is_a_caution(gloo) -> None:
-    """Regression: a baseline replay +29% off the traced step came with no caution. On the gloo
-    sample the replay of step 1 is more than 5% off: the Replay tab and the Summary say it."""
-    from tracekit.replay.engine import CAUTION_STEP
+def test_replay_baseline_far_from_the_trace_is_a_caution(two_of_128) -> None:
+    """Regression: a baseline replay +29% off the traced step came with no caution. On the real 2-rank
+    HTA trace the replay of step 551 is more than 5% off: the Replay tab and the Summary say it. (The
+    gloo sample showed it before; a CPU/gloo run is no longer replayed on a GPU fabric.)"""
+    from tracekit.replay.engine import CAUTION_STEP, replay_run
 
-    base = gloo.replay.results[0]
+    replay = replay_run(two_of_128.run.path, GLOO_TOPOLOGIES, write=False)
+    base = replay.results[0]
     off = {s for s, ns in base.step_ns.items() if abs(ns / base.traced_step_ns[s] - 1) > CAUTION_STEP}
-    said = {str(f.step) for f in gloo.replay.findings if f.data.get("reason") == "baseline_step"}
+    said = {str(f.step) for f in replay.findings if f.data.get("reason") == "baseline_step"}
     assert off and said == off
-    assert all(f.kind == "replay_caution" and f.severity == "warning" for f in gloo.replay.findings
+    assert all(f.kind == "replay_caution" and f.severity == "warning" for f in replay.findings
                if f.data.get("reason") == "baseline_step")
-    assert any("off the traced step" in f.text for f in gloo.data["replay"]["findings"])
+    data = R.build_report_data(two_of_128.run, analysis=two_of_128.analysis, replay=replay)
+    assert any("off the traced step" in f.text for f in data["replay"]["findings"])
+
+
+def test_cpu_gloo_run_says_the_network_model_does_not_apply(gloo) -> None:
+    """The gloo sample: the Replay tab and the Summary carry the replay's one `cpu_backend` finding,
+    and the tab draws no modelled times."""
+    [cpu] = [f for f in gloo.replay.findings if f.kind == "cpu_backend"]
+    assert gloo.data["replay"]["not_modelled"] == [cpu] and gloo.data["replay"]["topologies"] == []
+    assert cpu in gloo.data["summary"]["findings"]
+    html = R.render(gloo.data)
+    assert "CPU/gloo run" in html and "does not apply" in html

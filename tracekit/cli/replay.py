@@ -32,8 +32,10 @@ from tracekit.cli._common import echo, json_option, unsaved_note, user_errors
                    "instead of fitting on this one: the error is then out of sample.")
 @click.option("--no-write", is_flag=True, help="Do not store results/replay.json and link samples in the run.")
 @click.option("--nccl-tests", "nccl_tests", type=click.Path(exists=True, path_type=Path), default=None,
-              metavar="FILE", help="Replay each row of an nccl-tests output on --topology and compare "
-                                   "predicted with measured busbw (instead of a run).")
+              metavar="FILE|DIR", help="Replay each row of an nccl-tests output (or a folder of them) on "
+                                       "--topology, compare predicted with measured busbw and say per table "
+                                       "whether the run is healthy or degraded (instead of a run); --report "
+                                       "draws predicted against measured per file.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Also print dependency edges per rule, the error per op, fallbacks and unseen buckets.")
 @json_option
@@ -54,7 +56,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if not topologies and baseline is None:
         raise click.UsageError("give at least one --topology")
     if nccl_tests is not None:
-        _nccl_tests(nccl_tests, topologies[0] if topologies else str(baseline), cache, algo, as_json)
+        _nccl_tests(nccl_tests, topologies[0] if topologies else str(baseline), cache, algo, as_json, verbose,
+                    report_path)
         return
     if not paths:
         raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
@@ -81,7 +84,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             from tracekit.telemetry.compare import format_comparison as format_links
 
             click.echo(format_links(result.telemetry))
-        _physics_notes(topologies)
+        if result.results:
+            _physics_notes(topologies)
     if report_path is not None:
         try:
             from tracekit.viz.report import write_report
@@ -99,22 +103,20 @@ def _physics_notes(topologies: tuple[str, ...]) -> None:
         echo(f"note: {text}: {finding.text}")
 
 
-def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool) -> None:
+def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool, verbose: bool,
+                report_path: Path | None) -> None:
     import json
 
-    from tracekit.replay.hardware import describe_profile
-    from tracekit.replay.topology import parse_spec, physics_caps, with_gpu
-    from tracekit.replay.validate import format_microbench, replay_nccl_tests
+    from tracekit.present import nccl_tests_lines
+    from tracekit.replay.validate import nccl_tests_report
 
-    rows = replay_nccl_tests(path, topology, cache=cache, algo=algo)
-    spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
-    caps = physics_caps(spec)
+    report = nccl_tests_report(path, topology, cache=cache, algo=algo)
     if as_json:
-        click.echo(json.dumps({"topology": topology, "rows": [r.to_json() for r in rows],
-                               "findings": [f.to_json() for f in caps]}, indent=2))
-        return
-    for finding in caps:
-        echo(f"note: {finding.text}")
-    echo(f"nccl-tests {path.name} on {topology}:")
-    echo(describe_profile(spec))
-    echo(format_microbench(rows))
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        echo("\n".join(nccl_tests_lines(report, verbose=verbose)))
+    if report_path is not None:
+        from tracekit.viz.report import write_microbench_report
+
+        info = write_microbench_report(report, report_path)
+        click.echo(f"report: {info.path}")

@@ -34,6 +34,7 @@ from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
 from tracekit.replay import _kernels, hardware
 from tracekit.replay import dependencies as deps
+from tracekit.replay.backend import cpu_backend
 from tracekit.replay.calibration import (
     Calibration,
     ReplayErrors,
@@ -706,6 +707,9 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     device = traced_device(tables)
     specs = [with_gpu(_spec(t), device) for t in topologies]
     base_spec = with_gpu(_spec(baseline_of(topologies, baseline)), device)
+    cpu = cpu_backend(tables)
+    if cpu is not None:
+        return _not_modelled(tables, cpu)
     ordered = [base_spec] + [s for s in specs if s != base_spec]
     names = _unique_names(ordered)
     prep = _prepare(tables, placement=placement)
@@ -742,6 +746,16 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity, results))
+
+
+def _not_modelled(tables: Mapping[str, pa.Table], finding: Finding) -> ReplayResult:
+    """The replay of a run the network model does not apply to (`backend.cpu_backend`): no topology
+    results and no calibration, only the finding and the identity check, which needs no network."""
+    try:
+        ident: Identity | None = identity(tables)
+    except ReplayError:
+        ident = None
+    return ReplayResult(topologies=[], results=[], baseline="", efficiency={}, identity=ident, findings=[finding])
 
 
 def baseline_of(topologies: Sequence[str | TopologySpec],
@@ -1162,10 +1176,10 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
             origin = pa.compute.cast(old.column("origin"), pa.string())
             keep = pa.compute.invert(pa.compute.fill_null(pa.compute.starts_with(origin, "replay:"), False))
             old = old.filter(keep)
-        merged = pa.concat_tables([schema.conform("link_samples", old), result.link_samples()],
-                                  promote_options="permissive")
+        replayed = [result.link_samples()] if result.results else []
+        merged = pa.concat_tables([schema.conform("link_samples", old), *replayed], promote_options="permissive")
         run.write_table("link_samples", merged)
-    if run.has("counters"):
+    if run.has("counters") and result.results:
         from tracekit.telemetry.compare import compare_links, compare_run
 
         baseline_name = result.baseline

@@ -11,17 +11,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from tracekit import schema
 from tracekit.errors import InputError, TracekitError
+from tracekit.finding import Finding
 from tracekit.replay import hardware
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import route, simulate
 from tracekit.replay.topology import TopologySpec, build, parse_spec, with_gpu
+from tracekit.results import Result, to_builtins
 
 
 class ReplayError(TracekitError):
@@ -29,6 +35,13 @@ class ReplayError(TracekitError):
 
 
 LATENCY_BOUND_BYTES = 64 * 2**20  # below this a row is reported as latency-bound, not scored
+#: A table whose measured busbw at large sizes is below this fraction of the model's is degraded.
+DEGRADED_BELOW = 0.5
+#: Without rows of 64 MiB and up, the health of a table rests on this many of its largest sizes.
+LARGEST_SIZES = 3
+MIB = 2**20
+#: Size bands of the error table: (name, smallest, largest size in bytes), nccl-tests sizes inclusive.
+BANDS = (("<= 1 MiB", 0, MIB), ("1-64 MiB", MIB + 1, 64 * MIB - 1), (">= 64 MiB", 64 * MIB, 2**62))
 
 # nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md): busbw = algbw x factor(n).
 _BUS_FACTOR = {
@@ -58,6 +71,10 @@ class MicrobenchRow:
     proto: str
     channels: int
     latency_bound: bool
+    source: str = ""  # the nccl-tests file the row was read from
+    table: int = 0  # index of its table (one test's sweep) in that file
+    test: str = ""  # the test binary, e.g. all_reduce_perf
+    modelled: bool = True  # False when the model has no flows and no latency for the op (nothing predicted)
     gpu: str = ""  # the hardware profile the row was replayed with (hardware.GPUS)
 
     @property
@@ -65,11 +82,26 @@ class MicrobenchRow:
         """predicted / measured busbw - 1."""
         return self.predicted_busbw / self.measured_busbw - 1.0 if self.measured_busbw > 0 else math.nan
 
+    @property
+    def timed_busbw(self) -> float:
+        """The measured busbw from the time (nccl-tests prints it with two decimals: 0.00 at small sizes)."""
+        return self.size_bytes / self.measured_us / 1000.0 * busbw_factor(self.op, self.nranks)
+
+    @property
+    def time_error(self) -> float:
+        """measured / predicted time - 1: the busbw error from the times, so rows nccl-tests prints as
+        0.00 GB/s are scored too (NaN for a row the model does not predict)."""
+        if not self.modelled or self.predicted_us <= 0 or self.measured_us <= 0:
+            return math.nan
+        return self.measured_us / self.predicted_us - 1.0
+
     def to_json(self) -> dict[str, object]:
-        return {"op": self.op, "size_bytes": self.size_bytes, "measured_busbw": self.measured_busbw,
+        return {"source": self.source, "table": self.table, "test": self.test, "op": self.op,
+                "size_bytes": self.size_bytes, "measured_busbw": self.measured_busbw,
                 "predicted_busbw": self.predicted_busbw, "measured_us": self.measured_us,
                 "predicted_us": self.predicted_us, "algo": self.algo, "proto": self.proto,
-                "channels": self.channels, "latency_bound": self.latency_bound, "gpu": self.gpu}
+                "channels": self.channels, "latency_bound": self.latency_bound, "modelled": self.modelled,
+                "gpu": self.gpu}
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -95,8 +127,9 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
     table = schema.conform("microbench", microbench)
     if table.num_rows == 0:
         raise ReplayError("the microbench table has no rows (no nccl-tests output was read)")
-    spec = with_gpu(parse_spec(topology), sweep_device(table))
+    given = parse_spec(topology)
     rows = table.to_pylist()
+    devices = _devices_by_source(rows)
     out: list[MicrobenchRow] = []
     built: dict[tuple[int, int], object] = {}
     for row in rows:
@@ -106,14 +139,20 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         measured_us = row["oop_time_us"]
         if not op or n < 1 or size is None or measured_us is None:
             continue
+        spec = with_gpu(given, devices.get(row.get("source")))
         per_host = int(row["ranks_per_host"] or min(n, spec.gpus))
         hosts = int(row["hosts"] or math.ceil(n / per_host))
-        key = (hosts, per_host)
+        key = (hosts, per_host, spec.gpu)
         if key not in built:
             sized = spec if spec.hosts else spec.replace(hosts=hosts)
+            where = f"{row['source']}: " if row.get("source") else ""
             if per_host > sized.gpus:
-                raise ReplayError(f"the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
+                raise ReplayError(f"{where}the sweep runs {per_host} ranks per host; topology {spec.name!r} has "
                                   f"{sized.gpus} GPUs per host")
+            if hosts * per_host > sized.hosts * sized.gpus:
+                raise ReplayError(f"{where}the sweep runs on {hosts} hosts x {per_host} ranks; topology "
+                                  f"{spec.name!r} has {sized.hosts} hosts x {sized.gpus} GPUs (leave hosts= out "
+                                  "to size it to each sweep)")
             built[key] = build(sized)
         topo = built[key]
         gpu_of_rank = np.array([(r // per_host) * topo.spec.gpus + r % per_host for r in range(n)])
@@ -128,6 +167,7 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         else:
             transfer = 0.0
         predicted_ns = transfer * float(dec.fill[0]) + float(dec.latency_ns[0])
+        modelled = predicted_ns > 0
         predicted_us = max(predicted_ns / 1000.0, 1e-9)
         factor = busbw_factor(op, n)
         out.append(MicrobenchRow(
@@ -137,31 +177,32 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
             predicted_busbw=size / predicted_us / 1000.0 * factor,
             algo=plan.algo if plan else "p2p", proto=plan.proto if plan else "Simple",
             channels=plan.channels if plan else 1, latency_bound=size < LATENCY_BOUND_BYTES,
-            gpu=topo.spec.gpu))
+            source=str(row.get("source") or ""), table=int(row.get("run") or 0), test=str(row.get("test") or ""),
+            modelled=modelled, gpu=topo.spec.gpu))
     return out
 
 
-def sweep_device(microbench: pa.Table) -> str | None:
-    """The GPU the sweep ran on, from nccl-tests' device lines (the first named), or None."""
-    if "devices" not in microbench.column_names:
-        return None
-    for devices in microbench.column("devices").to_pylist():
-        for device in devices or ():
+def _devices_by_source(rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """Per nccl-tests file, the first device line naming a GPU a profile knows."""
+    found: dict[Any, str] = {}
+    for row in rows:
+        if row.get("source") in found:
+            continue
+        for device in row.get("devices") or ():
             if device and hardware.gpu_from_device(device):
-                return str(device)
-    return None
-
-
-def sweep_spec(microbench: pa.Table, topology: str | TopologySpec) -> TopologySpec:
-    """The spec a sweep is replayed on: the given one, with the GPU profile the sweep's devices name
-    where the spec names none."""
-    return with_gpu(parse_spec(topology), sweep_device(schema.conform("microbench", microbench)))
+                found[row.get("source")] = str(device)
+                break
+    return found
 
 
 def format_microbench(rows: list[MicrobenchRow]) -> str:
     """A table of predicted vs measured busbw per size."""
     lines = [f"{'op':<15}{'size':>12}{'measured':>11}{'predicted':>11}{'error':>8}  algo/proto"]
     for r in rows:
+        if not r.modelled:
+            lines.append(f"{r.op:<15}{_size(r.size_bytes):>12}{r.measured_busbw:>10.1f} {'-':>10}{'-':>8}  "
+                         "not modelled")
+            continue
         err = f"{r.error:+.0%}" if math.isfinite(r.error) else "-"
         lines.append(f"{r.op:<15}{_size(r.size_bytes):>12}{r.measured_busbw:>10.1f} {r.predicted_busbw:>10.1f}"
                      f"{err:>8}  {r.algo}/{r.proto}{'  (latency-bound)' if r.latency_bound else ''}")
@@ -186,3 +227,141 @@ def replay_nccl_tests(path: str | os.PathLike[str], topology: str | TopologySpec
     if not run.has("microbench"):
         raise InputError(path, "no nccl-tests rows were read (the run has no microbench table)")
     return replay_microbench(run.table("microbench"), topology, algo=algo)
+
+
+# ------------------------------------------------------------------------------------------
+# Health of a measured run: one verdict per nccl-tests table, and the error by file, op and band
+
+
+Verdict = Literal["healthy", "degraded", "unknown"]
+
+
+class Health(Result, frozen=True, kw_only=True):
+    """How a table's measured busbw compares with the model at its large sizes.
+
+    `measured_over_predicted` is the median over those rows of measured / predicted busbw (from the
+    times); below `DEGRADED_BELOW` the run is `degraded`. `unknown` when the model predicts no row.
+    """
+
+    verdict: Verdict
+    measured_over_predicted: float | None
+    measured_busbw: float | None  # median over the rows scored, GB/s
+    predicted_busbw: float | None
+    sizes: str  # which rows were scored: ">= 64 MiB", or "the 3 largest sizes"
+    rows: int
+
+
+class BenchTable(Result, frozen=True, kw_only=True):
+    """One nccl-tests table (one test's sweep: a (source, run, test) block of `microbench`)."""
+
+    source: str
+    table: int
+    test: str
+    op: str
+    nranks: int
+    health: Health
+
+
+class ErrorBand(Result, frozen=True, kw_only=True):
+    """The busbw error (predicted / measured - 1, from the times) of one file, op and size band."""
+
+    source: str
+    op: str
+    band: str
+    rows: int
+    median_abs_error: float
+    median_error: float
+    worst_error: float
+
+
+@dataclass(frozen=True)
+class MicrobenchReport:
+    """nccl-tests outputs replayed on a topology: every row, a health verdict per table, the error
+    by file, op and size band, and the physics caps that bind on the topology."""
+
+    topology: str
+    path: str
+    rows: tuple[MicrobenchRow, ...]
+    tables: tuple[BenchTable, ...]
+    bands: tuple[ErrorBand, ...]
+    findings: tuple[Finding, ...] = field(default=())
+    profiles: tuple[str, ...] = field(default=())  # the hardware profile(s) the rows ran with, one line each
+
+    @property
+    def sources(self) -> list[str]:
+        """The files read, in the order their rows came."""
+        return list(dict.fromkeys(r.source for r in self.rows))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topology": self.topology, "path": self.path, "rows": [r.to_json() for r in self.rows],
+                "tables": [to_builtins(t) for t in self.tables], "bands": [to_builtins(b) for b in self.bands],
+                "findings": [f.to_json() for f in self.findings], "profiles": list(self.profiles)}
+
+
+def table_health(rows: Sequence[MicrobenchRow]) -> Health:
+    """The verdict on one table from its rows at the large sizes (>= 64 MiB, else its largest sizes),
+    where bandwidth, not latency, sets the time and the model is closest to NCCL."""
+    scored = [r for r in rows if r.modelled and r.measured_us > 0 and r.predicted_us > 0]
+    large = [r for r in scored if r.size_bytes >= LATENCY_BOUND_BYTES]
+    sizes = ">= 64 MiB"
+    if not large and scored:
+        biggest = sorted({r.size_bytes for r in scored})[-LARGEST_SIZES:]
+        large = [r for r in scored if r.size_bytes in biggest]
+        sizes = f"the {len(biggest)} largest sizes" if len(biggest) > 1 else "the largest size"
+    if not large:
+        return Health(verdict="unknown", measured_over_predicted=None, measured_busbw=None, predicted_busbw=None,
+                      sizes="", rows=0)
+    ratio = statistics.median(r.predicted_us / r.measured_us for r in large)
+    measured = statistics.median(r.timed_busbw for r in large)
+    predicted = statistics.median(r.predicted_busbw for r in large)
+    return Health(verdict="degraded" if ratio < DEGRADED_BELOW else "healthy", measured_over_predicted=ratio,
+                  measured_busbw=measured, predicted_busbw=predicted, sizes=sizes, rows=len(large))
+
+
+def bench_tables(rows: Sequence[MicrobenchRow]) -> list[BenchTable]:
+    """One `BenchTable` per (source, table, test) block, in the order of the rows."""
+    blocks: dict[tuple[str, int, str], list[MicrobenchRow]] = {}
+    for r in rows:
+        blocks.setdefault((r.source, r.table, r.test), []).append(r)
+    return [BenchTable(source=source, table=table, test=test, op=part[0].op, nranks=part[0].nranks,
+                       health=table_health(part)) for (source, table, test), part in blocks.items()]
+
+
+def error_bands(rows: Sequence[MicrobenchRow]) -> list[ErrorBand]:
+    """The error of the modelled rows by file, op and size band (`BANDS`), in the order of the rows."""
+    out = []
+    keys = dict.fromkeys((r.source, r.op) for r in rows if r.modelled)
+    for source, op in keys:
+        for band, low, high in BANDS:
+            errors = [e for r in rows if r.source == source and r.op == op and low <= r.size_bytes <= high
+                      and math.isfinite(e := r.time_error)]
+            if errors:
+                out.append(ErrorBand(source=source, op=op, band=band, rows=len(errors),
+                                     median_abs_error=statistics.median(abs(e) for e in errors),
+                                     median_error=statistics.median(errors), worst_error=max(errors, key=abs)))
+    return out
+
+
+def microbench_report(rows: Sequence[MicrobenchRow], topology: str, *, path: str = "",
+                      findings: Sequence[Finding] = ()) -> MicrobenchReport:
+    """Rows replayed by `replay_microbench`, with their tables' health and the error bands."""
+    given = parse_spec(topology)
+    profiles = tuple(dict.fromkeys(hardware.describe_profile(with_gpu(given, r.gpu or None)) for r in rows))
+    return MicrobenchReport(topology=topology, path=path, rows=tuple(rows), tables=tuple(bench_tables(rows)),
+                            bands=tuple(error_bands(rows)), findings=tuple(findings), profiles=profiles)
+
+
+def nccl_tests_report(path: str | os.PathLike[str], topology: str, *, cache: str | os.PathLike[str] | None = None,
+                      algo: str = "auto") -> MicrobenchReport:
+    """An nccl-tests output file, or a folder of them, replayed on `topology`: `microbench_report`
+    plus the physics caps that bind on the topology."""
+    from tracekit.replay.topology import physics_caps
+
+    rows = replay_nccl_tests(path, topology, cache=cache, algo=algo)
+    spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
+    return microbench_report(rows, topology, path=os.fspath(path), findings=physics_caps(spec))
+
+
+def is_folder(report: MicrobenchReport) -> bool:
+    """Whether the report covers several files (then the error table by file replaces the rows)."""
+    return len(report.sources) > 1 or Path(report.path).is_dir()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracekit.replay.backend import cpu_backend
 from tracekit.store import Run
 from tracekit.whatif.core import (
     DEFAULT_TOPOLOGY,
@@ -18,6 +19,7 @@ from tracekit.whatif.core import (
     WhatIfError,
     WhatIfResult,
     as_int,
+    load_tables,
     make_baseline,
     parse_params,
 )
@@ -94,7 +96,12 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
     parsed = [parse_scenario(s) if isinstance(s, str) else s for s in scenarios]
     if not parsed:
         raise WhatIfError("give at least one scenario")
-    base = make_baseline(source, topology, **replay_options)
+    tables = load_tables(source)
+    cpu = cpu_backend(tables)
+    if cpu is not None:
+        return WhatIfResult(topology=topology, baseline_step_ns={}, baseline_exposed_ns={}, replay_error=None,
+                            scenarios=[], cautions=[cpu])
+    base = make_baseline(tables, topology, **replay_options)
     results = [run_scenario(base, s, expert_loads=expert_loads) for s in parsed]
     return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
                         baseline_exposed_ns=dict(base.result.exposed_ns),
