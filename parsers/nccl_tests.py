@@ -46,11 +46,12 @@ FORMAT = "nccl_tests"
 PARSER_VERSION = "1"
 MAX_JSON_BYTES = 256 << 20
 
-#: Binary name -> collective (the `op` vocabulary of `collectives`).
+#: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
+#: ring of pairs in which every rank sends to the next and receives from the previous at once).
 TEST_OPS = {
     "all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",
     "alltoall_perf": "all_to_all", "alltoallv_perf": "all_to_all", "broadcast_perf": "broadcast",
-    "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "sendrecv_perf": "other",
+    "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "sendrecv_perf": "sendrecv",
     "hypercube_perf": "other",
 }
 #: nccl-tests type names (current and pre-2.x builds) -> bytes per element.
