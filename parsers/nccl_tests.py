@@ -43,7 +43,7 @@ from tracekit.parsers._stream import ByteStream, value_end
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_tests"
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"  # 2: sendrecv_perf rows are op sendrecv
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'

@@ -38,6 +38,7 @@ _BUS_FACTOR = {
     "reduce": lambda n: 1.0,
     "send": lambda n: 1.0,
     "recv": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
 }
 
 
@@ -75,8 +76,14 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def _instance(op: str, size: float, n: int, ranks_per_host: int) -> Instance:
+    """The call one row times. nccl-tests' sendrecv is a ring of pairs: every rank sends `size`
+    to the next and receives as much from the previous one at once (src/sendrecv.cu), and the
+    reported time is the ranks' mean, which the slowest pair sets (every rank waits on its
+    predecessor each iteration)."""
     ranks = list(range(n))
-    if op in ("send", "recv", "sendrecv"):
+    if op == "sendrecv":
+        return Instance(0, "sendrecv", ranks, size)
+    if op in ("send", "recv"):
         peer = ranks_per_host % n if n > ranks_per_host else (1 % n)
         return Instance(0, "send", [0, peer], size, src=0, dst=peer)
     return Instance(0, op, ranks, size, root=0)  # nccl-tests' size is this package's S
