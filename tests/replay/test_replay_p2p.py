@@ -14,7 +14,7 @@ import pytest
 
 from tracekit.replay import tuning
 from tracekit.replay.decompose import Instance, decompose_plan
-from tracekit.replay.simulate import route, simulate
+from tracekit.replay.simulate import Flows, route, simulate
 from tracekit.replay.topology import build, parse_spec
 from tracekit.replay.validate import busbw_factor, replay_microbench
 
@@ -45,6 +45,35 @@ def _table(op: str, n: int, per_host: int, rows: list[tuple[int, float]]) -> pa.
 
 def _median_abs(errors: list[float]) -> float:
     return float(np.median(np.abs(errors)))
+
+
+# ---- the per-flow rate limit -------------------------------------------------------------------
+
+def test_rate_limited_flow_leaves_the_rest_of_a_nic_to_its_neighbour():
+    """Two flows leave GPU 0's 50 GB/s NIC (400G); one is limited to 14 GB/s (one p2p channel):
+    it takes S / 14, the other gets the remaining 36 until the first ends, then all 50. The naive
+    simulator on the same extended resources agrees (the limit is a resource private to its flow)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from naive import simulate_naive
+
+    from tracekit.replay.simulate import with_rate_limits
+
+    topo = build(parse_spec("rail-optimized:hosts=2,gpus=1,nic_gbps=400,latency_ns=0"))
+    S = 14e6
+    flows = Flows.from_lists([0, 0], [1, 1], [S, 3 * S], max_gbs=[14.0, np.inf], channel=[0, 1])
+    indptr, ids = route(topo, flows)
+    finish = simulate(topo, indptr, ids, flows).finish
+    t0 = S / 14.0
+    assert finish[0] == pytest.approx(t0, rel=1e-6)
+    assert finish[1] == pytest.approx(t0 + (3 * S - 36.0 * t0) / 50.0, rel=1e-6)
+    ip2, ids2, cap2, lat2 = with_rate_limits(indptr, ids, flows.max_gbs, topo.cap, topo.res_latency)
+    assert ids2.size == ids.size + 1 and cap2[-1] == 14.0
+    naive = simulate_naive(ip2, ids2, flows.nbytes, flows.release, flows.lat_mult, cap2, lat2)
+    np.testing.assert_allclose(finish, naive, rtol=1e-9)
+    unlimited = Flows.from_lists([0, 0], [1, 1], [S, 3 * S], channel=[0, 1])
+    assert simulate(topo, indptr, ids, unlimited).finish[0] == pytest.approx(2 * S / 50.0, rel=1e-6)
 
 
 # ---- NCCL's rules, by hand ---------------------------------------------------------------------
