@@ -6,7 +6,8 @@ a ring or tree across hosts spreads over all NICs. The algorithm and protocol of
 from the trace when known, else from NCCL's tuning rule (`tuning.select`). Byte counts per flow
 are in docs/replay.md. All flows of an instance are released together at the instance start; a
 pipelined algorithm's step count goes into the latency multiplier and its pipeline fill into
-`Decomposition.fill`.
+`Decomposition.fill`. Point-to-point (send/recv, all-to-all) runs on NCCL's p2p channels, one
+rate-limited flow per channel (`tuning.p2p_channels_per_peer`, docs/replay.md section 3.5).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ RING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "barrier")
 
 @dataclass
 class Instance:
-    """One collective call across its participants (global ranks in group order)."""
+    """One collective call across its participants (global ranks in group order). `op` is a
+    collective's, or `sendrecv` (nccl-tests: every rank sends `nbytes` to the next rank at once)."""
 
     key: int
     op: str
