@@ -241,6 +241,7 @@ MICROBENCH = _schema("microbench", [
     pa.field("ip_i_max_us", pa.float64()),
     pa.field("ip_i_p99_us", pa.float64()),
     pa.field("ip_i_cv_pct", pa.float64()),
+    pa.field("tests_version", pa.string()),
 ])
 
 LOG_MESSAGES = _schema("log_messages", [

@@ -105,6 +105,7 @@ def test_real_sendrecv_rows_are_op_sendrecv(tmp_path: Path) -> None:
     assert [r["size_bytes"] for r in sendrecv] == sizes and len(sizes) == 10
     assert {r["op"] for r in sendrecv} == {"sendrecv"}
     assert "other" not in {r["op"] for r in rows}
+    assert {(r["tests_version"], r["nccl_version"]) for r in rows} == {("2.17.8", "2.29.2")}
 
 
 def test_real_rows_infer_all_reduce_without_a_name(real_file: Path, tmp_path: Path) -> None:

@@ -145,6 +145,18 @@ def test_sendrecv_ten_h100_hosts_within_15_percent():
     assert busbw_factor("sendrecv", 80) == 1.0
 
 
+def test_sendrecv_on_nccl_2_30_keeps_four_channels_per_network_peer():
+    """nccl-tests 2.18.3+ built on NCCL 2.30 declares 2 p2p peers for sendrecv (maxP2pPeers), so
+    the 4 channels per network peer are not halved: 4 x 14 GB/s exceeds a 400G NIC, which binds.
+    The xxrjun run (nccl-tests 2.17.8, NCCL 2.29.2) keeps the halving."""
+    rows = [dict(op="sendrecv", size_bytes=1 << 30, nranks=80, ranks_per_host=8, hosts=10, oop_time_us=70_000.0,
+                 oop_busbw=None, nccl_version=nccl, tests_version=tests)
+            for nccl, tests in (("2.30.7", "2.19.6"), ("2.29.2", "2.17.8"), ("2.30.7", "2.17.8"))]
+    new, old, old_tests = replay_microbench(pa.Table.from_pylist(rows), N10_SPEC)
+    assert new.predicted_busbw == pytest.approx(50.0, rel=0.03)
+    assert old.predicted_busbw == pytest.approx(14.0, rel=0.02) == old_tests.predicted_busbw
+
+
 def test_sendrecv_is_a_ring_of_sends():
     """nccl-tests' sendrecv: rank r sends S to r+1 (src/sendrecv.cu), every rank at once."""
     topo = build(parse_spec("rail-optimized:hosts=2,gpus=4,nic_gbps=400"))

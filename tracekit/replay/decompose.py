@@ -53,6 +53,7 @@ class Instance:
     splits: Mapping[int, Sequence[float]] = field(default_factory=dict)
     group: str | None = None
     proto: str | None = None
+    max_p2p_peers: int | None = None  # NCCL 2.30's maxP2pPeers of the comm; None: its size
 
 
 class _Acc:
@@ -188,7 +189,8 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
                 continue
             comm = ranks if len(ranks) >= 2 else [inst.src, inst.dst]
             shape = tuning.shape_of(topology, [gpu(r) for r in comm], n_ranks=len(comm))
-            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""))
+            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""),
+                                               max_peers=inst.max_p2p_peers)
             senders, receivers = (np.array([gpu(r) for r in side]) for side in zip(*pairs, strict=True))
             plans[idx], latency[idx] = _p2p(acc, senders, receivers, np.full(len(pairs), float(inst.nbytes)), spec,
                                             shape, p2p, key=k, peers=1, proto=proto)
@@ -198,7 +200,8 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
         gpus = np.array([gpu(r) for r in ranks], np.int64)
         if op == "all_to_all":
             shape = tuning.shape_of(topology, gpus.tolist(), n_ranks=n)
-            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""))
+            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""),
+                                               max_peers=inst.max_p2p_peers)
             plans[idx], latency[idx] = _all_to_all(acc, inst, ranks, gpus, spec, shape, p2p, proto=proto)
             continue
         if op in ("gather", "scatter"):
