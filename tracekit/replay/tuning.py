@@ -473,8 +473,8 @@ def p2p_channels_per_peer(topology: Topology | TopologySpec, shape: Shape, *, ch
     p2p_ch = _pow2_up(min(n_ch, P2P_MAX_CHANNELS))
     if shape.n_nodes > 1:
         link, least = "net", _net_channels_per_peer(spec)
-        if shape.ppn > 1 and shape.nvlink:
-            least = min(least, 2 * max(1, int(shape.intra_gbs / NVLINK_PER_LINK_GBS)))
+        if shape.ppn > 1:  # peers in the same domain too
+            least = min(least, 2 * max(1, int(shape.intra_gbs / NVLINK_PER_LINK_GBS)) if shape.nvlink else 2)
     elif shape.nvlink:
         link, least = "nvlink", 2 * max(1, int(shape.intra_gbs / NVLINK_PER_LINK_GBS))
     else:
