@@ -32,7 +32,7 @@ from tracekit.replay.simulate import (
     MODE_SPINE_UP,
     Flows,
 )
-from tracekit.replay.topology import Topology
+from tracekit.replay.topology import Topology, TopologySpec
 
 RING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "barrier")
 
@@ -336,7 +336,7 @@ def _p2p_pairs(inst: Instance, ranks: list[int]) -> list[tuple[int, int]]:
     return [(inst.src, inst.dst)]
 
 
-def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: Any, shape: tuning.Shape,
+def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: TopologySpec, shape: tuning.Shape,
          p2p: tuning.P2pChannels, *, key: int, peers: int, proto: str = "auto") -> tuple[tuning.Plan, float]:
     """Flows of p2p sends (source GPUs, destination GPUs, bytes), as NCCL runs them: each send is
     split over the channels NCCL gives an operation of its size (`P2pChannels.op_channels`), one
@@ -346,8 +346,7 @@ def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: 
     src, dst, nbytes = (np.asarray(a) for a in (src, dst, nbytes))
     keep = (src != dst) & (nbytes > 0)
     src, dst, nbytes = src[keep].astype(np.int64), dst[keep].astype(np.int64), nbytes[keep].astype(np.float64)
-    same_domain = (src // spec.domain == dst // spec.domain) & (spec.domain > 1)
-    link = np.where(same_domain, 0, np.where(src // spec.gpus == dst // spec.gpus, 1, 2))
+    link = tuning.p2p_links(spec, src, dst)
     n_op = p2p.op_channels(nbytes, shape.n_nodes)
     forced = tuning.normalize_proto(proto)
     ll = nbytes <= n_op * tuning.P2P_LL_THRESHOLD if forced not in ("LL", "Simple") else np.full(
@@ -355,12 +354,12 @@ def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: 
     if src.size:
         total = int(n_op.sum())
         first = np.cumsum(n_op) - n_op
-        rate = np.array([tuning.p2p_channel_gbs(name) for name in _P2P_LINKS])[link]
+        rate = np.array([tuning.p2p_channel_gbs(name) for name in tuning.P2P_LINKS])[link]
         acc.add(np.repeat(src, n_op), np.repeat(dst, n_op), np.repeat(nbytes / np.where(ll, 0.5, 1.0) / n_op, n_op),
                 channel=np.arange(total) - np.repeat(first, n_op), key=key, max_gbs=np.repeat(rate, n_op))
-    latency_us = max((tuning.p2p_latency_us("LL" if a else "Simple", _P2P_LINKS[b], peers=peers, op_channels=int(c),
-                                            p2p=p2p) for a, b, c in set(zip(ll.tolist(), link.tolist(), n_op.tolist(),
-                                                                            strict=True))), default=0.0)
+    kinds = set(zip(ll.tolist(), link.tolist(), n_op.tolist(), strict=True))
+    latency_us = max((tuning.p2p_latency_us("LL" if is_ll else "Simple", tuning.P2P_LINKS[i], peers=peers,
+                                            op_channels=c, p2p=p2p) for is_ll, i, c in kinds), default=0.0)
     proto = "LL" if src.size and ll.all() else "Simple"
     plan = tuning.Plan(algo="p2p", proto=proto, channels=int(n_op.max(initial=1)), depth=1,
                        chunk_bytes=float(p2p.chunk_bytes), efficiency=0.5 if proto == "LL" else 1.0,
@@ -368,10 +367,8 @@ def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: 
     return plan, latency_us * 1000.0
 
 
-_P2P_LINKS = ("nvlink", "pci", "net")
-
-
-def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, spec: Any, shape: tuning.Shape,
+def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, spec: TopologySpec,
+                shape: tuning.Shape,
                 p2p: tuning.P2pChannels, *, proto: str = "auto") -> tuple[tuning.Plan, float]:
     """Every rank sends its split to every other rank at once (grouped sends, `_p2p`); the latency
     counts each rank's n-1 peers against the comm's p2p channels."""

@@ -440,14 +440,15 @@ def _pow2_up(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def p2p_link(spec: TopologySpec, src_gpu: int, dst_gpu: int) -> str:
-    """How NCCL reaches `dst_gpu` from `src_gpu`: "nvlink" in one NVLink domain, "pci" on one
-    host without NVLink, else "net"."""
-    if src_gpu // spec.domain == dst_gpu // spec.domain and spec.domain > 1:
-        return "nvlink"
-    if src_gpu // spec.gpus == dst_gpu // spec.gpus:
-        return "pci"
-    return "net"
+P2P_LINKS = ("nvlink", "pci", "net")
+
+
+def p2p_links(spec: TopologySpec, src_gpus: np.ndarray, dst_gpus: np.ndarray) -> np.ndarray:
+    """How NCCL reaches each destination GPU from its source GPU, as an index into P2P_LINKS:
+    NVLink in one NVLink domain, PCIe on one host without NVLink, else the network."""
+    src, dst = np.asarray(src_gpus, np.int64), np.asarray(dst_gpus, np.int64)
+    same_domain = (src // spec.domain == dst // spec.domain) & (spec.domain > 1)
+    return np.where(same_domain, 0, np.where(src // spec.gpus == dst // spec.gpus, 1, 2))
 
 
 def _net_channels_per_peer(spec: TopologySpec) -> int:
@@ -520,7 +521,7 @@ def p2p_latency_us(proto: str, link: str, *, peers: int = 1, op_channels: int = 
     once per round of operations a channel runs in sequence (8 per batch: with `peers` peers of
     `op_channels` channels each over the comm's p2p channels)."""
     p = PROTOS.index(proto)
-    hop = HW_LATENCY_US["nvlink" if link == "nvlink" else link]["ring"][p]
+    hop = HW_LATENCY_US[link]["ring"][p]
     rounds = 1
     if p2p is not None and peers > 0:
         rounds = max(1, math.ceil(peers * op_channels / (p2p.channels * P2P_PER_BATCH)))
