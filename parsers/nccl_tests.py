@@ -43,14 +43,15 @@ from tracekit.parsers._stream import ByteStream, value_end
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_tests"
-PARSER_VERSION = "1"
+PARSER_VERSION = "3"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version
 MAX_JSON_BYTES = 256 << 20
 
-#: Binary name -> collective (the `op` vocabulary of `collectives`).
+#: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
+#: ring of pairs in which every rank sends to the next and receives from the previous at once).
 TEST_OPS = {
     "all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",
     "alltoall_perf": "all_to_all", "alltoallv_perf": "all_to_all", "broadcast_perf": "broadcast",
-    "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "sendrecv_perf": "other",
+    "reduce_perf": "reduce", "gather_perf": "gather", "scatter_perf": "scatter", "sendrecv_perf": "sendrecv",
     "hypercube_perf": "other",
 }
 #: nccl-tests type names (current and pre-2.x builds) -> bytes per element.
@@ -143,6 +144,7 @@ class _Run:
     warmup_iters: int | None = None
     graph: int | None = None
     nccl_version: str | None = None
+    tests_version: str | None = None
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
     seen_header: bool = False
 
@@ -202,6 +204,7 @@ class TableReader:
         self._table_rows = 0
         self._table_start = 0
         self._prelude_test: str | None = None
+        self._next_versions: tuple[str | None, str | None] | None = None  # read after a run: the next run's
         self.time_kind = "time"
 
     # -- lines ---------------------------------------------------------------------------------
@@ -212,10 +215,12 @@ class TableReader:
             return row
         m = _STARTING.search(line)
         if m:
-            version = None if self.run.seen_header or self._table_rows else self.run.nccl_version
+            carried = None if self.run.seen_header or self._table_rows else (
+                self.run.nccl_version, self.run.tests_version)
             self._new_run()
             self.run.test, self.run.test_source = Path(m.group(1)).name, "header"
-            self.run.nccl_version = version
+            if carried is not None:
+                self.run.nccl_version, self.run.tests_version = carried
             return "header"
         m = _NTHREAD.search(line)
         if m:
@@ -242,7 +247,11 @@ class TableReader:
             return "header"
         m = _VERSION.search(line)
         if m:
-            self.run.nccl_version = _version_from_code(_int(m.group(3) or m.group(2)))
+            versions = (_version_from_code(_int(m.group(3) or m.group(2))), m.group(1))
+            if self.run.seen_header or self._table_rows:  # a script's next test: its header follows
+                self._next_versions = versions
+            else:
+                self.run.nccl_version, self.run.tests_version = versions
             return "header"
         if _COLUMNS.search(line):
             self._columns(line)
@@ -263,6 +272,9 @@ class TableReader:
     def _new_run(self, *, keep_prelude: bool = False) -> None:
         self._end_table()
         self.run = _Run()
+        if self._next_versions is not None:
+            self.run.nccl_version, self.run.tests_version = self._next_versions
+            self._next_versions = None
         self.columns = None
         self.time_kind = "time"
         if not keep_prelude:
@@ -349,7 +361,8 @@ class TableReader:
         for r in rows:
             r.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks, hosts=hosts,
                      ranks_per_host=per_host, devices=devices, iters=run.iters, warmup_iters=run.warmup_iters,
-                     graph=run.graph, nccl_version=run.nccl_version, time_kind=self.time_kind)
+                     graph=run.graph, nccl_version=run.nccl_version, tests_version=run.tests_version,
+                     time_kind=self.time_kind)
 
     def close(self) -> list[dict[str, Any]]:
         self._end_table()

@@ -18,6 +18,9 @@ OPS = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "send", "recv", "barrier", "gather", "scatter", "other",
 )
+#: A microbenchmark's op: a collective's, or nccl-tests' `sendrecv` (every rank sends to the next rank
+#: and receives from the previous one at once, a ring of pairs).
+MICROBENCH_OPS = (*OPS, "sendrecv")
 DIMS = ("DP", "PP", "EP", "TP", "CP", "WORLD", "OTHER")
 STATES = ("completed", "started", "scheduled", "unknown")
 CHANNEL_PATTERNS = ("ring", "tree", "p2p", "nvls", "collnet")
@@ -238,6 +241,7 @@ MICROBENCH = _schema("microbench", [
     pa.field("ip_i_max_us", pa.float64()),
     pa.field("ip_i_p99_us", pa.float64()),
     pa.field("ip_i_cv_pct", pa.float64()),
+    pa.field("tests_version", pa.string()),
 ])
 
 LOG_MESSAGES = _schema("log_messages", [
@@ -282,7 +286,7 @@ VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("topology_nodes", "network"): NETWORKS,
     ("topology_links", "network"): NETWORKS,
     ("log_messages", "level"): LOG_LEVELS,
-    ("microbench", "op"): OPS,
+    ("microbench", "op"): MICROBENCH_OPS,
 }
 
 

@@ -90,6 +90,24 @@ def test_real_8gib_row_matches_the_bus_bandwidth_formula(real_file: Path, tmp_pa
     assert (big["oop_wrong"], big["ip_wrong"]) == (0, 0)
 
 
+def test_real_sendrecv_rows_are_op_sendrecv(tmp_path: Path) -> None:
+    """nccl-tests' sendrecv_perf is a ring of pairs (rank r sends to r+1, receives from r-1), not
+    an unknown op: its rows carry op `sendrecv`, so replay can run them (they were `other`)."""
+    path = REAL / "xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log"
+    if not path.is_file():
+        pytest.skip(f"real traces not present at {REAL}")
+    lines = path.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "test starting: sendrecv_perf" in ln)
+    end = next(i for i, ln in enumerate(lines) if "test concluded: sendrecv_perf" in ln)
+    sizes = [int(ln.split()[0]) for ln in lines[start:end] if re.match(r"^\s*\d+\s+\d+\s+\w+", ln)]
+    _, rows = parse(path.resolve(), tmp_path)
+    sendrecv = [r for r in rows if r["test"] == "sendrecv_perf"]
+    assert [r["size_bytes"] for r in sendrecv] == sizes and len(sizes) == 10
+    assert {r["op"] for r in sendrecv} == {"sendrecv"}
+    assert "other" not in {r["op"] for r in rows}
+    assert {(r["tests_version"], r["nccl_version"]) for r in rows} == {("2.17.8", "2.29.2")}
+
+
 def test_real_rows_infer_all_reduce_without_a_name(real_file: Path, tmp_path: Path) -> None:
     copy = write(tmp_path, real_file.read_text(), "results.txt")
     res, rows = parse(copy, tmp_path)

@@ -17,6 +17,7 @@ from tracekit.replay.simulate import (
     MODE_NVLS_DOWN,
     MODE_NVLS_UP,
     MODE_SPINE_UP,
+    Flows,
     resource_bytes,
     route,
     simulate,
@@ -122,15 +123,22 @@ def test_channel_count_from_logs():
 
 def test_all_to_all_uses_splits():
     splits = {0: [0, 10, 20, 30], 1: [5, 0, 0, 7], 2: [1, 1, 1, 1], 3: [0, 0, 9, 0]}
-    flows = decompose([Instance(0, "all_to_all", [0, 1, 2, 3], 60, splits=splits)], _topo(), np.arange(4))
+    flows = decompose([Instance(0, "all_to_all", [0, 1, 2, 3], 60, splits=splits)], _topo(), np.arange(4),
+                      proto="Simple")
     pairs = {(int(s), int(d)): b for s, d, b in zip(flows.src, flows.dst, flows.nbytes, strict=True)}
     assert pairs == {(0, 1): 10, (0, 2): 20, (0, 3): 30, (1, 0): 5, (1, 3): 7, (2, 0): 1, (2, 1): 1,
                      (2, 3): 1, (3, 2): 9}
 
 
-def test_send_recv_is_one_flow():
+def test_send_is_split_over_nccls_channels_for_its_size():
+    """A 1 MB send between two hosts (one 400G NIC each): the comm has 2 p2p channels (one ring
+    channel per NIC, duplicated); a peer across the network would get ceil(50 / 14) = 4, halved to
+    fit the 2 (paths.cc); the operation starts on 1 channel (2 ranks x 2 > 2) and doubles while a
+    part exceeds the 128 KiB chunk (enqueue.cc): 2 flows of S/2, each at most 14 GB/s."""
     flows = decompose([Instance(0, "send", [0, 3], S, src=3, dst=0)], _topo(), np.arange(4))
-    assert (len(flows), flows.src[0], flows.dst[0], flows.nbytes[0]) == (1, 3, 0, S)
+    assert (len(flows), set(flows.src.tolist()), set(flows.dst.tolist())) == (2, {3}, {0})
+    assert flows.nbytes.tolist() == [S / 2, S / 2] and flows.channel.tolist() == [0, 1]
+    assert flows.max_gbs.tolist() == [14.0, 14.0]
 
 
 def test_broadcast_and_reduce_chains():
@@ -208,8 +216,9 @@ def test_closed_form_one_gpu_per_host(op, algo, expected):
 
 
 def test_closed_form_send_recv_and_sharp_one_gpu_per_host():
+    # a send: 2 channels of S/2 at NCCL's 14 GB/s per network channel, below the NIC's 50
     t, _, _ = _time(ONE, Instance(0, "send", [0, 3], S, src=0, dst=3))
-    assert t == pytest.approx(S / 50, rel=0.01)
+    assert t == pytest.approx(S / 2 / 14, rel=0.01)
     # CollNet direct (SHARP): every GPU sends S/0.85 up its NIC and gets it back reduced
     t, _, _ = _time(ONE + ",sharp=true", Instance(0, "all_reduce", list(range(4)), S), algo="collnet_direct")
     assert t == pytest.approx(S / 0.85 / 50, rel=0.01)
@@ -246,9 +255,10 @@ def test_closed_form_nvls_family_eight_gpus_per_host():
     t, _, _ = _time(f"rail-optimized:hosts=1,gpus=8,nvls=true,{ZERO_LAT}", inst, algo="nvls")
     assert t == pytest.approx(S / 0.74 / 450, rel=0.01)
     both = Instance(0, "all_reduce", list(range(16)), S)
-    # NVLS-tree over 2 hosts: NVLS inside, the heads' tree over 8 NICs carries S/0.85 each way
+    # NVLS-tree over 2 hosts: NVLS inside (S/0.74 each way per GPU) binds before the heads' tree
+    # over 8 NICs (S/0.92 each way)
     t, _, _ = _time(f"{EIGHT},nic_gbps=400,nvls=true", both, algo="nvls_tree")
-    assert t == pytest.approx(S / 0.85 / 400, rel=0.01)
+    assert t == pytest.approx(max(S / 0.74 / 450, S / 0.92 / 400), rel=0.01)
     # NVLS+SHARP: each GPU sends its S/8 share (as S/0.85) to its rail leaf, which reduces it
     t, dec, _ = _time(f"{EIGHT},nic_gbps=400,nvls=true,sharp=true", both, algo="nvls")
     assert MODE_SPINE_UP not in dec.flows.mode.tolist()  # both hosts of a rail share its leaf
@@ -259,8 +269,9 @@ def test_closed_form_nvls_family_eight_gpus_per_host():
 
 
 def test_send_recv_eight_gpus_per_host():
+    """A 2-rank comm across hosts: as on one GPU per host, 2 channels at 14 GB/s each."""
     t, _, _ = _time(f"{EIGHT},nic_gbps=400", Instance(0, "send", [0, 8], S, src=0, dst=8))
-    assert t == pytest.approx(S / 50, rel=0.01)
+    assert t == pytest.approx(S / 2 / 14, rel=0.01)
 
 
 def test_what_ifs_sharp_and_twice_the_nic_speed():
@@ -352,9 +363,8 @@ def test_sample_dp_all_reduce_by_hand():
     # shares NIC 0 with channels 0 and 4: three flows at 50/3 B/ns, so the whole instance takes 3/2
     # as long (synth keeps a started transfer's full share; max-min re-shares at every event)
     topo = _topo(f"{SAMPLE},{ZERO_LAT}")
-    both = [inst, Instance(1, "send", [0, 4], 2 * 7 / 8 * S / 8, src=0, dst=4)]
-    flows = decompose_plan(both, topo, np.arange(8), proto="Simple").flows
-    assert (flows.key == 1).sum() == 1  # one NIC port per GPU: one flow
+    ring = decompose_plan([inst], topo, np.arange(8), proto="Simple").flows
+    flows = Flows.concat([ring, Flows.from_lists([0], [4], [2 * 7 / 8 * S / 8], key=[1])])
     out = simulate(topo, *route(topo, flows), flows)
     assert out.finish[flows.key == 0].max() == pytest.approx(1.5 * band, rel=1e-9)
 
@@ -368,12 +378,13 @@ def test_collnet_takes_a_nic_share_per_channel():
     topo = _topo(f"{SAMPLE},sharp=true,{ZERO_LAT}")
     S = 64 * 2**20
     per = S / 4 / 8 / 0.85  # a GPU's share, per channel, as S/0.85
-    both = [Instance(0, "all_reduce", list(range(8)), S), Instance(1, "send", [0, 4], per, src=0, dst=4)]
-    dec = decompose_plan(both, topo, np.arange(8), algo="collnet_direct", proto="Simple")
+    dec = decompose_plan([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8), algo="collnet_direct",
+                         proto="Simple")
     assert dec.plans[0].algo == "collnet_direct"
     up = dec.flows.mode == MODE_LEAF_UP
     assert np.bincount(dec.flows.src[up], minlength=8).tolist() == [8] * 8  # 8 channels on every NIC
-    out = simulate(topo, *route(topo, dec.flows), dec.flows)
-    assert out.finish[dec.flows.key == 1].max() == pytest.approx(9 * per / 50, rel=1e-9)
-    alone = decompose_plan(both[1:], topo, np.arange(8), proto="Simple").flows
+    alone = Flows.from_lists([0], [4], [per], key=[1])  # a transfer from GPU 0 to GPU 4
+    flows = Flows.concat([dec.flows, alone])
+    out = simulate(topo, *route(topo, flows), flows)
+    assert out.finish[flows.key == 1].max() == pytest.approx(9 * per / 50, rel=1e-9)
     assert simulate(topo, *route(topo, alone), alone).finish.max() == pytest.approx(per / 50, rel=1e-9)

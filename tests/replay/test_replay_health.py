@@ -192,7 +192,8 @@ def test_folder_gives_the_error_by_file_op_and_band(tmp_path):
     keys = {(b[0], b[1], b[2]) for b in body}
     assert (A3, "all_reduce", "<= 1 MiB") in keys and ("slow_copy.txt", "all_reduce", ">= 64 MiB") in keys
     n1 = "xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log"
-    assert {op for f, op, _ in keys if f == n1} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    assert {op for f, op, _ in keys if f == n1} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                    "sendrecv"}
     assert all(band in ("<= 1 MiB", "1-64 MiB", ">= 64 MiB") for _, _, band in keys)
     health = [x for x in lines if x.startswith("  ") and " table " in x]
     assert len(health) == 13

@@ -6,7 +6,8 @@ a ring or tree across hosts spreads over all NICs. The algorithm and protocol of
 from the trace when known, else from NCCL's tuning rule (`tuning.select`). Byte counts per flow
 are in docs/replay.md. All flows of an instance are released together at the instance start; a
 pipelined algorithm's step count goes into the latency multiplier and its pipeline fill into
-`Decomposition.fill`.
+`Decomposition.fill`. Point-to-point (send/recv, all-to-all) runs on NCCL's p2p channels, one
+rate-limited flow per channel (`tuning.p2p_channels_per_peer`, docs/replay.md section 3.5).
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ from tracekit.replay.simulate import (
     MODE_SPINE_UP,
     Flows,
 )
-from tracekit.replay.topology import Topology
+from tracekit.replay.topology import Topology, TopologySpec
 
 RING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "barrier")
 
 
 @dataclass
 class Instance:
-    """One collective call across its participants (global ranks in group order)."""
+    """One collective call across its participants (global ranks in group order). `op` is a
+    collective's, or `sendrecv` (nccl-tests: every rank sends `nbytes` to the next rank at once)."""
 
     key: int
     op: str
@@ -51,23 +53,24 @@ class Instance:
     splits: Mapping[int, Sequence[float]] = field(default_factory=dict)
     group: str | None = None
     proto: str | None = None
+    max_p2p_peers: int | None = None  # NCCL 2.30's maxP2pPeers of the comm; None: its size
 
 
 class _Acc:
     """Flow columns gathered call by call; a scalar stays one value until `flows` repeats it."""
 
     DTYPES = (("src", np.int64), ("dst", np.int64), ("nbytes", np.float64), ("lat_mult", np.float64),
-              ("channel", np.int64), ("mode", np.int64), ("key", np.int64))
+              ("channel", np.int64), ("mode", np.int64), ("key", np.int64), ("max_gbs", np.float64))
 
     def __init__(self) -> None:
         self.cols: dict[str, list[Any]] = {k: [] for k, _ in self.DTYPES}
         self.counts: list[int] = []
 
-    def add(self, src, dst, nbytes, *, lat_mult=1.0, channel=0, mode=MODE_GPU, key=0) -> None:
+    def add(self, src, dst, nbytes, *, lat_mult=1.0, channel=0, mode=MODE_GPU, key=0, max_gbs=np.inf) -> None:
         src = np.atleast_1d(np.array(src, np.int64))
         self.counts.append(src.size)
         for name, value in (("src", src), ("dst", dst), ("nbytes", nbytes), ("lat_mult", lat_mult),
-                            ("channel", channel), ("mode", mode), ("key", key)):
+                            ("channel", channel), ("mode", mode), ("key", key), ("max_gbs", max_gbs)):
             self.cols[name].append(np.array(value) if isinstance(value, (np.ndarray, list, tuple)) else value)
 
     def flows(self) -> Flows:
@@ -83,7 +86,7 @@ class _Acc:
                 c[name] = np.concatenate([np.broadcast_to(np.asarray(v, dtype), (n,)) for v, n in
                                           zip(values, self.counts, strict=True)])
         return Flows(c["src"], c["dst"], c["nbytes"], np.zeros(c["src"].size), c["lat_mult"],
-                     c["channel"], c["mode"], c["key"])
+                     c["channel"], c["mode"], c["key"], c["max_gbs"])
 
 
 @dataclass
@@ -180,17 +183,26 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
         op = inst.op
         k = inst.key
         plans.append(None)
-        if op in ("send", "recv"):
-            if inst.src is None or inst.dst is None or inst.src == inst.dst:
+        if op in ("send", "recv", "sendrecv"):
+            pairs = _p2p_pairs(inst, ranks)
+            if not pairs:
                 continue
-            s, d = gpu(inst.src), gpu(inst.dst)
-            acc.add([s] * p2p_ch, [d] * p2p_ch, inst.nbytes / p2p_ch, channel=np.arange(p2p_ch), key=k)
+            comm = ranks if len(ranks) >= 2 else [inst.src, inst.dst]
+            shape = tuning.shape_of(topology, [gpu(r) for r in comm], n_ranks=len(comm))
+            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""),
+                                               max_peers=inst.max_p2p_peers)
+            senders, receivers = (np.array([gpu(r) for r in side]) for side in zip(*pairs, strict=True))
+            plans[idx], latency[idx] = _p2p(acc, senders, receivers, np.full(len(pairs), float(inst.nbytes)), spec,
+                                            shape, p2p, key=k, peers=1, proto=proto)
             continue
         if n < 2:
             continue
         gpus = np.array([gpu(r) for r in ranks], np.int64)
         if op == "all_to_all":
-            _all_to_all(acc, inst, ranks, gpus, p2p_ch)
+            shape = tuning.shape_of(topology, gpus.tolist(), n_ranks=n)
+            p2p = tuning.p2p_channels_per_peer(topology, shape, channels=(channels or {}).get(inst.group or ""),
+                                               max_peers=inst.max_p2p_peers)
+            plans[idx], latency[idx] = _all_to_all(acc, inst, ranks, gpus, spec, shape, p2p, proto=proto)
             continue
         if op in ("gather", "scatter"):
             root = inst.root if inst.root in ranks else ranks[0]
@@ -318,7 +330,53 @@ def _ring_order(ring: list[int], ranks: list[int]) -> np.ndarray | None:
     return np.array([pos[r] for r in ring], np.int64)
 
 
-def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, n_ch: int) -> None:
+def _p2p_pairs(inst: Instance, ranks: list[int]) -> list[tuple[int, int]]:
+    """(sender, receiver) ranks of a p2p instance: one pair for send/recv; for nccl-tests'
+    `sendrecv`, every rank of the group to the next one (a ring of pairs)."""
+    if inst.op == "sendrecv":
+        return [(a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True) if a != b]
+    if inst.src is None or inst.dst is None or inst.src == inst.dst:
+        return []
+    return [(inst.src, inst.dst)]
+
+
+def _p2p(acc: _Acc, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, spec: TopologySpec, shape: tuning.Shape,
+         p2p: tuning.P2pChannels, *, key: int, peers: int, proto: str = "auto") -> tuple[tuning.Plan, float]:
+    """Flows of p2p sends (source GPUs, destination GPUs, bytes), as NCCL runs them: each send is
+    split over the channels NCCL gives an operation of its size (`P2pChannels.op_channels`), one
+    flow per channel, each flow no faster than one p2p channel over its link (`p2p_channel_gbs`);
+    LL (at most 16 KiB per channel, or forced by `proto`) carries 8 bytes per 4. Returns the plan
+    and its latency (ns): the slowest send's, with `peers` operations per rank."""
+    src, dst, nbytes = (np.asarray(a) for a in (src, dst, nbytes))
+    keep = (src != dst) & (nbytes > 0)
+    src, dst, nbytes = src[keep].astype(np.int64), dst[keep].astype(np.int64), nbytes[keep].astype(np.float64)
+    link = tuning.p2p_links(spec, src, dst)
+    n_op = p2p.op_channels(nbytes, shape.n_nodes)
+    forced = tuning.normalize_proto(proto)
+    ll = nbytes <= n_op * tuning.P2P_LL_THRESHOLD if forced not in ("LL", "Simple") else np.full(
+        src.size, forced == "LL")
+    if src.size:
+        total = int(n_op.sum())
+        first = np.cumsum(n_op) - n_op
+        per_link = shape.nvlink_link_gbs
+        rate = np.array([tuning.p2p_channel_gbs(name, per_link) for name in tuning.P2P_LINKS])[link]
+        acc.add(np.repeat(src, n_op), np.repeat(dst, n_op), np.repeat(nbytes / np.where(ll, 0.5, 1.0) / n_op, n_op),
+                channel=np.arange(total) - np.repeat(first, n_op), key=key, max_gbs=np.repeat(rate, n_op))
+    kinds = set(zip(ll.tolist(), link.tolist(), n_op.tolist(), strict=True))
+    latency_us = max((tuning.p2p_latency_us("LL" if is_ll else "Simple", tuning.P2P_LINKS[i], peers=peers,
+                                            op_channels=c, p2p=p2p) for is_ll, i, c in kinds), default=0.0)
+    proto = "LL" if src.size and ll.all() else "Simple"
+    plan = tuning.Plan(algo="p2p", proto=proto, channels=int(n_op.max(initial=1)), depth=1,
+                       chunk_bytes=float(p2p.chunk_bytes), efficiency=0.5 if proto == "LL" else 1.0,
+                       latency_us=latency_us)
+    return plan, latency_us * 1000.0
+
+
+def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, spec: TopologySpec,
+                shape: tuning.Shape,
+                p2p: tuning.P2pChannels, *, proto: str = "auto") -> tuple[tuning.Plan, float]:
+    """Every rank sends its split to every other rank at once (grouped sends, `_p2p`); the latency
+    counts each rank's n-1 peers against the comm's p2p channels."""
     n = len(ranks)
     src, dst, nbytes = [], [], []
     for i, r in enumerate(ranks):
@@ -328,9 +386,8 @@ def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, n
         src.append(np.full(int(mask.sum()), gpus[i]))
         dst.append(gpus[mask])
         nbytes.append(row[mask])
-    s, d, b = np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes)
-    channel = np.arange(s.size) % n_ch
-    acc.add(s, d, b, channel=channel, key=inst.key)
+    return _p2p(acc, np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes), spec, shape, p2p,
+                key=inst.key, peers=n - 1, proto=proto)
 
 
 def _host_chains(gpus: np.ndarray, per_host: int, channel: int, ports: int) -> list[np.ndarray]:

@@ -641,6 +641,7 @@ class _Net:
             self.nbytes = np.concatenate([self.flows.nbytes, self.storage.nbytes])
             self.storage_release = self.storage.release_ns - prep.t0
         self.lat_mult = np.concatenate([self.flows.lat_mult, np.ones(self.nbytes.size - self.n_main)])
+        self.max_gbs = np.concatenate([self.flows.rate_limits(), np.full(self.nbytes.size - self.n_main, np.inf)])
         key = self.flows.key
         # flows come instance by instance: the last finish per instance is then one reduceat
         self._runs = (np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -652,7 +653,7 @@ class _Net:
         simulation's result)."""
         release = self.release(inst_start)
         flows = Flows.from_lists(np.zeros(release.size), np.zeros(release.size), self.nbytes,
-                                 release=release, lat_mult=self.lat_mult)
+                                 release=release, lat_mult=self.lat_mult, max_gbs=self.max_gbs)
         out = simulate(self.topology, self.indptr, self.ids, flows, n_windows=n_windows,
                        window_ns=window_ns, merge=merge)
         return self.durations(release, out.finish), out
@@ -912,7 +913,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
             rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
-                            merge=merge)
+                            merge=merge, max_gbs=net.max_gbs)
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
             finish = rounds.step(release)
             sim, out = net.durations(release, finish), None

@@ -28,9 +28,11 @@ class Rounds:
     from a simulation of all of them (`release`, `finish`)."""
 
     def __init__(self, topology: Topology, indptr: np.ndarray, ids: np.ndarray, nbytes: np.ndarray,
-                 lat_mult: np.ndarray, release: np.ndarray, finish: np.ndarray, *, merge: float = 0.0) -> None:
+                 lat_mult: np.ndarray, release: np.ndarray, finish: np.ndarray, *, merge: float = 0.0,
+                 max_gbs: np.ndarray | None = None) -> None:
         self.topology = topology
         self.indptr, self.ids, self.nbytes, self.lat_mult = indptr, ids, nbytes, lat_mult
+        self.max_gbs = max_gbs  # per-flow rate limits (`Flows.max_gbs`)
         self.merge = merge
         self.simulated = 0  # flows simulated by `step` so far (a flow simulated twice counts twice)
         self.calls = 0  # simulations run by `step` so far
@@ -86,5 +88,6 @@ class Rounds:
         np.cumsum(lens, out=ptr[1:])
         at = np.repeat(self.indptr[sel] - ptr[:-1], lens) + np.arange(ptr[-1])
         flows = Flows.from_lists(np.zeros(sel.size), np.zeros(sel.size), self.nbytes[sel],
-                                 release=release[sel], lat_mult=self.lat_mult[sel])
+                                 release=release[sel], lat_mult=self.lat_mult[sel],
+                                 max_gbs=None if self.max_gbs is None else self.max_gbs[sel])
         return simulate(self.topology, ptr, self.ids[at], flows, merge=self.merge).finish

@@ -35,13 +35,14 @@ class Flows:
     channel: np.ndarray
     mode: np.ndarray
     key: np.ndarray  # the owner (a collective instance index), also salts the ECMP hash
+    max_gbs: np.ndarray | None = None  # per flow, the most it may move (GB/s; inf or None: no limit)
 
     def __len__(self) -> int:
         return int(self.src.size)
 
     @classmethod
     def from_lists(cls, src, dst, nbytes, *, release=None, lat_mult=None, channel=None, mode=None,
-                   key=None) -> Flows:
+                   key=None, max_gbs=None) -> Flows:
         n = len(src)
 
         def arr(values, dtype, default):
@@ -49,14 +50,21 @@ class Flows:
 
         return cls(arr(src, np.int64, 0), arr(dst, np.int64, 0), arr(nbytes, np.float64, 0.0),
                    arr(release, np.float64, 0.0), arr(lat_mult, np.float64, 1.0),
-                   arr(channel, np.int64, 0), arr(mode, np.int64, MODE_GPU), arr(key, np.int64, 0))
+                   arr(channel, np.int64, 0), arr(mode, np.int64, MODE_GPU), arr(key, np.int64, 0),
+                   None if max_gbs is None else arr(max_gbs, np.float64, np.inf))
+
+    def rate_limits(self) -> np.ndarray:
+        """Per flow, its rate limit in GB/s (inf where it has none)."""
+        return np.full(len(self), np.inf) if self.max_gbs is None else self.max_gbs
 
     @classmethod
     def concat(cls, parts: list[Flows]) -> Flows:
         if not parts:
             return cls.from_lists([], [], [])
+        limited = any(p.max_gbs is not None for p in parts)
         return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in (
-            "src", "dst", "nbytes", "release", "lat_mult", "channel", "mode", "key")))
+            "src", "dst", "nbytes", "release", "lat_mult", "channel", "mode", "key")),
+                   np.concatenate([p.rate_limits() for p in parts]) if limited else None)
 
 
 def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
@@ -105,12 +113,31 @@ def simulate(topology: Topology, indptr: np.ndarray, ids: np.ndarray, flows: Flo
              n_windows: int = 0, window_ns: float = 1.0, t_origin: float = 0.0,
              rel_eps: float = 1e-9, merge: float = 0.0) -> SimResult:
     """Run the max-min fluid simulation of routed flows (`merge` > 0: finish flows early by up to
-    that fraction of their age to merge events; 0 is exact)."""
+    that fraction of their age to merge events; 0 is exact). A flow with a rate limit
+    (`Flows.max_gbs`) also crosses a resource of its own of that capacity."""
+    cap, lat = topology.cap, topology.res_latency
+    if flows.max_gbs is not None and np.isfinite(flows.max_gbs).any():
+        indptr, ids, cap, lat = with_rate_limits(indptr, ids, flows.max_gbs, cap, lat)
     finish, win = _kernels.simulate_flows(
-        indptr, ids, flows.nbytes, flows.release, flows.lat_mult, topology.cap,
-        topology.res_latency, int(n_windows), float(window_ns), float(t_origin), float(rel_eps),
-        float(merge))
-    return SimResult(finish, win, float(window_ns), float(t_origin))
+        indptr, ids, flows.nbytes, flows.release, flows.lat_mult, cap, lat, int(n_windows),
+        float(window_ns), float(t_origin), float(rel_eps), float(merge))
+    return SimResult(finish, win[:topology.cap.size], float(window_ns), float(t_origin))
+
+
+def with_rate_limits(indptr: np.ndarray, ids: np.ndarray, max_gbs: np.ndarray, cap: np.ndarray,
+                     res_latency: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Paths and resources with one private resource (capacity `max_gbs`, no latency) put first on
+    the path of every flow whose limit is finite; the others are unchanged."""
+    limited = np.isfinite(max_gbs)
+    lens = np.diff(indptr)
+    ptr = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens + limited, out=ptr[1:])
+    out = np.empty(ptr[-1], np.int64)
+    out[np.repeat(ptr[:-1] + limited - indptr[:-1], lens) + np.arange(indptr[-1] - indptr[0]) + indptr[0]] = \
+        ids[indptr[0]:indptr[-1]]
+    out[ptr[:-1][limited]] = cap.size + np.arange(int(limited.sum()))
+    return (ptr, out, np.concatenate([cap, max_gbs[limited].astype(np.float64)]),  # GB/s = bytes/ns
+            np.concatenate([res_latency, np.zeros(int(limited.sum()))]))
 
 
 def resource_bytes(n_res: int, indptr: np.ndarray, ids: np.ndarray, nbytes: np.ndarray) -> np.ndarray:

@@ -15,6 +15,8 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import numpy as np
+
 from tracekit.replay import hardware
 from tracekit.replay.topology import Topology, TopologySpec
 
@@ -142,6 +144,7 @@ class Shape:
     generation: str = "hopper"   # NCCL's tuning family (hardware.GpuProfile.generation)
     nvls_efficiency: float = 0.74
     net_latency_us: float = 0.0  # the network plugin's own latency per NET hop (NCCL's latencyInter)
+    nvlink_link_gbs: float = 20.6  # NCCL's figure for one NVLink of the generation (hardware.GpuProfile)
 
 
 def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *,
@@ -164,7 +167,7 @@ def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *
     return Shape(n_ranks=n_ranks or len(gpus), n_nodes=len(per_node), ppn=ppn, intra_gbs=intra,
                  net_gbs=net, nvlink=nvlink, nvls=spec.nvls and nvlink, sharp=spec.sharp,
                  generation=rates.gpu.generation, nvls_efficiency=rates.nvls_efficiency,
-                 net_latency_us=spec.net_latency_us)
+                 net_latency_us=spec.net_latency_us, nvlink_link_gbs=rates.gpu.nvlink_link_gbs)
 
 
 def default_channels(topology: Topology | TopologySpec, shape: Shape | None = None) -> int:
@@ -421,3 +424,142 @@ def select(op: str, nbytes: float, shape: Shape, channels: int, *, algo: str | C
     return Plan(algo=a, proto=p, channels=channels, depth=depth, chunk_bytes=chunk,
                 efficiency=efficiency(op, a, p, shape), latency_us=latency_us(op, a, p, shape),
                 source=source if constrained else "tuning")
+
+
+# Point-to-point (send/recv, all-to-all): NCCL 2.30.7 src/graph/paths.cc (`ncclTopoGetNchannels`,
+# `ncclTopoComputeP2pChannels`), src/enqueue.cc (`addP2pToPlan`, the p2p scheduler), src/init.cc
+# (chunk sizes), src/include/device.h (batch size), src/graph/topo.h (per-link NVLink bandwidth).
+P2P_PER_CHANNEL_NET_GBS = 14.0  # P2P_PER_CHANNEL_NET_BW: what NCCL counts on one network channel moving
+NVLINK_PER_LINK_GBS = 20.6  # Hopper (SM90), the default: shapes carry their profile's figure
+P2P_PER_BATCH = 8  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH: p2p operations a channel runs at once
+P2P_LL_THRESHOLD = 16384  # P2P_LL_THRESHOLD: LL up to this many bytes per channel
+P2P_NET_CHUNK = 1 << 17  # P2P_NET_CHUNKSIZE (and P2P_PCI_CHUNKSIZE)
+P2P_NVL_CHUNK = 1 << 19  # P2P_NVL_CHUNKSIZE, when every peer is on NVLink
+P2P_MAX_CHANNELS = 64  # MAXCHANNELS: NCCL_MAX_P2P_NCHANNELS' default
+
+
+@dataclass(frozen=True)
+class P2pChannels:
+    """NCCL's p2p channel layout of a communicator on a topology.
+
+    `channels`: the comm's p2p channels (p2pnChannels); `per_peer`: channels one peer may use
+    (p2pnChannelsPerPeer); `min_per_op`: channels a p2p operation starts from before large
+    operations double it (the scheduler's nChannelsMin); `link`: the slowest class any peer is
+    reached over ("net", "nvlink" or "pci"), which sets the chunk and the per-hop latency.
+    """
+
+    channels: int
+    per_peer: int
+    min_per_op: int
+    link: str
+
+    @property
+    def chunk_bytes(self) -> int:
+        """P2P chunk: 512 KiB when every peer is on NVLink, else 128 KiB (init.cc)."""
+        return P2P_NVL_CHUNK if self.link == "nvlink" else P2P_NET_CHUNK
+
+    def op_channels(self, nbytes: np.ndarray | float, n_nodes: int) -> np.ndarray:
+        """Channels one send (or receive) of each size in `nbytes` uses (enqueue.cc `addP2pToPlan`):
+        at most one part per half chunk (an eighth across one node), from `min_per_op`, doubled
+        while a part exceeds a chunk (32 chunks on one node) and channels remain."""
+        step = self.chunk_bytes
+        min_part, max_part = (step / 2, step) if n_nodes > 1 else (step / 8, step * 32)
+        nbytes = np.asarray(nbytes, np.float64)
+        n = np.maximum(1, np.minimum(self.min_per_op, np.ceil(nbytes / min_part))).astype(np.int64)
+        while True:
+            grow = (np.maximum(min_part, np.ceil(nbytes / n)) > max_part) & (n <= self.per_peer // 2)
+            if not grow.any():
+                return n
+            n = np.where(grow, n * 2, n)
+
+
+def _pow2_up(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+P2P_LINKS = ("nvlink", "pci", "net")
+
+
+def p2p_links(spec: TopologySpec, src_gpus: np.ndarray, dst_gpus: np.ndarray) -> np.ndarray:
+    """How NCCL reaches each destination GPU from its source GPU, as an index into P2P_LINKS:
+    NVLink in one NVLink domain, PCIe on one host without NVLink, else the network."""
+    src, dst = np.asarray(src_gpus, np.int64), np.asarray(dst_gpus, np.int64)
+    same_domain = (src // spec.domain == dst // spec.domain) & (spec.domain > 1)
+    return np.where(same_domain, 0, np.where(src // spec.gpus == dst // spec.gpus, 1, 2))
+
+
+def _net_channels_per_peer(spec: TopologySpec) -> int:
+    nics = max(1, spec.nics_per_gpu * spec.planes)
+    gbs = min(spec.nic_gbps, spec.pcie_gbps) / 8.0 * spec.nics_per_gpu * spec.planes
+    return max(nics, math.ceil(int(gbs) / P2P_PER_CHANNEL_NET_GBS))
+
+
+def p2p_channels_per_peer(topology: Topology | TopologySpec, shape: Shape, *, channels: int | None = None,
+                          max_peers: int | None = None) -> P2pChannels:
+    """NCCL's p2p channels for a communicator of `shape` (paths.cc, enqueue.cc).
+
+    A peer gets 2 channels per NVLink of its path, 2 over PCIe, and over the network one per local
+    NIC or enough at 14 GB/s each to fill them; the comm keeps the least over its peers, made a
+    power of two. The comm's p2p channels are its channels (`channels`, else NCCL's count on the
+    topology) made a power of two. Across NVLink domains the per-peer count is halved until a
+    round of every peer (`max_peers`, default the comm's size, in batches of 8) fits the p2p
+    channels; on one domain it is capped by them. An operation starts from the per-peer count
+    halved until all ranks fit the p2p channels once.
+    """
+    spec = topology.spec if isinstance(topology, Topology) else topology
+    n_ch = channels or p2p_comm_channels(spec, shape)
+    p2p_ch = _pow2_up(min(n_ch, P2P_MAX_CHANNELS))
+    if shape.n_nodes > 1:
+        link, least = "net", _net_channels_per_peer(spec)
+        if shape.ppn > 1:  # peers in the same domain too
+            least = min(least, 2 * max(1, round(shape.intra_gbs / shape.nvlink_link_gbs)) if shape.nvlink else 2)
+    elif shape.nvlink:
+        link, least = "nvlink", 2 * max(1, round(shape.intra_gbs / shape.nvlink_link_gbs))
+    else:
+        link, least = "pci", 2
+    per_peer = _pow2_up(min(least, P2P_MAX_CHANNELS))
+    if shape.n_nodes > 1:
+        peers = max_peers or shape.n_ranks
+        while per_peer * math.ceil(peers / P2P_PER_BATCH) > p2p_ch and per_peer > 1:
+            per_peer //= 2
+    else:
+        per_peer = min(per_peer, p2p_ch)
+    min_per_op = per_peer
+    while min_per_op * shape.n_ranks > p2p_ch and min_per_op > 1:
+        min_per_op //= 2
+    return P2pChannels(channels=p2p_ch, per_peer=per_peer, min_per_op=min_per_op, link=link)
+
+
+def p2p_comm_channels(spec: TopologySpec, shape: Shape) -> int:
+    """The comm's channel count p2p starts from: on one NVLink domain NCCL's search finds about one
+    ring channel per NVLink and duplicates them, up to 32 (2 x 18 links on H100 -> 32, 2 x 8 on
+    H800 -> 16); across domains 2 per NIC port (`default_channels`)."""
+    if shape.n_nodes == 1 and shape.nvlink:
+        return int(min(MAX_CHANNELS, 2 * max(1, round(shape.intra_gbs / shape.nvlink_link_gbs))))
+    return default_channels(spec, shape)
+
+
+def p2p_channel_gbs(link: str, nvlink_link_gbs: float = NVLINK_PER_LINK_GBS) -> float:
+    """The most one p2p channel moves (GB/s): over the network NCCL's own 14 GB/s per channel
+    (P2P_PER_CHANNEL_NET_BW), over NVLink one NVLink's worth (NCCL's per-link figure of the GPU's
+    generation, 20.6 on Hopper: one channel is one thread block copying); over PCIe no limit."""
+    return {"net": P2P_PER_CHANNEL_NET_GBS, "nvlink": nvlink_link_gbs}.get(link, math.inf)
+
+
+def p2p_proto(nbytes: float, op_channels: int) -> str:
+    """LL when an operation carries at most 16 KiB per channel, else Simple (enqueue.cc)."""
+    return "LL" if nbytes <= op_channels * P2P_LL_THRESHOLD else "Simple"
+
+
+def p2p_latency_us(proto: str, link: str, *, peers: int = 1, op_channels: int = 1,
+                   p2p: P2pChannels | None = None) -> float:
+    """Latency of a group of p2p operations (µs). NCCL's tuning has no p2p model, so this uses its
+    ring constants for one hop: the base latency of the protocol plus one hop of the link class,
+    once per round of operations a channel runs in sequence (8 per batch: with `peers` peers of
+    `op_channels` channels each over the comm's p2p channels)."""
+    p = PROTOS.index(proto)
+    hop = HW_LATENCY_US[link]["ring"][p]
+    rounds = 1
+    if p2p is not None and peers > 0:
+        rounds = max(1, math.ceil(peers * op_channels / (p2p.channels * P2P_PER_BATCH)))
+    return BASE_LATENCY_US["ring"][p] + rounds * hop

@@ -53,6 +53,7 @@ _BUS_FACTOR = {
     "reduce": lambda n: 1.0,
     "send": lambda n: 1.0,
     "recv": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
 }
 
 
@@ -109,12 +110,34 @@ def busbw_factor(op: str, n: int) -> float:
     return _BUS_FACTOR.get(op, lambda n: 1.0)(max(n, 1))
 
 
-def _instance(op: str, size: float, n: int, ranks_per_host: int) -> Instance:
+def _instance(op: str, size: float, n: int, ranks_per_host: int, *, nccl_version: str | None = None,
+              tests_version: str | None = None) -> Instance:
+    """The call one row times. nccl-tests' sendrecv is a ring of pairs: every rank sends `size`
+    to the next and receives as much from the previous one at once (src/sendrecv.cu), and the
+    reported time is the ranks' mean, which the slowest pair sets (every rank waits on its
+    predecessor each iteration). nccl-tests 2.18.3+ on NCCL 2.30+ tells NCCL the comm has 2 p2p
+    peers (`maxP2pPeers`), which keeps its channels per peer from being halved across hosts."""
     ranks = list(range(n))
-    if op in ("send", "recv", "sendrecv"):
+    if op == "sendrecv":
+        two_peers = _at_least(nccl_version, (2, 30)) and _at_least(tests_version, (2, 18, 3))
+        return Instance(0, "sendrecv", ranks, size, max_p2p_peers=2 if two_peers else None)
+    if op in ("send", "recv"):
         peer = ranks_per_host % n if n > ranks_per_host else (1 % n)
         return Instance(0, "send", [0, peer], size, src=0, dst=peer)
     return Instance(0, op, ranks, size, root=0)  # nccl-tests' size is this package's S
+
+
+def _at_least(version: str | None, floor: tuple[int, ...]) -> bool:
+    """Whether a dotted version ("2.30.7", "2.18.3") is at least `floor`; False when unknown."""
+    if not version:
+        return False
+    parts = []
+    for piece in str(version).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return bool(parts) and tuple(parts) >= floor
 
 
 def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
@@ -156,7 +179,8 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
             built[key] = build(sized)
         topo = built[key]
         gpu_of_rank = np.array([(r // per_host) * topo.spec.gpus + r % per_host for r in range(n)])
-        inst = _instance(op, float(size), n, per_host)
+        inst = _instance(op, float(size), n, per_host, nccl_version=row.get("nccl_version"),
+                         tests_version=row.get("tests_version"))
         dec = decompose_plan([inst], topo, gpu_of_rank, algo=algo)
         plan = dec.plans[0]
         if len(dec.flows):
