@@ -705,9 +705,11 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     --calibration-from`): the error is then reported as out of sample. An optional
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack."""
+    # a trace names its GPU but not whether NCCL had NVLS (driver, fabric manager, NCCL_NVLS_ENABLE):
+    # the profile's rates apply, NVLS stays as the spec says
     device = traced_device(tables)
-    specs = [with_gpu(_spec(t), device) for t in topologies]
-    base_spec = with_gpu(_spec(baseline_of(topologies, baseline)), device)
+    specs = [with_gpu(_spec(t), device, nvls=False) for t in topologies]
+    base_spec = with_gpu(_spec(baseline_of(topologies, baseline)), device, nvls=False)
     cpu = cpu_backend(tables)
     if cpu is not None:
         return _not_modelled(tables, cpu)

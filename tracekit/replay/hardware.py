@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tracekit.errors import TracekitError
 
@@ -132,7 +133,7 @@ def achievable(spec) -> Achievable:
                       nic_fraction=nic_frac, nvls_efficiency=spec.nvls_efficiency or gpu.nvls_efficiency)
 
 
-def profile_defaults(gpu: str) -> dict[str, object]:
+def profile_defaults(gpu: str) -> dict[str, Any]:
     """Spec fields a `gpu=` name sets when the spec does not give them: NVLink line rate, PCIe, NVLS."""
     p = gpu_profile(gpu)
     return {"gpu": p.name, "nvlink_gbs": p.nvlink_line_gbs, "pcie_gbps": {3: 128.0, 4: 256.0, 5: 512.0}[p.pcie_gen],

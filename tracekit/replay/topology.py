@@ -189,13 +189,16 @@ def spec_from_mapping(values: dict[str, Any]) -> TopologySpec:
     return spec
 
 
-def with_gpu(spec: TopologySpec, device: str | None) -> TopologySpec:
+def with_gpu(spec: TopologySpec, device: str | None, *, nvls: bool = True) -> TopologySpec:
     """The spec with the GPU profile an input names (a device string), where the spec names none:
-    the profile's line rates and NVLS fill the fields the spec did not give; explicit fields win."""
+    the profile's line rates (and NVLS, unless `nvls` is False) fill the fields the spec did not
+    give; explicit fields win."""
     name = hardware.gpu_from_device(device) if device else None
     if spec.gpu or name is None:
         return spec
     defaults = hardware.profile_defaults(name)
+    if not nvls:
+        defaults.pop("nvls")
     return spec.replace(**{k: v for k, v in defaults.items() if k not in spec.given or k == "gpu"})
 
 
