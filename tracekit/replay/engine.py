@@ -37,6 +37,7 @@ from tracekit.replay import dependencies as deps
 from tracekit.replay.calibration import (
     Calibration,
     ReplayErrors,
+    TwoTerms,
     applied,
     calibrate,
     replay_errors,
@@ -192,6 +193,7 @@ class ReplayResult:
     efficiency: dict[str, float]
     errors: ReplayErrors | None = None
     identity: Identity | None = None
+    terms: dict[str, TwoTerms] = field(default_factory=dict)  # two-term fits per (op, algorithm) group
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     telemetry: TelemetryComparison | None = None  # when the run has telemetry
@@ -201,6 +203,7 @@ class ReplayResult:
                 "identity": to_builtins(self.identity) if self.identity is not None else None,
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
+                                "terms": {g: t.to_dict() for g, t in self.terms.items()},
                                 "split": self.errors.split if self.errors else None,
                                 "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
@@ -218,6 +221,8 @@ class ReplayResult:
         return cls(topologies=list(doc.get("topologies") or names), results=results,
                    baseline=names[0] if names else "",
                    efficiency=dict((doc.get("calibration") or {}).get("efficiency") or {}),
+                   terms={str(g): TwoTerms.from_dict(t)
+                          for g, t in ((doc.get("calibration") or {}).get("terms") or {}).items()},
                    errors=results[0].replay_error if results else None,
                    dependencies=dict(doc.get("dependencies") or {}),
                    findings=[Finding.from_json(f) for f in doc.get("findings") or []])
@@ -618,8 +623,10 @@ class _Net:
                               algo=algo, traced_on=traced_on)
         self.plans = plan.plans
         self.flows: Flows = plan.flows
-        self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
+        self.fill = plan.fill  # pipeline fill of trees and chains
+        self.latency_ns = np.asarray(plan.latency_ns, np.float64)  # NCCL's own latency per instance
         self.indptr, self.ids = route(self.topology, self.flows)
+        self.hop_ns = _hop_latency(self.topology, self.indptr, self.ids, self.flows, len(prep.instances))
         self.n_inst = len(prep.instances)
         self.n_main = len(self.flows)
         self.storage = storage if storage is not None and len(storage) else None
@@ -663,6 +670,14 @@ class _Net:
                 np.maximum.at(dur, self.flows.key, took)
         return dur * self.fill
 
+    def terms(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The modelled time of each instance as (latency, transfer), ns: latency is NCCL's for its
+        plan plus its flows' path latency (within the simulated time `sim`), transfer the rest of
+        `sim`. Instances without traffic (`sim` 0) get (0, 0)."""
+        sim = np.asarray(sim, np.float64)
+        hop = np.minimum(self.hop_ns, sim)
+        return np.where(sim > 0, self.latency_ns + hop, 0.0), sim - hop
+
     def storage_ns(self, out: Any) -> dict[str, int]:
         """Per tag of the storage flows, the time from their first release to their last finish."""
         if self.storage is None:
@@ -676,17 +691,29 @@ class _Net:
         return result
 
 
+def _hop_latency(topology: Topology, indptr: np.ndarray, ids: np.ndarray, flows: Flows, n_inst: int) -> np.ndarray:
+    """Per instance, the largest path latency of its flows (latency multiplier included), ns."""
+    out = np.zeros(n_inst)
+    if len(flows):
+        summed = np.concatenate([[0.0], np.cumsum(topology.res_latency[ids[:indptr[len(flows)]]])])
+        path = (summed[indptr[1:len(flows) + 1]] - summed[indptr[:len(flows)]]) * flows.lat_mult
+        np.maximum.at(out, flows.key, path)
+    return out
+
+
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
            baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
            merge: float = 0.0, efficiency: Mapping[str, float] | None = None,
+           terms: Mapping[str, TwoTerms] | None = None,
            placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None,
            calibrated_on: str | None = None) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
     topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
     replay error measured.
 
-    What-ifs that change the run itself (tracekit.whatif) pass `efficiency` (a baseline replay's
-    `ReplayResult.efficiency`), applied as it is instead of a fit on the changed run; `placement`
+    What-ifs that change the run itself (tracekit.whatif) pass `efficiency` and `terms` (a
+    baseline replay's `ReplayResult.efficiency` and `.terms`), applied as they are instead of a fit
+    on the changed run; `placement`
     (rank -> (host index, GPU index in the host)) to override the hosts of the `ranks` table; and
     `storage`, north-south flows (checkpoints, data loading) added on every topology, which must
     have storage nodes (their durations in `TopologyResult.storage_ns`). `calibrated_on` names
@@ -710,10 +737,14 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
     n_windows = 2 * N_WINDOWS + 1
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
-    cal = (applied([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), raw, efficiency)
-           if efficiency is not None else _calibration(prep, traced, raw))
-    errors = replay_errors([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]),
-                           traced, raw, cal, calibrated_on=calibrated_on if efficiency is not None else None)
+    latency, transfer = base_net.terms(raw)
+    modelled = latency + transfer
+    ops, nbytes = [i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances])
+    algos = [p.algo if p is not None else None for p in base_net.plans]
+    cal = (applied(ops, nbytes, modelled, efficiency, terms=terms, algos=algos)
+           if efficiency is not None else _calibration(prep, traced, modelled, latency, algos))
+    errors = replay_errors(ops, nbytes, traced, modelled, cal,
+                           calibrated_on=calibrated_on if efficiency is not None else None, latency=latency)
     no_flow = raw <= 0
 
     results = []
@@ -730,7 +761,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
         r.replay_error = errors.inherited()
         r.step_error = dict(base.step_error)
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
-                        errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
+                        terms=dict(cal.terms), errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity, results))
 
 
@@ -782,13 +813,14 @@ def dependency_edges(tables: Mapping[str, pa.Table]) -> pa.Table:
                          pa.string())})
 
 
-def _calibration(prep: _Prepared, traced: np.ndarray, raw: np.ndarray) -> Calibration:
-    """Fit on the baseline; cross-validate leaving one step out when the instances span several
-    steps, else one instance out."""
+def _calibration(prep: _Prepared, traced: np.ndarray, modelled: np.ndarray, latency: np.ndarray,
+                 algos: Sequence[str | None]) -> Calibration:
+    """Fit on the baseline (two terms per (op, algorithm) where the sizes allow); cross-validate
+    leaving one step out when the instances span several steps, else one instance out."""
     steps = np.array([i.step for i in prep.instances], np.int64)
     several = np.unique(steps[steps >= 0]).size >= 2
-    return calibrate([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced, raw,
-                     steps if several else None)
+    return calibrate([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced,
+                     modelled, steps if several else None, latency=latency, algos=algos)
 
 
 def _identity(prep: _Prepared) -> Identity:
@@ -864,7 +896,6 @@ def _unique_names(specs: list[TopologySpec]) -> list[str]:
 def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow: np.ndarray,
                 traced: np.ndarray, max_iter: int, merge: float, window_ns: float, n_windows: int,
                 first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
-    scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
     rounds: Rounds | None = None
     moves: list[float] = []
@@ -880,7 +911,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
             finish = rounds.step(release)
             sim, out = net.durations(release, finish), None
-        replayed = np.where(no_flow, traced, sim * scale)
+        replayed = np.where(no_flow, traced, cal.predict(*net.terms(sim)))
         start, end, new_start = _kernels.schedule(
             prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
             prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
@@ -1133,6 +1164,7 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
         if result.errors is not None and result.errors.calibrated_on is None:
             run.write_json("calibration", {
                 "run": str(run.path), "topology": result.baseline, "efficiency": dict(result.efficiency),
+                "terms": {g: t.to_dict() for g, t in result.terms.items()},
                 "split": result.errors.split, "tracekit_version": __version__})
         write_replay_timelines(run, result)
         old = run.table("link_samples")
@@ -1165,6 +1197,7 @@ class SavedCalibration:
     efficiency: dict[str, float]
     name: str
     topology: str | None
+    terms: dict[str, TwoTerms] = field(default_factory=dict)
 
 
 def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpec, *,
@@ -1180,8 +1213,10 @@ def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpe
         except (OSError, ValueError) as exc:
             raise ReplayError(f"{path}: not a calibration file ({exc})") from None
         eff = doc.get("efficiency") if isinstance(doc, dict) else None
+        raw_terms = doc.get("terms") if isinstance(doc, dict) else None
         if eff is None and isinstance(doc, dict):
             eff = (doc.get("calibration") or {}).get("efficiency")
+            raw_terms = (doc.get("calibration") or {}).get("terms")
             topo = (doc.get("topologies") or [None])[0]
         else:
             topo = doc.get("topology") if isinstance(doc, dict) else None
@@ -1191,10 +1226,14 @@ def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpe
             eff = {str(k): float(v) for k, v in eff.items()}
         except (TypeError, ValueError):
             raise ReplayError(f"{path}: efficiency values must be numbers") from None
+        try:
+            terms = {str(g): TwoTerms.from_dict(t) for g, t in (raw_terms or {}).items()}
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ReplayError(f"{path}: two-term calibration values must be numbers") from None
         name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)
-        return SavedCalibration(eff, name, topo)
+        return SavedCalibration(eff, name, topo, terms)
     other = open_run([str(source)])
     fitted = replay_run(other, [baseline], write=False, algo=algo)
     if fitted.errors is None or not fitted.efficiency:
         raise ReplayError(f"{source}: nothing to calibrate on (no collective with traffic)")
-    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline)
+    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline, dict(fitted.terms))
