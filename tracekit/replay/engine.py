@@ -75,17 +75,38 @@ class ReplayError(TracekitError):
     """The run cannot be replayed (missing instances, no timed communication, ...)."""
 
 
+class Oscillation(Result, frozen=True, kw_only=True):
+    """A collective instance that kept moving: how far its start and its replayed network time
+    ranged over the rounds of the cycle (or the last two rounds), ns."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    start_swing_ns: float
+    duration_swing_ns: float
+
+
 class Convergence(Result, frozen=True, kw_only=True):
     """How the schedule/simulate fixed point of one topology ended: the rounds run, the largest
     instance start move of each (ns) and of the last (`residual_ns`), against `tolerance_ns`
-    (SETTLE_FRAC of the longest replayed network time). Not converged: the cap was hit with
-    starts still moving, so the result is the last round's, not the fixed point."""
+    (SETTLE_FRAC of the longest replayed network time).
+
+    `cycle` > 0: from round `cycle_from` the starts came back every `cycle` rounds (a limit
+    cycle); the result replays the cycle's mean network times, and its last round checks that
+    mean: converged when it moves no start beyond the tolerance. Not converged: the result is
+    that mean (with a cycle) or the last round's (the cap), not a fixed point; the instances that
+    kept moving, largest swing first, are in `oscillating` (`n_oscillating` of them in all)."""
 
     rounds: int
     residual_ns: float
     tolerance_ns: float
     converged: bool
     moves_ns: tuple[float, ...] = ()
+    cycle: int = 0
+    cycle_from: int = 0
+    n_oscillating: int = 0
+    oscillating: tuple[Oscillation, ...] = ()
 
 
 class InstanceReplay(Result, frozen=True, kw_only=True):
@@ -852,12 +873,19 @@ def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity,
     for r in results:
         cv = r.convergence
         if cv is not None and not cv.converged:
+            cycle = (f"from round {cv.cycle_from} its starts cycled with period {cv.cycle}, and damping did not "
+                     "settle it: " if cv.cycle else "")
+            whose = "; ".join(f"{o.op} {o.group}#{o.seq} start ±{o.start_swing_ns / 2e3:.1f} µs, network time "
+                              f"±{o.duration_swing_ns / 2e3:.1f} µs" for o in cv.oscillating[:3])
             out.append(Finding("replay_caution", f"the replay on {r.topology} did not settle in {cv.rounds} rounds: "
-                               f"the last round still moved an instance start by {cv.residual_ns / 1e3:.1f} µs "
-                               f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs); its times are the last round's, "
-                               "not the fixed point's", severity="warning", value=cv.residual_ns,
+                               f"{cycle}the last round still moved an instance start by {cv.residual_ns / 1e3:.1f} µs "
+                               f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs); its times are the "
+                               f"{'damped' if cv.cycle else 'last'} round's, not the fixed point's"
+                               + (f"; {cv.n_oscillating} instance(s) kept moving: {whose}" if whose else ""),
+                               severity="warning", value=cv.residual_ns,
                                data={"reason": "not_converged", "topology": r.topology, "rounds": cv.rounds,
-                                     "residual_ns": cv.residual_ns, "tolerance_ns": cv.tolerance_ns}))
+                                     "residual_ns": cv.residual_ns, "tolerance_ns": cv.tolerance_ns,
+                                     "cycle": cv.cycle}))
     for step, ns in base.step_ns.items():
         traced = base.traced_step_ns.get(step)
         if traced and abs(ns - traced) / traced > CAUTION_STEP:
@@ -900,28 +928,75 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     rounds: Rounds | None = None
     moves: list[float] = []
     tolerance = 0.0
-    for it in range(max(1, max_iter)):
+    seen_start: list[np.ndarray] = []  # each unsettled round's instance starts and durations
+    seen_dur: list[np.ndarray] = []
+    period = 0
+    cap = max(1, max_iter)
+
+    def sched(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        start, end, new_start = _kernels.schedule(
+            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
+            prep.sched_inst, prep.inst_ptr, prep.inst_ids, durations, prep.end_frac, prep.order_by_start)
+        return start, end, np.nan_to_num(new_start)
+
+    def durations_at(inst_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flow finishes and replayed network times with instances started at `inst_start`."""
+        assert rounds is not None
         release = net.release(inst_start)
-        if rounds is None or it == max(1, max_iter) - 1:  # the first and the last for sure: everything,
+        finish = rounds.step(release)
+        return finish, np.where(no_flow, traced, cal.predict(*net.terms(net.durations(release, finish))))
+
+    for it in range(cap):
+        release = net.release(inst_start)
+        if rounds is None or it == cap - 1:  # the first and the last for sure: everything,
             sim, out = first if it == 0 and first is not None else net.run(  # with the link windows
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
             rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
                             merge=merge)
+            replayed = np.where(no_flow, traced, cal.predict(*net.terms(sim)))
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
-            finish = rounds.step(release)
-            sim, out = net.durations(release, finish), None
-        replayed = np.where(no_flow, traced, cal.predict(*net.terms(sim)))
-        start, end, new_start = _kernels.schedule(
-            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
-            prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
-        new_start = np.nan_to_num(new_start)
+            finish, replayed = durations_at(inst_start)
+            out = None
+        start, end, new_start = sched(replayed)
         moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
         tolerance = SETTLE_FRAC * max(1.0, float(np.max(replayed, initial=0.0)))
         moves.append(moved)
         if moved <= tolerance:
             break
+        seen_start.append(inst_start)
+        seen_dur.append(replayed)
+        period = _period(seen_start, new_start, tolerance, moved)
         inst_start = new_start
+        if period:
+            break
+    cycle_from = len(seen_start) - period + 1 if period else 0
+    if period:  # a limit cycle: damp it (see _DAMPING), from the cycle's mean network times
+        swings = _swings(np.array(seen_start[-period:]), np.array(seen_dur[-period:]))
+        damped = np.mean(seen_dur[-period:], axis=0)
+        step, last = 0.5, None
+        for _ in range(DAMPED_ROUNDS):
+            _, _, inst_start = sched(damped)
+            finish, replayed = durations_at(inst_start)
+            start, end, new_start = sched(replayed)
+            moves.append(float(np.max(np.abs(new_start - inst_start), initial=0.0)))
+            if moves[-1] <= tolerance:
+                break
+            resid = replayed - damped
+            if last is not None:  # Aitken's relaxation: the step that would zero a linear residual
+                change = resid - last
+                norm = float(change @ change)
+                if norm > 0:
+                    step = float(np.clip(-step * float(last @ change) / norm, MIN_STEP, 1.0))
+            damped, last = np.maximum(damped + step * resid, 0.0), resid
+        else:  # not settled: the damped network times, as scheduled
+            replayed = damped
+            start, end, inst_start = sched(damped)
+        out = None
+    elif moves[-1] > tolerance:  # the cap, no cycle: what the last round moved
+        swings = _swings(np.array([seen_start[-1], inst_start]), np.array(seen_dur[-2:]))
+    else:
+        swings = (np.zeros(len(prep.instances)), np.zeros(len(prep.instances)))
     horizon = float(np.nanmax(end)) if end.size else 1.0
     span = max(horizon, float(np.nanmax(finish, initial=0.0)))
     if out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
@@ -958,7 +1033,49 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
                     "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0},
         convergence=Convergence(rounds=len(moves), residual_ns=moves[-1], tolerance_ns=tolerance,
-                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves)))
+                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves), cycle=period,
+                                cycle_from=cycle_from,
+                                **_oscillating(prep, *swings, tolerance if moves[-1] > tolerance else math.inf)))
+
+
+#: Rounds of damped iteration allowed after a limit cycle is found, and the smallest step.
+DAMPED_ROUNDS = 8
+MIN_STEP = 0.05
+#: Limit cycles are looked for up to this period (rounds) ...
+MAX_PERIOD = 4
+#: ... and found when the starts come back to those of `p` rounds before within the tolerance or
+#: this share of the round's move.
+CYCLE_FRAC = 0.01
+#: Oscillating instances listed in a Convergence (the largest swings; `n_oscillating` counts all).
+OSCILLATING_LISTED = 10
+
+
+def _period(seen_start: list[np.ndarray], new_start: np.ndarray, tolerance: float, moved: float) -> int:
+    """The smallest p >= 2 such that `new_start` returns to the starts of p rounds before (the
+    rounds' inputs in `seen_start`, the last one now), or 0."""
+    limit = max(tolerance, CYCLE_FRAC * moved)
+    for p in range(2, min(MAX_PERIOD, len(seen_start)) + 1):
+        if float(np.max(np.abs(new_start - seen_start[-p]), initial=0.0)) <= limit:
+            return p
+    return 0
+
+
+def _swings(starts: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, how far its start and its replayed duration range over these rounds (ns)."""
+    return starts.max(axis=0) - starts.min(axis=0), durations.max(axis=0) - durations.min(axis=0)
+
+
+def _oscillating(prep: _Prepared, start_swing: np.ndarray, dur_swing: np.ndarray, tolerance: float
+                 ) -> dict[str, Any]:
+    """The instances whose start or duration swings beyond `tolerance`: those whose network time
+    swings first (the cause: the others move because they wait for them), largest first."""
+    moving = np.flatnonzero((start_swing > tolerance) | (dur_swing > tolerance))
+    order = moving[np.lexsort((moving, -start_swing[moving], -dur_swing[moving]))]
+    listed = tuple(Oscillation(group=prep.instances[k].group, seq=prep.instances[k].seq, op=prep.instances[k].op,
+                               dim=prep.instances[k].dim, start_swing_ns=float(start_swing[k]),
+                               duration_swing_ns=float(dur_swing[k]))
+                   for k in order[:OSCILLATING_LISTED].tolist())
+    return {"n_oscillating": int(moving.size), "oscillating": listed}
 
 
 def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:
