@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hand_traces import BASE, PHYSICS_NS, SLOW8, Trace
+from hand_traces import BASE, MODELLED_NS, NCCL_LATENCY_NS, PHYSICS_NS, SLOW8, Trace
 
 from tracekit.finding import Finding
 from tracekit.replay.calibration import (
@@ -21,10 +21,6 @@ from tracekit.replay.calibration import (
 from tracekit.replay.engine import replay
 
 S7, S20 = "gpu0/stream7", "gpu0/stream20"
-#: NCCL's latency of a ring all-reduce over 2 ranks on 2 hosts (Simple, one GPU per node, so the
-#: network hop is the tree's): base 8.4 us + 2 network steps x 14 us (docs/hardware.md, 1.2).
-NCCL_LATENCY_NS = 8_400 + 2 * 14_000
-MODELLED_NS = PHYSICS_NS + NCCL_LATENCY_NS
 
 
 def _allreduces(durations, *, steps=None):

@@ -67,7 +67,8 @@ def test_json_shape_is_exact():
     r = doc["results"][0]
     assert list(r) == ["topology", "step_ns", "traced_step_ns", "comm_ns", "exposed_ns", "instances",
                        "hot_links", "replay_error", "convergence"]
-    assert list(r["convergence"]) == ["rounds", "residual_ns", "tolerance_ns", "converged", "moves_ns"]
+    assert list(r["convergence"]) == ["rounds", "residual_ns", "tolerance_ns", "converged", "moves_ns", "cycle",
+                                      "cycle_from", "n_oscillating", "oscillating"]
     assert list(r["instances"][0]) == ["group", "seq", "op", "dim", "traced_ns", "replayed_ns", "calibration",
                                        "cross_validation", "fallback", "algo", "proto", "algo_source"]
     assert list(r["hot_links"][0]) == ["link", "peak_util", "mean_util", "bytes"]
