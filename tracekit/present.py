@@ -167,6 +167,9 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
         lines.append(f"calibration ({'from ' + printable(str(source)) + ', ' if source is not None else ''}"
                      "traced / modelled): " + ", ".join(
             f"{printable(k)} x{v:.2f}" for k, v in sorted(result.efficiency.items())))
+    if result.terms:
+        lines.append("calibration in two terms (traced = a x latency + b x transfer): " + ", ".join(
+            f"{printable(g)} a {t.latency:.2f}, b {t.transfer:.2f}" for g, t in sorted(result.terms.items())))
     for f in result.findings:
         if f.kind == "replay_caution" and f.severity != "info":
             lines.append(f"caution: {printable(f.text)}")

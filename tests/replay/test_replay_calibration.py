@@ -243,3 +243,35 @@ def test_dlrm_latency_bound_all_reduce_does_not_get_the_bandwidth_ratio(dlrm):
     assert terms.latency > 0 and terms.transfer > 0
     for _, fast_one in by_seq.values():  # NCCL's ring LL latency on 8 GPUs: 15 us, plus 4.2 us of hops
         assert fast_one.replayed_ns >= terms.latency * 19_000
+
+
+def test_dlrm_text_prints_the_two_terms(dlrm):
+    from tracekit.present import replay_comparison
+
+    t = dlrm.terms["all_reduce:ring"]
+    text = "\n".join(replay_comparison(dlrm))
+    assert (f"calibration in two terms (traced = a x latency + b x transfer): all_reduce:ring a {t.latency:.2f}, "
+            f"b {t.transfer:.2f}, all_to_all a ") in text
+
+
+def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
+    """A calibration from another run: its two terms per group, where the group has them, else
+    its bucket efficiencies; read back from a calibration file as `replay` writes it."""
+    import json
+
+    from tracekit.replay.calibration import TwoTerms, applied
+    from tracekit.replay.engine import ReplayError, calibration_from
+
+    terms = {"all_reduce:ring": TwoTerms(3.0, 1.5, 4, 3)}
+    cal = applied(["all_reduce", "all_reduce", "all_to_all"], np.array([1e6, 1e6, 1e6]), np.ones(3),
+                  {"all_reduce:2^20": 2.0, "all_to_all:2^20": 4.0}, terms=terms, algos=["ring", "tree", None])
+    latency, transfer = np.array([10.0, 10.0, 10.0]), np.array([100.0, 100.0, 100.0])
+    assert cal.predict(latency, transfer).tolist() == [180.0, 220.0, 440.0]
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"run": "healthy", "topology": BASE, "efficiency": {"all_reduce:2^20": 2.0},
+                                "terms": {"all_reduce:ring": terms["all_reduce:ring"].to_dict()}}))
+    saved = calibration_from(path, BASE)
+    assert saved.terms == terms and saved.efficiency == {"all_reduce:2^20": 2.0}
+    path.write_text(json.dumps({"efficiency": {"all_reduce:2^20": 2.0}, "terms": {"all_reduce:ring": {"a": 1}}}))
+    with pytest.raises(ReplayError, match=r"calibration\.json: two-term calibration values must be numbers"):
+        calibration_from(path, BASE)
