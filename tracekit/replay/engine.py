@@ -692,12 +692,14 @@ class _Net:
         return dur * self.fill
 
     def terms(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The modelled time of each instance as (latency, transfer), ns: latency is NCCL's for its
-        plan plus its flows' path latency (within the simulated time `sim`), transfer the rest of
-        `sim`. Instances without traffic (`sim` 0) get (0, 0)."""
+        """The modelled time of each instance as (latency, transfer), ns: transfer is the simulated
+        time `sim` without its flows' path latency; latency is NCCL's for the instance's plan, which
+        counts every hop already, or that path latency where NCCL's model gives none (all-to-all,
+        p2p). Instances without traffic (`sim` 0) get (0, 0)."""
         sim = np.asarray(sim, np.float64)
         hop = np.minimum(self.hop_ns, sim)
-        return np.where(sim > 0, self.latency_ns + hop, 0.0), sim - hop
+        latency = np.where(self.latency_ns > 0, self.latency_ns, hop)
+        return np.where(sim > 0, latency, 0.0), sim - hop
 
     def storage_ns(self, out: Any) -> dict[str, int]:
         """Per tag of the storage flows, the time from their first release to their last finish."""
