@@ -80,7 +80,7 @@ def test_convergence_round_trips_and_old_json_reads_as_unknown():
 # ------------------------------------------------------------------------------------------
 # A limit cycle on a 16-rank DP x PP x EP run (`tracekit synth --hosts 8 --gpus 2 --pp 2 --ep 8
 # --steps 3`): at 100 Gb/s a DP all-reduce and the EP all-to-all behind it take turns to overlap,
-# and the plain rounds repeat a 776 us start move with period 2 from round 4 (793.7 us before the
+# and the plain rounds repeat a 783 us start move with period 2 from round 4 (793.7 us before the
 # two-term calibration; the 8-round cap was hit and the last round printed).
 
 PP_EP = dict(hosts=8, gpus_per_host=2, pp=2, ep=8, steps=3)
