@@ -239,7 +239,7 @@ def test_dlrm_latency_bound_all_reduce_does_not_get_the_bandwidth_ratio(dlrm):
     assert small.traced_ns == 22_644
     ratio = {seq: i.replayed_ns / j.replayed_ns for seq, (i, j) in by_seq.items()}
     assert ratio[6] < 1.1
-    assert 1.2 < ratio[7] < 2.0 and 1.2 < ratio[4] < 2.2
+    assert 1.0 < ratio[7] < 2.0 and 1.0 < ratio[4] < 2.2
     assert terms.latency > 0 and terms.transfer > 0
     for _, fast_one in by_seq.values():  # NCCL's ring LL latency on 8 GPUs: 6.6 + 14 x 0.6 = 15 us
         assert fast_one.replayed_ns >= terms.latency * 15_000

@@ -98,8 +98,9 @@ def test_pp_ep_limit_cycle_is_damped_to_its_fixed_point(pp_ep_tables):
     res = replay(pp_ep_tables, PP_EP_TOPOLOGIES)
     base, slow = (r.convergence for r in res.results)
     assert base.converged and base.cycle == 0
-    assert slow.cycle == 2 and slow.cycle_from == 4
-    assert slow.moves_ns[3] == pytest.approx(slow.moves_ns[4], rel=1e-6) and slow.moves_ns[3] > 500_000
+    assert slow.cycle == 2 and slow.cycle_from >= 3  # round 4 here
+    repeated = slow.moves_ns[slow.cycle_from - 1]
+    assert slow.moves_ns[slow.cycle_from] == pytest.approx(repeated, rel=1e-2) and repeated > 100 * slow.tolerance_ns
     assert slow.converged and slow.residual_ns <= slow.tolerance_ns < 10_000
     assert slow.rounds <= engine.MAX_ITER + engine.DAMPED_ROUNDS
     assert slow.n_oscillating == 0 and not _not_converged(res)
@@ -111,16 +112,17 @@ def test_an_undamped_cycle_says_which_instances_oscillate(pp_ep_tables, monkeypa
     monkeypatch.setattr(engine, "DAMPED_ROUNDS", 0)
     res = replay(pp_ep_tables, PP_EP_TOPOLOGIES)
     cv = res.results[1].convergence
-    assert not cv.converged and cv.cycle == 2 and cv.residual_ns > 500_000
+    assert not cv.converged and cv.cycle == 2 and cv.residual_ns > 100 * cv.tolerance_ns
     assert cv.n_oscillating > len(cv.oscillating) == engine.OSCILLATING_LISTED
     cause = cv.oscillating[0]  # the call whose network time flips, not the ones that wait for it
-    assert (cause.op, cause.dim, cause.start_swing_ns) == ("all_reduce", "DP", 0.0)
-    assert cause.duration_swing_ns > 100_000
-    assert any(o.op == "all_to_all" and o.start_swing_ns == pytest.approx(cause.duration_swing_ns, rel=1e-6)
+    assert (cause.op, cause.dim) == ("all_reduce", "DP")
+    assert cause.duration_swing_ns > 100_000 and cause.start_swing_ns < 0.01 * cause.duration_swing_ns
+    assert any(o.op == "all_to_all" and o.start_swing_ns == pytest.approx(cause.duration_swing_ns, rel=1e-2)
                for o in cv.oscillating)
     (f,) = _not_converged(res)
     assert "cycled with period 2" in f.text and "kept moving: all_reduce" in f.text and f.data["cycle"] == 2
     text = "\n".join(replay_comparison(res))
     moves = ", ".join(f"{m / 1e3:.1f}" for m in cv.moves_ns)
     assert f"residual per round on {PP_EP_TOPOLOGIES[1]} (µs): {moves}\n" in text
-    assert "  kept moving: all_reduce 1#3 (DP): start over 0.0 µs, network time over" in text
+    assert (f"  kept moving: all_reduce {cause.group}#{cause.seq} (DP): start over "
+            f"{cause.start_swing_ns / 1e3:.1f} µs, network time over {cause.duration_swing_ns / 1e3:.1f} µs") in text
