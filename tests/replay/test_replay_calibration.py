@@ -275,3 +275,21 @@ def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
     path.write_text(json.dumps({"efficiency": {"all_reduce:2^20": 2.0}, "terms": {"all_reduce:ring": {"a": 1}}}))
     with pytest.raises(ReplayError, match=r"calibration\.json: two-term calibration values must be numbers"):
         calibration_from(path, BASE)
+
+
+def test_a_large_group_without_steps_is_cross_validated_in_ten_folds(monkeypatch):
+    """Each held-out tenth is predicted by the fit of the other nine: exact rows stay exact, and
+    a row made 3x slow is predicted as the others, so it alone is off (by 2/3)."""
+    from tracekit.replay import calibration
+
+    monkeypatch.setattr(calibration, "LOO_MAX", 20)
+    sizes = [2.0**e for e in range(8, 30, 2)] * 4
+    latency, transfer, traced = _rows(3.7, 1.6, sizes)
+    traced[5] *= 3.0
+    n = len(sizes)
+    cal = calibrate(["all_reduce"] * n, np.array(sizes), traced, latency + transfer, None, latency=latency,
+                    algos=["ring"] * n)
+    rel = np.abs(cal.predict(latency, transfer, cross_validated=True) - traced) / traced
+    assert rel[5] == pytest.approx(2 / 3, rel=1e-2)
+    assert np.delete(rel, 5).max() < 1e-2
+    assert cal.cross_validated_source == [FITTED] * n
