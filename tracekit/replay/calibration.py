@@ -1,13 +1,13 @@
 """Calibration of the flow model on the baseline, and its error measured three ways.
 
-The modelled time of an instance has two terms: a latency (NCCL's fixed cost plus the path
-latency of its flows) and a transfer (the rest of the simulated time, which scales with bytes over
-bandwidth). Per (op, algorithm) the trace is fitted as `traced ~= a * latency + b * transfer`
+The modelled time of an instance has two terms: a latency (NCCL's fixed cost, or the path latency
+of its flows where NCCL's model has none) and a transfer (the simulated time without the path
+latency, which scales with bytes over bandwidth). Per (op, algorithm) the trace is fitted as `traced ~= a * latency + b * transfer`
 (`TwoTerms`: a, b >= 0, least absolute relative error, so outliers weigh as a median does), and
-a what-if that changes only bandwidth moves only the `b` term. A group whose instances span too
-few sizes to tell the terms apart (fewer than MIN_BUCKETS size buckets, or latency shares spread
-by less than MIN_SHARE_SPREAD) falls back to one factor per (op, size bucket): the efficiency,
-the median of traced / modelled duration over its instances.
+a what-if that changes only bandwidth moves only the `b` term. A group with too few instances or
+sizes to tell the terms apart (fewer than MIN_INSTANCES, or MIN_BUCKETS size buckets, or latency
+shares spread by less than MIN_SHARE_SPREAD) falls back to one factor per (op, size bucket): the
+efficiency, the median of traced / modelled duration over its instances.
 
 The error is reported as `uncalibrated` (the raw model against the trace), `in_sample` (fitted
 and scored on the same instances: optimistic by construction) and `cross_validated` (each
@@ -27,7 +27,10 @@ from typing import Any
 import numpy as np
 
 FITTED, INTERPOLATED, UNCALIBRATED, NO_FLOWS = "fitted", "interpolated", "uncalibrated", "no_flows"
-#: Two terms are fitted only on instances spanning this many size buckets ...
+#: Two terms are fitted only on at least this many instances (two would fix both factors exactly,
+#: with nothing left to tell a stalled call from a trend) ...
+MIN_INSTANCES = 3
+#: ... spanning this many size buckets ...
 MIN_BUCKETS = 2
 #: ... whose latency shares (latency / modelled time) spread over at least this much.
 MIN_SHARE_SPREAD = 0.2
@@ -243,7 +246,7 @@ def _nonnegative_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[flo
 def _separable(latency: np.ndarray, modelled: np.ndarray, exps: np.ndarray) -> bool:
     """Whether these instances can tell a latency from a transfer factor: enough size buckets,
     and latency shares that differ."""
-    if np.unique(exps).size < MIN_BUCKETS:
+    if exps.size < MIN_INSTANCES or np.unique(exps).size < MIN_BUCKETS:
         return False
     share = latency / modelled
     return float(share.max() - share.min()) >= MIN_SHARE_SPREAD
