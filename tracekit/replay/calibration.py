@@ -4,10 +4,11 @@ The modelled time of an instance has two terms: a latency (NCCL's fixed cost, or
 of its flows where NCCL's model has none) and a transfer (the simulated time without the path
 latency, which scales with bytes over bandwidth). Per (op, algorithm) the trace is fitted as
 `traced ~= a * latency + b * transfer` (`TwoTerms`: a, b >= 0, least absolute relative error, so
-outliers weigh as a median does), and a what-if that changes only bandwidth moves only the `b` term. A group with too few instances or
-sizes to tell the terms apart (fewer than MIN_INSTANCES, or MIN_BUCKETS size buckets, or latency
-shares spread by less than MIN_SHARE_SPREAD) falls back to one factor per (op, size bucket): the
-efficiency, the median of traced / modelled duration over its instances.
+outliers weigh as a median does), and a what-if that changes only bandwidth moves only the `b`
+term. A group with too few instances or sizes to tell the terms apart (fewer than MIN_INSTANCES,
+or MIN_BUCKETS size buckets, or latency shares spread by less than MIN_SHARE_SPREAD) falls back
+to one factor per (op, size bucket): the efficiency, the median of traced / modelled duration
+over its instances.
 
 The error is reported as `uncalibrated` (the raw model against the trace), `in_sample` (fitted
 and scored on the same instances: optimistic by construction) and `cross_validated` (each
