@@ -93,10 +93,11 @@ class Convergence(Result, frozen=True, kw_only=True):
     (SETTLE_FRAC of the longest replayed network time).
 
     `cycle` > 0: from round `cycle_from` the starts came back every `cycle` rounds (a limit
-    cycle); the result replays the cycle's mean network times, and its last round checks that
-    mean: converged when it moves no start beyond the tolerance. Not converged: the result is
-    that mean (with a cycle) or the last round's (the cap), not a fixed point; the instances that
-    kept moving, largest swing first, are in `oscillating` (`n_oscillating` of them in all)."""
+    cycle), and the rounds after it were damped, from the cycle's mean network times (Aitken
+    relaxation; each of their moves is the one a plain round would make from the damped state).
+    Not converged: the result is the damped state (with a cycle) or the last round's (the cap),
+    not a fixed point; the instances that kept moving, those whose network time swings first, are
+    in `oscillating` (`n_oscillating` of them in all)."""
 
     rounds: int
     residual_ns: float
@@ -973,7 +974,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         if period:
             break
     cycle_from = len(seen_start) - period + 1 if period else 0
-    if period:  # a limit cycle: damp it (see _DAMPING), from the cycle's mean network times
+    if period:  # a limit cycle: damp it from the cycle's mean network times (docs/replay.md, 5)
         swings = _swings(np.array(seen_start[-period:]), np.array(seen_dur[-period:]))
         damped = np.mean(seen_dur[-period:], axis=0)
         step, last = 0.5, None
