@@ -170,9 +170,20 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
         lines.append(f"calibration ({'from ' + printable(str(source)) + ', ' if source is not None else ''}"
                      "traced / modelled): " + ", ".join(
             f"{printable(k)} x{v:.2f}" for k, v in sorted(result.efficiency.items())))
+    if result.terms:
+        lines.append("calibration in two terms (traced = a x latency + b x transfer): " + ", ".join(
+            f"{printable(g)} a {t.latency:.2f}, b {t.transfer:.2f}" for g, t in sorted(result.terms.items())))
     for f in result.findings:
         if f.kind == "replay_caution" and f.severity != "info":
             lines.append(f"caution: {printable(f.text)}")
+    for r in results:
+        cv = r.convergence
+        if cv is not None and not cv.converged:
+            lines.append(f"residual per round on {printable(r.topology)} (µs): "
+                         + ", ".join(f"{m / 1e3:.1f}" for m in cv.moves_ns))
+            lines.extend(f"  kept moving: {printable(o.op)} {printable(o.group)}#{o.seq} ({printable(o.dim)}): start "
+                         f"over {o.start_swing_ns / 1e3:.1f} µs, network time over {o.duration_swing_ns / 1e3:.1f} µs"
+                         for o in cv.oscillating)
     if verbose:
         lines.extend(_replay_details(result))
     return lines
@@ -215,7 +226,8 @@ def _replay_details(result: ReplayResult) -> list[str]:
         if cv is not None:
             lines.append(f"fixed point on {printable(r.topology)}: {cv.rounds} round"
                          f"{'s' if cv.rounds != 1 else ''}, last start move {cv.residual_ns / 1e3:.1f} µs "
-                         f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs){'' if cv.converged else ': not settled'}")
+                         f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs){'' if cv.converged else ': not settled'}"
+                         + (f"; a period-{cv.cycle} cycle from round {cv.cycle_from}, damped" if cv.cycle else ""))
     fallbacks = result.identity.fallbacks if result.identity is not None else ()
     for fb in fallbacks[:20]:
         lines.append(f"fallback: {printable(fb.text)}")

@@ -10,6 +10,17 @@ NBYTES = 50_000_000
 PHYSICS_NS = 1_000_000
 BASE = "single-switch:gpus=1,latency_ns=0,pcie_gbps=2000,nic_efficiency=1"  # line rate: closed forms by hand
 SLOW8 = BASE + ",nic_gbps=50"
+#: NCCL's latency of a ring all-reduce over 2 ranks on 2 hosts (Simple, one GPU per node, so the
+#: network hop is the tree's): base 8.4 us + 2 network steps x 14 us (docs/hardware.md, 1.2).
+#: `latency_ns=0` zeroes the links' latency, not NCCL's.
+NCCL_LATENCY_NS = 8_400 + 2 * 14_000
+MODELLED_NS = PHYSICS_NS + NCCL_LATENCY_NS
+
+
+def at_slow8(traced_ns: float) -> int:
+    """The replayed time on SLOW8 of one such all-reduce traced at `traced_ns` on BASE: one size,
+    so one factor (traced / 1.0364 ms) scales 8 ms of transfer plus the same latency."""
+    return round(traced_ns * (8 * PHYSICS_NS + NCCL_LATENCY_NS) / MODELLED_NS)
 
 
 class Trace:

@@ -50,9 +50,12 @@ def test_cap_hit_records_the_residual_and_cautions():
     assert f.data["topology"] == res.results[0].topology == BASE and f.data["rounds"] == 1
     assert BASE in f.text and "1500.0 µs" in f.text and "1 rounds" in f.text
     doc = json.loads(res.dumps())
+    moving = {"group": "dp", "seq": 0, "op": "all_reduce", "dim": "DP", "start_swing_ns": cv.residual_ns,
+              "duration_swing_ns": 0.0}
     assert doc["results"][0]["convergence"] == {"rounds": 1, "residual_ns": cv.residual_ns,
                                                 "tolerance_ns": cv.tolerance_ns, "converged": False,
-                                                "moves_ns": [cv.residual_ns]}
+                                                "moves_ns": [cv.residual_ns], "cycle": 0, "cycle_from": 0,
+                                                "n_oscillating": 1, "oscillating": [moving]}
     assert doc["findings"][[g["data"].get("reason") for g in doc["findings"] if "data" in g].index(
         "not_converged")]["kind"] == "replay_caution"
 
@@ -72,3 +75,54 @@ def test_convergence_round_trips_and_old_json_reads_as_unknown():
     old = json.loads(res.dumps())
     del old["results"][0]["convergence"]
     assert ReplayResult.from_json(old).results[0].convergence is None
+
+
+# ------------------------------------------------------------------------------------------
+# A limit cycle on a 16-rank DP x PP x EP run (`tracekit synth --hosts 8 --gpus 2 --pp 2 --ep 8
+# --steps 3`): at 100 Gb/s a DP all-reduce and the EP all-to-all behind it take turns to overlap,
+# and the plain rounds repeat a 783 us start move with period 2 from round 4 (793.7 us before the
+# two-term calibration; the 8-round cap was hit and the last round printed).
+
+PP_EP = dict(hosts=8, gpus_per_host=2, pp=2, ep=8, steps=3)
+PP_EP_TOPOLOGIES = ["rail-optimized:hosts=8,gpus=2", "rail-optimized:hosts=8,gpus=2,nic_gbps=100"]
+
+
+@pytest.fixture(scope="module")
+def pp_ep_tables():
+    from tracekit.synth import make_run_tables
+
+    return make_run_tables(**PP_EP)[0]
+
+
+def test_pp_ep_limit_cycle_is_damped_to_its_fixed_point(pp_ep_tables):
+    res = replay(pp_ep_tables, PP_EP_TOPOLOGIES)
+    base, slow = (r.convergence for r in res.results)
+    assert base.converged and base.cycle == 0
+    assert slow.cycle == 2 and slow.cycle_from >= 3  # round 4 here
+    repeated = slow.moves_ns[slow.cycle_from - 1]
+    assert slow.moves_ns[slow.cycle_from] == pytest.approx(repeated, rel=1e-2) and repeated > 100 * slow.tolerance_ns
+    assert slow.converged and slow.residual_ns <= slow.tolerance_ns < 10_000
+    assert slow.rounds <= engine.MAX_ITER + engine.DAMPED_ROUNDS
+    assert slow.n_oscillating == 0 and not _not_converged(res)
+
+
+def test_an_undamped_cycle_says_which_instances_oscillate(pp_ep_tables, monkeypatch):
+    from tracekit.present import replay_comparison
+
+    monkeypatch.setattr(engine, "DAMPED_ROUNDS", 0)
+    res = replay(pp_ep_tables, PP_EP_TOPOLOGIES)
+    cv = res.results[1].convergence
+    assert not cv.converged and cv.cycle == 2 and cv.residual_ns > 100 * cv.tolerance_ns
+    assert cv.n_oscillating > len(cv.oscillating) == engine.OSCILLATING_LISTED
+    cause = cv.oscillating[0]  # the call whose network time flips, not the ones that wait for it
+    assert (cause.op, cause.dim) == ("all_reduce", "DP")
+    assert cause.duration_swing_ns > 100_000 and cause.start_swing_ns < 0.01 * cause.duration_swing_ns
+    assert any(o.op == "all_to_all" and o.start_swing_ns == pytest.approx(cause.duration_swing_ns, rel=1e-2)
+               for o in cv.oscillating)
+    (f,) = _not_converged(res)
+    assert "cycled with period 2" in f.text and "kept moving: all_reduce" in f.text and f.data["cycle"] == 2
+    text = "\n".join(replay_comparison(res))
+    moves = ", ".join(f"{m / 1e3:.1f}" for m in cv.moves_ns)
+    assert f"residual per round on {PP_EP_TOPOLOGIES[1]} (µs): {moves}\n" in text
+    assert (f"  kept moving: all_reduce {cause.group}#{cause.seq} (DP): start over "
+            f"{cause.start_swing_ns / 1e3:.1f} µs, network time over {cause.duration_swing_ns / 1e3:.1f} µs") in text

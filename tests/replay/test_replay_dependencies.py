@@ -1,12 +1,13 @@
 """Dependencies read from the trace: blocked launches, cuda_sync waits, the gap rule as a last resort.
 
 Each trace is built by hand (tests/replay/hand_traces.py); the all-reduce's modelled time is the
-closed form S / B_nic = 50 MB / 50 B/ns = 1 ms on the baseline and 8 ms at nic_gbps=50 (no
-latency), so the expected replayed times below are derived by hand.
+closed form S / B_nic = 50 MB / 50 B/ns = 1 ms on the baseline and 8 ms at nic_gbps=50, plus
+NCCL's 36.4 us of latency on both (no link latency), so the expected replayed times below are
+derived by hand (`at_slow8`: 1 ms traced replays in 7.754 ms).
 """
 
 import pytest
-from hand_traces import BASE, SLOW8, T0, Trace
+from hand_traces import BASE, SLOW8, T0, Trace, at_slow8
 
 from tracekit.replay.engine import replay
 
@@ -38,13 +39,14 @@ def test_blocked_launch_waits_for_the_allreduce_and_everything_after_moves_by_th
     res = replay(_exposed_allreduce(), [BASE, SLOW8])
     assert res.dependencies["launch"] == 2 and res.dependencies["gap"] == 0 and res.dependencies["sync"] == 0
     base, slow = res.results
-    assert base.instances[0].replayed_ns == 1_000_000 and slow.instances[0].replayed_ns == 8_000_000
-    excess = 7_000_000  # the all-reduce ends at 12 µs + 8 ms instead of 12 µs + 1 ms
+    slow_ns = at_slow8(1_000_000)
+    assert base.instances[0].replayed_ns == 1_000_000 and slow.instances[0].replayed_ns == slow_ns
+    excess = slow_ns - 1_000_000  # the all-reduce ends at 12 µs + 7.754 ms instead of 12 µs + 1 ms
     for r in (0, 1):
         traced = _times(base, r)
         assert traced == [(S7, 2_000, 400_000), (S20, 12_000, 1_000_000), (S7, 402_500, 497_500),
                           (S7, 1_024_000, 100_000), (S7, 1_137_000, 50_000)]
-        expected = [(S7, 2_000, 400_000), (S20, 12_000, 8_000_000), (S7, 402_500, 497_500),
+        expected = [(S7, 2_000, 400_000), (S20, 12_000, slow_ns), (S7, 402_500, 497_500),
                     (S7, 1_024_000 + excess, 100_000), (S7, 1_137_000 + excess, 50_000)]
         assert _times(slow, r) == sorted(expected, key=lambda x: (x[1], x[0]))
     assert slow.step_ns["0"] - base.step_ns["0"] == excess
@@ -55,8 +57,8 @@ def test_a_kernel_launched_just_in_time_was_not_blocked():
     the gap rule does not apply to events whose launch is known)."""
     res = replay(_exposed_allreduce(opt_gap=2_000, optimizer_launch=1_011_000), [BASE, SLOW8])
     assert res.dependencies["launch"] == 0 and res.dependencies["gap"] == 0
-    # O and O2 keep their times; the step now ends with the all-reduce (8.012 ms) instead of O2 (1.177 ms)
-    assert res.results[1].step_ns["0"] - res.results[0].step_ns["0"] == 8_012_000 - 1_177_000
+    # O and O2 keep their times; the step now ends with the all-reduce (7.766 ms) instead of O2 (1.177 ms)
+    assert res.results[1].step_ns["0"] - res.results[0].step_ns["0"] == 12_000 + at_slow8(1_000_000) - 1_177_000
 
 
 def _hidden_allreduce(with_sync=True):
@@ -81,10 +83,11 @@ def test_stream_wait_event_ties_the_optimizer_to_a_hidden_allreduce():
     res = replay(_hidden_allreduce(), [BASE, SLOW8])
     assert res.dependencies["sync"] == 2 and res.dependencies["launch"] == 0
     base, slow = res.results
-    assert base.instances[0].replayed_ns == 800_000 and slow.instances[0].replayed_ns == 6_400_000
-    excess = 12_000 + 6_400_000 - 900_000  # past its overlap: the all-reduce now ends after B2
+    slow_ns = at_slow8(800_000)
+    assert base.instances[0].replayed_ns == 800_000 and slow.instances[0].replayed_ns == slow_ns
+    excess = 12_000 + slow_ns - 900_000  # past its overlap: the all-reduce now ends after B2
     for r in (0, 1):
-        expected = [(S7, 2_000, 400_000), (S20, 12_000, 6_400_000), (S7, 402_500, 497_500),
+        expected = [(S7, 2_000, 400_000), (S20, 12_000, slow_ns), (S7, 402_500, 497_500),
                     (S7, 902_000 + excess, 100_000), (S7, 1_003_000 + excess, 50_000)]
         assert _times(slow, r) == sorted(expected, key=lambda x: (x[1], x[0]))
     assert slow.step_ns["0"] - base.step_ns["0"] == excess
@@ -95,7 +98,7 @@ def test_without_the_sync_event_the_hidden_dependency_is_invisible():
     assert res.dependencies["sync"] == 0 and res.dependencies["launch"] == 0
     _base, slow = res.results
     assert _times(slow, 0)[-1] == (S7, 1_003_000, 50_000)
-    assert slow.step_ns["0"] == 12_000 + 6_400_000 - 2_000
+    assert slow.step_ns["0"] == 12_000 + at_slow8(800_000) - 2_000
 
 
 def test_gap_rule_is_the_last_resort_without_launch_times():
@@ -107,7 +110,7 @@ def test_gap_rule_is_the_last_resort_without_launch_times():
         tr.kernel(r, S7, "compute", 1_103_000, 100_000)
     res = replay(tr.tables(), [BASE, SLOW8])
     assert res.dependencies == {"stream": 2, "sync": 0, "launch": 0, "gap": 4, "sync_unresolved": 0}
-    assert res.results[1].step_ns["0"] - res.results[0].step_ns["0"] == 7_000_000
+    assert res.results[1].step_ns["0"] - res.results[0].step_ns["0"] == at_slow8(1_000_000) - 1_000_000
     assert res.to_json()["dependencies"] == res.dependencies
 
 

@@ -68,7 +68,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if calibration_from is not None:
         base = baseline_of(topologies, baseline)
         saved = load_calibration(calibration_from, base, algo=algo)
-        options = {"efficiency": saved.efficiency, "calibrated_on": saved.name}
+        options = {"efficiency": saved.efficiency, "terms": saved.terms, "calibrated_on": saved.name}
         if saved.topology is not None and saved.topology != str(base):
             notes.append(f"note: the calibration was fitted on {saved.topology}, applied to baseline {base}")
     result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,

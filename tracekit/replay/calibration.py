@@ -1,10 +1,19 @@
 """Calibration of the flow model on the baseline, and its error measured three ways.
 
-The efficiency of an (op, size bucket) is the median of traced / modelled duration over its
-instances. Its error is reported as `uncalibrated` (the raw model against the trace),
-`in_sample` (fitted and scored on the same instances: optimistic by construction) and
-`cross_validated` (each instance scored with an efficiency fitted without it: leave one step out
-when the run has several steps, else leave one instance out). A bucket with nothing to fit from
+The modelled time of an instance has two terms: a latency (NCCL's fixed cost, or the path latency
+of its flows where NCCL's model has none) and a transfer (the simulated time without the path
+latency, which scales with bytes over bandwidth). Per (op, algorithm) the trace is fitted as
+`traced ~= a * latency + b * transfer` (`TwoTerms`: a, b >= 0, least absolute relative error, so
+outliers weigh as a median does), and a what-if that changes only bandwidth moves only the `b`
+term. A group with too few instances or sizes to tell the terms apart (fewer than MIN_INSTANCES,
+or MIN_BUCKETS size buckets, or latency shares spread by less than MIN_SHARE_SPREAD) falls back
+to one factor per (op, size bucket): the efficiency, the median of traced / modelled duration
+over its instances.
+
+The error is reported as `uncalibrated` (the raw model against the trace), `in_sample` (fitted
+and scored on the same instances: optimistic by construction) and `cross_validated` (each
+instance scored with factors fitted without it: leave one step out when the run has several
+steps, else leave one instance out). A bucket with nothing to fit from
 takes the efficiency interpolated between the nearest fitted sizes of the same op (or the nearest
 one), or none at all (1, the raw model) when the op has no fitted bucket; such buckets are flagged.
 """
@@ -19,6 +28,18 @@ from typing import Any
 import numpy as np
 
 FITTED, INTERPOLATED, UNCALIBRATED, NO_FLOWS = "fitted", "interpolated", "uncalibrated", "no_flows"
+#: Two terms are fitted only on at least this many instances (two would fix both factors exactly,
+#: with nothing left to tell a stalled call from a trend) ...
+MIN_INSTANCES = 3
+#: ... spanning this many size buckets ...
+MIN_BUCKETS = 2
+#: ... whose latency shares (latency / modelled time) spread over at least this much.
+MIN_SHARE_SPREAD = 0.2
+IRLS_ROUNDS = 60
+#: Without steps to leave out, a two-term group of more instances than this is cross-validated in
+#: LARGE_GROUP_FOLDS folds (every tenth instance held out together) instead of one instance at a time.
+LOO_MAX = 200
+LARGE_GROUP_FOLDS = 10
 LEAVE_ONE_STEP_OUT, LEAVE_ONE_INSTANCE_OUT = "leave-one-step-out", "leave-one-instance-out"
 KINDS = ("uncalibrated", "in_sample", "cross_validated")
 WHAT_IF_NOTE = ("a what-if topology has no error of its own: its error is the baseline's cross-validated "
@@ -136,10 +157,33 @@ class ReplayErrors:
 
 
 @dataclass(frozen=True)
+class TwoTerms:
+    """The fit of one (op, algorithm) group: traced ~= latency * modelled latency + transfer *
+    modelled transfer, on `n` instances spanning `buckets` size buckets."""
+
+    latency: float
+    transfer: float
+    n: int
+    buckets: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"latency": self.latency, "transfer": self.transfer, "n": self.n, "buckets": self.buckets}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> TwoTerms:
+        return cls(float(doc["latency"]), float(doc["transfer"]), int(doc.get("n") or 0),
+                   int(doc.get("buckets") or 0))
+
+
+@dataclass(frozen=True)
 class Calibration:
-    """Per instance: the efficiency applied and where it came from (fitted, interpolated,
-    uncalibrated, or no_flows when the model gives the instance no traffic), in sample and
-    cross-validated; and the fitted efficiency per bucket."""
+    """Per instance: the factors applied to its modelled latency and transfer and where they came
+    from (fitted, interpolated, uncalibrated, or no_flows when the model gives the instance no
+    traffic), in sample and cross-validated; the fitted efficiency per bucket (the one-factor
+    model, where both factors are the efficiency) and the two-term fit per group.
+
+    `in_sample` / `cross_validated` are the transfer factors (the efficiency where one factor
+    applies); `*_latency` the latency factors (None: the same as the transfer factors)."""
 
     efficiency: dict[str, float]
     in_sample: np.ndarray
@@ -147,6 +191,66 @@ class Calibration:
     cross_validated: np.ndarray
     cross_validated_source: list[str]
     split: str
+    terms: dict[str, TwoTerms] = field(default_factory=dict)
+    in_sample_latency: np.ndarray | None = None
+    cross_validated_latency: np.ndarray | None = None
+
+    def predict(self, latency: np.ndarray, transfer: np.ndarray, *, cross_validated: bool = False) -> np.ndarray:
+        """Calibrated durations of instances with these modelled terms (ns)."""
+        b = self.cross_validated if cross_validated else self.in_sample
+        a = self.cross_validated_latency if cross_validated else self.in_sample_latency
+        return (b if a is None else a) * latency + b * transfer
+
+
+def group_name(op: str, algo: str | None) -> str:
+    """The two-term group of an instance: its op and, for collectives NCCL plans, the algorithm."""
+    return f"{op}:{algo}" if algo else op
+
+
+def fit_two_terms(latency: np.ndarray, transfer: np.ndarray, traced: np.ndarray) -> tuple[float, float]:
+    """Non-negative (a, b) minimising the sum of |a * latency + b * transfer - traced| / traced:
+    iteratively reweighted least squares, each round a two-variable non-negative solve. A least
+    absolute error fit passes through the bulk of the instances and ignores a few outliers (a
+    stalled call), as a median does."""
+    x = np.asarray(latency, np.float64) / traced
+    y = np.asarray(transfer, np.float64) / traced
+    w = np.ones(x.size)
+    a = b = 0.0
+    for _ in range(IRLS_ROUNDS):
+        a_new, b_new = _nonnegative_solve(x, y, w)
+        resid = np.abs(a_new * x + b_new * y - 1.0)
+        done = abs(a_new - a) <= 1e-12 * max(1.0, abs(a)) and abs(b_new - b) <= 1e-12 * max(1.0, abs(b))
+        a, b = a_new, b_new
+        if done:
+            break
+        w = 1.0 / np.maximum(resid, 1e-9)
+    return a, b
+
+
+def _nonnegative_solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """argmin over a, b >= 0 of sum w (a x + b y - 1)^2."""
+    sxx, syy, sxy = float(w @ (x * x)), float(w @ (y * y)), float(w @ (x * y))
+    sx, sy = float(w @ x), float(w @ y)
+
+    def loss(a: float, b: float) -> float:
+        return float(w @ (a * x + b * y - 1.0) ** 2)
+
+    candidates = [(sx / sxx if sxx > 0 else 0.0, 0.0), (0.0, sy / syy if syy > 0 else 0.0)]
+    det = sxx * syy - sxy * sxy
+    if det > 1e-12 * max(sxx * syy, 1e-300):
+        a, b = (sx * syy - sy * sxy) / det, (sy * sxx - sx * sxy) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    return min(candidates, key=lambda ab: loss(*ab))
+
+
+def _separable(latency: np.ndarray, modelled: np.ndarray, exps: np.ndarray) -> bool:
+    """Whether these instances can tell a latency from a transfer factor: enough size buckets,
+    and latency shares that differ."""
+    if exps.size < MIN_INSTANCES or np.unique(exps).size < MIN_BUCKETS:
+        return False
+    share = latency / modelled
+    return float(share.max() - share.min()) >= MIN_SHARE_SPREAD
 
 
 def _fit(ops: Sequence[str], exps: np.ndarray, ratio: np.ndarray, train: np.ndarray) -> dict[tuple[str, int], float]:
@@ -182,10 +286,12 @@ def _median_without(sorted_vals: np.ndarray, pos: int) -> float:
 
 
 def calibrate(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
-              folds: np.ndarray | None) -> Calibration:
-    """Efficiencies for instances of `ops` / `nbytes` with traced and modelled durations.
-    `folds` (one label per instance, e.g. its step) selects leave-one-fold-out; None means
-    leave one instance out."""
+              folds: np.ndarray | None, *, latency: np.ndarray | None = None,
+              algos: Sequence[str | None] | None = None) -> Calibration:
+    """Factors for instances of `ops` / `nbytes` with traced and modelled durations, `latency`
+    being the modelled latency part of `modelled` (None: one factor per bucket only) and `algos`
+    each instance's algorithm (its two-term group with the op). `folds` (one label per instance,
+    e.g. its step) selects leave-one-fold-out; None means leave one instance out."""
     n = len(ops)
     exps = np.array([bucket_exponent(b) for b in nbytes], np.int64)
     valid = (modelled > 0) & (traced > 0)
@@ -219,41 +325,109 @@ def calibrate(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modell
             for pos, k in enumerate(np.asarray(ks)[order].tolist()):
                 eta_cv[k], src_cv[k] = _median_without(vals, pos), FITTED
         split = LEAVE_ONE_INSTANCE_OUT
-    return Calibration(efficiency={bucket_name(o, e): v for (o, e), v in sorted(fitted.items())},
-                       in_sample=eta_in, in_sample_source=src_in, cross_validated=eta_cv,
-                       cross_validated_source=src_cv, split=split)
+    cal = Calibration(efficiency={bucket_name(o, e): v for (o, e), v in sorted(fitted.items())},
+                      in_sample=eta_in, in_sample_source=src_in, cross_validated=eta_cv,
+                      cross_validated_source=src_cv, split=split)
+    if latency is None:
+        return cal
+    return _two_terms(cal, [group_name(o, a) for o, a in zip(ops, algos or [None] * n, strict=True)],
+                      exps, traced, modelled, np.asarray(latency, np.float64), valid, folds)
 
 
-def applied(ops: Sequence[str], nbytes: np.ndarray, modelled: np.ndarray, efficiency: Mapping[str, float]
+def _two_terms(cal: Calibration, groups: list[str], exps: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
+               latency: np.ndarray, valid: np.ndarray, folds: np.ndarray | None) -> Calibration:
+    """`cal` (one factor per bucket) with the instances of separable groups given two factors,
+    in sample and held out alike; held-out instances whose training part is not separable keep
+    their one-factor prediction."""
+    latency = np.clip(latency, 0.0, modelled)
+    transfer = modelled - latency
+    a_in, b_in = cal.in_sample.copy(), cal.in_sample.copy()
+    a_cv, b_cv = cal.cross_validated.copy(), cal.cross_validated.copy()
+    src_in, src_cv = list(cal.in_sample_source), list(cal.cross_validated_source)
+    garr = np.asarray(groups, dtype=object)
+
+    def fit(mask: np.ndarray) -> TwoTerms | None:
+        idx = np.flatnonzero(mask)
+        if idx.size == 0 or not _separable(latency[idx], modelled[idx], exps[idx]):
+            return None
+        a, b = fit_two_terms(latency[idx], transfer[idx], traced[idx])
+        return TwoTerms(latency=a, transfer=b, n=int(idx.size), buckets=int(np.unique(exps[idx]).size))
+
+    def put(held: np.ndarray, terms: TwoTerms | None, a: np.ndarray, b: np.ndarray, src: list[str]) -> None:
+        if terms is None:
+            return
+        for k in np.flatnonzero(held).tolist():
+            a[k], b[k], src[k] = terms.latency, terms.transfer, FITTED
+
+    terms: dict[str, TwoTerms] = {}
+    for g in sorted({groups[k] for k in np.flatnonzero(valid).tolist()}):
+        members = valid & (garr == g)
+        whole = fit(members)
+        if whole is None:
+            continue
+        terms[g] = whole
+        put(members, whole, a_in, b_in, src_in)
+        if folds is not None:
+            for f in np.unique(folds[members]):
+                held = members & (folds == f)
+                put(held, fit(members & ~held), a_cv, b_cv, src_cv)
+        elif members.sum() > LOO_MAX:  # one fit per instance would cost n^2: ten folds by position
+            fold = np.zeros(members.size, np.int64)
+            fold[members] = np.arange(int(members.sum())) % LARGE_GROUP_FOLDS
+            for f in range(LARGE_GROUP_FOLDS):
+                held = members & (fold == f)
+                put(held, fit(members & ~held), a_cv, b_cv, src_cv)
+        else:
+            for k in np.flatnonzero(members).tolist():
+                held = np.zeros(members.size, bool)
+                held[k] = True
+                put(held, fit(members & ~held), a_cv, b_cv, src_cv)
+    return replace(cal, in_sample=b_in, in_sample_latency=a_in, in_sample_source=src_in, cross_validated=b_cv,
+                   cross_validated_latency=a_cv, cross_validated_source=src_cv, terms=terms)
+
+
+def applied(ops: Sequence[str], nbytes: np.ndarray, modelled: np.ndarray, efficiency: Mapping[str, float],
+            *, terms: Mapping[str, TwoTerms] | None = None, algos: Sequence[str | None] | None = None
             ) -> Calibration:
-    """A fixed calibration: `efficiency` (a baseline's fitted buckets) applied to other instances,
-    as fitted, interpolated or uncalibrated like any prediction, with nothing fitted or held out
-    (what-ifs that change the run itself must not be refitted to its traced durations)."""
+    """A fixed calibration: `efficiency` (a baseline's fitted buckets) and `terms` (its two-term
+    fits per group, which take precedence) applied to other instances, as fitted, interpolated or
+    uncalibrated like any prediction, with nothing fitted or held out (what-ifs that change the
+    run itself must not be refitted to its traced durations)."""
     fitted = {}
     for name, value in efficiency.items():
         op, _, exp = name.rpartition(":2^")
         fitted[op, int(exp)] = float(value)
     n = len(ops)
     eta = np.ones(n)
+    lat = np.ones(n)
     src = [NO_FLOWS] * n
+    terms = dict(terms or {})
     for k in range(n):
         if modelled[k] > 0:
+            two = terms.get(group_name(ops[k], (algos or [None] * n)[k]))
+            if two is not None:
+                lat[k], eta[k], src[k] = two.latency, two.transfer, FITTED
+                continue
             eta[k], src[k] = _predict(fitted, ops[k], bucket_exponent(float(nbytes[k])))
+            lat[k] = eta[k]
     return Calibration(efficiency=dict(efficiency), in_sample=eta, in_sample_source=src, cross_validated=eta.copy(),
-                       cross_validated_source=list(src), split="fixed")
+                       cross_validated_source=list(src), split="fixed", terms=terms, in_sample_latency=lat,
+                       cross_validated_latency=lat.copy())
 
 
 def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
-                  cal: Calibration, calibrated_on: str | None = None) -> ReplayErrors:
+                  cal: Calibration, calibrated_on: str | None = None, *, latency: np.ndarray | None = None
+                  ) -> ReplayErrors:
     """The three errors over the instances the model gives traffic, overall and per op; the
     buckets that cross-validation had to fill without a fit of their own are listed in `unseen`.
-    `calibrated_on`: `cal` was fitted on that other run (`applied`), so the error is out of
-    sample."""
+    `latency`: the modelled latency part of `modelled` (None: 0). `calibrated_on`: `cal` was
+    fitted on that other run (`applied`), so the error is out of sample."""
     valid = (modelled > 0) & (traced > 0)
     tr = np.where(valid, traced, 1.0)
+    lat = np.zeros(modelled.size) if latency is None else np.clip(np.asarray(latency, np.float64), 0.0, modelled)
     rel = {"uncalibrated": np.abs(modelled - tr) / tr,
-           "in_sample": np.abs(cal.in_sample * modelled - tr) / tr,
-           "cross_validated": np.abs(cal.cross_validated * modelled - tr) / tr}
+           "in_sample": np.abs(cal.predict(lat, modelled - lat) - tr) / tr,
+           "cross_validated": np.abs(cal.predict(lat, modelled - lat, cross_validated=True) - tr) / tr}
     ops_arr = np.asarray(list(ops), dtype=object)
     by_op = {op: {k: ErrorStats.of(rel[k][valid & (ops_arr == op)]) for k in KINDS}
              for op in sorted({ops[k] for k in np.nonzero(valid)[0].tolist()})}

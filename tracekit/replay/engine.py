@@ -38,6 +38,7 @@ from tracekit.replay.backend import cpu_backend
 from tracekit.replay.calibration import (
     Calibration,
     ReplayErrors,
+    TwoTerms,
     applied,
     calibrate,
     replay_errors,
@@ -84,17 +85,39 @@ class ReplayError(TracekitError):
     """The run cannot be replayed (missing instances, no timed communication, ...)."""
 
 
+class Oscillation(Result, frozen=True, kw_only=True):
+    """A collective instance that kept moving: how far its start and its replayed network time
+    ranged over the rounds of the cycle (or the last two rounds), ns."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    start_swing_ns: float
+    duration_swing_ns: float
+
+
 class Convergence(Result, frozen=True, kw_only=True):
     """How the schedule/simulate fixed point of one topology ended: the rounds run, the largest
     instance start move of each (ns) and of the last (`residual_ns`), against `tolerance_ns`
-    (SETTLE_FRAC of the longest replayed network time). Not converged: the cap was hit with
-    starts still moving, so the result is the last round's, not the fixed point."""
+    (SETTLE_FRAC of the longest replayed network time).
+
+    `cycle` > 0: from round `cycle_from` the starts came back every `cycle` rounds (a limit
+    cycle), and the rounds after it were damped, from the cycle's mean network times (Aitken
+    relaxation; each of their moves is the one a plain round would make from the damped state).
+    Not converged: the result is the damped state (with a cycle) or the last round's (the cap),
+    not a fixed point; the instances that kept moving, those whose network time swings first, are
+    in `oscillating` (`n_oscillating` of them in all)."""
 
     rounds: int
     residual_ns: float
     tolerance_ns: float
     converged: bool
     moves_ns: tuple[float, ...] = ()
+    cycle: int = 0
+    cycle_from: int = 0
+    n_oscillating: int = 0
+    oscillating: tuple[Oscillation, ...] = ()
 
 
 class InstanceReplay(Result, frozen=True, kw_only=True):
@@ -202,6 +225,7 @@ class ReplayResult:
     efficiency: dict[str, float]
     errors: ReplayErrors | None = None
     identity: Identity | None = None
+    terms: dict[str, TwoTerms] = field(default_factory=dict)  # two-term fits per (op, algorithm) group
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     telemetry: TelemetryComparison | None = None  # when the run has telemetry
@@ -211,6 +235,7 @@ class ReplayResult:
                 "identity": to_builtins(self.identity) if self.identity is not None else None,
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
+                                "terms": {g: t.to_dict() for g, t in self.terms.items()},
                                 "split": self.errors.split if self.errors else None,
                                 "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
@@ -228,6 +253,8 @@ class ReplayResult:
         return cls(topologies=list(doc.get("topologies") or names), results=results,
                    baseline=names[0] if names else "",
                    efficiency=dict((doc.get("calibration") or {}).get("efficiency") or {}),
+                   terms={str(g): TwoTerms.from_dict(t)
+                          for g, t in ((doc.get("calibration") or {}).get("terms") or {}).items()},
                    errors=results[0].replay_error if results else None,
                    dependencies=dict(doc.get("dependencies") or {}),
                    findings=[Finding.from_json(f) for f in doc.get("findings") or []])
@@ -628,8 +655,10 @@ class _Net:
                               algo=algo, traced_on=traced_on)
         self.plans = plan.plans
         self.flows: Flows = plan.flows
-        self.fill = plan.fill  # pipeline fill of trees and chains (NCCL's latency is left to calibration)
+        self.fill = plan.fill  # pipeline fill of trees and chains
+        self.latency_ns = np.asarray(plan.latency_ns, np.float64)  # NCCL's own latency per instance
         self.indptr, self.ids = route(self.topology, self.flows)
+        self.hop_ns = _hop_latency(self.topology, self.indptr, self.ids, self.flows, len(prep.instances))
         self.n_inst = len(prep.instances)
         self.n_main = len(self.flows)
         self.storage = storage if storage is not None and len(storage) else None
@@ -674,6 +703,16 @@ class _Net:
                 np.maximum.at(dur, self.flows.key, took)
         return dur * self.fill
 
+    def terms(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The modelled time of each instance as (latency, transfer), ns: transfer is the simulated
+        time `sim` without its flows' path latency; latency is NCCL's for the instance's plan, which
+        counts every hop already, or that path latency where NCCL's model gives none (all-to-all,
+        p2p). Instances without traffic (`sim` 0) get (0, 0)."""
+        sim = np.asarray(sim, np.float64)
+        hop = np.minimum(self.hop_ns, sim)
+        latency = np.where(self.latency_ns > 0, self.latency_ns, hop)
+        return np.where(sim > 0, latency, 0.0), sim - hop
+
     def storage_ns(self, out: Any) -> dict[str, int]:
         """Per tag of the storage flows, the time from their first release to their last finish."""
         if self.storage is None:
@@ -687,17 +726,29 @@ class _Net:
         return result
 
 
+def _hop_latency(topology: Topology, indptr: np.ndarray, ids: np.ndarray, flows: Flows, n_inst: int) -> np.ndarray:
+    """Per instance, the largest path latency of its flows (latency multiplier included), ns."""
+    out = np.zeros(n_inst)
+    if len(flows):
+        summed = np.concatenate([[0.0], np.cumsum(topology.res_latency[ids[:indptr[len(flows)]]])])
+        path = (summed[indptr[1:len(flows) + 1]] - summed[indptr[:len(flows)]]) * flows.lat_mult
+        np.maximum.at(out, flows.key, path)
+    return out
+
+
 def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySpec], *,
            baseline: str | TopologySpec | None = None, algo: str = "auto", max_iter: int = MAX_ITER,
            merge: float = 0.0, efficiency: Mapping[str, float] | None = None,
+           terms: Mapping[str, TwoTerms] | None = None,
            placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None,
            calibrated_on: str | None = None) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
     topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
     replay error measured.
 
-    What-ifs that change the run itself (tracekit.whatif) pass `efficiency` (a baseline replay's
-    `ReplayResult.efficiency`), applied as it is instead of a fit on the changed run; `placement`
+    What-ifs that change the run itself (tracekit.whatif) pass `efficiency` and `terms` (a
+    baseline replay's `ReplayResult.efficiency` and `.terms`), applied as they are instead of a fit
+    on the changed run; `placement`
     (rank -> (host index, GPU index in the host)) to override the hosts of the `ranks` table; and
     `storage`, north-south flows (checkpoints, data loading) added on every topology, which must
     have storage nodes (their durations in `TopologyResult.storage_ns`). `calibrated_on` names
@@ -727,10 +778,14 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
     n_windows = 2 * N_WINDOWS + 1
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
-    cal = (applied([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), raw, efficiency)
-           if efficiency is not None else _calibration(prep, traced, raw))
-    errors = replay_errors([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]),
-                           traced, raw, cal, calibrated_on=calibrated_on if efficiency is not None else None)
+    latency, transfer = base_net.terms(raw)
+    modelled = latency + transfer
+    ops, nbytes = [i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances])
+    algos = [p.algo if p is not None else None for p in base_net.plans]
+    cal = (applied(ops, nbytes, modelled, efficiency, terms=terms, algos=algos)
+           if efficiency is not None else _calibration(prep, traced, modelled, latency, algos))
+    errors = replay_errors(ops, nbytes, traced, modelled, cal,
+                           calibrated_on=calibrated_on if efficiency is not None else None, latency=latency)
     no_flow = raw <= 0
 
     results = []
@@ -747,7 +802,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
         r.replay_error = errors.inherited()
         r.step_error = dict(base.step_error)
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
-                        errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
+                        terms=dict(cal.terms), errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=_cautions(base, errors, identity, results))
 
 
@@ -821,13 +876,14 @@ def dependency_edges(tables: Mapping[str, pa.Table]) -> pa.Table:
                          pa.string())})
 
 
-def _calibration(prep: _Prepared, traced: np.ndarray, raw: np.ndarray) -> Calibration:
-    """Fit on the baseline; cross-validate leaving one step out when the instances span several
-    steps, else one instance out."""
+def _calibration(prep: _Prepared, traced: np.ndarray, modelled: np.ndarray, latency: np.ndarray,
+                 algos: Sequence[str | None]) -> Calibration:
+    """Fit on the baseline (two terms per (op, algorithm) where the sizes allow); cross-validate
+    leaving one step out when the instances span several steps, else one instance out."""
     steps = np.array([i.step for i in prep.instances], np.int64)
     several = np.unique(steps[steps >= 0]).size >= 2
-    return calibrate([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced, raw,
-                     steps if several else None)
+    return calibrate([i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced,
+                     modelled, steps if several else None, latency=latency, algos=algos)
 
 
 def _identity(prep: _Prepared) -> Identity:
@@ -859,12 +915,19 @@ def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity,
     for r in results:
         cv = r.convergence
         if cv is not None and not cv.converged:
+            cycle = (f"from round {cv.cycle_from} its starts cycled with period {cv.cycle}, and damping did not "
+                     "settle it: " if cv.cycle else "")
+            whose = "; ".join(f"{o.op} {o.group}#{o.seq} start ±{o.start_swing_ns / 2e3:.1f} µs, network time "
+                              f"±{o.duration_swing_ns / 2e3:.1f} µs" for o in cv.oscillating[:3])
             out.append(Finding("replay_caution", f"the replay on {r.topology} did not settle in {cv.rounds} rounds: "
-                               f"the last round still moved an instance start by {cv.residual_ns / 1e3:.1f} µs "
-                               f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs); its times are the last round's, "
-                               "not the fixed point's", severity="warning", value=cv.residual_ns,
+                               f"{cycle}the last round still moved an instance start by {cv.residual_ns / 1e3:.1f} µs "
+                               f"(tolerance {cv.tolerance_ns / 1e3:.1f} µs); its times are the "
+                               f"{'damped' if cv.cycle else 'last'} round's, not the fixed point's"
+                               + (f"; {cv.n_oscillating} instance(s) kept moving: {whose}" if whose else ""),
+                               severity="warning", value=cv.residual_ns,
                                data={"reason": "not_converged", "topology": r.topology, "rounds": cv.rounds,
-                                     "residual_ns": cv.residual_ns, "tolerance_ns": cv.tolerance_ns}))
+                                     "residual_ns": cv.residual_ns, "tolerance_ns": cv.tolerance_ns,
+                                     "cycle": cv.cycle}))
     for step, ns in base.step_ns.items():
         traced = base.traced_step_ns.get(step)
         if traced and abs(ns - traced) / traced > CAUTION_STEP:
@@ -903,33 +966,79 @@ def _unique_names(specs: list[TopologySpec]) -> list[str]:
 def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow: np.ndarray,
                 traced: np.ndarray, max_iter: int, merge: float, window_ns: float, n_windows: int,
                 first: tuple[np.ndarray, Any] | None = None) -> TopologyResult:
-    scale = cal.in_sample
     inst_start = np.array([i.traced_start for i in prep.instances])
     rounds: Rounds | None = None
     moves: list[float] = []
     tolerance = 0.0
-    for it in range(max(1, max_iter)):
+    seen_start: list[np.ndarray] = []  # each unsettled round's instance starts and durations
+    seen_dur: list[np.ndarray] = []
+    period = 0
+    cap = max(1, max_iter)
+
+    def sched(durations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        start, end, new_start = _kernels.schedule(
+            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
+            prep.sched_inst, prep.inst_ptr, prep.inst_ids, durations, prep.end_frac, prep.order_by_start)
+        return start, end, np.nan_to_num(new_start)
+
+    def durations_at(inst_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flow finishes and replayed network times with instances started at `inst_start`."""
+        assert rounds is not None
         release = net.release(inst_start)
-        if rounds is None or it == max(1, max_iter) - 1:  # the first and the last for sure: everything,
+        finish = rounds.step(release)
+        return finish, np.where(no_flow, traced, cal.predict(*net.terms(net.durations(release, finish))))
+
+    for it in range(cap):
+        release = net.release(inst_start)
+        if rounds is None or it == cap - 1:  # the first and the last for sure: everything,
             sim, out = first if it == 0 and first is not None else net.run(  # with the link windows
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
             rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
                             merge=merge, max_gbs=net.max_gbs)
+            replayed = np.where(no_flow, traced, cal.predict(*net.terms(sim)))
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
-            finish = rounds.step(release)
-            sim, out = net.durations(release, finish), None
-        replayed = np.where(no_flow, traced, sim * scale)
-        start, end, new_start = _kernels.schedule(
-            prep.prev, prep.nxt, prep.dep_ptr, prep.dep_ids, prep.slack, prep.start, prep.replay_dur,
-            prep.sched_inst, prep.inst_ptr, prep.inst_ids, replayed, prep.end_frac, prep.order_by_start)
-        new_start = np.nan_to_num(new_start)
+            finish, replayed = durations_at(inst_start)
+            out = None
+        start, end, new_start = sched(replayed)
         moved = float(np.max(np.abs(new_start - inst_start))) if new_start.size else 0.0
         tolerance = SETTLE_FRAC * max(1.0, float(np.max(replayed, initial=0.0)))
         moves.append(moved)
         if moved <= tolerance:
             break
+        seen_start.append(inst_start)
+        seen_dur.append(replayed)
+        period = _period(seen_start, new_start, tolerance, moved)
         inst_start = new_start
+        if period:
+            break
+    cycle_from = len(seen_start) - period + 1 if period else 0
+    if period:  # a limit cycle: damp it from the cycle's mean network times (docs/replay.md, 5)
+        swings = _swings(np.array(seen_start[-period:]), np.array(seen_dur[-period:]))
+        damped = np.mean(seen_dur[-period:], axis=0)
+        step, last = 0.5, None
+        for _ in range(DAMPED_ROUNDS):
+            _, _, inst_start = sched(damped)
+            finish, replayed = durations_at(inst_start)
+            start, end, new_start = sched(replayed)
+            moves.append(float(np.max(np.abs(new_start - inst_start), initial=0.0)))
+            if moves[-1] <= tolerance:
+                break
+            resid = replayed - damped
+            if last is not None:  # Aitken's relaxation: the step that would zero a linear residual
+                change = resid - last
+                norm = float(change @ change)
+                if norm > 0:
+                    step = float(np.clip(-step * float(last @ change) / norm, MIN_STEP, 1.0))
+            damped, last = np.maximum(damped + step * resid, 0.0), resid
+        else:  # not settled: the damped network times, as scheduled
+            replayed = damped
+            start, end, inst_start = sched(damped)
+        out = None
+    elif moves[-1] > tolerance:  # the cap, no cycle: what the last round moved
+        swings = _swings(np.array([seen_start[-1], inst_start]), np.array(seen_dur[-2:]))
+    else:
+        swings = (np.zeros(len(prep.instances)), np.zeros(len(prep.instances)))
     horizon = float(np.nanmax(end)) if end.size else 1.0
     span = max(horizon, float(np.nanmax(finish, initial=0.0)))
     if out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
@@ -966,7 +1075,49 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
                     "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0},
         convergence=Convergence(rounds=len(moves), residual_ns=moves[-1], tolerance_ns=tolerance,
-                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves)))
+                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves), cycle=period,
+                                cycle_from=cycle_from,
+                                **_oscillating(prep, *swings, tolerance if moves[-1] > tolerance else math.inf)))
+
+
+#: Rounds of damped iteration allowed after a limit cycle is found, and the smallest step.
+DAMPED_ROUNDS = 8
+MIN_STEP = 0.05
+#: Limit cycles are looked for up to this period (rounds) ...
+MAX_PERIOD = 4
+#: ... and found when the starts come back to those of `p` rounds before within the tolerance or
+#: this share of the round's move.
+CYCLE_FRAC = 0.01
+#: Oscillating instances listed in a Convergence (the largest swings; `n_oscillating` counts all).
+OSCILLATING_LISTED = 10
+
+
+def _period(seen_start: list[np.ndarray], new_start: np.ndarray, tolerance: float, moved: float) -> int:
+    """The smallest p >= 2 such that `new_start` returns to the starts of p rounds before (the
+    rounds' inputs in `seen_start`, the last one now), or 0."""
+    limit = max(tolerance, CYCLE_FRAC * moved)
+    for p in range(2, min(MAX_PERIOD, len(seen_start)) + 1):
+        if float(np.max(np.abs(new_start - seen_start[-p]), initial=0.0)) <= limit:
+            return p
+    return 0
+
+
+def _swings(starts: np.ndarray, durations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, how far its start and its replayed duration range over these rounds (ns)."""
+    return starts.max(axis=0) - starts.min(axis=0), durations.max(axis=0) - durations.min(axis=0)
+
+
+def _oscillating(prep: _Prepared, start_swing: np.ndarray, dur_swing: np.ndarray, tolerance: float
+                 ) -> dict[str, Any]:
+    """The instances whose start or duration swings beyond `tolerance`: those whose network time
+    swings first (the cause: the others move because they wait for them), largest first."""
+    moving = np.flatnonzero((start_swing > tolerance) | (dur_swing > tolerance))
+    order = moving[np.lexsort((moving, -start_swing[moving], -dur_swing[moving]))]
+    listed = tuple(Oscillation(group=prep.instances[k].group, seq=prep.instances[k].seq, op=prep.instances[k].op,
+                               dim=prep.instances[k].dim, start_swing_ns=float(start_swing[k]),
+                               duration_swing_ns=float(dur_swing[k]))
+                   for k in order[:OSCILLATING_LISTED].tolist())
+    return {"n_oscillating": int(moving.size), "oscillating": listed}
 
 
 def _tier_bytes(prep: _Prepared, net: _Net) -> dict[str, dict[str, int]]:
@@ -1172,6 +1323,7 @@ def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | Top
         if result.errors is not None and result.errors.calibrated_on is None:
             run.write_json("calibration", {
                 "run": str(run.path), "topology": result.baseline, "efficiency": dict(result.efficiency),
+                "terms": {g: t.to_dict() for g, t in result.terms.items()},
                 "split": result.errors.split, "tracekit_version": __version__})
         write_replay_timelines(run, result)
         old = run.table("link_samples")
@@ -1204,6 +1356,7 @@ class SavedCalibration:
     efficiency: dict[str, float]
     name: str
     topology: str | None
+    terms: dict[str, TwoTerms] = field(default_factory=dict)
 
 
 def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpec, *,
@@ -1219,8 +1372,10 @@ def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpe
         except (OSError, ValueError) as exc:
             raise ReplayError(f"{path}: not a calibration file ({exc})") from None
         eff = doc.get("efficiency") if isinstance(doc, dict) else None
+        raw_terms = doc.get("terms") if isinstance(doc, dict) else None
         if eff is None and isinstance(doc, dict):
             eff = (doc.get("calibration") or {}).get("efficiency")
+            raw_terms = (doc.get("calibration") or {}).get("terms")
             topo = (doc.get("topologies") or [None])[0]
         else:
             topo = doc.get("topology") if isinstance(doc, dict) else None
@@ -1230,10 +1385,14 @@ def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpe
             eff = {str(k): float(v) for k, v in eff.items()}
         except (TypeError, ValueError):
             raise ReplayError(f"{path}: efficiency values must be numbers") from None
+        try:
+            terms = {str(g): TwoTerms.from_dict(t) for g, t in (raw_terms or {}).items()}
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ReplayError(f"{path}: two-term calibration values must be numbers") from None
         name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)
-        return SavedCalibration(eff, name, topo)
+        return SavedCalibration(eff, name, topo, terms)
     other = open_run([str(source)])
     fitted = replay_run(other, [baseline], write=False, algo=algo)
     if fitted.errors is None or not fitted.efficiency:
         raise ReplayError(f"{source}: nothing to calibrate on (no collective with traffic)")
-    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline)
+    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline, dict(fitted.terms))

@@ -188,7 +188,8 @@ class Baseline:
         """Replay a changed run (tables, placement, or the topology with storage added) with the
         baseline's calibration."""
         out = replay(dict(tables or self.tables), [topology or self.topology], efficiency=self.replay.efficiency,
-                     placement=dict((placement or self.placement).slots), **self.options, **extra)
+                     terms=self.replay.terms, placement=dict((placement or self.placement).slots),
+                     **self.options, **extra)
         return out.results[0]
 
     def compare(self, scenario: str, kind: str, after: TopologyResult, *,
