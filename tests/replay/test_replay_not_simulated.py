@@ -89,11 +89,15 @@ def test_send_to_a_rank_outside_the_run_is_not_simulated():
 
 
 def test_whatif_on_a_run_with_nothing_simulated_replays_no_collective_scenario():
-    res = whatif(_two_all_reduces(outside=(0, 1)), ["placement:auto"], topology=BASE)
-    assert res.scenarios == [] and [s.scenario for s in res.skipped] == ["placement:auto"]
+    ckpt = "checkpoint:bytes_per_rank=1MB,at=start,via=backend,storage=1"
+    res = whatif(_two_all_reduces(outside=(0, 1)), ["placement:auto", ckpt], topology=BASE)
+    assert [s.scenario for s in res.scenarios] == [ckpt] and [s.scenario for s in res.skipped] == ["placement:auto"]
+    assert "these transfers can slow none" in res.scenarios[0].notes[-1]
+    assert res.to_json()["skipped"][0]["reason"].startswith("not replayed: the baseline simulated no collective")
     assert res.to_json()["replay_error"] is None
     text = "\n".join(whatif_comparison(res))
     assert "replay error of the baseline: not available" in text and "%" not in text.split("caution")[0]
+    assert "placement:auto: not replayed" in text
 
 
 # -- the real one-rank traces -----------------------------------------------------------------

@@ -72,6 +72,9 @@ COLLECTIVE_ONLY = ("eplb", "placement")
 NOTHING_SIMULATED = ("not replayed: the baseline simulated no collective (see the not_simulated caution), so "
                      "this scenario, which changes only collectives, would repeat it")
 
+NO_COLLECTIVE_TO_SLOW = ("the baseline simulated no collective: these transfers can slow none, so the step and "
+                         "exposed communication stay as traced by construction, not by measurement")
+
 
 def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any = None) -> ScenarioResult:
     """Apply one scenario to the baseline's run, replay it, and compare."""
@@ -108,7 +111,10 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
         if base.replay.errors is None and s.kind in COLLECTIVE_ONLY:
             skipped.append(SkippedScenario(scenario=s.text, reason=NOTHING_SIMULATED))
             continue
-        results.append(run_scenario(base, s, expert_loads=expert_loads))
+        result = run_scenario(base, s, expert_loads=expert_loads)
+        if base.replay.errors is None:
+            result.notes.append(NO_COLLECTIVE_TO_SLOW)
+        results.append(result)
     return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
                         baseline_exposed_ns=dict(base.result.exposed_ns),
                         replay_error=base.replay.errors, scenarios=results, cautions=list(base.replay.findings),
