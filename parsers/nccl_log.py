@@ -188,6 +188,8 @@ LAZY_CONNECT = (2, 22)
 #: Why a COLL line has no global rank (`unranked_collectives.rank_reason`).
 NO_INIT = "collective on a communicator with no Init line (rank unknown)"
 OUTSIDE_WORLD = "collective of a process GPU outside the world communicator"
+#: Skip reason of setup lines (channels, `Connected ...`) that no communicator adopted.
+NO_INIT_TOPOLOGY = "topology line with no communicator Init line"
 
 #: Largest sum of communicator sizes given rank maps (a mutated log may declare thousands of
 #: communicators of MAX_WORLD_SIZE ranks each; real logs come to a few million at most).
@@ -1022,7 +1024,10 @@ class _Builder:
             c = self._context(*key, None)
             if c is None:
                 items = self._join_lazy(key, items)
-                if items:
+                if items:  # counted as stored when read, on the chance an Init line would adopt them
+                    stats.stored -= len(items)
+                    stats.read -= len(items)
+                    stats.skip(NO_INIT_TOPOLOGY, len(items))
                     stats.warnings.append(f"{len(items)} topology line(s) of {key[0]}:{key[1]} came with no "
                                           "communicator Init line: not used")
                 continue

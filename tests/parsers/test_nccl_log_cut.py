@@ -117,6 +117,7 @@ def test_channels_after_init_complete_before_lazy_setup_stay_unjoined(tmp_path: 
     p = parse_lines(_lazy_log("2.18.1"), tmp_path)
     assert p.rows("channels") == []
     assert [w for w in p.result.stats.warnings if "4 topology line(s)" in w]
+    assert p.result.stats.skipped[nccl_log.NO_INIT_TOPOLOGY] == 4
 
 
 # -- the real logs ---------------------------------------------------------------------------------

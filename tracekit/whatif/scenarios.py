@@ -67,7 +67,8 @@ def parse_scenario(text: str) -> Scenario:
 
 
 #: Scenarios that change only the run's collectives (their sizes or their ranks' places): with no
-#: collective simulated in the baseline they would replay the baseline again.
+#: collective simulated in the baseline they would replay the baseline again (EPLB given expert
+#: loads derives its own traffic, and runs).
 COLLECTIVE_ONLY = ("eplb", "placement")
 NOTHING_SIMULATED = ("not replayed: the baseline simulated no collective (see the not_simulated caution), so "
                      "this scenario, which changes only collectives, would repeat it")
@@ -108,7 +109,7 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
     base = make_baseline(source, topology, **replay_options)
     results, skipped = [], []
     for s in parsed:
-        if base.replay.errors is None and s.kind in COLLECTIVE_ONLY:
+        if base.replay.errors is None and s.kind in COLLECTIVE_ONLY and not (s.kind == "eplb" and expert_loads):
             skipped.append(SkippedScenario(scenario=s.text, reason=NOTHING_SIMULATED))
             continue
         result = run_scenario(base, s, expert_loads=expert_loads)
