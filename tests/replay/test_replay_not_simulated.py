@@ -127,3 +127,14 @@ def test_real_one_rank_trace_reports_no_replay_error(name: str, tmp_path: Path) 
     report = build_report_data(tmp_path / "run")
     assert "Links" not in report["tabs"] and "Replay" in report["tabs"]
     assert report["summary"]["replay"][0].startswith("Replay error not available: nothing was simulated")
+
+
+def test_whatif_eplb_given_expert_loads_still_runs_with_nothing_simulated():
+    """EPLB with expert loads derives its own traffic: it is run (here it finds no EP all-to-all)."""
+    from tracekit.errors import TracekitError
+    from tracekit.whatif.experts import ExpertLoads
+
+    tables = _two_all_reduces(outside=(0, 1))
+    assert [s.scenario for s in whatif(tables, ["eplb:redundant=1"], topology=BASE).skipped] == ["eplb:redundant=1"]
+    with pytest.raises(TracekitError, match="eplb"):
+        whatif(tables, ["eplb:redundant=1"], topology=BASE, expert_loads=ExpertLoads(tokens={0: 1.0}, rank_of={0: 0}))
