@@ -133,9 +133,9 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
     dims = sorted({d for r in results for d in r.exposed_ns})
     lines = []
     err = base.replay_error
-    unsimulated = next((f for f in result.findings if f.kind == "not_simulated"), None)
     if err is None:
         # nothing was simulated: one line says so, and no table of topologies that cannot differ
+        unsimulated = next((f for f in result.findings if f.kind == "not_simulated"), None)
         text = unsimulated.text if unsimulated is not None else "nothing was simulated"
         lines.append(f"replay error: not available: {printable(text)}")
         lines.append(f"traced step (mean) {fmt_ms(mean_of(base.traced_step_ns))}")

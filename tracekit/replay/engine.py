@@ -720,7 +720,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     errors: ReplayErrors | None = replay_errors(
         [i.op for i in prep.instances], np.array([i.nbytes for i in prep.instances]), traced, raw, cal,
         calibrated_on=calibrated_on if efficiency is not None else None)
-    unsimulated = not_simulated(prep, no_flow)
+    unsimulated = _not_simulated(prep, no_flow)
     if no_flow.all():
         errors = None  # nothing was simulated: there is no replay error to quote, not a 0% one
 
@@ -742,7 +742,7 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
                         errors=errors, identity=identity, dependencies=dict(prep.dep_counts), findings=findings)
 
 
-def not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:
+def _not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:
     """The `not_simulated` finding: how many collective instances the model gave no traffic, and
     why (members outside the run, no byte count in the trace, or nothing to send: a one-rank
     group). They keep their traced durations, and the replay error scores only the simulated
