@@ -100,6 +100,21 @@ def test_whatif_on_a_run_with_nothing_simulated_replays_no_collective_scenario()
     assert "placement:auto: not replayed" in text
 
 
+def test_four_ranks_of_the_bundled_sample_score_only_their_simulated_collectives(tmp_path: Path) -> None:
+    """Ranks 0-3 of the 16-rank sample: their PP sends go to ranks outside (not simulated), their
+    EP all-to-alls and DP all-reduces have members inside (simulated among those)."""
+    from tracekit.replay.engine import open_run, replay_run
+
+    paths = [ROOT / "sample_traces" / "synth_moe_16rank" / f"rank{r}.pt.trace.json.gz" for r in range(4)]
+    res = replay_run(open_run(paths, cache=tmp_path / "run"), ["rail-optimized"], write=False)
+    (found,) = [f for f in res.findings if f.kind == "not_simulated"]
+    assert {k: found.data[k] for k in ("instances", "simulated", "not_simulated", "members_outside")} == {
+        "instances": 102, "simulated": 54, "not_simulated": 48, "members_outside": 48}
+    idle = {(i.dim, i.op) for i in res.results[0].instances if i.calibration == "no_flows"}
+    assert idle == {("PP", "send")}
+    assert res.errors is not None and res.errors.cross_validated.n == 54
+
+
 # -- the real one-rank traces -----------------------------------------------------------------
 
 ONE_RANK = ["tracelens_b200_eager_rank0of8", "tracelens_mi300_resnet_rank0of8"]
