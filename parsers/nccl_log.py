@@ -893,14 +893,18 @@ class _Builder:
             return items
         left: list[tuple[str, Any]] = []
         joined: list[_Comm] = []
+        by_rank: dict[int, list[_Comm]] = defaultdict(list)
+        for c in self.comms:
+            if c.host == host and c.pid == pid and c.complete and c.rank is not None:
+                by_rank[c.rank].append(c)
         for kind, data in items:
             me = data.get("me") if isinstance(data, dict) else None
             if me is None:
                 left.append((kind, data))
                 continue
             line, dev = data.get("_line") or 0, data.get("_dev")
-            found = [c for c in self.comms if c.host == host and c.pid == pid and c.rank == me and c.complete
-                     and (dev is None or c.cuda_dev in (None, dev)) and (c.init_line or 0) < line]
+            found = [c for c in by_rank.get(me, ())
+                     if (dev is None or c.cuda_dev in (None, dev)) and (c.init_line or 0) < line]
             if not found:
                 left.append((kind, data))
                 continue
