@@ -121,6 +121,8 @@ class NcclLogResult(ParseResult):
     processes: int = 0
     nccl_versions: list[str] = field(default_factory=list)
     microbench_rows: int = 0
+    #: COLL lines kept without a global rank (`unranked_collectives`)
+    unranked_collectives: int = 0
 
 
 @dataclass
@@ -181,6 +183,14 @@ class _Proc:
     torchrun_rank: int | None = None
 
 
+#: NCCL connects a communicator's channels at its first collective (after Init COMPLETE) from 2.22 on.
+LAZY_CONNECT = (2, 22)
+#: Why a COLL line has no global rank (`unranked_collectives.rank_reason`).
+NO_INIT = "collective on a communicator with no Init line (rank unknown)"
+OUTSIDE_WORLD = "collective of a process GPU outside the world communicator"
+#: Skip reason of setup lines (channels, `Connected ...`) that no communicator adopted.
+NO_INIT_TOPOLOGY = "topology line with no communicator Init line"
+
 #: Largest sum of communicator sizes given rank maps (a mutated log may declare thousands of
 #: communicators of MAX_WORLD_SIZE ranks each; real logs come to a few million at most).
 MAX_RANK_MAP_ENTRIES = 1 << 23
@@ -214,6 +224,10 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".") if x.isdigit())
 
 
 def _s(b: bytes | None) -> str | None:
@@ -318,6 +332,7 @@ class _Builder:
         self.messages: list[dict[str, Any]] = []
         self.ts_min: int | None = None
         self.ts_max: int | None = None
+        self.unranked = 0
 
     # -- lines ---------------------------------------------------------------------------------
 
@@ -825,7 +840,9 @@ class _Builder:
         proc = self.procs[(host, pid)]
         if c is None or (c.complete and not proc.starts):
             # before 2.18.3 there is no Init START: a communicator's setup lines come before its
-            # Init COMPLETE, which adopts them (leftovers go to the last one at the end)
+            # Init COMPLETE, which adopts them (leftovers go to the last one at the end, or, printed
+            # after it by lazy connection setup, to their process's communicator: `_join_lazy`)
+            data["_dev"], data["_line"] = dev, self.lineno
             self.pending[(host, pid, tid)].append((kind, data))
             self.stats.store()
             return
@@ -863,6 +880,43 @@ class _Builder:
             if me is not None and c.rank is not None and me != c.rank:
                 target = self._comm_with_rank(c.host, c.pid, c.cuda_dev, me) or c
             self._apply(target, kind, data)
+
+    def _join_lazy(self, key: tuple[str, int, int], items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Lines of a thread that set up no communicator, printed after an Init COMPLETE: with lazy
+        connection setup (NCCL 2.22+) a communicator connects its channels at its first collective,
+        on another thread. Each joins the communicator of its process (and GPU) whose rank it
+        names, the last one initialised before the line; what names none joins the one the others
+        joined, if they all joined one. Returns the lines that found none."""
+        host, pid, _tid = key
+        proc = self.procs.get((host, pid))
+        if proc is not None and proc.version is not None and _version_tuple(proc.version) < LAZY_CONNECT:
+            return items
+        left: list[tuple[str, Any]] = []
+        joined: list[_Comm] = []
+        by_rank: dict[int, list[_Comm]] = defaultdict(list)
+        for c in self.comms:
+            if c.host == host and c.pid == pid and c.complete and c.rank is not None:
+                by_rank[c.rank].append(c)
+        for kind, data in items:
+            me = data.get("me") if isinstance(data, dict) else None
+            if me is None:
+                left.append((kind, data))
+                continue
+            line, dev = data.get("_line") or 0, data.get("_dev")
+            found = [c for c in by_rank.get(me, ())
+                     if (dev is None or c.cuda_dev in (None, dev)) and (c.init_line or 0) < line]
+            if not found:
+                left.append((kind, data))
+                continue
+            c = max(found, key=lambda c: c.init_line or 0)
+            self._apply(c, kind, data)
+            joined.append(c)
+        if left and joined and all(c is joined[0] for c in joined):
+            rest = [(kind, data) for kind, data in left if kind == "connected"]
+            for _kind, data in rest:
+                self._apply_connected(joined[0], data)
+            left = [(kind, data) for kind, data in left if kind != "connected"]
+        return left
 
     def _apply(self, c: _Comm, kind: str, d: dict[str, Any]) -> None:
         if kind == "ring_graph":
@@ -973,8 +1027,13 @@ class _Builder:
         for key, items in list(self.pending.items()):
             c = self._context(*key, None)
             if c is None:
-                stats.warnings.append(f"{len(items)} topology line(s) of {key[0]}:{key[1]} came with no "
-                                      "communicator Init line: not used")
+                items = self._join_lazy(key, items)
+                if items:  # counted as stored when read, on the chance an Init line would adopt them
+                    stats.stored -= len(items)
+                    stats.read -= len(items)
+                    stats.skip(NO_INIT_TOPOLOGY, len(items))
+                    stats.warnings.append(f"{len(items)} topology line(s) of {key[0]}:{key[1]} came with no "
+                                          "communicator Init line: not used")
                 continue
             self.pending[key] = items
             self._adopt_pending(c, key)
@@ -1001,7 +1060,8 @@ class _Builder:
                              groups=len({c.group for c in self.comms if c.group and c.rank is not None}),
                              ts_min_ns=self.ts_min, ts_max_ns=self.ts_max,
                              communicators=sum(1 for c in self.comms if c.rank is not None),
-                             processes=len(self.procs), nccl_versions=versions, microbench_rows=len(nb_rows))
+                             processes=len(self.procs), nccl_versions=versions, microbench_rows=len(nb_rows),
+                             unranked_collectives=self.unranked)
 
     def _name_groups(self) -> None:
         """group = commId; communicators from logs without one (before 2.16) are joined by their
@@ -1051,7 +1111,7 @@ class _Builder:
         if outside:
             self.stats.warnings.append(
                 f"{len(outside)} process GPU(s) are not in the world communicator {world} ({size[world]} ranks): "
-                "their rows have no global rank and are skipped")
+                "they have no global rank (their collectives go to unranked_collectives; their channels are not kept)")
         return world, global_of
 
     def _rank_maps(self, global_of: dict[tuple[str, int, int | None], int], world: str | None
@@ -1098,25 +1158,31 @@ class _Builder:
         reason: list[str] = [""] * (n_comm + 1)
         for c in self.comms:
             if c.rank is None or c.group is None:
-                reason[c.idx] = "collective on a communicator with no Init line (rank unknown)"
+                reason[c.idx] = NO_INIT
                 continue
+            comm_rank[c.idx] = c.rank
+            comm_group[c.idx] = group_index[c.group]
             g = global_of.get(c.proc_dev)
             if g is None:
-                reason[c.idx] = "collective of a process GPU outside the world communicator"
+                reason[c.idx] = OUTSIDE_WORLD
                 continue
-            comm_rank[c.idx], global_rank[c.idx] = c.rank, g
-            comm_group[c.idx] = group_index[c.group]
+            global_rank[c.idx] = g
         maps = {group_index[g]: np.array([-1 if r is None else r for r in rm], np.int64)
                 for g, rm in rank_maps.items() if g in group_index}
         ordinal: Counter[int] = Counter()
         total = 0
         ranks: set[int] = set()
+        unranked: Counter[str] = Counter()
         for batch in self._coll_batches():
             idx = batch.column("comm").to_numpy()
             keep = global_rank[idx] >= 0
             if not keep.all():
-                for i in np.nonzero(~keep)[0]:
-                    self._unstore(reason[int(idx[i])])
+                lost = batch.filter(pa.array(~keep))
+                lost_idx = idx[~keep]
+                why = [reason[int(i)] for i in lost_idx]
+                unranked.update(why)
+                self.sink.add("unranked_collectives", self._unranked_columns(
+                    lost, lost_idx, why, comm_rank, comm_group, group_names))
                 batch = batch.filter(pa.array(keep))
                 idx = idx[keep]
             if batch.num_rows == 0:
@@ -1126,13 +1192,30 @@ class _Builder:
                                                        maps, ordinal))
             total += batch.num_rows
             ranks.update(int(r) for r in np.unique(grank))
+        self.unranked = sum(unranked.values())
+        if unranked:
+            why = ", ".join(f"{reason} {n}" for reason, n in sorted(unranked.items()))
+            self.stats.warnings.append(
+                f"{self.unranked} COLL line(s) have no global rank ({why}): kept in the unranked_collectives "
+                "table (comm, nranks, op, bytes, opCount), not matched or replayed")
         return total, ranks
 
-    def _unstore(self, reason: str) -> None:
-        """A record counted as stored whose row could not be written after all."""
-        self.stats.stored -= 1
-        self.stats.read -= 1
-        self.stats.skip(reason)
+    def _unranked_columns(self, batch: pa.RecordBatch, idx: np.ndarray, why: list[str], comm_rank: np.ndarray,
+                          comm_group: np.ndarray, group_names: list[str]) -> dict[str, Any]:
+        """The `unranked_collectives` columns of COLL rows whose global rank is unknown: what the
+        line gives (the bytes through the same rules as ranked rows), the global rank null."""
+        n = batch.num_rows
+        cols = _coll_columns(batch, idx, np.full(n, -1, np.int64), comm_rank, comm_group, group_names, {},
+                             Counter())
+        local = comm_rank[idx]
+        comms = [self.comms[int(i)] for i in idx]
+        out = {k: cols[k] for k in ("group", "seq", "op", "name", "dtype", "in_bytes", "out_bytes", "nranks", "root",
+                                    "peer_local", "ts_ns", "algo", "proto", "source", "line")}
+        return {"rank": pa.nulls(n, pa.int32()), "rank_reason": pa.array(why, pa.string()),
+                "comm": pa.array([c.ptr for c in comms], pa.string()),
+                "host": pa.array([c.host for c in comms], pa.string()),
+                "pid": pa.array([c.pid for c in comms], pa.int64()),
+                "comm_rank": pa.array(local.astype(np.int32), mask=local < 0), **out}
 
     def _ranks_rows(self, global_of: dict[tuple[str, int, int | None], int], world: str | None
                     ) -> list[dict[str, Any]]:

@@ -136,7 +136,15 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
     dims = sorted({d for r in results for d in r.exposed_ns})
     lines = []
     err = base.replay_error
-    assert err is not None
+    if err is None:
+        # nothing was simulated: one line says so, and no table of topologies that cannot differ
+        unsimulated = next((f for f in result.findings if f.kind == "not_simulated"), None)
+        text = unsimulated.text if unsimulated is not None else "nothing was simulated"
+        lines.append(f"replay error: not available: {printable(text)}")
+        lines.append(f"traced step (mean) {fmt_ms(mean_of(base.traced_step_ns))}")
+        lines.extend(f"caution: {printable(f.text)}" for f in result.findings
+                     if f.kind == "replay_caution" and f.severity != "info")
+        return lines
     if err.calibrated_on is not None:
         lines.append(f"baseline {printable(base.topology)}: replay error per instance "
                      f"{fmt_error(err.cross_validated)} (out of sample: calibrated on "
@@ -174,7 +182,7 @@ def replay_comparison(result: ReplayResult, *, verbose: bool = False) -> list[st
         lines.append("calibration in two terms (traced = a x latency + b x transfer): " + ", ".join(
             f"{printable(g)} a {t.latency:.2f}, b {t.transfer:.2f}" for g, t in sorted(result.terms.items())))
     for f in result.findings:
-        if f.kind == "replay_caution" and f.severity != "info":
+        if f.kind in ("replay_caution", "not_simulated") and f.severity != "info":
             lines.append(f"caution: {printable(f.text)}")
     for r in results:
         cv = r.convergence
@@ -323,11 +331,17 @@ def whatif_comparison(result: WhatIfResult) -> list[str]:
     # A calibration from another run has no cross-validated figure here: the line quotes 0, as it always has.
     cv = err.cross_validated if err is not None and err.calibrated_on is None else None
     lines = [f"what-if on {result.topology}: each scenario vs the baseline replay of the unchanged run "
-             "(model vs model, not vs the trace)",
-             f"replay error of the baseline (cross-validated, per collective): median "
-             f"{cv.median if cv else 0:.1%}, p90 {cv.p90 if cv else 0:.1%}; the scenarios carry it plus the "
-             "model's limits"]
+             "(model vs model, not vs the trace)"]
+    if err is None:
+        lines.append("replay error of the baseline: not available (nothing was simulated)")
+    else:
+        lines.append(f"replay error of the baseline (cross-validated, per collective): median "
+                     f"{cv.median if cv else 0:.1%}, p90 {cv.p90 if cv else 0:.1%}; the scenarios carry it plus the "
+                     "model's limits")
     lines += [f"caution: {c.text}" for c in result.cautions if c.severity == "warning"]
+    lines += [f"{s.scenario}: {s.reason}" for s in result.skipped]
+    if not rows:
+        return lines
     header = (["scenario", "step (mean)"] + [f"exposed {d}/step" for d in dims]
               + ["EP max/mean", "inter-host GB " + "/".join(ih_dims), "checkpoint"])
     table = []

@@ -257,6 +257,33 @@ LOG_MESSAGES = _schema("log_messages", [
     pa.field("line", pa.int64()),
 ])
 
+#: COLL lines of an NCCL log whose global rank is unknown (their communicator's Init lines were
+#: cut off, or the process GPU is outside the log's world communicator): kept with what the line
+#: gives, `rank` null and `rank_reason` saying why; never matched or replayed.
+UNRANKED_COLLECTIVES = _schema("unranked_collectives", [
+    pa.field("rank", pa.int32()),
+    pa.field("rank_reason", DICT_STR),
+    pa.field("group", DICT_STR),
+    pa.field("comm", pa.string()),
+    pa.field("host", pa.string()),
+    pa.field("pid", pa.int64()),
+    pa.field("comm_rank", pa.int32()),
+    pa.field("seq", pa.int64()),
+    pa.field("op", DICT_STR),
+    pa.field("name", DICT_STR),
+    pa.field("dtype", DICT_STR),
+    pa.field("in_bytes", pa.int64()),
+    pa.field("out_bytes", pa.int64()),
+    pa.field("nranks", pa.int32()),
+    pa.field("root", pa.int32()),
+    pa.field("peer_local", pa.int32()),
+    pa.field("ts_ns", pa.int64()),
+    pa.field("algo", DICT_STR),
+    pa.field("proto", DICT_STR),
+    pa.field("source", DICT_STR),
+    pa.field("line", pa.int64()),
+])
+
 SCHEMAS: dict[str, pa.Schema] = {
     "ranks": RANKS,
     "groups": GROUPS,
@@ -269,6 +296,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "topology_links": TOPOLOGY_LINKS,
     "microbench": MICROBENCH,
     "log_messages": LOG_MESSAGES,
+    "unranked_collectives": UNRANKED_COLLECTIVES,
 }
 
 VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -287,6 +315,7 @@ VOCABULARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("topology_links", "network"): NETWORKS,
     ("log_messages", "level"): LOG_LEVELS,
     ("microbench", "op"): MICROBENCH_OPS,
+    ("unranked_collectives", "op"): OPS,
 }
 
 

@@ -53,7 +53,8 @@ LOCK = ".lock"
 STAGING = ".staging"
 COMMIT = "COMMIT"
 SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_samples",
-                "topology_nodes", "topology_links", "microbench", "log_messages")
+                "topology_nodes", "topology_links", "microbench", "log_messages",
+                "unranked_collectives")
 
 
 #: Events columns worth Parquet dictionary encoding (repeated values); the others (times, ids)

@@ -586,6 +586,8 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
     panels = []
     for origin in origins:
         part = ls.filter(pl.col("origin") == origin)
+        if origin != "telemetry" and not (part["util"] > 0).any():
+            continue  # a replay that moved nothing over any link (nothing simulated): no heatmap of zeros
         # a parallel mean differs in its last bits from run to run: rank on rounded figures, ties by name
         rank = (part.group_by("link").agg(pl.col("util").max().alias("peak"), pl.col("util").mean().alias("mean"))
                 .with_columns(pl.col("link").cast(pl.String), pl.col("mean").round(9).alias("_mean"))
@@ -612,6 +614,8 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
             "total_links": rank.height, "peak": float(rank["peak"].max()),
             "line": {"link": top, "x": (line["ts_ns"].to_numpy() - base) / 1e6,
                      "util": line["util"].to_numpy().astype(np.float32)}})
+    if not panels:
+        return None
     notes = [f"{p['name']}: showing the {len(p['links'])} busiest of {p['total_links']} links."
              for p in panels if p["total_links"] > len(p["links"])]
     return {"panels": panels, "notes": notes}
@@ -620,8 +624,11 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
 def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
-    traced vs replayed duration of every instance, the hottest links, and the replay's findings. A replay
-    the network model did not apply to (a CPU/gloo run) gives only its findings, `not_modelled` first."""
+    traced vs replayed duration of every simulated instance (those the model gave no traffic keep
+    their traced duration and are left out), the hottest links, and the replay's findings.
+    `simulated` is False when nothing was (`not_simulated` then says why, in the finding's words). A
+    replay the network model did not apply to (a CPU/gloo run) gives only its findings, `not_modelled`
+    first."""
     if replay is None:
         return None
     if not replay.results:
@@ -631,6 +638,8 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
             return None
         return {"topologies": [], "step_ms": [], "delta": [], "not_modelled": said,
                 "findings": [f for f in findings if f.kind != "cpu_backend"]}
+    from tracekit.replay.calibration import NO_FLOWS
+
     topo, step_ms, delta, err_med, err_p90 = [], [], [], [], []
     inst: dict[str, list] = {k: [] for k in ("topology", "traced_ms", "replayed_ms", "dim", "op", "group", "seq")}
     exposed: dict[str, dict[str, float]] = {}
@@ -648,7 +657,7 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
         err_p90.append(None if err is None else err.p90)
         exposed[res.topology] = {norm_dim(k): float(v) / 1e6 for k, v in (res.exposed_ns or {}).items()}
         for i in res.instances or []:
-            if i.traced_ns is None or i.replayed_ns is None:
+            if i.traced_ns is None or i.replayed_ns is None or i.calibration == NO_FLOWS:
                 continue
             inst["topology"].append(res.topology)
             inst["traced_ms"].append(float(i.traced_ns) / 1e6)
@@ -660,7 +669,10 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
         for h in (res.hot_links or [])[:5]:
             hot.append({"topology": res.topology, **to_builtins(h)})
     traced = list((replay.results[0].traced_step_ns or {}).values())
-    return {"topologies": topo, "step_ms": step_ms, "delta": delta,
+    unsimulated = next((f for f in getattr(replay, "findings", []) or [] if f.kind == "not_simulated"), None)
+    simulated = replay.results[0].replay_error is not None
+    return {"topologies": topo, "step_ms": step_ms, "delta": delta, "simulated": simulated,
+            "not_simulated": unsimulated.text if unsimulated is not None else None,
             "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,
             "error_median": err_med, "error_p90": err_p90,
             "error_calibrated_on": getattr(getattr(replay, "errors", None), "calibrated_on", None),

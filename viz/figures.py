@@ -251,6 +251,13 @@ def replay_figures(rd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
         return html_div(f"<h2>Replay</h2>{text}", width=width)
     topo = rd["topologies"]
     n = len(topo)
+    if not rd.get("simulated", True):
+        # nothing was simulated: no step bars that cannot differ, no diagonal of traced durations
+        text = (f"<p>Replay error: not available: {_esc(rd.get('not_simulated') or 'Nothing was simulated.')}</p>"
+                + (f"<p>Traced step (mean) {rd['traced_step_ms']:.3f} ms.</p>" if rd.get("traced_step_ms") else "")
+                + "".join(f"<div class='warn'>{_esc(f.text)}</div>" for f in rd.get("findings") or []
+                          if f.kind != "not_simulated"))
+        return column(html_div(text, width=width))
     labels = [f"{ms:.3f} ms ({d:+.1%})" for ms, d in zip(rd["step_ms"], rd["delta"], strict=True)]
     height = 80 + 44 * n
     s = figure(width=width - 110, height=height, y_range=FactorRange(*topo[::-1]),

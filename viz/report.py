@@ -164,7 +164,10 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
     rp = data.get("replay")
     replay_lines = []
     findings = list(analysis.findings)
-    if rp:
+    if rp and not rp.get("simulated", True):
+        replay_lines.append(f"Replay error not available: {rp.get('not_simulated') or 'nothing was simulated'}")
+        findings += [f for f in rp["findings"] if f.kind != "not_simulated"]
+    elif rp:
         for name, ms, d in zip(rp["topologies"], rp["step_ms"], rp["delta"], strict=True):
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
                                 f"{rp['topologies'][0]}).")

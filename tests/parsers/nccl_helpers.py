@@ -12,7 +12,8 @@ from tracekit import schema
 from tracekit.parsers import nccl_log
 from tracekit.store import SourceSink
 
-TABLES = ("ranks", "groups", "collectives", "channels", "log_messages", "microbench")
+TABLES = ("ranks", "groups", "collectives", "channels", "log_messages", "microbench",
+          "unranked_collectives")
 
 
 @dataclass

@@ -298,6 +298,7 @@ class _Inst:
     proto: str | None = None
     step: int = -1
     fallback: Fallback | None = None
+    size: int = 0  # the communicator's size (its calls' nranks), members outside the run included
 
     @property
     def traced_ns(self) -> float:
@@ -617,7 +618,7 @@ def _instance_info(part: list[dict[str, Any]], group_ranks: dict[str, list[int]]
     return _Inst(group=group, seq=int(min(seqs)) if seqs else -1, op=op, dim=dims[0] if dims else "OTHER",
                  ranks=ranks, nbytes=nbytes, splits=splits, src=src, dst=dst,
                  algo=algos[0] if algos else None, traced_start=0.0, traced_end=0.0, members=[],
-                 proto=protos[0] if protos else None)
+                 proto=protos[0] if protos else None, size=n)
 
 
 # ------------------------------------------------------------------------------------------
@@ -646,8 +647,11 @@ class _Net:
             self.topology = build(spec)
             gmap = _gpu_map(prep, spec)
         self.gmap = gmap
-        insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo, src=i.src,
-                          dst=i.dst, splits=i.splits, group=i.group, proto=i.proto)
+        # a send/recv whose peer is outside the run has no flow (it is then `not_simulated`)
+        insts = [Instance(key=k, op=i.op, ranks=i.ranks, nbytes=i.nbytes, algo=i.algo,
+                          src=i.src if i.src in gmap and i.dst in gmap else None,
+                          dst=i.dst if i.src in gmap and i.dst in gmap else None,
+                          splits=i.splits, group=i.group, proto=i.proto)
                  for k, i in enumerate(prep.instances)]
         fab = prep.fabric
         traced_on = (baseline.topology, baseline.gmap) if baseline is not None else None
@@ -784,9 +788,13 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     algos = [p.algo if p is not None else None for p in base_net.plans]
     cal = (applied(ops, nbytes, modelled, efficiency, terms=terms, algos=algos)
            if efficiency is not None else _calibration(prep, traced, modelled, latency, algos))
-    errors = replay_errors(ops, nbytes, traced, modelled, cal,
-                           calibrated_on=calibrated_on if efficiency is not None else None, latency=latency)
     no_flow = raw <= 0
+    errors: ReplayErrors | None = replay_errors(
+        ops, nbytes, traced, modelled, cal, calibrated_on=calibrated_on if efficiency is not None else None,
+        latency=latency)
+    unsimulated = _not_simulated(prep, no_flow)
+    if no_flow.all():
+        errors = None  # nothing was simulated: there is no replay error to quote, not a 0% one
 
     results = []
     for name, spec in zip(names, ordered, strict=False):
@@ -799,11 +807,50 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     base = results[0]
     base.replay_error = errors
     for r in results[1:]:
-        r.replay_error = errors.inherited()
+        r.replay_error = errors.inherited() if errors is not None else None
         r.step_error = dict(base.step_error)
+    findings = ([unsimulated] if unsimulated is not None else []) + _cautions(base, errors, identity, results)
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         terms=dict(cal.terms), errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
-                        findings=_cautions(base, errors, identity, results))
+                        findings=findings)
+
+
+def _not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:
+    """The `not_simulated` finding: how many collective instances the model gave no traffic, and
+    why (members outside the run, no byte count in the trace, or nothing to send: a one-rank
+    group). They keep their traced durations, and the replay error scores only the simulated
+    ones; when none was simulated there is no replay error at all (`replay_error` null), and
+    every topology replays the trace as it was."""
+    n = len(prep.instances)
+    idle = np.flatnonzero(no_flow).tolist()
+    if not idle:
+        return None
+    present = set(prep.placement)
+    why: dict[str, int] = {"members_outside": 0, "no_bytes": 0, "no_peer": 0}
+    for k in idle:
+        inst = prep.instances[k]
+        why["no_bytes" if inst.nbytes <= 0 else "members_outside" if _members_outside(inst, present)
+            else "no_peer"] += 1
+    words = {"members_outside": "members outside the run", "no_bytes": "no byte count in the trace",
+             "no_peer": "no other member"}
+    reason = ", ".join(f"{v} with {words[k]}" for k, v in why.items() if v)
+    data = {"instances": n, "simulated": n - len(idle), "not_simulated": len(idle), **why,
+            "ranks_present": len(present)}
+    if len(idle) == n:
+        return Finding("not_simulated", f"nothing was simulated: none of the {n} collective instance"
+                       f"{'s' if n > 1 else ''} has traffic in the model ({reason}), so they keep their traced "
+                       "durations, the replay error is not available and every topology gives the traced step",
+                       severity="warning", value=float(len(idle)), data=data)
+    return Finding("not_simulated", f"{len(idle)} of {n} collective instances were not simulated ({reason}): they "
+                   f"keep their traced durations, and the replay error scores the {n - len(idle)} simulated ones",
+                   severity="warning", value=float(len(idle)), data=data)
+
+
+def _members_outside(inst: _Inst, present: set[int]) -> bool:
+    """Whether a collective instance has members the run did not trace."""
+    if inst.op == "send":
+        return not {inst.src, inst.dst} <= present
+    return inst.size > len(inst.ranks)
 
 
 def _not_modelled(tables: Mapping[str, pa.Table], finding: Finding) -> ReplayResult:
@@ -906,7 +953,7 @@ def _schedule(prep: _Prepared, inst_dur: np.ndarray) -> tuple[np.ndarray, np.nda
     return start, end
 
 
-def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity,
+def _cautions(base: TopologyResult, errors: ReplayErrors | None, identity: Identity,
               results: Sequence[TopologyResult] = ()) -> list[Finding]:
     """Typed cautions: the baseline step off the traced one by more than CAUTION_STEP, the
     cross-validated p90 above CAUTION_P90, instances replayed with their traced relation, a
@@ -936,7 +983,7 @@ def _cautions(base: TopologyResult, errors: ReplayErrors, identity: Identity,
                                f"step ({ns / 1e6:.3f} ms vs {traced / 1e6:.3f} ms): read what-ifs with care",
                                severity="warning", step=int(step) if step.lstrip("-").isdigit() else None,
                                value=rel, data={"reason": "baseline_step"}))
-    if errors.p90 > CAUTION_P90:
+    if errors is not None and errors.p90 > CAUTION_P90:
         what = (f"out-of-sample replay error p90 (calibrated on {errors.calibrated_on})"
                 if errors.calibrated_on is not None else "cross-validated replay error p90")
         out.append(Finding("replay_caution", f"{what} is {errors.p90:.1%} "

@@ -146,6 +146,14 @@ class ScenarioResult:
         return doc
 
 
+class SkippedScenario(Result, frozen=True, kw_only=True):
+    """A scenario not replayed, and why (a change to collectives the baseline did not simulate
+    would only repeat the baseline: a +0.0% that measures nothing)."""
+
+    scenario: str
+    reason: str
+
+
 @dataclass
 class WhatIfResult:
     """Every scenario of one `whatif` call against the same baseline replay."""
@@ -157,12 +165,14 @@ class WhatIfResult:
     scenarios: list[ScenarioResult]
     cautions: list[Finding] = field(default_factory=list)
     comparison: str = COMPARISON
+    skipped: list[SkippedScenario] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"topology": self.topology, "comparison": self.comparison,
                 "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
                 "cautions": [f.to_json() for f in self.cautions],
-                "scenarios": [s.to_json() for s in self.scenarios]}
+                "scenarios": [s.to_json() for s in self.scenarios],
+                "skipped": to_builtins(self.skipped)}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1)

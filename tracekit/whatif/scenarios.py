@@ -16,6 +16,7 @@ from tracekit.whatif.core import (
     DEFAULT_TOPOLOGY,
     Baseline,
     ScenarioResult,
+    SkippedScenario,
     WhatIfError,
     WhatIfResult,
     as_int,
@@ -67,6 +68,17 @@ def parse_scenario(text: str) -> Scenario:
     return Scenario(kind, raw, parse_storage_params(kind, rest))
 
 
+#: Scenarios that change only the run's collectives (their sizes or their ranks' places): with no
+#: collective simulated in the baseline they would replay the baseline again (EPLB given expert
+#: loads derives its own traffic, and runs).
+COLLECTIVE_ONLY = ("eplb", "placement")
+NOTHING_SIMULATED = ("not replayed: the baseline simulated no collective (see the not_simulated caution), so "
+                     "this scenario, which changes only collectives, would repeat it")
+
+NO_COLLECTIVE_TO_SLOW = ("the baseline simulated no collective: these transfers can slow none, so the step and "
+                         "exposed communication stay as traced by construction, not by measurement")
+
+
 def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any = None) -> ScenarioResult:
     """Apply one scenario to the baseline's run, replay it, and compare."""
     sc = parse_scenario(scenario) if isinstance(scenario, str) else scenario
@@ -102,7 +114,16 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
         return WhatIfResult(topology=topology, baseline_step_ns={}, baseline_exposed_ns={}, replay_error=None,
                             scenarios=[], cautions=[cpu])
     base = make_baseline(tables, topology, **replay_options)
-    results = [run_scenario(base, s, expert_loads=expert_loads) for s in parsed]
+    results, skipped = [], []
+    for s in parsed:
+        if base.replay.errors is None and s.kind in COLLECTIVE_ONLY and not (s.kind == "eplb" and expert_loads):
+            skipped.append(SkippedScenario(scenario=s.text, reason=NOTHING_SIMULATED))
+            continue
+        result = run_scenario(base, s, expert_loads=expert_loads)
+        if base.replay.errors is None:
+            result.notes.append(NO_COLLECTIVE_TO_SLOW)
+        results.append(result)
     return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
                         baseline_exposed_ns=dict(base.result.exposed_ns),
-                        replay_error=base.replay.errors, scenarios=results, cautions=list(base.replay.findings))
+                        replay_error=base.replay.errors, scenarios=results, cautions=list(base.replay.findings),
+                        skipped=skipped)
