@@ -1098,14 +1098,31 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     formats: dict[str, int] = {}
     for s in ok:
         formats[s["format"]] = formats.get(s["format"], 0) + 1
+    from tracekit.analysis.microbench import microbench_runs
+    from tracekit.results import to_builtins
+
+    bench = microbench_runs(run.table("microbench")) if run.has("microbench") else []
+    rank_ids = sorted({r["rank"] for r in ranks})
+    hosts = sorted({r["host"] for r in ranks if r["host"]})
+    devices = sorted({r["device_name"] for r in ranks if r["device_name"]})
+    ranks_from = "traces" if rank_ids else None
+    if not rank_ids and bench:
+        # an nccl-tests run: its header names every rank, its host and its device
+        rank_ids = list(range(max(b.nranks or 0 for b in bench)))
+        hosts = sorted({h for b in bench for h in b.host_names})
+        devices = sorted({d for b in bench for d in b.devices})
+        ranks_from = "nccl-tests header"
     return {
         "run": str(run.path),
         "tracekit_version": m.get("tracekit_version"),
         "schema_version": m.get("schema_version"),
-        "ranks": sorted({r["rank"] for r in ranks}),
+        "ranks": rank_ids,
+        "ranks_from": ranks_from,
         "world_sizes": sorted({r["world_size"] for r in ranks if r["world_size"] is not None}),
-        "hosts": sorted({r["host"] for r in ranks if r["host"]}),
-        "devices": sorted({r["device_name"] for r in ranks if r["device_name"]}),
+        "hosts": hosts,
+        "devices": devices,
+        "microbench": [{k: v for k, v in to_builtins(b).items() if k != "sizes"} | {"sizes": len(b.sizes)}
+                       for b in bench],
         "formats": formats,
         "steps": sorted({st for s in ok for st in s.get("steps", [])}),
         "span": {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,

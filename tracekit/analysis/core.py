@@ -17,6 +17,7 @@ from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
+from tracekit.analysis.microbench import MicrobenchRun, microbench_runs
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
@@ -113,6 +114,7 @@ class AnalysisResult:
     pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
                                                                  "stage": pa.array([], pa.int32())}))
     hang: HangResult | None = None  # when the run holds sequence numbers worth checking
+    microbench: list[MicrobenchRun] = field(default_factory=list)  # nccl-tests tables in the run
     findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
@@ -211,7 +213,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         participants=table(parts), root_causes=table(casc), critical_path=table(critical),
         pp_stages=pa.table({"rank": pa.array(list(stage), pa.int32()),
                             "stage": pa.array(list(stage.values()), pa.int32())}),
-        hang=_hang(run, source), top=top,
+        hang=_hang(run, source), microbench=_microbench(run, source), top=top,
     )
     from tracekit.analysis.findings import findings
 
@@ -232,6 +234,11 @@ def _hang(run: Run | None, source: RunLike) -> HangResult | None:
     if coll is None or coll.num_rows == 0:
         return None
     return find_hangs(coll, source.get("groups"), ranks=source.get("ranks"))
+
+
+def _microbench(run: Run | None, source: RunLike) -> list[MicrobenchRun]:
+    table = run.table("microbench") if run is not None else source.get("microbench")  # type: ignore[union-attr]
+    return microbench_runs(table) if table is not None and table.num_rows else []
 
 
 def _empty_instances() -> pl.DataFrame:
@@ -314,6 +321,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "bandwidth": bw.to_dicts(),
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
         "hang": r.hang.to_json() if r.hang is not None else None,
+        "microbench": to_builtins(r.microbench),
         "findings": [f.to_json() for f in r.findings],
     }
 

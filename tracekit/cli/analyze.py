@@ -120,10 +120,23 @@ def _print(result: Any, top: int) -> None:
          fmt_rate(b["busbw_median_gbps"])] for b in doc["bandwidth"][:top]],
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise).")
+    for mb in result.microbench:
+        show(f"nccl-tests {mb.test or ''} busbw ({mb.nranks or '?'} ranks, {mb.source})",
+             ["size (B)", "time (us)", "busbw (GB/s)", "in-place time (us)", "in-place busbw (GB/s)"],
+             [[str(x.size_bytes), _num(x.oop_time_us, 1), _num(x.oop_busbw_gbps, 2), _num(x.ip_time_us, 1),
+               _num(x.ip_busbw_gbps, 2)] for x in mb.sizes],
+             caption=f"as nccl-tests printed it (out-of-place, then in-place); peak {fmt_rate(mb.peak_busbw_gbps)} "
+                     f"at {fmt_bytes(mb.peak_size_bytes)} ({mb.peak_side}).")
     show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
     a = result.alignment
+    if not result.collectives.num_rows:
+        return
     console.print()
     console.print(f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
                   f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, "
                   f"max {fmt_ns(a.residual_ns['max'])}")
 
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"

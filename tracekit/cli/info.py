@@ -128,7 +128,8 @@ def _print(doc: dict[str, Any]) -> None:
     presence = (f" ({len(ranks)} of {world} present; missing {fmt_ranks(validity['missing_ranks'], limit=8)})"
                 if validity.get("missing_ranks") else "")
     out(f"ranks      {len(ranks)}: {fmt_ranks(ranks)}" + (
-        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else "") + presence)
+        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else "") + presence
+        + (f" (from the {doc['ranks_from']})" if doc.get("ranks_from") not in (None, "traces") else ""))
     out(f"hosts      {len(doc['hosts'])}: {', '.join(doc['hosts']) or '-'}", markup=False)
     out(f"devices    {', '.join(doc['devices']) or '-'}", markup=False)
     out(f"formats    {', '.join(f'{k} ({v})' for k, v in sorted(doc['formats'].items())) or '-'}")
@@ -137,6 +138,10 @@ def _print(doc: dict[str, Any]) -> None:
     if span["start_ns"] is not None:
         out(f"time span  {span['duration_s']:.6f} s (from {span['start_ns']} ns to {span['end_ns']} ns)")
     out(f"tables     {', '.join(f'{k} {v:,}' for k, v in sorted(doc['tables'].items()))}")
+    for b in doc.get("microbench") or []:
+        peak = "-" if b["peak_busbw_gbps"] is None else f"{b['peak_busbw_gbps']:.2f} GB/s at {b['peak_size_bytes']} B"
+        out(f"nccl-tests {b['test'] or '?'}: {b['nranks'] or '?'} ranks on {b['hosts'] or '?'} host(s), "
+            f"{b['sizes']} sizes, peak busbw {peak} ({b['peak_side'] or '-'})")
     if doc["groups"]:
         t = Table(title="groups", title_justify="left", show_edge=False)
         for col in ("group", "desc", "backend", "size", "ranks", "dims", "collectives"):
