@@ -54,7 +54,7 @@ def _print(result: Any, top: int) -> None:
     from tracekit._text import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
     from tracekit.analysis.steps import STEP_TIME
     from tracekit.cli._common import console as make_console
-    from tracekit.present import root_cause_rows, straggler_rows
+    from tracekit.present import group_rows, root_cause_rows, straggler_rows
 
     console = make_console()
     doc = result.to_json()
@@ -69,7 +69,7 @@ def _print(result: Any, top: int) -> None:
             return
         t = Table(title=title, title_justify="left", show_edge=False, caption=caption, caption_justify="left")
         for c in columns:
-            text = c in ("group", "op", "dim", "dims", "steps", "worst wait", "ranks")
+            text = c in ("group", "name", "op", "dim", "dims", "steps", "worst wait", "ranks")
             t.add_column(c, justify="left" if text else "right", no_wrap=not text,
                          overflow="fold" if text else "ellipsis")
         for r in rows:
@@ -115,11 +115,19 @@ def _print(result: Any, top: int) -> None:
         for e in doc["ep"][:top]],
         caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
                 "received per rank; inter-host: '-' when hosts are unknown.")
+    by_instance = [b for b in doc["bandwidth"] if b["basis"] == "instance"]
     show("Bandwidth (median per group and op)", ["group", "op", "dim", "n", "size", "busbw"], [
         [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
-         fmt_rate(b["busbw_median_gbps"])] for b in doc["bandwidth"][:top]],
+         fmt_rate(b["busbw_median_gbps"])] for b in by_instance[:top]],
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise).")
+    by_kernel = [b for b in doc["bandwidth"] if b["basis"] == "kernel_time"]
+    show("Bandwidth from kernel times (per group, op and size; no other rank of the call is in the run)",
+         ["group", "op", "dim", "n", "size", "kernel time", "busbw (at least)"], [
+             [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
+              fmt_ns(b["duration_median_ns"]), fmt_rate(b["busbw_median_gbps"])] for b in by_kernel[:top * 2]],
+         caption="kernel time: the median kernel duration, an upper bound on the transfer (it includes waiting for "
+                 "the ranks outside the run), so busbw is a lower bound; factors as above.")
     for mb in result.microbench:
         show(f"nccl-tests {mb.test or ''} busbw ({mb.nranks or '?'} ranks, {mb.source})",
              ["size (B)", "time (us)", "busbw (GB/s)", "in-place time (us)", "in-place busbw (GB/s)"],
@@ -127,7 +135,11 @@ def _print(result: Any, top: int) -> None:
                _num(x.ip_busbw_gbps, 2)] for x in mb.sizes],
              caption=f"as nccl-tests printed it (out-of-place, then in-place); peak {fmt_rate(mb.peak_busbw_gbps)} "
                      f"at {fmt_bytes(mb.peak_size_bytes)} ({mb.peak_side}).")
-    show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
+    used, idle = group_rows(result)
+    show("Groups (with collective calls in the trace)", ["group", "name", "size", "dims", "calls"],
+         [[g.group, g.label, str(g.size or "-"), g.dims, f"{g.calls:,}"] for g in used[:top * 2]],
+         caption=f"{idle} more group{'s' if idle != 1 else ''} declared by the trace carry no collective call "
+                 "(tracekit info lists them)." if idle else None)
     a = result.alignment
     if not result.collectives.num_rows:
         return

@@ -148,7 +148,8 @@ def _print(doc: dict[str, Any]) -> None:
             t.add_column(col, justify="right" if col in ("size", "collectives") else "left")
         for g in doc["groups"]:
             ranks_txt = fmt_ranks(g["ranks"]) + ("" if g["ranks_complete"] else " (partial)")
-            t.add_row(g["group"], g["desc"] or "-", g["backend"] or "-", str(g["size"] or "-"),
+            t.add_row(g["group"], _desc(g["desc"]),
+                      g["backend"] or "-", str(g["size"] or "-"),
                       ranks_txt, ",".join(g["dims"]) or "-", f"{g['collectives']:,}")
         out()
         out(t)
@@ -211,3 +212,12 @@ def _transports(counts: dict[str, int] | None) -> str:
     if not counts:
         return "-"
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _desc(desc: str | None) -> str:
+    """A group's description; "(unnamed)" for PyTorch's default "undefined" (the other columns say what it is)."""
+    from tracekit.present import UNNAMED_DESCS
+
+    if desc is None:
+        return "-"
+    return "(unnamed)" if desc.strip().lower() in UNNAMED_DESCS else desc
