@@ -78,3 +78,85 @@ def test_replay_of_an_nccl_tests_run_names_the_command(nccl_tests_run):
     assert "nothing was ingested" not in out
     assert (f"replay the sweep with `tracekit replay --nccl-tests {NCCL_TESTS_2NODE} --topology "
             "single-switch:gpus=16`") in " ".join(out.split())
+
+
+# --- item 6: one-rank runs ------------------------------------------------------------------------
+
+HTA_NCCL = REAL / "kineto" / "hta_nccl_parser_config"
+B200 = REAL / "kineto" / "tracelens_b200_eager_rank0of8"
+
+
+def _ingested(tmp_path_factory, source: Path) -> Path:
+    if not source.is_dir():
+        pytest.skip(f"needs the real trace at {source}")
+    run = tmp_path_factory.mktemp(source.name) / "run"
+    code, out = _cli("ingest", str(source), "-o", str(run))
+    assert code == 0, out
+    return run
+
+
+@pytest.fixture(scope="module")
+def hta_nccl_run(tmp_path_factory) -> Path:
+    return _ingested(tmp_path_factory, HTA_NCCL)
+
+
+@pytest.fixture(scope="module")
+def b200_run(tmp_path_factory) -> Path:
+    return _ingested(tmp_path_factory, B200)
+
+
+def _raw_kernels(path: Path) -> list[dict]:
+    import gzip
+
+    (trace,) = path.glob("*.json.gz")
+    with gzip.open(trace) as fh:
+        doc = json.load(fh)
+    return [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})]
+
+
+@needs_real
+def test_one_rank_run_gets_bandwidth_from_kernel_times(hta_nccl_run):
+    """HTA's rank 0 of 2: every all-reduce kernel carries its size; the table's busbw is the
+    trace's own bytes over its own kernel time (median over the calls of one size)."""
+    import statistics
+
+    doc = json.loads(_cli("analyze", str(hta_nccl_run), "--no-write", "--json")[1])
+    rows = doc["bandwidth"]
+    assert rows and {r["basis"] for r in rows} == {"kernel_time"}
+    assert sorted((r["op"], r["bytes_median"]) for r in rows) == [
+        ("all_reduce", 8196000), ("all_reduce", 9724160), ("all_reduce", 26255360), ("all_reduce", 26550272),
+        ("all_reduce", 31502336), ("broadcast", 424), ("broadcast", 212480)]
+    biggest = [e for e in _raw_kernels(HTA_NCCL) if e["args"]["In msg nelems"] * 4 == 31502336]
+    dur_ns = statistics.median(e["dur"] * 1e3 for e in biggest)
+    row = next(r for r in rows if r["bytes_median"] == 31502336)
+    assert row["instances"] == len(biggest) == 3
+    assert row["busbw_median_gbps"] == pytest.approx(31502336 / dur_ns * 2 * (2 - 1) / 2, rel=1e-3)
+    code, out = _cli("analyze", str(hta_nccl_run), "--no-write")
+    assert "Bandwidth from kernel times" in out and "an upper bound on the transfer" in out
+
+
+@needs_real
+def test_unnamed_groups_are_named_from_their_process_group_args(b200_run):
+    code, out = _cli("analyze", str(b200_run), "--no-write")
+    assert code == 0, out
+    assert "undefined" not in out
+    assert " 3     │ unnamed: nccl, 8 ranks 0-7 │    8 │ DP   │     1 " in out
+    assert "14 more groups declared by the trace carry no collective call" in out
+    info = _cli("info", str(b200_run))[1]
+    assert "undefined" not in info and "(unnamed)" in info
+
+
+def test_no_kernel_time_rows_when_the_other_ranks_joined():
+    """A run with every rank present has instance-based bandwidth only."""
+    import polars as pl
+
+    from tracekit.analysis.stalls import kernel_bandwidth
+
+    coll = pl.DataFrame({"instance": [0, 0, 1], "rank": [0, 1, 0], "group": ["g", "g", "g"],
+                         "op": ["all_reduce"] * 3, "dim": ["DP"] * 3, "in_bytes": [1000, 1000, 4000],
+                         "out_bytes": [1000, 1000, 4000], "nranks": [2, 2, 2], "dur_ns": [100, 120, 200]})
+    inst = pl.DataFrame({"instance": [0]})
+    out = kernel_bandwidth(coll, inst)
+    assert out.height == 1 and out.row(0, named=True)["bytes_median"] == 4000
+    assert out.row(0, named=True)["busbw_median_gbps"] == pytest.approx(4000 / 200 * 2 * 1 / 2)
+    assert kernel_bandwidth(coll, pl.DataFrame({"instance": [0, 1]})).height == 0
