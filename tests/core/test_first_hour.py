@@ -131,7 +131,7 @@ def test_one_rank_run_gets_bandwidth_from_kernel_times(hta_nccl_run):
     row = next(r for r in rows if r["bytes_median"] == 31502336)
     assert row["instances"] == len(biggest) == 3
     assert row["busbw_median_gbps"] == pytest.approx(31502336 / dur_ns * 2 * (2 - 1) / 2, rel=1e-3)
-    code, out = _cli("analyze", str(hta_nccl_run), "--no-write")
+    out = _cli("analyze", str(hta_nccl_run), "--no-write")[1]
     assert "Bandwidth from kernel times" in out and "an upper bound on the transfer" in out
 
 
