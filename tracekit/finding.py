@@ -16,7 +16,7 @@ SEVERITIES = ("info", "warning", "error")
 KINDS = (
     "straggler", "systemic_straggler", "root_cause", "stall", "exposed_comm", "idle", "ep_imbalance",
     "pp_bubble", "mismatch", "no_group", "alignment", "partial_run", "mixed_jobs", "assumed_splits",
-    "unknown_hosts", "replay_caution", "hang", "nccl_warn", "telemetry_flag", "physics_cap", "microbench",
+    "unknown_hosts", "replay_caution", "hang", "nccl_warn", "telemetry_flag", "physics_cap", "microbench", "telemetry",
 )
 
 

@@ -24,6 +24,7 @@ from tracekit.analysis import AnalysisResult
 from tracekit.analysis.steps import STEP_TIME
 from tracekit.present import root_cause_rows, straggler_rows
 from tracekit.store import Run
+from tracekit.telemetry import telemetry_summary
 from tracekit.validity import run_name
 from tracekit.viz import data as D
 
@@ -105,6 +106,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
         "presence": presence,
         "hosts": hosts,
         "microbench": bench,
+        "telemetry": telemetry_summary(run),
         "timeline": None if td.empty else td,
         "overlap": D.overlap_data(analysis, td.rows["order"]),
         "ep": D.ep_data(analysis),
@@ -184,6 +186,11 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
                                 f"{rp['topologies'][0]}).")
         findings += rp["findings"]
+    tel = data.get("telemetry")
+    if tel is not None:
+        from tracekit.finding import Finding
+
+        findings.append(Finding(kind="telemetry", text=tel.headline(), value=float(tel.counters)))
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
             "microbench": list(analysis.microbench),
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}

@@ -55,13 +55,16 @@ def _print_links(doc: dict[str, Any]) -> None:
     n_flagged = sum(link["flagged_windows"] for link in links)
     mapped = sum(1 for link in links if link["link_end"])
     out()
-    out(f"telemetry  {doc['counters']:,} counter samples, {len(links)} port(s) ({mapped} on topology links), "
-        f"{stats.get('windows', 0):,} window(s), {n_flagged:,} flagged")
-    skipped = stats.get("skipped") or {}
-    if skipped:
-        out("           not rated: " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())))
+    summary = doc.get("summary")
+    if summary is not None:
+        out(f"telemetry  {summary['accounting']}")
+        out(f"           {stats.get('windows', 0):,} window(s) on {len(links)} port(s) ({mapped} on topology links), "
+            f"{n_flagged:,} flagged")
+    else:
+        out(f"telemetry  {doc['counters']:,} counter samples, {len(links)} port(s) ({mapped} on topology links), "
+            f"{stats.get('windows', 0):,} window(s), {n_flagged:,} flagged")
     if not links:
-        out("           no rated windows (a port needs two timed samples)")
+        out("           no rated windows (a rate needs two timed samples of one counter on a port)")
         return
     t = Table(title="links (telemetry)", title_justify="left", show_edge=False)
     for col in ("link", "port", "speed", "windows", "peak util", "mean util", "tx", "rx", "flagged"):
