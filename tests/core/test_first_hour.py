@@ -160,3 +160,58 @@ def test_no_kernel_time_rows_when_the_other_ranks_joined():
     assert out.height == 1 and out.row(0, named=True)["bytes_median"] == 4000
     assert out.row(0, named=True)["busbw_median_gbps"] == pytest.approx(4000 / 200 * 2 * 1 / 2)
     assert kernel_bandwidth(coll, pl.DataFrame({"instance": [0, 1]})).height == 0
+
+
+# --- item 12: empty results say why ---------------------------------------------------------------
+
+NCCL_LOG_2GPU = REAL / "nccl_logs" / "gfbench_nccl2.20.5_straggler_2gpu"
+INFINIBAND = REAL / "telemetry" / "infiniband"
+
+
+@needs_real
+def test_export_of_an_nccl_log_run_says_why_there_is_nothing(tmp_path_factory, tmp_path):
+    run = _ingested(tmp_path_factory, NCCL_LOG_2GPU)
+    code, out = _cli("export", str(run), "--chrome", str(tmp_path / "t.json"))
+    assert code == 1 and not (tmp_path / "t.json").exists()
+    text = " ".join(out.split())
+    assert "nothing to export: the run holds no timed events" in text
+    assert "NCCL logs give the collective calls and their order, not their start times or durations" in text
+
+
+@needs_real
+def test_export_of_an_nccl_tests_run_points_at_replay(nccl_tests_run, tmp_path):
+    code, out = _cli("export", str(nccl_tests_run), "--chrome", str(tmp_path / "t.json"))
+    assert code == 1 and "nccl-tests output is a table of sizes" in out and "replay --nccl-tests" in out
+
+
+@pytest.fixture(scope="module")
+def infiniband_run(tmp_path_factory) -> Path:
+    return _ingested(tmp_path_factory, INFINIBAND)
+
+
+@needs_real
+def test_info_accounts_for_every_counter_sample(infiniband_run):
+    import re
+
+    code, out = _cli("info", str(infiniband_run))
+    assert code == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("telemetry"))
+    assert line == ("telemetry  51 counter samples: 30 used on 6 port(s) (0 on topology links), 21 left out: "
+                    "untimed 21 (no timestamp in perfquery 21)")
+    total, used, left = map(int, re.findall(r"(\d+) counter samples: (\d+) used .* (\d+) left out", line)[0])
+    assert used + left == total
+    doc = json.loads(_cli("info", str(infiniband_run), "--json")[1])
+    s = doc["telemetry"]["summary"]
+    assert s["used"] + sum(s["skipped"].values()) == s["counters"] == 51
+
+
+@needs_real
+def test_report_of_a_telemetry_run_summarises_it(infiniband_run):
+    from tracekit.viz.report import build_report_data
+    from tracekit.viz.summary import summary_html
+
+    data = build_report_data(infiniband_run)
+    html = summary_html(data)
+    assert "Nothing stands out" not in html
+    assert "Telemetry: 51 counter samples: 30 used on 6 port(s)" in html
+    assert "the topology sources describe 14 nodes and 6 links" in html
