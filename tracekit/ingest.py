@@ -1125,6 +1125,7 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
                        for b in bench],
         "formats": formats,
         "steps": sorted({st for s in ok for st in s.get("steps", [])}),
+        "analyzed_steps": _analyzed_steps(run),
         "span": {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                  "duration_s": (max(ends) - min(starts)) / 1e9 if starts and ends else None},
         "tables": m.get("tables", {}),
@@ -1138,6 +1139,21 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "warnings": m.get("warnings", []),
         "validity": _validity_json(run),
     }
+
+
+#: How `analyze` found a run's steps (`steps.step_windows`), in words.
+STEP_SOURCES = {"annotation": "ProfilerStep annotations", "events.step": "the events' step numbers",
+                "cadence": "the cadence of a repeated collective", "whole": "the whole trace (no step marks)"}
+
+
+def _analyzed_steps(run: Any) -> dict[str, Any] | None:
+    """The steps the stored analysis (results/analysis.json) found, and from what; None before `analyze`."""
+    doc = run.read_json("analysis")
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        return None
+    summary = doc["summary"]
+    return {"steps": list(summary.get("steps") or []),
+            "from": [STEP_SOURCES.get(s, s) for s in summary.get("step_sources") or []]}
 
 
 def _validity_json(run: Any) -> dict[str, Any]:

@@ -308,6 +308,8 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
             "ranks": rk.height, "groups": groups.height, "steps": sorted(set(wide.get_column("step").to_list())),
             "collective_calls": r.collectives.num_rows, "instances": inst.height,
             "mismatches": r.mismatches.num_rows, "mean_step_ns": r.mean_step_ns(), "step_time": STEP_TIME,
+            "step_sources": sorted({str(x) for x in _pl(r.steps).get_column("source").to_list() if x is not None})
+            if "source" in r.steps.column_names else [],
         },
         "validity": r.validity.to_json(),
         "step_times": st.to_dicts(),

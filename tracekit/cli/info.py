@@ -136,7 +136,7 @@ def _print(doc: dict[str, Any]) -> None:
     out(f"hosts      {len(doc['hosts'])}: {', '.join(doc['hosts']) or '-'}", markup=False)
     out(f"devices    {', '.join(doc['devices']) or '-'}", markup=False)
     out(f"formats    {', '.join(f'{k} ({v})' for k, v in sorted(doc['formats'].items())) or '-'}")
-    out(f"steps      {fmt_ranks(doc['steps']) or '-'}")
+    out(f"steps      {fmt_ranks(doc['steps']) or '-'}" + _analyzed(doc))
     span = doc["span"]
     if span["start_ns"] is not None:
         out(f"time span  {span['duration_s']:.6f} s (from {span['start_ns']} ns to {span['end_ns']} ns)")
@@ -224,3 +224,15 @@ def _desc(desc: str | None) -> str:
     if desc is None:
         return "-"
     return "(unnamed)" if desc.strip().lower() in UNNAMED_DESCS else desc
+
+
+def _analyzed(doc: dict[str, Any]) -> str:
+    """ " (none marked in the traces; `analyze` found 1 step: ...)" when the traces mark no step."""
+    found = doc.get("analyzed_steps")
+    if doc["steps"] or not doc["ranks"] or doc.get("ranks_from") != "traces":
+        return ""
+    if not found or not found["steps"]:
+        return " (none marked in the traces; `tracekit analyze` derives them)"
+    n = len(found["steps"])
+    how = f", from {' and '.join(found['from'])}" if found["from"] else ""
+    return f" (none marked in the traces; `tracekit analyze` found {n} step{'s' if n != 1 else ''}{how})"
