@@ -12,7 +12,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -302,6 +302,29 @@ def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
 FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
+#: The start of the Kineto parser's error for a trace that names no rank.
+NO_RANK_ERROR = "no rank: distributedInfo has no rank"
+
+
+def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceReport, str]], run_dir: Path,
+                         rank: int | None, comm_patterns: Sequence[str] | None,
+                         stale: Mapping[str, list[Path]]) -> None:
+    """A single Kineto trace that names no rank (no distributedInfo rank, none in its file name) is
+    the only rank there is: parse it again as rank 0, with a warning, instead of refusing it. With
+    several traces the rank is needed to tell them apart, and `--rank` still applies."""
+    if rank is not None or len(reports) != 1 or len(todo) != 1:
+        return
+    rep, fmt = todo[0]
+    if fmt != detect.KINETO or not rep.error or NO_RANK_ERROR not in rep.error:
+        return
+    rep.key = _source_key(rep.sha256 or "", fmt, 0, comm_patterns)
+    _apply(rep, _parse_one(rep.path, str(run_dir), rep.key, fmt, 0, comm_patterns, stale.get(rep.key, []),
+                           keep=KEPT_IN_MEMORY))
+    if rep.ok:
+        rep.warnings = [*(rep.warnings or []), "the trace names no rank (no distributedInfo rank, none in the file "
+                                               "name) and is the only one given: taken as rank 0 (--rank sets it)"]
+
+
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:
     if record.get("fatal"):
         raise RunError(f"{record.get('error')}; nothing was committed, the run directory is as it was")
@@ -465,6 +488,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
                 done += 1
                 if progress is not None:
                     progress(rep, done, total)
+    _lone_trace_as_rank0(reports, todo, run_dir, rank, comm_patterns, stale)
     keep = {r.key for r in reports if r.ok and r.key}
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
