@@ -215,3 +215,68 @@ def test_report_of_a_telemetry_run_summarises_it(infiniband_run):
     assert "Nothing stands out" not in html
     assert "Telemetry: 51 counter samples: 30 used on 6 port(s)" in html
     assert "the topology sources describe 14 nodes and 6 links" in html
+
+
+# --- item 13: smaller frictions ------------------------------------------------------------------
+
+KINETO = REAL / "kineto"
+
+
+def test_physics_note_does_not_tell_a_user_to_set_what_they_set():
+    from tracekit.replay.topology import parse_spec, physics_caps
+
+    (given,) = physics_caps(parse_spec("fat-tree:nic_gbps=100,oversub=4"))
+    assert "set oversub" not in given.text and given.text.endswith("(as oversub=4 asks)")
+    (assumed,) = physics_caps(parse_spec("rail-optimized:nic_gbps=800"))
+    assert assumed.text.endswith("; set pcie_gbps")
+
+
+def test_one_host_topology_prints_no_zero_bisection():
+    code, out = _cli("topology", "single-switch")
+    assert code == 0 and "0.0 Tb/s" not in out
+    assert "bisection     - (one host: no cut between hosts" in out
+    assert "bisection     6.4 Tb/s" in _cli("topology", "rail-optimized:hosts=4")[1]
+
+
+@needs_real
+def test_info_says_how_analyze_found_steps_the_trace_does_not_mark(b200_run):
+    assert "steps      - (none marked in the traces; `tracekit analyze` derives them)" in _cli("info", str(b200_run))[1]
+    _cli("analyze", str(b200_run))
+    assert ("steps      - (none marked in the traces; `tracekit analyze` found 1 step, from the whole trace "
+            "(no step marks))") in _cli("info", str(b200_run))[1]
+
+
+@needs_real
+def test_mixed_jobs_error_names_every_file(tmp_path):
+    files = [KINETO / "hta_trace_diff_control" / "control.json.gz", KINETO / "hta_trace_diff_test" / "test.json.gz",
+             KINETO / "hta_nccl_parser_config" / "nccl_data.json.gz"]
+    code, out = _cli("ingest", *map(str, files), "-o", str(tmp_path / "run"))
+    text = " ".join(out.split())
+    assert code == 1 and "3 different jobs" in text
+    assert all(f.name in text for f in files), text
+
+
+def test_nothing_ingested_lists_the_telemetry_formats(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("not a trace\n")
+    code, out = _cli("ingest", str(tmp_path / "in"), "-o", str(tmp_path / "run"))
+    text = " ".join(out.split())
+    assert code == 1 and "telemetry: Prometheus text" in text and "ibnetdiscover -p" in text
+
+
+@needs_real
+def test_idle_nic_is_named(tmp_path_factory):
+    run = _ingested(tmp_path_factory, REAL / "nccl_logs" / "slurmv4_nccl2.29.3_2node_16rank_roce")
+    out = _cli("info", str(run))[1]
+    assert "only 8 of 9 NICs on tpgds-aihub0003 carried traffic; idle: mlx5_10:1 (used: mlx5_0:1," in out
+
+
+@needs_real
+def test_a_lone_trace_without_rank_is_rank_0(tmp_path):
+    lone = KINETO / "hta_edge_cases" / "distributed_info_not_found.json.gz"
+    code, out = _cli("ingest", str(lone), "-o", str(tmp_path / "run"))
+    assert code == 0, out
+    assert "1 source(s), 1 rank(s)" in out and "taken as rank 0 (--rank sets it)" in out
+    other = KINETO / "hta_edge_cases" / "rank_not_found.json.gz"
+    code, out = _cli("ingest", str(lone), str(other), "-o", str(tmp_path / "two"))
+    assert code == 1 and "pass --rank" in out  # two rankless traces cannot be told apart
