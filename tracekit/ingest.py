@@ -302,27 +302,26 @@ def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
 FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
-#: The start of the Kineto parser's error for a trace that names no rank.
-NO_RANK_ERROR = "no rank: distributedInfo has no rank"
-
-
 def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceReport, str]], run_dir: Path,
                          rank: int | None, comm_patterns: Sequence[str] | None,
                          stale: Mapping[str, list[Path]]) -> None:
-    """A single Kineto trace that names no rank (no distributedInfo rank, none in its file name) is
-    the only rank there is: parse it again as rank 0, with a warning, instead of refusing it. With
-    several traces the rank is needed to tell them apart, and `--rank` still applies."""
+    """A single Kineto trace with no distributedInfo and no rank in its file name (a single-GPU run)
+    is the only rank there is: parse it again as rank 0, with a warning, instead of refusing it.
+    With several traces, or a distributedInfo that names a backend but no rank, the rank is needed
+    and `--rank` still applies."""
+    from tracekit.parsers.kineto import NO_DISTRIBUTED_INFO
+
     if rank is not None or len(reports) != 1 or len(todo) != 1:
         return
     rep, fmt = todo[0]
-    if fmt != detect.KINETO or not rep.error or NO_RANK_ERROR not in rep.error:
+    if fmt != detect.KINETO or not rep.error or NO_DISTRIBUTED_INFO not in rep.error:
         return
     rep.key = _source_key(rep.sha256 or "", fmt, 0, comm_patterns)
     _apply(rep, _parse_one(rep.path, str(run_dir), rep.key, fmt, 0, comm_patterns, stale.get(rep.key, []),
                            keep=KEPT_IN_MEMORY))
     if rep.ok:
-        rep.warnings = [*(rep.warnings or []), "the trace names no rank (no distributedInfo rank, none in the file "
-                                               "name) and is the only one given: taken as rank 0 (--rank sets it)"]
+        rep.warnings = [*(rep.warnings or []), "the trace has no distributedInfo and its file name names no rank; "
+                                               "it is the only one given: taken as rank 0 (--rank sets it)"]
 
 
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:

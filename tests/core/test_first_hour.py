@@ -280,3 +280,5 @@ def test_a_lone_trace_without_rank_is_rank_0(tmp_path):
     other = KINETO / "hta_edge_cases" / "rank_not_found.json.gz"
     code, out = _cli("ingest", str(lone), str(other), "-o", str(tmp_path / "two"))
     assert code == 1 and "pass --rank" in out  # two rankless traces cannot be told apart
+    code, out = _cli("ingest", str(other), "-o", str(tmp_path / "nccl"))
+    assert code == 1 and "pass --rank" in out  # distributedInfo names the nccl backend: one rank of many
