@@ -1184,3 +1184,32 @@ def _validity_json(run: Any) -> dict[str, Any]:
 
     v = run_validity(run)
     return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}
+
+
+def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
+    """Where raw trace paths given to a command instead of a run directory are ingested: one
+    directory per set of paths under the temp dir, the one `tracekit replay` uses, so `analyze`,
+    `report`, `export` and `info` on the same paths find the run replay wrote (with its results)."""
+    import tempfile
+
+    key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
+    return Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+
+
+def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> tuple[
+        Any, bool]:
+    """A run directory as is, or raw trace paths ingested into `cache` (default `cache_dir(paths)`;
+    unchanged sources are cache hits): (the `Run`, whether `paths` were raw traces)."""
+    from tracekit.store import Run
+
+    if len(paths) == 1 and Run.is_run(paths[0]):
+        return Run(paths[0]), False
+    out = Path(cache) if cache is not None else cache_dir(paths)
+    from tracekit._progress import status
+
+    status(f"ingesting {len(paths)} path(s) into {out}")
+    report = ingest(list(paths), out)
+    if not report.ingested:
+        reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
+        raise TracekitError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
+    return Run(out), True

@@ -282,3 +282,26 @@ def test_a_lone_trace_without_rank_is_rank_0(tmp_path):
     assert code == 1 and "pass --rank" in out  # two rankless traces cannot be told apart
     code, out = _cli("ingest", str(other), "-o", str(tmp_path / "nccl"))
     assert code == 1 and "pass --rank" in out  # distributedInfo names the nccl backend: one rank of many
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo_moe_8rank"
+
+
+def test_info_analyze_and_export_take_a_trace_folder(tmp_path):
+    """The bundled gloo sample's folder, given where a run directory was required: ingested into
+    the run `tracekit replay` keeps for the same folder, and said so."""
+    from tracekit.ingest import cache_dir
+    from tracekit.replay.engine import open_run as replay_open_run
+
+    result = CliRunner().invoke(main, ["info", str(SAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert f"note: {SAMPLE} is not a run directory: ingested into {cache_dir([SAMPLE])}" in result.stderr
+    assert "ranks      8: 0-7" in result.stdout
+    assert replay_open_run([SAMPLE]).path == cache_dir([SAMPLE])
+    code, out = _cli("analyze", str(SAMPLE), "--no-write")
+    assert code == 0 and "Findings" in out
+    code, out = _cli("export", str(SAMPLE), "--chrome", str(tmp_path / "t.json"))
+    assert code == 0 and (tmp_path / "t.json").is_file() and "8 ranks" in out
+    (tmp_path / "empty").mkdir()
+    code, out = _cli("info", str(tmp_path / "empty"))
+    assert code == 1 and "not a tracekit run directory, and ingesting it as traces failed" in out

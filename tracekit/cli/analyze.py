@@ -7,14 +7,14 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import executor_options, json_option, unsaved_note, user_errors
+from tracekit.cli._common import executor_options, json_option, open_run_arg, run_argument, unsaved_note, user_errors
 
 LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
           "explains (it arrived later than its usual gap); excess: the part beyond the step's usual pattern.")
 
 
 @click.command()
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_argument
 @json_option
 @click.option("--dims", default=None, metavar="DIM=GROUP[,GROUP],...",
               help="Force dims for groups, by group id or description substring, e.g. dp=3,5,ep=moe.")
@@ -34,11 +34,10 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     """
     from tracekit.analysis import analyze as run_analysis
     from tracekit.executors import parse_executor
-    from tracekit.store import Run
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
     exe = parse_executor(executor, task_memory=task_memory)
-    r = Run(run)
+    r = open_run_arg(run)
     r.require_data()
     result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write, executor=exe)
     unsaved_note(r)

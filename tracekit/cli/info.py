@@ -9,11 +9,11 @@ import click
 
 from tracekit._text import fmt_ranks
 from tracekit.cli._common import console as safe_console
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import json_option, open_run_arg, run_argument, user_errors
 
 
 @click.command()
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_argument
 @json_option
 @user_errors
 def info(run: Path, as_json: bool) -> None:
@@ -21,6 +21,7 @@ def info(run: Path, as_json: bool) -> None:
     from tracekit.ingest import describe_run
     from tracekit.telemetry import describe as describe_telemetry
 
+    run = open_run_arg(run).path
     doc = describe_run(run)
     telemetry = describe_telemetry(run)
     if telemetry is not None:
