@@ -30,7 +30,8 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     """Match collectives, align clocks, classify dims, and report root causes, stragglers, EP and PP.
 
     Findings come first, most important first, each saying when it rests on partial or assumed
-    data; then the tables they come from.
+    data; then the tables they come from. RUN|PATH is a run directory, or a trace file or folder,
+    ingested first into the run `tracekit replay` keeps for it.
     """
     from tracekit.analysis import analyze as run_analysis
     from tracekit.executors import parse_executor

@@ -20,7 +20,9 @@ from tracekit.cli._common import json_option, open_run_arg, run_argument, user_e
 @user_errors
 def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: bool, as_json: bool) -> None:
     """Export RUN as one trace: a process per rank, a thread per lane, collectives linked by
-    arrows, stalls as slices, and replayed timelines as extra processes."""
+    arrows, stalls as slices, and replayed timelines as extra processes. RUN|PATH is a run
+    directory, or a trace file or folder, ingested first into the run `tracekit replay` keeps for it
+    (with the timelines a replay stored there)."""
     from tracekit.export import export_chrome
     from tracekit.results import dumps
 

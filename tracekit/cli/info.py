@@ -17,7 +17,11 @@ from tracekit.cli._common import json_option, open_run_arg, run_argument, user_e
 @json_option
 @user_errors
 def info(run: Path, as_json: bool) -> None:
-    """Ranks, hosts, groups, steps, time span, formats and per-source counts of RUN."""
+    """Ranks, hosts, groups, steps, time span, formats and per-source counts of RUN.
+
+    RUN|PATH is a run directory, or a trace file or folder, ingested first into the run `tracekit
+    replay` keeps for it.
+    """
     from tracekit.ingest import describe_run
     from tracekit.telemetry import describe as describe_telemetry
 

@@ -21,7 +21,11 @@ def _size(n: int) -> str:
                                           "network access to view).")
 @user_errors
 def report(run_dir: Path, out: Path, cdn: bool) -> None:
-    """Write one standalone HTML report (summary, timeline, overlap, EP, links, replay, hang)."""
+    """Write one standalone HTML report (summary, timeline, overlap, EP, links, replay, hang).
+
+    RUN|PATH is a run directory, or a trace file or folder, ingested first into the run `tracekit
+    replay` keeps for it.
+    """
     from tracekit.viz.report import write_report
 
     run = open_run_arg(run_dir)
