@@ -305,3 +305,39 @@ def test_info_analyze_and_export_take_a_trace_folder(tmp_path):
     (tmp_path / "empty").mkdir()
     code, out = _cli("info", str(tmp_path / "empty"))
     assert code == 1 and "not a tracekit run directory, and ingesting it as traces failed" in out
+
+
+MADE_NCCL_TESTS = """\
+# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+# Using devices
+#  Rank  0 Group  0 Pid   101 on    node-a device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid   102 on    node-a device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#  Rank  2 Group  0 Pid   201 on    node-b device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+#  Rank  3 Group  0 Pid   202 on    node-b device  1 [0000:05:00] NVIDIA H100 80GB HBM3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    100.0   10.49   15.73      0    101.0   10.38   15.57      0
+     2097152        524288     float     sum      -1    150.0   13.98   20.97      0    149.0   14.07   21.11      0
+     4194304       1048576     float     sum      -1    260.0   16.13   24.20      0    262.0   16.01   24.01      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 20.2
+"""
+
+
+def test_a_made_nccl_tests_file_is_first_class(tmp_path):
+    """A small nccl-tests output made here (4 ranks on 2 hosts): runs on a clone without ../shared."""
+    src = tmp_path / "all_reduce_perf.txt"
+    src.write_text(MADE_NCCL_TESTS)
+    run = tmp_path / "run"
+    assert _cli("ingest", str(src), "-o", str(run))[0] == 0
+    out = _cli("info", str(run))[1]
+    assert "ranks      4: 0-3 (from the nccl-tests header)" in out and "hosts      2: node-a, node-b" in out
+    doc = json.loads(_cli("analyze", str(run), "--no-write", "--json")[1])
+    (bench,) = doc["microbench"]
+    assert bench["peak_busbw_gbps"] == 24.2 and bench["peak_side"] == "out-of-place"
+    assert bench["host_names"] == ["node-a", "node-b"] and bench["ranks_per_host"] == 2
+    code, out = _cli("replay", str(run), "--topology", "rail-optimized:hosts=2,gpus=2")
+    assert code == 1 and "--nccl-tests" in out
