@@ -1121,7 +1121,7 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     formats: dict[str, int] = {}
     for s in ok:
         formats[s["format"]] = formats.get(s["format"], 0) + 1
-    from tracekit.analysis.microbench import microbench_runs
+    from tracekit.microbench import microbench_runs
     from tracekit.results import to_builtins
 
     bench = microbench_runs(run.table("microbench")) if run.has("microbench") else []

@@ -186,11 +186,8 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
                                 f"{rp['topologies'][0]}).")
         findings += rp["findings"]
-    tel = data.get("telemetry")
-    if tel is not None:
-        from tracekit.finding import Finding
-
-        findings.append(Finding(kind="telemetry", text=tel.headline(), value=float(tel.counters)))
+    if data.get("telemetry") is not None:
+        findings.append(data["telemetry"].finding())
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
             "microbench": list(analysis.microbench),
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}

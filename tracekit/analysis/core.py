@@ -17,10 +17,10 @@ from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify
 from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
-from tracekit.analysis.microbench import MicrobenchRun, microbench_runs
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
+from tracekit.microbench import MicrobenchRun, microbench_runs
 from tracekit.results import to_builtins
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity

@@ -47,6 +47,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.finding import Finding
 from tracekit.results import Result, to_builtins
 from tracekit.store import Run, parquet_options
 from tracekit.telemetry import _kernels as _k
@@ -683,6 +684,11 @@ class TelemetrySummary(Result):
         windows = (f"; {self.windows:,} rate window(s), {self.flagged:,} flagged" if self.windows else
                    "; no rate window (a rate needs two timed samples of one counter on a port)")
         return f"Telemetry: {self.accounting()}{windows}{fabric}."
+
+    def finding(self) -> Finding:
+        """The headline as a `telemetry` finding (the report's Summary lists it)."""
+        return Finding(kind="telemetry", text=self.headline(), value=float(self.counters),
+                       data={"counters": self.counters, "used": self.used, "windows": self.windows})
 
 
 def telemetry_summary(run: Run | str | os.PathLike[str]) -> TelemetrySummary | None:
