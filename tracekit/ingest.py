@@ -316,12 +316,15 @@ def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceRep
     rep, fmt = todo[0]
     if fmt != detect.KINETO or not rep.error or NO_DISTRIBUTED_INFO not in rep.error:
         return
+    refused, key = rep.error, rep.key
     rep.key = _source_key(rep.sha256 or "", fmt, 0, comm_patterns)
     _apply(rep, _parse_one(rep.path, str(run_dir), rep.key, fmt, 0, comm_patterns, stale.get(rep.key, []),
                            keep=KEPT_IN_MEMORY))
-    if rep.ok:
-        rep.warnings = [*(rep.warnings or []), "the trace has no distributedInfo and its file name names no rank; "
-                                               "it is the only one given: taken as rank 0 (--rank sets it)"]
+    if not rep.ok or not rep.stored:  # nothing usable either way: the rank was not the problem
+        rep.error, rep.key = refused, key
+        return
+    rep.warnings = [*(rep.warnings or []), "the trace has no distributedInfo and its file name names no rank; "
+                                           "it is the only one given: taken as rank 0 (--rank sets it)"]
 
 
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:
