@@ -138,8 +138,8 @@ def _print(result: Any, top: int) -> None:
     used, idle = group_rows(result)
     show("Groups (with collective calls in the trace)", ["group", "name", "size", "dims", "calls"],
          [[g.group, g.label, str(g.size or "-"), g.dims, f"{g.calls:,}"] for g in used[:top * 2]],
-         caption=f"{idle} more group{'s' if idle != 1 else ''} declared by the trace carry no collective call "
-                 "(tracekit info lists them)." if idle else None)
+         caption=f"{idle} more group{'s' if idle != 1 else ''} declared by the trace "
+                 f"carr{'y' if idle != 1 else 'ies'} no collective call (tracekit info lists them)." if idle else None)
     a = result.alignment
     if not result.collectives.num_rows:
         return
