@@ -32,6 +32,23 @@ PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers
            NCCL_INSPECTOR: "tracekit.parsers.nccl_inspector", NCCL_PROFILER: "tracekit.parsers.nccl_profiler",
            **{fmt: f"tracekit.parsers.telemetry.{fmt}" for fmt in TELEMETRY_FORMATS}}
 
+#: How each format is called in messages, traces first, then telemetry.
+DESCRIPTIONS = {
+    KINETO: "Kineto traces", FLIGHT_RECORDER: "Flight Recorder dumps", NCCL_LOG: "NCCL logs",
+    NCCL_INSPECTOR: "NCCL Inspector", NCCL_PROFILER: "profiler-plugin files", NCCL_TESTS: "nccl-tests output",
+    PROMETHEUS: "Prometheus text", PROMETHEUS_JSON: "Prometheus query_range JSON", GNMIC: "gnmic output",
+    PERFQUERY: "perfquery -x", UFM: "UFM telemetry JSON", SYSFS_IB: "sysfs InfiniBand counters",
+    IBNETDISCOVER: "ibnetdiscover -p", LINK_MAP: "link maps",
+}
+
+
+def supported_formats() -> str:
+    """ "traces: Kineto traces, ...; telemetry: Prometheus text, ...": every format ingest reads."""
+    traces = [DESCRIPTIONS[f] for f in PARSERS if f not in TELEMETRY_FORMATS]
+    telemetry = [DESCRIPTIONS[f] for f in TELEMETRY_FORMATS if f in PARSERS]
+    return f"traces: {', '.join(traces)}; telemetry: {', '.join(telemetry)}"
+
+
 PEEK_BYTES = 65536
 _KINETO_KEYS = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 

@@ -717,6 +717,11 @@ class _Identity:
     pg_config: list[dict[str, Any]]
 
 
+#: The error of a trace with no distributedInfo and no rank in its file name (a single-GPU run, or a
+#: rank that must be named); ingest takes a lone such trace as rank 0.
+NO_DISTRIBUTED_INFO = "no rank: the trace has no distributedInfo and the file name names none"
+
+
 def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> _Identity:
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
@@ -725,6 +730,8 @@ def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> 
         r = rank
     if r is None:
         r = rank_from_name(path)
+    if r is None and not dist:
+        raise InputError(path, f"{NO_DISTRIBUTED_INFO}; pass --rank")
     if r is None:
         raise InputError(path, "no rank: distributedInfo has no rank and the file name names none; "
                                "pass --rank")

@@ -43,7 +43,7 @@ from tracekit.parsers._stream import ByteStream, value_end
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_tests"
-PARSER_VERSION = "3"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version
+PARSER_VERSION = "4"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
@@ -150,6 +150,9 @@ class _Run:
 
     def devices(self) -> list[str] | None:
         return [self.ranks[r][1] for r in sorted(self.ranks)] if self.ranks else None
+
+    def host_names(self) -> list[str] | None:
+        return [self.ranks[r][0] for r in sorted(self.ranks)] if self.ranks else None
 
     def hosts(self) -> tuple[int | None, int | None]:
         if not self.ranks:
@@ -360,9 +363,9 @@ class TableReader:
         devices = run.devices()
         for r in rows:
             r.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks, hosts=hosts,
-                     ranks_per_host=per_host, devices=devices, iters=run.iters, warmup_iters=run.warmup_iters,
-                     graph=run.graph, nccl_version=run.nccl_version, tests_version=run.tests_version,
-                     time_kind=self.time_kind)
+                     ranks_per_host=per_host, devices=devices, host_names=run.host_names(), iters=run.iters,
+                     warmup_iters=run.warmup_iters, graph=run.graph, nccl_version=run.nccl_version,
+                     tests_version=run.tests_version, time_kind=self.time_kind)
 
     def close(self) -> list[dict[str, Any]]:
         self._end_table()
@@ -562,8 +565,9 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
     hosts = Counter(str(d.get("hostname")) for d in devices if d.get("hostname") is not None)
     ranks = {_int(str(d.get("rank"))) for d in devices} - {None}
     nranks = len(ranks) or None
-    names = [str(d.get("device_info", "")).strip() or None for d in sorted(devices, key=lambda d: _int(
-        str(d.get("rank"))) or 0)]
+    by_rank = sorted(devices, key=lambda d: _int(str(d.get("rank"))) or 0)
+    names = [str(d.get("device_info", "")).strip() or None for d in by_rank]
+    host_names = [str(d.get("hostname")) for d in by_rank] if hosts else None
     rows: list[dict[str, Any]] = []
     for res in results:
         if not isinstance(res, dict) or _int(str(res.get("size"))) is None:
@@ -609,7 +613,8 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
     for row in rows:
         row.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks,
                    hosts=len(hosts) or None, ranks_per_host=max(hosts.values()) if hosts else None,
-                   devices=names or None, iters=iters, warmup_iters=warm, graph=graph, nccl_version=version)
+                   devices=names or None, host_names=host_names, iters=iters, warmup_iters=warm, graph=graph,
+                   nccl_version=version)
     if salvaged:
         stats.warnings.append(f"truncated or corrupt JSON: salvaged {len(rows)} results")
     return _finish(where, sink, stats, rows)

@@ -89,9 +89,11 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
     hosts = {int(r): h for r, h in ranks.select("rank", "host").iter_rows() if h}
     event_ranks = sorted({int(p.parent.name.split("=", 1)[1]) for p in run.event_files()})
     all_ranks = sorted(set(event_ranks) | set(offsets))
+    timelines = _timelines(run, replay) if include_replay else {}
+    if not run.has("events") and not timelines:
+        raise ExportError(f"{run.path}: nothing to export: {_why_untimed(run)}")
     if not all_ranks:
         raise ExportError(f"{run.path}: the run has no ranks to export")
-    timelines = _timelines(run, replay) if include_replay else {}
     parts = _participants(coll, ranks) if (flows or stalls) else _empty_parts()
     base = _base_ns(run, offsets, timelines, parts)
     summary = ExportSummary(path=out, ranks=len(all_ranks), base_ns=base)
@@ -120,6 +122,27 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
         tmp.unlink(missing_ok=True)
         raise
     return summary
+
+
+#: Why a source format gives no timeline, for the message of a run with nothing to export.
+UNTIMED_FORMATS = {
+    "nccl_log": "NCCL logs give the collective calls and their order, not their start times or durations",
+    "flight_recorder": "Flight Recorder dumps give each rank's last collectives, not a timeline",
+    "nccl_tests": "nccl-tests output is a table of sizes and bandwidths, not a timeline",
+}
+
+
+def _why_untimed(run: Run) -> str:
+    """ "the run holds no timed events (NCCL logs give ...); `tracekit info` ... reads them"."""
+    formats = sorted({s["format"] for s in run.manifest.get("sources", []) if not s.get("error") and s.get("format")})
+    reasons = [UNTIMED_FORMATS[f] for f in formats if f in UNTIMED_FORMATS]
+    others = [f for f in formats if f not in UNTIMED_FORMATS]
+    if others:
+        reasons.append(f"{', '.join(others)} sources hold counters or topology, not timed events")
+    commands = "`tracekit info`, `tracekit analyze` and `tracekit hang`" if "nccl_tests" not in formats else (
+        "`tracekit info`, `tracekit analyze` and `tracekit replay --nccl-tests`")
+    return (f"the run holds no timed events and no replayed timeline ({'; '.join(reasons) or 'no source'}); "
+            f"{commands} read what it holds, and a Kineto trace of the same job gives the timeline")
 
 
 # ------------------------------------------------------------------------------------------

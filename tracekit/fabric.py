@@ -370,7 +370,9 @@ def _notes(c: Communicator, net_rows: list[dict[str, Any]], n_hosts: int, untype
     for host, avail in c.nics_available.items():
         used = c.nics_used.get(host, [])
         if used and avail and len(used) < len(avail) and not untyped:
-            notes.append(f"only {len(used)} of {len(avail)} NICs on {host} carried traffic ({', '.join(used)})")
+            idle = [nic for nic in avail if nic not in used]
+            notes.append(f"only {len(used)} of {len(avail)} NICs on {host} carried traffic; idle: {', '.join(idle)} "
+                         f"(used: {', '.join(used)})")
     if n_hosts > 1 and not net_rows and c.transports:
         notes.append("no NET channel in the logs although ranks sit on several hosts (only part of the ranks logged?)")
     return notes

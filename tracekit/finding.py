@@ -17,7 +17,7 @@ KINDS = (
     "straggler", "systemic_straggler", "root_cause", "stall", "exposed_comm", "idle", "ep_imbalance",
     "pp_bubble", "mismatch", "no_group", "alignment", "partial_run", "mixed_jobs", "assumed_splits",
     "unknown_hosts", "replay_caution", "hang", "nccl_warn", "telemetry_flag", "physics_cap", "cpu_backend",
-    "not_simulated",
+    "not_simulated", "microbench", "telemetry",
 )
 
 

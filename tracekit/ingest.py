@@ -12,7 +12,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -302,6 +302,31 @@ def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
 FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
+def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceReport, str]], run_dir: Path,
+                         rank: int | None, comm_patterns: Sequence[str] | None,
+                         stale: Mapping[str, list[Path]]) -> None:
+    """A single Kineto trace with no distributedInfo and no rank in its file name (a single-GPU run)
+    is the only rank there is: parse it again as rank 0, with a warning, instead of refusing it.
+    With several traces, or a distributedInfo that names a backend but no rank, the rank is needed
+    and `--rank` still applies."""
+    from tracekit.parsers.kineto import NO_DISTRIBUTED_INFO
+
+    if rank is not None or len(reports) != 1 or len(todo) != 1:
+        return
+    rep, fmt = todo[0]
+    if fmt != detect.KINETO or not rep.error or NO_DISTRIBUTED_INFO not in rep.error:
+        return
+    refused, key = rep.error, rep.key
+    rep.key = _source_key(rep.sha256 or "", fmt, 0, comm_patterns)
+    _apply(rep, _parse_one(rep.path, str(run_dir), rep.key, fmt, 0, comm_patterns, stale.get(rep.key, []),
+                           keep=KEPT_IN_MEMORY))
+    if not rep.ok or not rep.stored:  # nothing usable either way: the rank was not the problem
+        rep.error, rep.key = refused, key
+        return
+    rep.warnings = [*(rep.warnings or []), "the trace has no distributedInfo and its file name names no rank; "
+                                           "it is the only one given: taken as rank 0 (--rank sets it)"]
+
+
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:
     if record.get("fatal"):
         raise RunError(f"{record.get('error')}; nothing was committed, the run directory is as it was")
@@ -465,6 +490,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
                 done += 1
                 if progress is not None:
                     progress(rep, done, total)
+    _lone_trace_as_rank0(reports, todo, run_dir, rank, comm_patterns, stale)
     keep = {r.key for r in reports if r.ok and r.key}
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
@@ -1098,16 +1124,34 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     formats: dict[str, int] = {}
     for s in ok:
         formats[s["format"]] = formats.get(s["format"], 0) + 1
+    from tracekit.microbench import microbench_runs
+    from tracekit.results import to_builtins
+
+    bench = microbench_runs(run.table("microbench")) if run.has("microbench") else []
+    rank_ids = sorted({r["rank"] for r in ranks})
+    hosts = sorted({r["host"] for r in ranks if r["host"]})
+    devices = sorted({r["device_name"] for r in ranks if r["device_name"]})
+    ranks_from = "traces" if rank_ids else None
+    if not rank_ids and bench:
+        # an nccl-tests run: its header names every rank, its host and its device
+        rank_ids = list(range(max(b.nranks or 0 for b in bench)))
+        hosts = sorted({h for b in bench for h in b.host_names})
+        devices = sorted({d for b in bench for d in b.devices})
+        ranks_from = "nccl-tests header"
     return {
         "run": str(run.path),
         "tracekit_version": m.get("tracekit_version"),
         "schema_version": m.get("schema_version"),
-        "ranks": sorted({r["rank"] for r in ranks}),
+        "ranks": rank_ids,
+        "ranks_from": ranks_from,
         "world_sizes": sorted({r["world_size"] for r in ranks if r["world_size"] is not None}),
-        "hosts": sorted({r["host"] for r in ranks if r["host"]}),
-        "devices": sorted({r["device_name"] for r in ranks if r["device_name"]}),
+        "hosts": hosts,
+        "devices": devices,
+        "microbench": [{k: v for k, v in to_builtins(b).items() if k != "sizes"} | {"sizes": len(b.sizes)}
+                       for b in bench],
         "formats": formats,
         "steps": sorted({st for s in ok for st in s.get("steps", [])}),
+        "analyzed_steps": _analyzed_steps(run),
         "span": {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                  "duration_s": (max(ends) - min(starts)) / 1e9 if starts and ends else None},
         "tables": m.get("tables", {}),
@@ -1123,8 +1167,52 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
+#: How `analyze` found a run's steps (`steps.step_windows`), in words.
+STEP_SOURCES = {"annotation": "ProfilerStep annotations", "events.step": "the events' step numbers",
+                "cadence": "the cadence of a repeated collective", "whole": "the whole trace (no step marks)"}
+
+
+def _analyzed_steps(run: Any) -> dict[str, Any] | None:
+    """The steps the stored analysis (results/analysis.json) found, and from what; None before `analyze`."""
+    doc = run.read_json("analysis")
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        return None
+    summary = doc["summary"]
+    return {"steps": list(summary.get("steps") or []),
+            "from": [STEP_SOURCES.get(s, s) for s in summary.get("step_sources") or []]}
+
+
 def _validity_json(run: Any) -> dict[str, Any]:
     from tracekit.validity import run_validity
 
     v = run_validity(run)
     return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}
+
+
+def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
+    """Where raw trace paths given to a command instead of a run directory are ingested: one
+    directory per set of paths under the temp dir, the one `tracekit replay` uses, so `analyze`,
+    `report`, `export` and `info` on the same paths find the run replay wrote (with its results)."""
+    import tempfile
+
+    key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
+    return Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+
+
+def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> tuple[
+        Any, bool]:
+    """A run directory as is, or raw trace paths ingested into `cache` (default `cache_dir(paths)`;
+    unchanged sources are cache hits): (the `Run`, whether `paths` were raw traces)."""
+    from tracekit.store import Run
+
+    if len(paths) == 1 and Run.is_run(paths[0]):
+        return Run(paths[0]), False
+    out = Path(cache) if cache is not None else cache_dir(paths)
+    from tracekit._progress import status
+
+    status(f"ingesting {len(paths)} path(s) into {out}")
+    report = ingest(list(paths), out)
+    if not report.ingested:
+        reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
+        raise TracekitError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
+    return Run(out), True

@@ -395,3 +395,52 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     return ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)),
             *("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) for row in rows)]
+
+
+# ------------------------------------------------------------------------------------------
+# groups
+
+#: Process-group descriptions that name nothing: PyTorch's default for a group created without one.
+UNNAMED_DESCS = frozenset({"", "undefined"})
+
+
+def group_label(desc: str | None, backend: str | None, ranks: Sequence[int] | None, size: int | None) -> str:
+    """A group as its process-group args describe it: its description, or, for PyTorch's unnamed
+    groups (`pg_desc` "undefined"), its backend and members: "nccl, 8 ranks 0-7"."""
+    from tracekit._text import fmt_ranks
+
+    if desc is not None and desc.strip().lower() not in UNNAMED_DESCS:
+        return desc
+    members = list(ranks or [])
+    n = size or len(members) or None
+    who = f"{n} rank{'s' if n != 1 else ''}" if n else "members unknown"
+    if members:
+        who += f" {fmt_ranks(members, limit=8)}"
+    return f"unnamed: {backend + ', ' if backend else ''}{who}"
+
+
+class GroupRow(Result):
+    """One group as `analyze` lists it: id, label (see `group_label`), size, dims and calls in the trace."""
+
+    group: str
+    label: str
+    size: int | None
+    dims: str
+    calls: int
+
+
+def group_rows(result: AnalysisResult) -> tuple[list[GroupRow], int]:
+    """The groups that carry collective calls in the trace, most calls first, and how many groups
+    the trace declares (pg_config) that carry none."""
+    groups = pl.from_arrow(result.groups)
+    assert isinstance(groups, pl.DataFrame)
+    calls: dict[str, int] = {}
+    if result.collectives.num_rows:
+        for g in result.collectives.column("group").to_pylist():
+            if g is not None:
+                calls[str(g)] = calls.get(str(g), 0) + 1
+    rows = [GroupRow(group=str(g["group"]), label=group_label(g["desc"], g["backend"], g["ranks"], g["size"]),
+                     size=g["size"], dims=",".join(g["dims"] or []) or "-", calls=calls.get(str(g["group"]), 0))
+            for g in groups.with_columns(pl.col(pl.Categorical).cast(pl.String)).iter_rows(named=True)]
+    used = sorted((r for r in rows if r.calls), key=lambda r: -r.calls)
+    return used, len(rows) - len(used)

@@ -242,6 +242,7 @@ MICROBENCH = _schema("microbench", [
     pa.field("ip_i_p99_us", pa.float64()),
     pa.field("ip_i_cv_pct", pa.float64()),
     pa.field("tests_version", pa.string()),
+    pa.field("host_names", pa.list_(pa.string())),
 ])
 
 LOG_MESSAGES = _schema("log_messages", [

@@ -283,12 +283,29 @@ def check_sources(sources: Sequence[SourceJob], *, allow_mixed: bool = False,
                 b = next(s for s in job.sources if any(r in x.ranks for x in sources if x.path == s))
                 raise MixedRunError(
                     f"the inputs come from {len(jobs)} different jobs, and rank {r} has sources from two of them: "
-                    f"{a} ({first.describe()}) and {b} ({job.describe()}); ingest each job into its own run")
+                    f"{a} ({first.describe()}) and {b} ({job.describe()}); the jobs: {_jobs_listing(jobs)}; "
+                    "ingest each job into its own run")
     if len(jobs) > 1 and not allow_mixed:
-        listing = "; ".join(f"job {i + 1}: {j.describe()}" for i, j in enumerate(jobs))
-        raise MixedRunError(f"the inputs come from {len(jobs)} different jobs ({listing}); ingest each job into "
-                            "its own run, or pass --allow-mixed to keep them in one")
+        raise MixedRunError(f"the inputs come from {len(jobs)} different jobs ({_jobs_listing(jobs)}); ingest each "
+                            "job into its own run, or pass --allow-mixed to keep them in one")
     return _validity(jobs, hosts or {}, allow_mixed=allow_mixed)
+
+
+#: Files named per job in the mixed-jobs error (the rest are counted).
+MAX_FILES_NAMED = 8
+
+
+def _jobs_listing(jobs: list[Job]) -> str:
+    """ "job 1: world 8, ranks 0-7, from ... (2 sources): a.json, b.json; job 2: ...": every job and its files."""
+    from tracekit._text import short_paths
+
+    names = short_paths([p for j in jobs for p in j.sources])
+    parts = []
+    for i, j in enumerate(jobs):
+        files = [names[p] for p in j.sources[:MAX_FILES_NAMED]]
+        more = len(j.sources) - len(files)
+        parts.append(f"job {i + 1}: {j.describe()}: {', '.join(files)}" + (f" and {more} more" if more else ""))
+    return "; ".join(parts)
 
 
 def _validity(jobs: list[Job], hosts: Mapping[int, str | None], *, allow_mixed: bool) -> RunValidity:

@@ -729,6 +729,30 @@ MAX_EP_RANKS = 256
 AXIS_CHARS = 34  # scenario names on an axis; hover shows them whole
 
 
+def scenario_labels(texts: Sequence[str], max_chars: int = AXIS_CHARS) -> list[str]:
+    """Short, distinct axis labels for scenario strings: a text that fits stays whole; a longer one
+    keeps its kind and only the fields that set it apart from the other scenarios of that kind
+    ("checkpoint:via=frontend" and "checkpoint:via=backend"), cut to `max_chars` if still too long;
+    labels that still coincide get "#2", "#3". Hover shows the full text."""
+    parsed = [(t.partition(":")[0], [f for f in t.partition(":")[2].split(",") if f]) for t in texts]
+    out = []
+    for text, (kind, fields) in zip(texts, parsed, strict=True):
+        if len(text) <= max_chars:
+            out.append(text)
+            continue
+        same = [f for k, f in parsed if k == kind]
+        shared = set.intersection(*(set(f) for f in same)) if len(same) > 1 else set()
+        own = [f for f in fields if f not in shared] or fields
+        label = f"{kind}:{','.join(own)}" if own else text
+        out.append(label if len(label) <= max_chars else label[:max_chars - 1] + "…")
+    seen: dict[str, int] = {}
+    unique = []
+    for label in out:
+        seen[label] = seen.get(label, 0) + 1
+        unique.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return unique
+
+
 def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
@@ -793,8 +817,7 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
                                 "seq": worst.seq, "baseline_ms": worst.baseline_ns / 1e6,
                                 "scenario_ms": worst.scenario_ns / 1e6},
                             "other_traffic": list((s.details or {}).get("other_traffic") or [])})
-    labels = ["baseline"] + [f"{i}. {n[:AXIS_CHARS]}{'…' if len(n) > AXIS_CHARS else ''}"
-                             for i, n in enumerate(names[1:], 1)]
+    labels = ["baseline"] + [f"{i}. {lab}" for i, lab in enumerate(scenario_labels(names[1:]), 1)]
     return {"topology": str(result.topology), "comparison": str(result.comparison),
             "replay_error": ({"median": result.replay_error.median, "p90": result.replay_error.p90}
                              if result.replay_error is not None else {}),

@@ -24,6 +24,7 @@ from tracekit.analysis import AnalysisResult
 from tracekit.analysis.steps import STEP_TIME
 from tracekit.present import root_cause_rows, straggler_rows
 from tracekit.store import Run
+from tracekit.telemetry import telemetry_summary
 from tracekit.validity import run_name
 from tracekit.viz import data as D
 
@@ -93,11 +94,19 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     hd = D.hang_data(hang) if hang is not None and (hang.hung or hang.source == "flight_recorder") else None
     name = run_name(run)
     caveats = _caveats(analysis)
+    bench = analysis.microbench
+    hosts = sorted({h for h in td.rows["host"].values() if h})
+    presence = v.presence()
+    if not v.n_present and bench:
+        hosts = sorted({h for b in bench for h in b.host_names})
+        presence = f"{max(b.nranks or 0 for b in bench)} ranks (nccl-tests header), no trace"
     data: dict[str, Any] = {
         "title": f"tracekit report: {name}",
         "run": name,
-        "presence": v.presence(),
-        "hosts": sorted({h for h in td.rows["host"].values() if h}),
+        "presence": presence,
+        "hosts": hosts,
+        "microbench": bench,
+        "telemetry": telemetry_summary(run),
         "timeline": None if td.empty else td,
         "overlap": D.overlap_data(analysis, td.rows["order"]),
         "ep": D.ep_data(analysis),
@@ -149,6 +158,14 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
         ("hosts", f"{len(data['hosts']):,}" if data["hosts"] and not v.hosts_unknown else "unknown"),
         ("steps", f"{analysis.step_times.num_rows:,}"),
     ]
+    if not v.n_present and analysis.microbench:
+        from tracekit._text import fmt_rate
+
+        bench = analysis.microbench
+        kpis = [("ranks (nccl-tests header)", f"{max(b.nranks or 0 for b in bench):,}"),
+                ("hosts", f"{len(data['hosts']):,}" if data["hosts"] else "unknown"),
+                ("nccl-tests tables", f"{len(bench):,}"),
+                ("peak busbw", fmt_rate(max((b.peak_busbw_gbps or 0.0) for b in bench)))]
     mean = analysis.mean_step_ns()
     if mean is not None:
         kpis.append(("mean step time (first rank in to last rank out)", fmt_ns(mean)))
@@ -173,7 +190,10 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
                                 f"{rp['topologies'][0]}).")
         findings += rp["findings"]
         findings += rp.get("not_modelled", [])
+    if data.get("telemetry") is not None:
+        findings.append(data["telemetry"].finding())
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
+            "microbench": list(analysis.microbench),
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}
 
 

@@ -36,6 +36,10 @@ def _table(head: list[str], rows: list[list[tuple[str, bool]]], caption: str | N
     return f"<table><tr>{h}</tr>{body}</table>{cap}"
 
 
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def summary_html(data: Mapping[str, Any]) -> str:
     """Headline numbers, findings (warnings marked), the stalls by root cause, the stragglers."""
     s = data["summary"]
@@ -63,6 +67,12 @@ def summary_html(data: Mapping[str, Any]) -> str:
         out.append(_table(["rank", "last", "of", "delay", "caused", "excess", "steps"], rows,
                           "delay: the waits of the collectives where the rank was last; caused: the part its own "
                           "work explains; excess: the part beyond the step's usual pattern."))
+    for mb in s.get("microbench") or []:
+        rows = [[(str(x.size_bytes), True), (_num(x.oop_time_us, 1), True), (_num(x.oop_busbw_gbps, 2), True),
+                 (_num(x.ip_time_us, 1), True), (_num(x.ip_busbw_gbps, 2), True)] for x in mb.sizes]
+        out.append(f"<h3>nccl-tests {esc(mb.test or '')} busbw</h3><p>{esc(mb.headline())}.</p>")
+        out.append(_table(["size (B)", "time (us)", "busbw (GB/s)", "in-place time (us)", "in-place busbw (GB/s)"],
+                          rows, f"as nccl-tests printed it, from {mb.source}."))
     if data.get("notes"):
         out.append("<h3>Notes on this report</h3>")
         out.append("".join(f"<div class='note'>{esc(n)}</div>" for n in data["notes"]))

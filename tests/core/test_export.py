@@ -233,7 +233,8 @@ def test_cli_export_and_errors(synth_run, tmp_path):
         assert fh.read(2) == b'{"'
     result = CliRunner().invoke(main, ["export", str(run_path), "--chrome", str(out), "--json"])
     assert json.loads(result.output)["ranks"] == 8
-    result = CliRunner().invoke(main, ["export", str(tmp_path), "--chrome", str(out)])
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "empty"), "--chrome", str(out)])
     assert result.exit_code == 1
     assert "not a tracekit run directory" in result.output and "Traceback" not in result.output
     assert not list(tmp_path.glob("*.tmp"))

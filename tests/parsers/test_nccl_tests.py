@@ -247,6 +247,7 @@ def test_json_report(tmp_path: Path) -> None:
     assert (r["root"], r["redop"], r["dtype"], r["time_kind"]) == (-1, "none", "float", "time")
     assert r["oop_time_us"] == doc["results"][-1]["out_of_place"]["time"]
     assert r["nccl_version"] == "2.27.3" and r["devices"] == ["NVIDIA A100-SXM4-80GB"] * 8
+    assert r["host_names"] == [d["hostname"] for d in sorted(doc["config"]["devices"], key=lambda d: d["rank"])]
 
 
 def test_json_cut_short_is_salvaged(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tracekit.analysis.matching import match_collectives
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
+from tracekit.microbench import MicrobenchRun, microbench_runs
 from tracekit.results import to_builtins
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
@@ -113,6 +114,8 @@ class AnalysisResult:
     pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
                                                                  "stage": pa.array([], pa.int32())}))
     hang: HangResult | None = None  # when the run holds sequence numbers worth checking
+    microbench: list[MicrobenchRun] = field(default_factory=list)  # nccl-tests tables in the run
+    kernel_bandwidth: pa.Table = field(default_factory=lambda: pa.table({}))  # see stalls.kernel_bandwidth
     findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
@@ -198,6 +201,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         schema={"rank": pl.Int32, "times_last": pl.UInt32, "instances": pl.UInt32, "delay_ns": pl.Int64,
                 "caused_ns": pl.Int64, "excess_ns": pl.Int64, "worst_wait_ns": pl.Int64, "steps": pl.List(pl.Int32),
                 "groups": pl.List(pl.String)})
+    kernel_bw = stalls.kernel_bandwidth(coll, inst)
     pairs = ep.ep_pairs(coll, grp)
     ep_inst, ep_groups, ep_traffic = ep.ep_summary(pairs, rk)
     bubbles = pp.pp_bubbles(parts, inst, grp, wide)
@@ -211,7 +215,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         participants=table(parts), root_causes=table(casc), critical_path=table(critical),
         pp_stages=pa.table({"rank": pa.array(list(stage), pa.int32()),
                             "stage": pa.array(list(stage.values()), pa.int32())}),
-        hang=_hang(run, source), top=top,
+        kernel_bandwidth=table(kernel_bw), hang=_hang(run, source), microbench=_microbench(run, source), top=top,
     )
     from tracekit.analysis.findings import findings
 
@@ -232,6 +236,11 @@ def _hang(run: Run | None, source: RunLike) -> HangResult | None:
     if coll is None or coll.num_rows == 0:
         return None
     return find_hangs(coll, source.get("groups"), ranks=source.get("ranks"))
+
+
+def _microbench(run: Run | None, source: RunLike) -> list[MicrobenchRun]:
+    table = run.table("microbench") if run is not None else source.get("microbench")  # type: ignore[union-attr]
+    return microbench_runs(table) if table is not None and table.num_rows else []
 
 
 def _empty_instances() -> pl.DataFrame:
@@ -286,7 +295,10 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
                pl.col("algbw_gbps").median().alias("algbw_median_gbps"),
                pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
                pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
-          .sort("dim", "op", "group", nulls_last=True))
+          .sort("dim", "op", "group", nulls_last=True)
+          .with_columns(pl.lit("instance").alias("basis")))
+    kernel_bw = _pl(r.kernel_bandwidth) if r.kernel_bandwidth.num_columns else pl.DataFrame()
+    bandwidth = bw.to_dicts() + [{**row, "basis": "kernel_time"} for row in kernel_bw.to_dicts()]
     from tracekit.analysis.steps import STEP_TIME
 
     st = _pl(r.step_times)
@@ -296,6 +308,8 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
             "ranks": rk.height, "groups": groups.height, "steps": sorted(set(wide.get_column("step").to_list())),
             "collective_calls": r.collectives.num_rows, "instances": inst.height,
             "mismatches": r.mismatches.num_rows, "mean_step_ns": r.mean_step_ns(), "step_time": STEP_TIME,
+            "step_sources": sorted({str(x) for x in _pl(r.steps).get_column("source").to_list() if x is not None})
+            if "source" in r.steps.column_names else [],
         },
         "validity": r.validity.to_json(),
         "step_times": st.to_dicts(),
@@ -311,9 +325,10 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
         "ep": _pl(r.ep_groups).to_dicts(),
         "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
-        "bandwidth": bw.to_dicts(),
+        "bandwidth": bandwidth,
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
         "hang": r.hang.to_json() if r.hang is not None else None,
+        "microbench": to_builtins(r.microbench),
         "findings": [f.to_json() for f in r.findings],
     }
 

@@ -140,6 +140,9 @@ def findings(r: AnalysisResult) -> list[Finding]:
                            text=f"{no_group} of {r.collectives.num_rows} collective calls carry no process group; "
                                 "they are matched by call order on each rank, which can pair unrelated calls."))
     out.extend(_alignment_findings(r))
+    from tracekit.microbench import microbench_findings
+
+    out.extend(microbench_findings(r.microbench))
     return out
 
 

@@ -171,3 +171,34 @@ def waited_for(parts: pl.DataFrame) -> pl.DataFrame:
                  pl.col("rank").first().alias("_last"))
             .select("instance", pl.coalesce("_sender", "_last").alias("source_rank"),
                     pl.col("_last").alias("last_rank")))
+
+
+def kernel_bandwidth(collectives: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
+    """Bandwidth per (dim, op, group, size) from each call's own kernel time, for the calls no
+    other rank of the run joined (a run where one rank was profiled): the only time such a call
+    has. A kernel's time includes waiting for the ranks outside the run, so it is an upper bound
+    on the transfer time and the algbw/busbw derived from it are lower bounds. Sizes and bus
+    factors as in `instances`; columns as the instance-based bandwidth rows, by dim, op, group, size."""
+    joined = inst.get_column("instance") if inst.height else pl.Series("instance", [], pl.Int64)
+    c = collectives.filter(pl.col("instance").is_not_null() & ~pl.col("instance").is_in(joined.implode())
+                           & pl.col("dur_ns").is_not_null() & (pl.col("dur_ns") > 0))
+    n = pl.col("nranks").cast(pl.Float64)
+    size = (pl.when(pl.col("op") == "all_gather").then(pl.col("out_bytes").fill_null(pl.col("in_bytes") * n))
+            .when(pl.col("op").is_in(["all_reduce", "reduce_scatter", "all_to_all"])).then(pl.col("in_bytes"))
+            .otherwise(pl.max_horizontal("in_bytes", "out_bytes")))
+    factor = (pl.when(n.is_null() | (n < 1)).then(None)
+              .when(pl.col("op") == "all_reduce").then(2 * (n - 1) / n)
+              .when(pl.col("op").is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((n - 1) / n)
+              .otherwise(1.0))
+    c = (c.with_columns(size.cast(pl.Int64).alias("bytes"))
+         .filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
+         .with_columns((pl.col("bytes") / pl.col("dur_ns")).alias("algbw_gbps"))
+         .with_columns((pl.col("algbw_gbps") * factor).alias("busbw_gbps")))
+    return (c.group_by("dim", "op", "group", "bytes")
+            .agg(pl.len().alias("instances"), pl.col("bytes").median().alias("bytes_median"),
+                 pl.col("dur_ns").median().alias("duration_median_ns"),
+                 pl.col("algbw_gbps").median().alias("algbw_median_gbps"),
+                 pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
+                 pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
+            .sort("dim", "op", "group", "bytes", nulls_last=True).drop("bytes")
+            .with_columns(pl.col("group").cast(pl.String), pl.col("op").cast(pl.String), pl.col("dim").cast(pl.String)))

@@ -99,3 +99,31 @@ def executor_options(fn: F) -> F:
                         help="Run the work here, or as Ray tasks: `ray` joins the connected cluster, RAY_ADDRESS "
                              "or a new local Ray; `ray://HOST:PORT` connects through Ray Client. The run "
                              "directory must be on storage every node shares (docs/scale.md).")(fn)
+
+
+def run_argument(fn: F) -> F:
+    """RUN: a run directory, or a trace file or folder that is ingested first (see `open_run_arg`)."""
+    from pathlib import Path
+
+    return click.argument("run", metavar="RUN|PATH", type=click.Path(path_type=Path))(fn)
+
+
+def open_run_arg(path: Any) -> Any:
+    """The `Run` for a RUN|PATH argument: a run directory as is; raw traces ingested into the cache
+    `tracekit replay` uses for the same path, with a note on stderr saying where."""
+    from pathlib import Path
+
+    from tracekit.errors import TracekitError
+    from tracekit.ingest import open_run
+
+    if not Path(path).exists():
+        raise TracekitError(f"{path}: no such file or directory (so not a tracekit run directory, nor traces)")
+    try:
+        run, ingested = open_run([path])
+    except TracekitError as exc:
+        raise TracekitError(f"{path}: not a tracekit run directory, and ingesting it as traces failed ({exc}); "
+                            "run `tracekit ingest PATH -o RUN` to see what was read") from exc
+    if ingested:
+        click.echo(term(f"note: {path} is not a run directory: ingested into {run.path} (the run `tracekit "
+                        "replay` keeps for these traces; later commands on them reuse it)"), err=True)
+    return run

@@ -7,14 +7,14 @@ from typing import Any
 
 import click
 
-from tracekit.cli._common import executor_options, json_option, unsaved_note, user_errors
+from tracekit.cli._common import executor_options, json_option, open_run_arg, run_argument, unsaved_note, user_errors
 
 LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
           "explains (it arrived later than its usual gap); excess: the part beyond the step's usual pattern.")
 
 
 @click.command()
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_argument
 @json_option
 @click.option("--dims", default=None, metavar="DIM=GROUP[,GROUP],...",
               help="Force dims for groups, by group id or description substring, e.g. dp=3,5,ep=moe.")
@@ -30,15 +30,15 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     """Match collectives, align clocks, classify dims, and report root causes, stragglers, EP and PP.
 
     Findings come first, most important first, each saying when it rests on partial or assumed
-    data; then the tables they come from.
+    data; then the tables they come from. RUN|PATH is a run directory, or a trace file or folder,
+    ingested first into the run `tracekit replay` keeps for it.
     """
     from tracekit.analysis import analyze as run_analysis
     from tracekit.executors import parse_executor
-    from tracekit.store import Run
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
     exe = parse_executor(executor, task_memory=task_memory)
-    r = Run(run)
+    r = open_run_arg(run)
     r.require_data()
     result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write, executor=exe)
     unsaved_note(r)
@@ -54,7 +54,7 @@ def _print(result: Any, top: int) -> None:
     from tracekit._text import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
     from tracekit.analysis.steps import STEP_TIME
     from tracekit.cli._common import console as make_console
-    from tracekit.present import root_cause_rows, straggler_rows
+    from tracekit.present import group_rows, root_cause_rows, straggler_rows
 
     console = make_console()
     doc = result.to_json()
@@ -69,7 +69,7 @@ def _print(result: Any, top: int) -> None:
             return
         t = Table(title=title, title_justify="left", show_edge=False, caption=caption, caption_justify="left")
         for c in columns:
-            text = c in ("group", "op", "dim", "dims", "steps", "worst wait", "ranks")
+            text = c in ("group", "name", "op", "dim", "dims", "steps", "worst wait", "ranks")
             t.add_column(c, justify="left" if text else "right", no_wrap=not text,
                          overflow="fold" if text else "ellipsis")
         for r in rows:
@@ -115,15 +115,40 @@ def _print(result: Any, top: int) -> None:
         for e in doc["ep"][:top]],
         caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
                 "received per rank; inter-host: '-' when hosts are unknown.")
+    by_instance = [b for b in doc["bandwidth"] if b["basis"] == "instance"]
     show("Bandwidth (median per group and op)", ["group", "op", "dim", "n", "size", "busbw"], [
         [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
-         fmt_rate(b["busbw_median_gbps"])] for b in doc["bandwidth"][:top]],
+         fmt_rate(b["busbw_median_gbps"])] for b in by_instance[:top]],
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise).")
-    show("Groups", ["group", "dims"], [[g, ",".join(d) or "-"] for g, d in list(doc["dims"].items())[:top * 2]])
+    by_kernel = [b for b in doc["bandwidth"] if b["basis"] == "kernel_time"]
+    show("Bandwidth from kernel times (per group, op and size; no other rank of the call is in the run)",
+         ["group", "op", "dim", "n", "size", "kernel time", "busbw (at least)"], [
+             [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
+              fmt_ns(b["duration_median_ns"]), fmt_rate(b["busbw_median_gbps"])] for b in by_kernel[:top * 2]],
+         caption="kernel time: the median kernel duration, an upper bound on the transfer (it includes waiting for "
+                 "the ranks outside the run), so busbw is a lower bound; factors as above.")
+    for mb in result.microbench:
+        show(f"nccl-tests {mb.test or ''} busbw ({mb.nranks or '?'} ranks, {mb.source})",
+             ["size (B)", "time (us)", "busbw (GB/s)", "in-place time (us)", "in-place busbw (GB/s)"],
+             [[str(x.size_bytes), _num(x.oop_time_us, 1), _num(x.oop_busbw_gbps, 2), _num(x.ip_time_us, 1),
+               _num(x.ip_busbw_gbps, 2)] for x in mb.sizes],
+             caption=f"as nccl-tests printed it (out-of-place, then in-place); peak {fmt_rate(mb.peak_busbw_gbps)} "
+                     f"at {fmt_bytes(mb.peak_size_bytes)} ({mb.peak_side}).")
+    used, idle = group_rows(result)
+    show("Groups (with collective calls in the trace)", ["group", "name", "size", "dims", "calls"],
+         [[g.group, g.label, str(g.size or "-"), g.dims, f"{g.calls:,}"] for g in used[:top * 2]],
+         caption=f"{idle} more group{'s' if idle != 1 else ''} declared by the trace "
+                 f"carr{'y' if idle != 1 else 'ies'} no collective call (tracekit info lists them)." if idle else None)
     a = result.alignment
+    if not result.collectives.num_rows:
+        return
     console.print()
     console.print(f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
                   f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, "
                   f"max {fmt_ns(a.residual_ns['max'])}")
 
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"

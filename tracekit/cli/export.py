@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import json_option, open_run_arg, run_argument, user_errors
 
 
 @click.command()
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_argument
 @click.option("--chrome", "chrome", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Chrome-trace JSON to write (gzip when it ends in .gz); opens in Perfetto or chrome://tracing.")
 @click.option("--no-flows", is_flag=True, help="Leave out the flow arrows linking each collective's participants.")
@@ -20,11 +20,14 @@ from tracekit.cli._common import json_option, user_errors
 @user_errors
 def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: bool, as_json: bool) -> None:
     """Export RUN as one trace: a process per rank, a thread per lane, collectives linked by
-    arrows, stalls as slices, and replayed timelines as extra processes."""
+    arrows, stalls as slices, and replayed timelines as extra processes. RUN|PATH is a run
+    directory, or a trace file or folder, ingested first into the run `tracekit replay` keeps for it
+    (with the timelines a replay stored there)."""
     from tracekit.export import export_chrome
     from tracekit.results import dumps
 
-    summary = export_chrome(run, chrome, flows=not no_flows, stalls=not no_stalls, include_replay=not no_replay)
+    summary = export_chrome(open_run_arg(run), chrome, flows=not no_flows, stalls=not no_stalls,
+                            include_replay=not no_replay)
     if as_json:
         click.echo(dumps(summary, sort_keys=True))
         return

@@ -9,18 +9,23 @@ import click
 
 from tracekit._text import fmt_ranks
 from tracekit.cli._common import console as safe_console
-from tracekit.cli._common import json_option, user_errors
+from tracekit.cli._common import json_option, open_run_arg, run_argument, user_errors
 
 
 @click.command()
-@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@run_argument
 @json_option
 @user_errors
 def info(run: Path, as_json: bool) -> None:
-    """Ranks, hosts, groups, steps, time span, formats and per-source counts of RUN."""
+    """Ranks, hosts, groups, steps, time span, formats and per-source counts of RUN.
+
+    RUN|PATH is a run directory, or a trace file or folder, ingested first into the run `tracekit
+    replay` keeps for it.
+    """
     from tracekit.ingest import describe_run
     from tracekit.telemetry import describe as describe_telemetry
 
+    run = open_run_arg(run).path
     doc = describe_run(run)
     telemetry = describe_telemetry(run)
     if telemetry is not None:
@@ -55,13 +60,16 @@ def _print_links(doc: dict[str, Any]) -> None:
     n_flagged = sum(link["flagged_windows"] for link in links)
     mapped = sum(1 for link in links if link["link_end"])
     out()
-    out(f"telemetry  {doc['counters']:,} counter samples, {len(links)} port(s) ({mapped} on topology links), "
-        f"{stats.get('windows', 0):,} window(s), {n_flagged:,} flagged")
-    skipped = stats.get("skipped") or {}
-    if skipped:
-        out("           not rated: " + ", ".join(f"{k} {v:,}" for k, v in sorted(skipped.items())))
+    summary = doc.get("summary")
+    if summary is not None:
+        out(f"telemetry  {summary['accounting']}")
+        out(f"           {stats.get('windows', 0):,} window(s) on {len(links)} port(s) ({mapped} on topology links), "
+            f"{n_flagged:,} flagged")
+    else:
+        out(f"telemetry  {doc['counters']:,} counter samples, {len(links)} port(s) ({mapped} on topology links), "
+            f"{stats.get('windows', 0):,} window(s), {n_flagged:,} flagged")
     if not links:
-        out("           no rated windows (a port needs two timed samples)")
+        out("           no rated windows (a rate needs two timed samples of one counter on a port)")
         return
     t = Table(title="links (telemetry)", title_justify="left", show_edge=False)
     for col in ("link", "port", "speed", "windows", "peak util", "mean util", "tx", "rx", "flagged"):
@@ -128,22 +136,28 @@ def _print(doc: dict[str, Any]) -> None:
     presence = (f" ({len(ranks)} of {world} present; missing {fmt_ranks(validity['missing_ranks'], limit=8)})"
                 if validity.get("missing_ranks") else "")
     out(f"ranks      {len(ranks)}: {fmt_ranks(ranks)}" + (
-        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else "") + presence)
+        f" of world {', '.join(map(str, doc['world_sizes']))}" if doc["world_sizes"] else "") + presence
+        + (f" (from the {doc['ranks_from']})" if doc.get("ranks_from") not in (None, "traces") else ""))
     out(f"hosts      {len(doc['hosts'])}: {', '.join(doc['hosts']) or '-'}", markup=False)
     out(f"devices    {', '.join(doc['devices']) or '-'}", markup=False)
     out(f"formats    {', '.join(f'{k} ({v})' for k, v in sorted(doc['formats'].items())) or '-'}")
-    out(f"steps      {fmt_ranks(doc['steps']) or '-'}")
+    out(f"steps      {fmt_ranks(doc['steps']) or '-'}" + _analyzed(doc))
     span = doc["span"]
     if span["start_ns"] is not None:
         out(f"time span  {span['duration_s']:.6f} s (from {span['start_ns']} ns to {span['end_ns']} ns)")
     out(f"tables     {', '.join(f'{k} {v:,}' for k, v in sorted(doc['tables'].items()))}")
+    for b in doc.get("microbench") or []:
+        peak = "-" if b["peak_busbw_gbps"] is None else f"{b['peak_busbw_gbps']:.2f} GB/s at {b['peak_size_bytes']} B"
+        out(f"nccl-tests {b['test'] or '?'}: {b['nranks'] or '?'} ranks on {b['hosts'] or '?'} host(s), "
+            f"{b['sizes']} sizes, peak busbw {peak} ({b['peak_side'] or '-'})")
     if doc["groups"]:
         t = Table(title="groups", title_justify="left", show_edge=False)
         for col in ("group", "desc", "backend", "size", "ranks", "dims", "collectives"):
             t.add_column(col, justify="right" if col in ("size", "collectives") else "left")
         for g in doc["groups"]:
             ranks_txt = fmt_ranks(g["ranks"]) + ("" if g["ranks_complete"] else " (partial)")
-            t.add_row(g["group"], g["desc"] or "-", g["backend"] or "-", str(g["size"] or "-"),
+            t.add_row(g["group"], _desc(g["desc"]),
+                      g["backend"] or "-", str(g["size"] or "-"),
                       ranks_txt, ",".join(g["dims"]) or "-", f"{g['collectives']:,}")
         out()
         out(t)
@@ -206,3 +220,24 @@ def _transports(counts: dict[str, int] | None) -> str:
     if not counts:
         return "-"
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _desc(desc: str | None) -> str:
+    """A group's description; "(unnamed)" for PyTorch's default "undefined" (the other columns say what it is)."""
+    from tracekit.present import UNNAMED_DESCS
+
+    if desc is None:
+        return "-"
+    return "(unnamed)" if desc.strip().lower() in UNNAMED_DESCS else desc
+
+
+def _analyzed(doc: dict[str, Any]) -> str:
+    """ " (none marked in the traces; `analyze` found 1 step: ...)" when the traces mark no step."""
+    found = doc.get("analyzed_steps")
+    if doc["steps"] or not doc["ranks"] or doc.get("ranks_from") != "traces":
+        return ""
+    if not found or not found["steps"]:
+        return " (none marked in the traces; `tracekit analyze` derives them)"
+    n = len(found["steps"])
+    how = f", from {' and '.join(found['from'])}" if found["from"] else ""
+    return f" (none marked in the traces; `tracekit analyze` found {n} step{'s' if n != 1 else ''}{how})"

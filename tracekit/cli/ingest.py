@@ -68,9 +68,10 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
     else:
         _print(report)
     if not report.ingested:
-        ignored = (f": {len(report.ignored)} file(s) found, none in a supported format (Kineto traces, "
-                   "Flight Recorder dumps, NCCL logs, NCCL Inspector or profiler-plugin files, nccl-tests "
-                   "output)" if report.ignored else ": no input files")
+        from tracekit.parsers.detect import supported_formats
+
+        ignored = (f": {len(report.ignored)} file(s) found, none in a supported format ({supported_formats()})"
+                   if report.ignored else ": no input files")
         kept = f"; {out} left as it was" if Run.is_run(out) else f"; no run written to {out}"
         raise click.ClickException("nothing ingested" + (
             f": {report.failed[0].error}" if len(report.failed) == 1 else

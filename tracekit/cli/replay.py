@@ -63,6 +63,11 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
         raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
     run = open_run(list(paths), cache=cache)
     run.require_data()
+    from tracekit.microbench import replay_hint
+
+    hint = replay_hint(run, topologies[0] if topologies else str(baseline))
+    if hint is not None:
+        raise click.ClickException(hint)
     options: dict = {}
     notes = []
     if calibration_from is not None:

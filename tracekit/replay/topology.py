@@ -768,7 +768,8 @@ def format_description(info: dict[str, Any]) -> str:
     for tier, entry in info["links_per_tier"].items():
         lines.append(f"  {tier:<11} {entry['links']:>6} links {entry['cables']:>7} cables "
                      f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction  {entry['medium']}, {entry['network']}")
-    lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s")
+    lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s" if info["hosts"] > 1 else
+                 "bisection     - (one host: no cut between hosts; its GPUs talk over NVLink)")
     if info.get("profile"):
         lines.append(info["profile"])
     lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
@@ -816,10 +817,14 @@ def place(spec: TopologySpec, hosts: list[list[int]]) -> tuple[dict[int, int], F
 
 
 def physics_caps(spec: TopologySpec) -> list[Finding]:
-    """Caps that bind on a path of the spec, each as a `physics_cap` finding naming the field to set."""
+    """Caps that bind on a path of the spec, each as a `physics_cap` finding naming the field to set
+    (unless the spec string already sets it: then the cap is what the user asked for)."""
     out: list[Finding] = []
+    given = {part.split("=", 1)[0].strip() for part in spec.name.partition(":")[2].split(",") if "=" in part}
 
     def cap(text: str, field_name: str, value: float) -> None:
+        if field_name in given:
+            text = text.removesuffix(f"; set {field_name}") + f" (as {field_name}={value:g} asks)"
         out.append(Finding(kind="physics_cap", severity="warning", text=text, value=value,
                            data={"field": field_name, "topology": spec.name}))
 

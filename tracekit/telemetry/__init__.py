@@ -47,6 +47,8 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.finding import Finding
+from tracekit.results import Result, to_builtins
 from tracekit.store import Run, parquet_options
 from tracekit.telemetry import _kernels as _k
 
@@ -629,5 +631,80 @@ def describe(run: Run | str | os.PathLike[str], *, max_flagged: int = 100) -> di
     samples = run.table("link_samples")
     links = [s.to_json() for s in link_summaries(samples, max_flagged=max_flagged)]
     saved = run.read_json("telemetry") or {}
+    summary = telemetry_summary(run)
     return {"links": links, "stats": saved.get("stats"), "warnings": saved.get("warnings", []),
-            "counters": run.table("counters").num_rows}
+            "counters": run.table("counters").num_rows,
+            "summary": to_builtins(summary) | {"accounting": summary.accounting()} if summary else None}
+
+
+# ------------------------------------------------------------------------------------------
+# Summary
+
+
+class TelemetrySummary(Result):
+    """What a run's telemetry holds, every counter sample accounted for: rated (`used`) or not
+    (`skipped` by reason, untimed ones also by source format), the ports and windows the rating
+    gave, and the topology the sources described (ibnetdiscover, UFM)."""
+
+    counters: int
+    by_format: dict[str, int]
+    used: int
+    skipped: dict[str, int]
+    untimed_by_format: dict[str, int]
+    ports: int
+    mapped_ports: int
+    windows: int
+    flagged: int
+    topology_nodes: int
+    topology_links: int
+
+    def accounting(self) -> str:
+        """ "51 counter samples: 30 used on 6 port(s) (0 on topology links), 21 left out: untimed 21 (no
+        timestamp in perfquery 21)"; the parts add up to the total (any gap is named "unaccounted")."""
+        text = (f"{self.counters:,} counter sample{'s' if self.counters != 1 else ''}: {self.used:,} used on "
+                f"{self.ports:,} port(s) ({self.mapped_ports:,} on topology links)")
+        missing = self.counters - self.used - sum(self.skipped.values())
+        parts = []
+        for reason, n in sorted(self.skipped.items()):
+            why = f"{reason} {n:,}"
+            if reason == "untimed" and self.untimed_by_format:
+                why += " (no timestamp in " + ", ".join(f"{f} {k:,}" for f, k in sorted(
+                    self.untimed_by_format.items())) + ")"
+            parts.append(why)
+        if missing:
+            parts.append(f"unaccounted {missing:,}")
+        if parts:
+            text += f", {self.counters - self.used:,} left out: " + "; ".join(parts)
+        return text
+
+    def headline(self) -> str:
+        """The Summary sentence of a run whose telemetry is what it holds."""
+        fabric = (f"; the topology sources describe {self.topology_nodes:,} nodes and {self.topology_links:,} links"
+                  if self.topology_links or self.topology_nodes else "")
+        windows = (f"; {self.windows:,} rate window(s), {self.flagged:,} flagged" if self.windows else
+                   "; no rate window (a rate needs two timed samples of one counter on a port)")
+        return f"Telemetry: {self.accounting()}{windows}{fabric}."
+
+    def finding(self) -> Finding:
+        """The headline as a `telemetry` finding (the report's Summary lists it)."""
+        return Finding(kind="telemetry", text=self.headline(), value=float(self.counters),
+                       data={"counters": self.counters, "used": self.used, "windows": self.windows})
+
+
+def telemetry_summary(run: Run | str | os.PathLike[str]) -> TelemetrySummary | None:
+    """The run's `TelemetrySummary` (the stored rating's accounting), or None without counters or topology."""
+    run = run if isinstance(run, Run) else Run(run)
+    if not run.has("counters") and not run.has("topology_links"):
+        return None
+    counters = run.table("counters")
+    stats = (run.read_json("telemetry") or {}).get("stats") or {}
+    fmt = counters.column("source_format").cast(pa.string()).to_pylist() if counters.num_rows else []
+    ts_null = counters.column("ts_ns").is_null().to_pylist() if counters.num_rows else []
+    untimed = Counter(f or "unknown" for f, null in zip(fmt, ts_null, strict=True) if null)
+    return TelemetrySummary(
+        counters=counters.num_rows, by_format=dict(sorted(Counter(f or "unknown" for f in fmt).items())),
+        used=int(stats.get("used", 0)), skipped={k: int(v) for k, v in (stats.get("skipped") or {}).items()},
+        untimed_by_format=dict(sorted(untimed.items())), ports=int(stats.get("ports", 0)),
+        mapped_ports=int(stats.get("mapped_ports", 0)), windows=int(stats.get("windows", 0)),
+        flagged=sum(int(v) for v in (stats.get("flagged") or {}).values()),
+        topology_nodes=run.table("topology_nodes").num_rows, topology_links=run.table("topology_links").num_rows)
