@@ -1,0 +1,478 @@
+"""`diff_runs`: why is run B slower (or faster) than run A, and is the network the reason?
+
+Both runs go through the same analysis (`tracekit.analysis.analyze`); the diff lines them up
+(`tracekit.diff.matching`), splits the step-time change into parts that add up (the critical
+path's compute, communication per dim and idle time, per step), compares every collective
+bucket against each run's own step-to-step variation, and says which ranks and hosts changed
+and what differs in the setup. See docs/analysis.md, "Diff".
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from tracekit._text import fmt_bytes, fmt_ns
+from tracekit.analysis import AnalysisResult, analyze
+from tracekit.diff.matching import _span, frame, match_groups, match_instances, match_ranks
+from tracekit.diff.results import (
+    BucketChange,
+    Culprit,
+    Decomposition,
+    GroupPair,
+    Matching,
+    Part,
+    RankChange,
+    RunDiff,
+    SetupChange,
+    WaitShift,
+)
+from tracekit.diff.setup import setup_changes
+from tracekit.errors import TracekitError
+from tracekit.store import Run
+
+#: A change smaller than this share of A's step time is never significant, whatever the noise.
+MIN_STEP_SHARE = 0.01
+#: A bucket's median duration must move by at least this share to be flagged...
+MIN_RELATIVE = 0.05
+#: ... and by more than this many robust spreads (1.4826 MAD) of A's and B's, added.
+SPREADS = 3.0
+#: An instance slowed when it takes at least this much longer in B than in A.
+SLOWED = 1.25
+
+RunSource = Run | str | os.PathLike[str] | Mapping[str, pa.Table] | AnalysisResult
+
+
+def _analysis(source: RunSource) -> tuple[AnalysisResult, Run | None, Mapping[str, pa.Table] | None]:
+    if isinstance(source, AnalysisResult):
+        return source, None, None
+    if isinstance(source, Mapping):
+        return analyze(source, write=False), None, source
+    run = source if isinstance(source, Run) else _open(source)
+    run.require_data()
+    return analyze(run, write=False), run, None
+
+
+def _open(path: str | os.PathLike[str]) -> Run:
+    if not os.path.exists(path):
+        raise TracekitError(f"{os.fspath(path)}: no such run directory or trace")
+    from tracekit.replay.engine import open_run
+
+    return open_run([path])
+
+
+def diff_runs(a: RunSource, b: RunSource) -> RunDiff:
+    """Compare run B against run A (each a run directory, raw trace path, dict of tables, or an
+    `AnalysisResult`): the verdict, the decomposed step-time change, buckets, ranks, setup."""
+    ra, run_a, tabs_a = _analysis(a)
+    rb, run_b, tabs_b = _analysis(b)
+    ranks_a, ranks_b = frame(ra.ranks), frame(rb.ranks)
+    ranks_by, rank_map, notes = match_ranks(ranks_a, ranks_b)
+    groups, group_notes = match_groups(frame(ra.groups), frame(rb.groups), rank_map)
+    notes += group_notes
+    st_a, st_b = frame(ra.step_times), frame(rb.step_times)
+    steps_a = sorted(st_a.get_column("step").to_list())
+    steps_b = sorted(st_b.get_column("step").to_list())
+    steps = sorted(set(steps_a) & set(steps_b))
+    if steps_a != steps_b:
+        notes.append(f"steps differ: A has {_span(steps_a)}, B {_span(steps_b)}; "
+                     f"{'compared ' + _span(steps) if steps else 'no step in common'}")
+    inst_a, inst_b = frame(ra.instances), frame(rb.instances)
+    pairs = match_instances(inst_a, inst_b, groups, steps)
+    if pairs.only_a or pairs.only_b:
+        notes.append(f"collectives without a match: {pairs.only_a} in A, {pairs.only_b} in B "
+                     "(in the compared steps and matched groups)")
+    matching = Matching(
+        ranks_by=ranks_by, ranks=rank_map,
+        ranks_only_a=sorted(set(ranks_a.get_column("rank").to_list()) - set(rank_map)),
+        ranks_only_b=sorted(set(ranks_b.get_column("rank").to_list()) - set(rank_map.values())),
+        groups=groups, groups_only_a=sorted(set(frame(ra.groups).get_column("group").to_list())
+                                            - {p.group_a for p in groups}),
+        groups_only_b=sorted(set(frame(rb.groups).get_column("group").to_list()) - {p.group_b for p in groups}),
+        steps_a=steps_a, steps_b=steps_b, steps=steps, instances_by_seq=pairs.by_seq,
+        instances_by_position=pairs.by_position, instances_only_a=pairs.only_a, instances_only_b=pairs.only_b,
+        notes=notes)
+    deco = decompose(ra, rb, steps, rank_map)
+    host_b = dict(ranks_b.select("rank", "host").iter_rows())
+    waits = wait_shifts(ra, rb, steps, rank_map, host_b)
+    buckets = bucket_changes(inst_a, inst_b, groups, steps)
+    rank_changes = rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
+    culprits = find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b)
+    setup = setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b)
+    out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco, waits=waits,
+                  buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup)
+    from msgspec.structs import replace
+
+    return replace(out, verdict=verdict(out))
+
+
+def _name(source: RunSource) -> str:
+    if isinstance(source, Run):
+        return str(source.path)
+    if isinstance(source, str | os.PathLike):
+        return os.fspath(source)
+    return "<tables>"
+
+
+def _per_step(values: dict[int, float], steps: list[int]) -> np.ndarray:
+    return np.array([values.get(s, 0.0) for s in steps], float)
+
+
+def _noise(x: np.ndarray, y: np.ndarray) -> float:
+    """Twice the standard error of mean(y) - mean(x), from each series' own spread."""
+    var = 0.0
+    for v in (x, y):
+        if v.size > 1:
+            var += float(np.var(v, ddof=1)) / v.size
+    return 2.0 * math.sqrt(var)
+
+
+def decompose(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int]) -> Decomposition:
+    """The mean step-time change over the compared steps, split into parts per step: from each
+    step's critical path when both runs have one for every compared step (compute + comm per dim +
+    idle = step time, exactly), else from the matched ranks' mean windows (compute, exposed comm per
+    dim, and the rest of the window), with the difference to the step time left as the remainder."""
+    st_a = dict(frame(ra.step_times).select("step", "step_ns").iter_rows())
+    st_b = dict(frame(rb.step_times).select("step", "step_ns").iter_rows())
+    cp_a, cp_b = frame(ra.critical_path), frame(rb.critical_path)
+    have = (set(steps) <= set(cp_a.get_column("step").to_list())
+            and set(steps) <= set(cp_b.get_column("step").to_list()))
+    if steps and have:
+        source = "critical_path"
+        parts_a, parts_b = _cp_parts(cp_a), _cp_parts(cp_b)
+    else:
+        source = "rank_means"
+        parts_a = _rank_parts(ra, set(rank_map))
+        parts_b = _rank_parts(rb, set(rank_map.values()))
+    step_a, step_b = _per_step(st_a, steps), _per_step(st_b, steps)
+    n = max(len(steps), 1)
+    mean_a, mean_b = float(step_a.sum() / n), float(step_b.sum() / n)
+    floor = MIN_STEP_SHARE * mean_a
+    names = sorted(set(parts_a) | set(parts_b), key=_part_order)
+    parts = []
+    for name in names:
+        xa, xb = _per_step(parts_a.get(name, {}), steps), _per_step(parts_b.get(name, {}), steps)
+        d = float(xb.sum() / n - xa.sum() / n)
+        noise = _noise(xa, xb)
+        parts.append(Part(name=name, a_ns=float(xa.sum() / n), b_ns=float(xb.sum() / n), delta_ns=d, noise_ns=noise,
+                          significant=abs(d) > max(noise, floor)))
+    delta = mean_b - mean_a
+    total = sum(p.delta_ns for p in parts)
+    noise = _noise(step_a, step_b)
+    return Decomposition(source=source, steps=len(steps), step_a_ns=mean_a, step_b_ns=mean_b, delta_ns=delta,
+                         noise_ns=noise, significant=bool(steps) and abs(delta) > max(noise, floor), parts=parts,
+                         parts_sum_ns=total, remainder_ns=delta - total)
+
+
+def _part_order(name: str) -> tuple[int, str]:
+    return (0 if name == "compute" else 2 if name == "idle" else 1, name)
+
+
+def _cp_parts(cp: pl.DataFrame) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {"compute": {}, "idle": {}}
+    for row in cp.iter_rows(named=True):
+        s = row["step"]
+        out["compute"][s] = float(row["compute_ns"])
+        out["idle"][s] = float(row["idle_ns"])
+        for d in row["comm_by_dim"] or []:
+            key = f"comm {d['dim']}"
+            out.setdefault(key, {})[s] = out.get(key, {}).get(s, 0.0) + float(d["ns"])
+    return out
+
+
+def _rank_parts(r: AnalysisResult, ranks: set[int]) -> dict[str, dict[int, float]]:
+    wide = frame(r.per_rank_step).filter(pl.col("rank").is_in(list(ranks)))
+    long = frame(r.per_rank_step_dim).filter(pl.col("rank").is_in(list(ranks)))
+    out: dict[str, dict[int, float]] = {"compute": {}, "idle": {}}
+    by_step = wide.group_by("step").agg(pl.col("compute_ns").mean(), pl.col("exposed_ns").mean(),
+                                        pl.col("span_ns").mean())
+    nranks = dict(wide.group_by("step").len().iter_rows())
+    for s, comp, exposed, span in by_step.iter_rows():
+        out["compute"][s] = float(comp)
+        out["idle"][s] = float(span - comp - exposed)
+    for s, dim, ns in long.group_by("step", "dim").agg(pl.col("exposed_ns").sum()).iter_rows():
+        out.setdefault(f"comm {dim}", {})[s] = float(ns) / max(nranks.get(s, 1), 1)
+    return out
+
+
+def wait_shifts(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
+                host_b: dict[int, str | None], top: int = 10) -> list[WaitShift]:
+    """Per root rank (the rank at the end of a chain of waits), the rank-time the others lost
+    waiting for it, per compared step, in A and in B; largest change first."""
+    n = max(len(steps), 1)
+
+    def lost(r: AnalysisResult, mapping: dict[int, int] | None) -> dict[int, float]:
+        rc = frame(r.root_causes)
+        if rc.height == 0:
+            return {}
+        rc = rc.filter(pl.col("root_step").is_in(steps))
+        out: dict[int, float] = {}
+        for rank, ns in rc.group_by("root_rank").agg(pl.col("total_wait_ns").sum()).iter_rows():
+            key = mapping.get(rank, rank) if mapping is not None else rank
+            out[key] = out.get(key, 0.0) + float(ns) / n
+        return out
+
+    la, lb = lost(ra, rank_map), lost(rb, None)
+    rows = [WaitShift(rank=k, host=host_b.get(k), a_ns=la.get(k, 0.0), b_ns=lb.get(k, 0.0),
+                      delta_ns=lb.get(k, 0.0) - la.get(k, 0.0)) for k in set(la) | set(lb)]
+    rows = [w for w in rows if w.delta_ns]
+    return sorted(rows, key=lambda w: (-abs(w.delta_ns), w.rank))[:top]
+
+
+def _robust(values: np.ndarray) -> tuple[float, float]:
+    """Median and robust spread (1.4826 x the median absolute deviation)."""
+    med = float(np.median(values))
+    return med, 1.4826 * float(np.median(np.abs(values - med)))
+
+
+def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[GroupPair],
+                   steps: list[int]) -> list[BucketChange]:
+    """Per bucket (op, size, matched group, dim): calls per step, the median over steps of the
+    mean duration per step (the instances themselves with fewer than 3 steps) and its robust
+    spread, and the median bus bandwidth, in A and B. Flagged when the count per step changed,
+    or the duration moved by at least MIN_RELATIVE and by more than SPREADS x (spread A + B)."""
+    gmap = {p.group_a: p.group_b for p in groups}
+    back = {v: k for k, v in gmap.items()}
+    n = max(len(steps), 1)
+
+    def stats(inst: pl.DataFrame, to_b: bool) -> dict[tuple, dict[str, Any]]:
+        df = inst.filter(pl.col("step").is_in(steps))
+        if to_b:
+            df = df.filter(pl.col("group").is_in(list(gmap))).with_columns(
+                pl.col("group").replace_strict(gmap, return_dtype=pl.String))
+        out = {}
+        for key, part in df.group_by("op", "dim", "group", "bytes"):
+            dur = part.get_column("duration_ns").drop_nulls().to_numpy().astype(float)
+            per_step = (part.filter(pl.col("duration_ns").is_not_null()).group_by("step")
+                        .agg(pl.col("duration_ns").mean()).get_column("duration_ns").to_numpy())
+            sample = per_step if per_step.size >= 3 else dur
+            med, spread = _robust(sample) if sample.size else (None, None)
+            bw = part.get_column("busbw_gbps").drop_nulls()
+            out[key] = {"count": part.height / n, "dur": med, "spread": spread,
+                        "busbw": float(bw.median()) if bw.len() else None}
+        return out
+
+    sa, sb = stats(inst_a, True), stats(inst_b, False)
+    rows = []
+    for key in set(sa) | set(sb):
+        op, dim, group, nbytes = key
+        a, b = sa.get(key), sb.get(key)
+        flagged = a is None or b is None or abs(a["count"] - b["count"]) > 1e-9
+        ratio = None
+        if a is not None and b is not None and a["dur"] and b["dur"] is not None:
+            change = b["dur"] - a["dur"]
+            flagged = flagged or (abs(change) >= MIN_RELATIVE * a["dur"]
+                                  and abs(change) > SPREADS * (a["spread"] + b["spread"]))
+            ratio = a["dur"] / b["dur"] if b["dur"] else None
+        rows.append(BucketChange(
+            op=op, dim=dim, group_a=back.get(group) if a is not None else None,
+            group_b=group if b is not None else None, bytes=nbytes,
+            per_step_a=a["count"] if a else 0.0, per_step_b=b["count"] if b else 0.0,
+            duration_a_ns=a["dur"] if a else None, duration_b_ns=b["dur"] if b else None,
+            spread_a_ns=a["spread"] if a else None, spread_b_ns=b["spread"] if b else None,
+            busbw_a_gbps=a["busbw"] if a else None, busbw_b_gbps=b["busbw"] if b else None,
+            ratio=ratio, flagged=bool(flagged)))
+    return sorted(rows, key=_bucket_order)
+
+
+def _bucket_order(b: BucketChange) -> tuple:
+    da = (b.duration_a_ns or 0.0) * b.per_step_a
+    db = (b.duration_b_ns or 0.0) * b.per_step_b
+    return (not b.flagged, abs(b.per_step_b - b.per_step_a) < 1e-9, -abs(db - da), b.op, b.dim or "", b.group_b or b.group_a or "", b.bytes or 0)
+
+
+def rank_shifts(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
+                host_b: dict[int, str | None], step_ns: float) -> list[RankChange]:
+    """Per matched rank, the mean compute, exposed communication and lateness (arrival after the
+    first participant, over its collectives) per step window in A and B; `slower_in` names what
+    rose by more than each run's own step-to-step noise and MIN_STEP_SHARE of A's step time."""
+    floor = MIN_STEP_SHARE * step_ns
+
+    def per_rank(r: AnalysisResult) -> dict[int, dict[str, np.ndarray]]:
+        w = frame(r.per_rank_step).filter(pl.col("step").is_in(steps))
+        late = _lateness(r, steps)
+        out = {}
+        for (rank,), part in w.group_by("rank"):
+            out[int(rank)] = {"compute": part.get_column("compute_ns").to_numpy().astype(float),
+                              "communication": part.get_column("exposed_ns").to_numpy().astype(float),
+                              "late": late.get(int(rank), np.zeros(1))}
+        return out
+
+    pa_, pb = per_rank(ra), per_rank(rb)
+    rows = []
+    for r_a, r_b in rank_map.items():
+        a, b = pa_.get(r_a), pb.get(r_b)
+        if a is None or b is None:
+            continue
+        slower = [k for k in ("compute", "communication", "late")
+                  if float(b[k].mean() - a[k].mean()) > max(_noise(a[k], b[k]), floor)]
+        rows.append(RankChange(rank_a=r_a, rank_b=r_b, host=host_b.get(r_b),
+                               compute_a_ns=float(a["compute"].mean()), compute_b_ns=float(b["compute"].mean()),
+                               exposed_a_ns=float(a["communication"].mean()),
+                               exposed_b_ns=float(b["communication"].mean()),
+                               late_a_ns=float(a["late"].mean()), late_b_ns=float(b["late"].mean()),
+                               slower_in=slower))
+    return sorted(rows, key=lambda c: (not c.slower_in, -_rank_rise(c), c.rank_b))
+
+
+def _rank_rise(c: RankChange) -> float:
+    return max(c.compute_b_ns - c.compute_a_ns, c.exposed_b_ns - c.exposed_a_ns, c.late_b_ns - c.late_a_ns)
+
+
+def _lateness(r: AnalysisResult, steps: list[int]) -> dict[int, np.ndarray]:
+    """Per rank, per step: the summed time it reached its collectives after their first participant."""
+    parts = frame(r.participants)
+    if parts.height == 0:
+        return {}
+    inst = frame(r.instances).select("instance", "max_wait_ns")
+    p = (parts.filter(pl.col("step").is_in(steps)).join(inst, on="instance")
+         .with_columns((pl.col("max_wait_ns") - pl.col("wait_ns")).alias("late_ns"))
+         .group_by("rank", "step").agg(pl.col("late_ns").sum()))
+    return {int(rank): part.get_column("late_ns").to_numpy().astype(float)
+            for (rank,), part in p.group_by("rank")}
+
+
+def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFrame, pairs: pl.DataFrame,
+                  host_b: dict[int, str | None]) -> list[Culprit]:
+    """The rank or host common to the collectives that slowed (B's duration at least SLOWED x A's).
+
+    Scored by the share of the time the slowed instances added that it took part in, times the
+    share of its instances that slowed (a rank in every collective explains nothing); the best of
+    each kind (ties kept) when that share of added time is at least a half."""
+    if pairs.height == 0 or parts_b.height == 0:
+        return []
+    da = inst_a.select(pl.col("instance").alias("instance_a"), pl.col("duration_ns").alias("dur_a"))
+    db = inst_b.select(pl.col("instance").alias("instance_b"), pl.col("duration_ns").alias("dur_b"))
+    m = (pairs.join(da, on="instance_a").join(db, on="instance_b")
+         .filter(pl.col("dur_a") > 0)
+         .with_columns((pl.col("dur_b") / pl.col("dur_a")).alias("ratio"))
+         .with_columns((pl.col("ratio") >= SLOWED).alias("slowed"),
+                       pl.when(pl.col("ratio") >= SLOWED).then(pl.col("dur_b") - pl.col("dur_a")).otherwise(0)
+                       .cast(pl.Float64).alias("added")))
+    n_slowed = int(m.get_column("slowed").sum())
+    added = float(m.get_column("added").sum())
+    if n_slowed < 2 or added <= 0:
+        return []
+    who = (parts_b.select(pl.col("instance").alias("instance_b"), "rank")
+           .join(m.select("instance_b", "ratio", "slowed", "added"), on="instance_b")
+           .with_columns(pl.col("rank").replace_strict(host_b, default=None, return_dtype=pl.String).alias("host")))
+    out: list[Culprit] = []
+    for kind, col in (("rank", "rank"), ("host", "host")):
+        per = (who.filter(pl.col(col).is_not_null()).unique(["instance_b", col])
+               .group_by(col).agg(pl.col("slowed").sum().alias("n_slowed"), (~pl.col("slowed")).sum().alias("unslowed"),
+                                  pl.col("added").sum().alias("added"), pl.col("ratio").median()))
+        if per.height < 2:
+            continue  # one host (or rank) is in everything: it explains nothing
+        per = per.with_columns((pl.col("added") / added).alias("cover")).with_columns(
+            (pl.col("cover") * pl.col("n_slowed") / (pl.col("n_slowed") + pl.col("unslowed"))).alias("score"))
+        best = per.get_column("score").max()
+        if best is None or best <= 0:
+            continue
+        top = per.filter((pl.col("score") >= best * (1 - 1e-9)) & (pl.col("cover") >= 0.5))
+        if top.height == per.height:
+            continue
+        for row in top.sort(col).iter_rows(named=True):
+            out.append(Culprit(kind=kind, name=str(row[col]), slowed=int(row["n_slowed"]), slowed_total=n_slowed,
+                               unslowed=int(row["unslowed"]), added_share=float(row["cover"]),
+                               ratio=float(row["ratio"])))
+    return out
+
+
+def verdict(d: RunDiff) -> str:
+    """One sentence: the step-time change, the part that dominates it and what is behind that part."""
+    deco = d.decomposition
+    if deco.steps == 0:
+        return "not compared: the runs have no step in common" + (f" ({d.matching.notes[0]})" if d.matching.notes
+                                                                   else "")
+    pct = f" ({deco.delta_ns / deco.step_a_ns:+.0%})" if deco.step_a_ns else ""
+    head = f"step {_signed(deco.delta_ns)}{pct}"
+    if not deco.significant:
+        text = (f"no significant change: step {_signed(deco.delta_ns)}{pct} is within the runs' step-to-step "
+                f"variation (±{fmt_ns(max(deco.noise_ns, MIN_STEP_SHARE * deco.step_a_ns))})")
+        flagged = [b for b in d.buckets if b.flagged]
+        if flagged:
+            text += f"; but {_bucket_words(flagged[0])}"
+        return text
+    sign = 1 if deco.delta_ns > 0 else -1
+    leads = sorted((p for p in deco.parts if p.significant and p.delta_ns * sign > 0),
+                   key=lambda p: -abs(p.delta_ns))
+    if not leads:
+        return f"{head}: no single part stands out of the noise; see the waterfall"
+    lead = leads[0]
+    text = f"{head}: {_signed(lead.delta_ns)} is {_part_words(lead.name, deco.source)}"
+    detail = _detail(d, lead)
+    if detail:
+        text += f", {detail}"
+    setup = [s for s in d.setup if s.item in _HEADLINE_SETUP]
+    if setup:
+        s = setup[0]
+        text += f"; {s.item}: {s.a} in A, {s.b} in B"
+    return text
+
+
+_HEADLINE_SETUP = ("channels", "algorithm", "protocol", "NCCL version", "world size", "EP imbalance",
+                   "calls per step")
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns >= 0 else "-") + fmt_ns(abs(ns))
+
+
+def _part_words(name: str, source: str) -> str:
+    if name == "compute":
+        return "compute on the critical path" if source == "critical_path" else "compute"
+    if name == "idle":
+        return "idle time (host, data loading, start skew)" if source == "critical_path" else "other window time"
+    dim = name.split(" ", 1)[1]
+    return f"{dim} communication on the critical path" if source == "critical_path" else f"exposed {dim} communication"
+
+
+def _detail(d: RunDiff, lead: Part) -> str:
+    culprit = next((c for c in d.culprits if c.kind == "host"), None) or next(
+        (c for c in d.culprits if c.kind == "rank"), None)
+    if lead.name.startswith("comm "):
+        dim = lead.name.split(" ", 1)[1]
+        flagged = [b for b in d.buckets if b.flagged and (b.dim or "OTHER") == dim]
+        if not flagged:
+            return ""
+        b = flagged[0]
+        if abs(b.per_step_b - b.per_step_a) > 1e-9 or b.ratio is None:
+            return _bucket_words(b)
+        text = f"where {b.op}s of {fmt_bytes(b.bytes)} on group {b.group_b or b.group_a}"
+        if culprit is not None:
+            names = [c.name for c in d.culprits if c.kind == culprit.kind]
+            text += f" through {culprit.kind} {' and '.join(names)}"
+            ranks = [c.name for c in d.culprits if c.kind == "rank"]
+            if culprit.kind == "host" and ranks:
+                text += f" (rank {' and '.join(ranks)})"
+        return text + f" run at {b.ratio:.2f}x their busbw in A"
+    if lead.name == "compute":
+        slower = [r for r in d.ranks if "compute" in r.slower_in]
+        if not slower:
+            return ""
+        rise = float(np.median([r.compute_b_ns - r.compute_a_ns for r in slower]))
+        return f"on ranks {_span(r.rank_b for r in slower)} (+{fmt_ns(rise)} each per step)"
+    if d.waits and d.waits[0].delta_ns > 0:
+        w = d.waits[0]
+        return f"waiting on rank {w.rank}" + (f" ({w.host})" if w.host else "")
+    return ""
+
+
+def _bucket_words(b: BucketChange) -> str:
+    where = f"on group {b.group_b or b.group_a}"
+    what = f"{b.op} of {fmt_bytes(b.bytes)}"
+    if abs(b.per_step_b - b.per_step_a) > 1e-9:
+        return f"{_fmt_count(b.per_step_a)} -> {_fmt_count(b.per_step_b)} {what} per step {where}"
+    if b.ratio is None:
+        return f"{what} {where} changed"
+    return f"{what} {where} runs at {b.ratio:.2f}x its speed in A"
+
+
+def _fmt_count(x: float) -> str:
+    return str(int(x)) if abs(x - round(x)) < 1e-9 else f"{x:.2f}"
