@@ -30,7 +30,6 @@ from tracekit.diff.results import (
     Part,
     RankChange,
     RunDiff,
-    SetupChange,
     WaitShift,
 )
 from tracekit.diff.setup import setup_changes
@@ -284,7 +283,8 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
 def _bucket_order(b: BucketChange) -> tuple:
     da = (b.duration_a_ns or 0.0) * b.per_step_a
     db = (b.duration_b_ns or 0.0) * b.per_step_b
-    return (not b.flagged, abs(b.per_step_b - b.per_step_a) < 1e-9, -abs(db - da), b.op, b.dim or "", b.group_b or b.group_a or "", b.bytes or 0)
+    same_count = abs(b.per_step_b - b.per_step_a) < 1e-9
+    return (not b.flagged, same_count, -abs(db - da), b.op, b.dim or "", b.group_b or b.group_a or "", b.bytes or 0)
 
 
 def rank_shifts(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
