@@ -91,8 +91,9 @@ class SynthSpec:
 
     `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `slow_nic_rank` injects a degraded
     NIC (that rank's NIC runs at `nic_gbs / slow_nic_factor` both ways, e.g. a link that trained
-    down); `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the
-    tables (the timing is the same)."""
+    down); `slow_stage` a compute regression (that pipeline stage's forward and backward kernels
+    take `slow_stage_factor` times longer); `launch_events=False` leaves the CPU runtime calls and
+    `cuda_sync` records out of the tables (the timing is the same)."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -119,6 +120,8 @@ class SynthSpec:
     slow_nic_rank: int | None = None
     slow_nic_factor: float = 4.0
     launch_events: bool = True
+    slow_stage: int | None = None
+    slow_stage_factor: float = 1.5
 
     @property
     def world(self) -> int:
@@ -139,6 +142,10 @@ class SynthSpec:
             raise TracekitError("synth: nic_gbs and nvlink_gbs must be positive")
         if self.slow_nic_rank is not None and not 0 <= self.slow_nic_rank < self.world:
             raise TracekitError(f"synth: slow_nic_rank {self.slow_nic_rank} outside 0..{self.world - 1}")
+        if self.slow_stage is not None and not 0 <= self.slow_stage < self.pp:
+            raise TracekitError(f"synth: slow_stage {self.slow_stage} outside 0..{self.pp - 1}")
+        if self.slow_stage_factor <= 0:
+            raise TracekitError(f"synth: slow_stage_factor {self.slow_stage_factor} must be positive")
         if self.slow_nic_factor < 1:
             raise TracekitError(f"synth: slow_nic_factor {self.slow_nic_factor} must be at least 1")
 
@@ -319,6 +326,8 @@ class _Builder:
 
     def compute(self, rank: int, name: str, dur_ns: int) -> None:
         k = self.spec.kernels_per_block
+        if self.layout["coords"][rank]["pp"] == self.spec.slow_stage and name.startswith(("fwd", "bwd")):
+            dur_ns = int(dur_ns * self.spec.slow_stage_factor)
         base = max(dur_ns // k, 1)
         for i in range(k):
             self.programs[rank].append(("compute", f"{name}_k{i}", base))
@@ -766,6 +775,8 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],
         "instances": len(builder.instances),
+        "slow_stage": None if spec.slow_stage is None else {"stage": spec.slow_stage,
+                                                             "factor": spec.slow_stage_factor},
         "slow_nic": None if spec.slow_nic_rank is None else {
             "rank": spec.slow_nic_rank, "host": layout["coords"][spec.slow_nic_rank]["host"],
             "device": layout["coords"][spec.slow_nic_rank]["device"],

@@ -42,6 +42,8 @@ MIN_STEP_SHARE = 0.01
 MIN_RELATIVE = 0.05
 #: ... and by more than this many robust spreads (1.4826 MAD) of A's and B's, added.
 SPREADS = 3.0
+#: ... and change the bucket's time per step by at least this share of A's step time.
+MIN_BUCKET_STEP_SHARE = 0.002
 #: An instance slowed when it takes at least this much longer in B than in A.
 SLOWED = 1.25
 
@@ -100,7 +102,7 @@ def diff_runs(a: RunSource, b: RunSource) -> RunDiff:
     deco = decompose(ra, rb, steps, rank_map)
     host_b = dict(ranks_b.select("rank", "host").iter_rows())
     waits = wait_shifts(ra, rb, steps, rank_map, host_b)
-    buckets = bucket_changes(inst_a, inst_b, groups, steps)
+    buckets = bucket_changes(inst_a, inst_b, groups, steps, deco.step_a_ns)
     rank_changes = rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
     culprits = find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b)
     setup = setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b)
@@ -108,7 +110,16 @@ def diff_runs(a: RunSource, b: RunSource) -> RunDiff:
                   buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup)
     from msgspec.structs import replace
 
-    return replace(out, verdict=verdict(out))
+    return replace(out, verdict=verdict(out) + _caution(matching))
+
+
+def _caution(m: Matching) -> str:
+    """The verdict's tail when the runs are not alike: said in the one sentence, never only in a note."""
+    said = sorted((n for n in m.notes if n.startswith(("world sizes differ", "steps differ")) or "missing:" in n),
+                  key=lambda n: (not n.startswith("world sizes"), not n.startswith("steps")))
+    if not said:
+        return ""
+    return "; caution: " + "; ".join(n.split(";")[0] for n in said[:2])
 
 
 def _name(source: RunSource) -> str:
@@ -231,11 +242,12 @@ def _robust(values: np.ndarray) -> tuple[float, float]:
 
 
 def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[GroupPair],
-                   steps: list[int]) -> list[BucketChange]:
+                   steps: list[int], step_ns: float) -> list[BucketChange]:
     """Per bucket (op, size, matched group, dim): calls per step, the median over steps of the
     mean duration per step (the instances themselves with fewer than 3 steps) and its robust
     spread, and the median bus bandwidth, in A and B. Flagged when the count per step changed,
-    or the duration moved by at least MIN_RELATIVE and by more than SPREADS x (spread A + B)."""
+    or the duration moved by at least MIN_RELATIVE, by more than SPREADS x (spread A + B), and
+    by MIN_BUCKET_STEP_SHARE of A's step time per step (calls per step x the change)."""
     gmap = {p.group_a: p.group_b for p in groups}
     back = {v: k for k, v in gmap.items()}
     n = max(len(steps), 1)
@@ -267,7 +279,8 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
         if a is not None and b is not None and a["dur"] and b["dur"] is not None:
             change = b["dur"] - a["dur"]
             flagged = flagged or (abs(change) >= MIN_RELATIVE * a["dur"]
-                                  and abs(change) > SPREADS * (a["spread"] + b["spread"]))
+                                  and abs(change) > SPREADS * (a["spread"] + b["spread"])
+                                  and abs(change) * b["count"] >= MIN_BUCKET_STEP_SHARE * step_ns)
             ratio = a["dur"] / b["dur"] if b["dur"] else None
         rows.append(BucketChange(
             op=op, dim=dim, group_a=back.get(group) if a is not None else None,
@@ -366,7 +379,8 @@ def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFr
     for kind, col in (("rank", "rank"), ("host", "host")):
         per = (who.filter(pl.col(col).is_not_null()).unique(["instance_b", col])
                .group_by(col).agg(pl.col("slowed").sum().alias("n_slowed"), (~pl.col("slowed")).sum().alias("unslowed"),
-                                  pl.col("added").sum().alias("added"), pl.col("ratio").median()))
+                                  pl.col("added").sum().alias("added"),
+                                  pl.col("ratio").filter(pl.col("slowed")).median()))
         if per.height < 2:
             continue  # one host (or rank) is in everything: it explains nothing
         per = per.with_columns((pl.col("added") / added).alias("cover")).with_columns(
@@ -457,7 +471,8 @@ def _detail(d: RunDiff, lead: Part) -> str:
         if not slower:
             return ""
         rise = float(np.median([r.compute_b_ns - r.compute_a_ns for r in slower]))
-        return f"on ranks {_span(r.rank_b for r in slower)} (+{fmt_ns(rise)} each per step)"
+        who = f"rank {slower[0].rank_b}" if len(slower) == 1 else f"ranks {_span(r.rank_b for r in slower)}"
+        return f"on {who} (+{fmt_ns(rise)} {'each ' if len(slower) > 1 else ''}per step)"
     if d.waits and d.waits[0].delta_ns > 0:
         w = d.waits[0]
         return f"waiting on rank {w.rank}" + (f" ({w.host})" if w.host else "")

@@ -29,8 +29,8 @@ def _span(ranks: Iterable[int]) -> str:
 
 def match_ranks(a: pl.DataFrame, b: pl.DataFrame) -> tuple[str, dict[int, int], list[str]]:
     """Ranks of A to ranks of B: by rank number when both runs have the same world size and ranks,
-    else by (host, local device) where both are known, else by rank number where it exists in both.
-    Returns (how, mapping, notes)."""
+    else by (host, local device) where both are known, else by rank number where it exists in both,
+    else (no rank in common, as many present on each side) in rank order. Returns (how, mapping, notes)."""
     notes: list[str] = []
     ra = {int(r["rank"]): r for r in a.iter_rows(named=True)}
     rb = {int(r["rank"]): r for r in b.iter_rows(named=True)}
@@ -39,7 +39,7 @@ def match_ranks(a: pl.DataFrame, b: pl.DataFrame) -> tuple[str, dict[int, int], 
     for name, world, present in (("A", world_a, ra), ("B", world_b, rb)):
         if world > len(present):
             missing = sorted(set(range(world)) - set(present))
-            notes.append(f"{name} has {len(present)} of its {world} ranks: ranks {_span(missing)} are missing")
+            notes.append(f"{name} has {len(present)} of its {world} ranks (missing: {_span(missing)})")
     if world_a != world_b:
         notes.append(f"world sizes differ: A {world_a} ranks, B {world_b}")
         key_a = {(r["host"], r["local_device"]): k for k, r in ra.items()
@@ -52,6 +52,11 @@ def match_ranks(a: pl.DataFrame, b: pl.DataFrame) -> tuple[str, dict[int, int], 
             notes.append(f"ranks matched by host and local device: {len(mapping)} of A's {len(ra)}")
             return "host_device", mapping, notes
     mapping = {r: r for r in sorted(set(ra) & set(rb))}
+    if not mapping and ra and len(ra) == len(rb):
+        mapping = dict(zip(sorted(ra), sorted(rb), strict=True))
+        notes.append(f"no rank in common: the {len(ra)} present rank(s) matched in order "
+                     f"({', '.join(f'{x}->{y}' for x, y in list(mapping.items())[:4])})")
+        return "order", mapping, notes
     if world_a != world_b:
         notes.append(f"no (host, device) in common: ranks matched by number, {len(mapping)} of A's {len(ra)}")
     return "rank", mapping, notes
