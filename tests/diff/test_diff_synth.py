@@ -1,0 +1,86 @@
+"""Synthetic pairs with one known change each: the verdict names the change first, the parts of
+the step-time change add up to it, and a change that is not there (a clock offset) never shows."""
+
+from __future__ import annotations
+
+import pytest
+from diff_helpers import shift_rank_clock, synth
+
+from tracekit.diff import diff_runs
+from tracekit.diff.results import RunDiff
+
+
+def _sums(d: RunDiff) -> None:
+    deco = d.decomposition
+    assert deco.parts_sum_ns == pytest.approx(sum(p.delta_ns for p in deco.parts))
+    assert deco.parts_sum_ns + deco.remainder_ns == pytest.approx(deco.delta_ns, abs=1e-3)
+    if deco.source == "critical_path":  # compute + comm per dim + idle = step time, per step
+        assert abs(deco.remainder_ns) < 1.0
+    assert deco.delta_ns == pytest.approx(deco.step_b_ns - deco.step_a_ns)
+
+
+@pytest.fixture(scope="module")
+def slow_nic(base):
+    return diff_runs(base, synth(slow_nic_rank=5))
+
+
+def test_slow_nic_names_dp_and_the_host(slow_nic):
+    d = slow_nic
+    _sums(d)
+    assert d.decomposition.significant and d.decomposition.delta_ns > 2e6
+    assert d.verdict.startswith("step +"), d.verdict
+    lead = d.verdict.split(":", 1)[1]
+    assert "DP communication" in lead and "all_reduce" in lead and "node001" in lead and "rank 5" in lead
+    assert {(c.kind, c.name) for c in d.culprits} == {("rank", "5"), ("host", "node001")}
+    top = next(b for b in d.buckets if b.flagged)
+    assert (top.op, top.dim, top.per_step_a, top.per_step_b) == ("all_reduce", "DP", 2, 2)
+    assert top.ratio is not None and top.ratio < 0.6
+    ranks = {r.rank_b for r in d.ranks if "late" in r.slower_in}
+    assert 5 in ranks
+
+
+def test_compute_regression_on_one_stage(base):
+    d = diff_runs(base, synth(slow_stage=1, slow_stage_factor=1.5))
+    _sums(d)
+    assert ": +" in d.verdict and "is compute" in d.verdict and "ranks 8-15" in d.verdict, d.verdict
+    slower = {r.rank_b for r in d.ranks if "compute" in r.slower_in}
+    assert slower == set(range(8, 16))
+    assert not any(b.flagged and b.ratio is not None and b.ratio < 1 for b in d.buckets)  # no collective slowed
+
+
+def test_one_more_gradient_bucket(base):
+    d = diff_runs(base, synth(dp_buckets=3))
+    _sums(d)
+    assert "2 -> 3 all_reduce of 67.11 MB per step" in d.verdict, d.verdict
+    counted = [b for b in d.buckets if b.per_step_a != b.per_step_b]
+    assert {(b.op, b.dim, b.per_step_a, b.per_step_b) for b in counted} == {("all_reduce", "DP", 2, 3)}
+    assert d.buckets[0] in counted  # a change of count leads the buckets
+    assert d.matching.instances_only_b == 10 and d.matching.instances_only_a == 0
+
+
+def test_more_ep_skew(base):
+    d = diff_runs(base, synth(hot_expert_share=0.9))
+    _sums(d)
+    assert "is compute" in d.verdict and "EP imbalance" in d.verdict, d.verdict
+    assert [s.item for s in d.setup] == ["EP imbalance"]
+    hot = {r.rank_b for r in d.ranks if "compute" in r.slower_in}
+    assert hot == set(range(0, 16, 2))  # the first member of each EP pair holds the hot expert
+
+
+def test_clock_offset_on_one_rank_is_no_difference(base, base_tables):
+    d = diff_runs(base, shift_rank_clock(base_tables, 6, 3_000_000))
+    _sums(d)
+    assert d.verdict.startswith("no significant change"), d.verdict
+    assert "but" not in d.verdict
+    assert not any(b.flagged for b in d.buckets)
+    assert not any(r.slower_in for r in d.ranks)
+    assert d.decomposition.delta_ns == pytest.approx(0, abs=1_000)
+
+
+def test_a_run_against_itself_changes_nothing(base, base_tables):
+    d = diff_runs(base, base_tables)
+    _sums(d)
+    assert d.verdict.startswith("no significant change: step +0 ns"), d.verdict
+    assert not d.decomposition.significant and not any(p.significant for p in d.decomposition.parts)
+    assert not any(b.flagged for b in d.buckets) and not d.culprits and not d.setup and not d.waits
+    assert not d.matching.notes
