@@ -30,7 +30,7 @@ def test_ranks_by_host_and_device_when_world_sizes_differ():
 
 def test_missing_ranks_are_said():
     a = _ranks([(0, "h0", 0), (2, "h0", 2)], 4)
-    how, mapping, notes = match_ranks(a, a)
+    _how, mapping, notes = match_ranks(a, a)
     assert mapping == {0: 0, 2: 2}
     assert notes == ["A has 2 of its 4 ranks (missing: 1,3)", "B has 2 of its 4 ranks (missing: 1,3)"]
 
