@@ -84,3 +84,11 @@ def test_a_run_against_itself_changes_nothing(base, base_tables):
     assert not d.decomposition.significant and not any(p.significant for p in d.decomposition.parts)
     assert not any(b.flagged for b in d.buckets) and not d.culprits and not d.setup and not d.waits
     assert not d.matching.notes
+
+
+def test_two_seeds_of_one_job_are_no_regression(base):
+    d = diff_runs(base, synth(seed=1))
+    _sums(d)
+    assert d.verdict.startswith("no significant change"), d.verdict
+    idle = next(p for p in d.decomposition.parts if p.name == "idle")
+    assert abs(idle.delta_ns) > 0.01 * d.decomposition.step_a_ns and not idle.significant  # inside its noise
