@@ -63,3 +63,24 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, pair):
 def test_a_missing_path_is_refused(tmp_path, pair):
     res = run(pair[0], tmp_path / "nowhere")
     assert res.exit_code == 2 and "nowhere" in res.output
+
+
+def test_readme_block_is_the_real_output(tmp_path):
+    """The README's `tracekit diff` commands print the block it shows (verdict and waterfall)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Why is this run slower? `tracekit diff`"):]
+    commands = section[section.index("```sh\n") + 6:]
+    commands = [line.split("tracekit ", 1)[1].split() for line in commands[:commands.index("```")].splitlines()]
+    body = section[section.index("```\n", section.index("It leads with the verdict")) + 4:]
+    block = body[:body.index("```")].rstrip("\n").splitlines()
+    runner = CliRunner()
+    for args in commands[:-1]:
+        args[args.index("-o") + 1] = str(tmp_path / args[args.index("-o") + 1])
+        assert runner.invoke(main, args).exit_code == 0
+    args = [str(tmp_path / a) if a.startswith("runs/") else a for a in commands[-1]]
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0, res.output
+    got = [line.rstrip() for line in res.stdout.splitlines()]
+    assert got[:len(block)] == block
