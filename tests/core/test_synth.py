@@ -181,3 +181,21 @@ def test_without_launch_events_the_timing_is_the_same():
     assert b["events"].filter(pa.compute.is_in(b["events"].column("kind"),
                                                pa.array(["runtime", "sync"]))).num_rows == 0
     assert a["collectives"].column("dur_ns").equals(b["collectives"].column("dur_ns"))
+
+
+def test_slow_stage_stretches_that_stages_compute_only():
+    spec = {"hosts": 2, "gpus_per_host": 4, "steps": 1, "straggler_rank": None}
+    base, _ = make_run_tables(SynthSpec(**spec))
+    slow, truth = make_run_tables(SynthSpec(**spec, slow_stage=1, slow_stage_factor=2.0))
+    assert truth["slow_stage"] == {"stage": 1, "factor": 2.0}
+
+    def kernel(tables, rank, name):
+        ev = pl.from_arrow(tables["events"]).filter((pl.col("rank") == rank) & (pl.col("name") == name))
+        return ev["dur_ns"].to_list()
+
+    assert kernel(slow, 4, "fwd_attn_l0_k0") == pytest.approx([2 * d for d in kernel(base, 4, "fwd_attn_l0_k0")],
+                                                             abs=2)
+    assert kernel(slow, 0, "fwd_attn_l0_k0") == kernel(base, 0, "fwd_attn_l0_k0")  # stage 0 unchanged
+    assert kernel(slow, 4, "optimizer_step_k0") == kernel(base, 4, "optimizer_step_k0")
+    with pytest.raises(TracekitError, match="slow_stage"):
+        make_run_tables(**spec, slow_stage=2)
