@@ -410,8 +410,11 @@ def verdict(d: RunDiff) -> str:
         text = (f"no significant change: step {_signed(deco.delta_ns)}{pct} is within the runs' step-to-step "
                 f"variation (±{fmt_ns(max(deco.noise_ns, MIN_STEP_SHARE * deco.step_a_ns))})")
         flagged = [b for b in d.buckets if b.flagged]
+        setup = [s for s in d.setup if s.item in _HEADLINE_SETUP]
         if flagged:
             text += f"; but {_bucket_words(flagged[0])}"
+        elif setup:
+            text += f"; but {setup[0].item}: {setup[0].a} in A, {setup[0].b} in B"
         return text
     sign = 1 if deco.delta_ns > 0 else -1
     leads = sorted((p for p in deco.parts if p.significant and p.delta_ns * sign > 0),

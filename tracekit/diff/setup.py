@@ -63,7 +63,55 @@ def setup_changes(ra: AnalysisResult, rb: AnalysisResult, run_a: Run | None, run
     links_a, links_b = _table(run_a, tabs_a, "topology_links"), _table(run_b, tabs_b, "topology_links")
     if links_a is not None and links_b is not None:
         items.append(("fabric links", _fabric(links_a), _fabric(links_b)))
+    items += telemetry_items(_table(run_a, tabs_a, "link_samples"), _table(run_b, tabs_b, "link_samples"),
+                             _table(run_a, tabs_a, "counters"), _table(run_b, tabs_b, "counters"))
     return [SetupChange(item=i, a=a, b=b) for i, a, b in items if a != b]
+
+
+#: Congestion and loss counters compared per second of telemetry, A against B.
+CONGESTION = ("pfc_pause", "ecn_marked", "xmit_wait", "discards", "errors")
+
+
+def telemetry_items(ls_a: pl.DataFrame | None, ls_b: pl.DataFrame | None, co_a: pl.DataFrame | None,
+                    co_b: pl.DataFrame | None) -> list[tuple[str, str, str]]:
+    """Per-link telemetry where both runs have it: mean link utilization and the busiest link
+    (the larger of tx and rx per sample, telemetry samples only), and each congestion counter's
+    increase per second summed over ports."""
+    items: list[tuple[str, str, str]] = []
+    util_a, util_b = _utilization(ls_a), _utilization(ls_b)
+    if util_a is not None and util_b is not None:
+        items.append(("link utilization (mean)", f"{util_a[0]:.0%}", f"{util_b[0]:.0%}"))
+        items.append(("busiest link", f"{util_a[1]} {util_a[2]:.0%}", f"{util_b[1]} {util_b[2]:.0%}"))
+    rates_a, rates_b = _counter_rates(co_a), _counter_rates(co_b)
+    if rates_a is not None and rates_b is not None:
+        for metric in CONGESTION:
+            if metric in rates_a or metric in rates_b:
+                items.append((f"{metric} per second", f"{rates_a.get(metric, 0.0):.3g}",
+                              f"{rates_b.get(metric, 0.0):.3g}"))
+    return items
+
+
+def _utilization(ls: pl.DataFrame | None) -> tuple[float, str, float] | None:
+    if ls is None or "origin" not in ls.columns:
+        return None
+    tel = ls.filter(pl.col("origin") == "telemetry").with_columns(
+        pl.max_horizontal(pl.col("tx_util"), pl.col("rx_util")).alias("_u")).filter(pl.col("_u").is_not_null())
+    if tel.height == 0:
+        return None
+    per = tel.group_by("link").agg(pl.col("_u").mean()).sort(["_u", "link"], descending=[True, False])
+    return float(per.get_column("_u").mean()), str(per.item(0, "link")), float(per.item(0, "_u"))
+
+
+def _counter_rates(co: pl.DataFrame | None) -> dict[str, float] | None:
+    if co is None:
+        return None
+    c = co.filter(pl.col("metric").is_in(list(CONGESTION)) & pl.col("value").is_not_null())
+    if c.height == 0:
+        return {}
+    span = (c.get_column("ts_ns").max() - c.get_column("ts_ns").min()) / 1e9
+    rises = c.group_by("device", "port", "metric").agg((pl.col("value").max() - pl.col("value").min()).alias("d"))
+    totals = dict(rises.group_by("metric").agg(pl.col("d").sum()).iter_rows())
+    return {m: float(v) / span if span > 0 else float(v) for m, v in totals.items()}
 
 
 def _layout(groups: pl.DataFrame) -> str:
