@@ -252,21 +252,28 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
     back = {v: k for k, v in gmap.items()}
     n = max(len(steps), 1)
 
+    key = ["op", "dim", "group", "bytes"]
+
+    def mad(col: str) -> pl.Expr:
+        return 1.4826 * (pl.col(col) - pl.col(col).median()).abs().median()
+
     def stats(inst: pl.DataFrame, to_b: bool) -> dict[tuple, dict[str, Any]]:
         df = inst.filter(pl.col("step").is_in(steps))
         if to_b:
             df = df.filter(pl.col("group").is_in(list(gmap))).with_columns(
                 pl.col("group").replace_strict(gmap, return_dtype=pl.String))
+        whole = df.group_by(key).agg(pl.len().alias("n"), pl.col("duration_ns").median().alias("med_i"),
+                                     mad("duration_ns").alias("mad_i"), pl.col("busbw_gbps").median().alias("busbw"))
+        by_step = (df.filter(pl.col("duration_ns").is_not_null()).group_by([*key, "step"])
+                   .agg(pl.col("duration_ns").mean().alias("d"))
+                   .group_by(key).agg(pl.len().alias("steps"), pl.col("d").median().alias("med_s"),
+                                      mad("d").alias("mad_s")))
         out = {}
-        for key, part in df.group_by("op", "dim", "group", "bytes"):
-            dur = part.get_column("duration_ns").drop_nulls().to_numpy().astype(float)
-            per_step = (part.filter(pl.col("duration_ns").is_not_null()).group_by("step")
-                        .agg(pl.col("duration_ns").mean()).get_column("duration_ns").to_numpy())
-            sample = per_step if per_step.size >= 3 else dur
-            med, spread = _robust(sample) if sample.size else (None, None)
-            bw = part.get_column("busbw_gbps").drop_nulls()
-            out[key] = {"count": part.height / n, "dur": med, "spread": spread,
-                        "busbw": float(bw.median()) if bw.len() else None}
+        for row in whole.join(by_step, on=key, how="left", nulls_equal=True).iter_rows(named=True):
+            per_step = (row["steps"] or 0) >= 3
+            out[tuple(row[k] for k in key)] = {
+                "count": row["n"] / n, "dur": row["med_s"] if per_step else row["med_i"],
+                "spread": row["mad_s"] if per_step else row["mad_i"], "busbw": row["busbw"]}
         return out
 
     sa, sb = stats(inst_a, True), stats(inst_b, False)
@@ -277,6 +284,7 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
         flagged = a is None or b is None or abs(a["count"] - b["count"]) > 1e-9
         ratio = None
         if a is not None and b is not None and a["dur"] and b["dur"] is not None:
+            a["spread"], b["spread"] = a["spread"] or 0.0, b["spread"] or 0.0
             change = b["dur"] - a["dur"]
             flagged = flagged or (abs(change) >= MIN_RELATIVE * a["dur"]
                                   and abs(change) > SPREADS * (a["spread"] + b["spread"])
@@ -300,37 +308,42 @@ def _bucket_order(b: BucketChange) -> tuple:
     return (not b.flagged, same_count, -abs(db - da), b.op, b.dim or "", b.group_b or b.group_a or "", b.bytes or 0)
 
 
+_RANK_FIGURES = {"compute": "compute_ns", "communication": "exposed_ns", "late": "late_ns"}
+
+
 def rank_shifts(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
                 host_b: dict[int, str | None], step_ns: float) -> list[RankChange]:
     """Per matched rank, the mean compute, exposed communication and lateness (arrival after the
-    first participant, over its collectives) per step window in A and B; `slower_in` names what
-    rose by more than each run's own step-to-step noise and MIN_STEP_SHARE of A's step time."""
+    first participant, summed over its collectives) per step window in A and B; `slower_in` names
+    what rose by more than each run's own step-to-step noise and MIN_STEP_SHARE of A's step time."""
     floor = MIN_STEP_SHARE * step_ns
+    cols = list(_RANK_FIGURES.values())
 
-    def per_rank(r: AnalysisResult) -> dict[int, dict[str, np.ndarray]]:
-        w = frame(r.per_rank_step).filter(pl.col("step").is_in(steps))
-        late = _lateness(r, steps)
-        out = {}
-        for (rank,), part in w.group_by("rank"):
-            out[int(rank)] = {"compute": part.get_column("compute_ns").to_numpy().astype(float),
-                              "communication": part.get_column("exposed_ns").to_numpy().astype(float),
-                              "late": late.get(int(rank), np.zeros(1))}
-        return out
+    def per_rank(r: AnalysisResult, mapping: dict[int, int] | None) -> pl.DataFrame:
+        w = frame(r.per_rank_step).filter(pl.col("step").is_in(steps)).select(
+            pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64), "compute_ns", "exposed_ns")
+        w = w.join(_lateness(r, steps), on=["rank", "step"], how="left").with_columns(pl.col("late_ns").fill_null(0))
+        if mapping is not None:
+            w = w.filter(pl.col("rank").is_in(list(mapping))).with_columns(
+                pl.col("rank").replace_strict(mapping, return_dtype=pl.Int64))
+        return w.group_by("rank").agg(
+            pl.len().alias("n"), *(pl.col(c).cast(pl.Float64).mean().alias(c) for c in cols),
+            *(pl.col(c).cast(pl.Float64).var(ddof=1).fill_null(0.0).fill_nan(0.0).alias(f"{c}_var") for c in cols))
 
-    pa_, pb = per_rank(ra), per_rank(rb)
+    both = per_rank(ra, rank_map).join(per_rank(rb, None), on="rank", suffix="_b")
+    back = {v: k for k, v in rank_map.items()}
     rows = []
-    for r_a, r_b in rank_map.items():
-        a, b = pa_.get(r_a), pb.get(r_b)
-        if a is None or b is None:
-            continue
-        slower = [k for k in ("compute", "communication", "late")
-                  if float(b[k].mean() - a[k].mean()) > max(_noise(a[k], b[k]), floor)]
-        rows.append(RankChange(rank_a=r_a, rank_b=r_b, host=host_b.get(r_b),
-                               compute_a_ns=float(a["compute"].mean()), compute_b_ns=float(b["compute"].mean()),
-                               exposed_a_ns=float(a["communication"].mean()),
-                               exposed_b_ns=float(b["communication"].mean()),
-                               late_a_ns=float(a["late"].mean()), late_b_ns=float(b["late"].mean()),
-                               slower_in=slower))
+    for row in both.sort("rank").iter_rows(named=True):
+        slower = []
+        for name, c in _RANK_FIGURES.items():
+            noise = 2.0 * math.sqrt(row[f"{c}_var"] / row["n"] + row[f"{c}_var_b"] / row["n_b"])
+            if row[f"{c}_b"] - row[c] > max(noise, floor):
+                slower.append(name)
+        r_b = int(row["rank"])
+        rows.append(RankChange(rank_a=back[r_b], rank_b=r_b, host=host_b.get(r_b),
+                               compute_a_ns=row["compute_ns"], compute_b_ns=row["compute_ns_b"],
+                               exposed_a_ns=row["exposed_ns"], exposed_b_ns=row["exposed_ns_b"],
+                               late_a_ns=row["late_ns"], late_b_ns=row["late_ns_b"], slower_in=slower))
     return sorted(rows, key=lambda c: (not c.slower_in, -_rank_rise(c), c.rank_b))
 
 
@@ -338,17 +351,15 @@ def _rank_rise(c: RankChange) -> float:
     return max(c.compute_b_ns - c.compute_a_ns, c.exposed_b_ns - c.exposed_a_ns, c.late_b_ns - c.late_a_ns)
 
 
-def _lateness(r: AnalysisResult, steps: list[int]) -> dict[int, np.ndarray]:
-    """Per rank, per step: the summed time it reached its collectives after their first participant."""
+def _lateness(r: AnalysisResult, steps: list[int]) -> pl.DataFrame:
+    """Per rank and step: the summed time it reached its collectives after their first participant."""
     parts = frame(r.participants)
     if parts.height == 0:
-        return {}
+        return pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "late_ns": pl.Int64})
     inst = frame(r.instances).select("instance", "max_wait_ns")
-    p = (parts.filter(pl.col("step").is_in(steps)).join(inst, on="instance")
-         .with_columns((pl.col("max_wait_ns") - pl.col("wait_ns")).alias("late_ns"))
-         .group_by("rank", "step").agg(pl.col("late_ns").sum()))
-    return {int(rank): part.get_column("late_ns").to_numpy().astype(float)
-            for (rank,), part in p.group_by("rank")}
+    return (parts.filter(pl.col("step").is_in(steps)).join(inst, on="instance")
+            .with_columns((pl.col("max_wait_ns") - pl.col("wait_ns")).alias("late_ns"))
+            .group_by(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64)).agg(pl.col("late_ns").sum()))
 
 
 def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFrame, pairs: pl.DataFrame,
