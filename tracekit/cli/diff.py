@@ -19,8 +19,12 @@ if TYPE_CHECKING:
 @json_option
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1),
               help="How many buckets and ranks to list.")
+@click.option("--topology", default=None, metavar="TOPOLOGY",
+              help="The network A ran on (a preset or YAML, as for replay): replay both runs on it with A's "
+                   "calibration and split the change into network (less delivered for the same work) and job "
+                   "(more or different work asked).")
 @user_errors
-def diff(a: str, b: str, as_json: bool, top: int) -> None:
+def diff(a: str, b: str, as_json: bool, top: int, topology: str | None) -> None:
     """Compare run B against run A: the step-time change split into parts that add up (compute,
     communication per dim, idle), the collective buckets whose speed changed beyond each run's own
     step-to-step variation, the ranks and hosts behind it, and what differs in the setup.
@@ -31,7 +35,7 @@ def diff(a: str, b: str, as_json: bool, top: int) -> None:
     from tracekit.diff import diff_runs
     from tracekit.results import dumps
 
-    result = diff_runs(a, b)
+    result = diff_runs(a, b, topology=topology)
     if as_json:
         click.echo(dumps(result))
         return
@@ -74,5 +78,8 @@ def _print(result: RunDiff, top: int) -> None:
         for line in lines:
             console.print(f"  - {line}")
     show("Setup differences", present.SETUP_COLUMNS, present.setup_rows(result))
+    if result.network is not None:
+        console.print()
+        console.print(present.network_line(result))
     console.print()
     console.print(present.matching_line(result))

@@ -68,9 +68,12 @@ def _open(path: str | os.PathLike[str]) -> Run:
     return open_run([path])
 
 
-def diff_runs(a: RunSource, b: RunSource) -> RunDiff:
+def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> RunDiff:
     """Compare run B against run A (each a run directory, raw trace path, dict of tables, or an
-    `AnalysisResult`): the verdict, the decomposed step-time change, buckets, ranks, setup."""
+    `AnalysisResult`): the verdict, the decomposed step-time change, buckets, ranks, setup.
+
+    With `topology` (the network A ran on), both runs are also replayed on it with A's
+    calibration, to split the change into network and job (`tracekit.diff.network`)."""
     ra, run_a, tabs_a = _analysis(a)
     rb, run_b, tabs_b = _analysis(b)
     ranks_a, ranks_b = frame(ra.ranks), frame(rb.ranks)
@@ -106,8 +109,17 @@ def diff_runs(a: RunSource, b: RunSource) -> RunDiff:
     rank_changes = rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
     culprits = find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b)
     setup = setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b)
+    network = None
+    if topology is not None:
+        src_a, src_b = run_a if run_a is not None else tabs_a, run_b if run_b is not None else tabs_b
+        if src_a is None or src_b is None:
+            raise TracekitError("diff --topology replays the runs: give run directories, traces or tables, "
+                                "not analysis results")
+        from tracekit.diff.network import network_or_job
+
+        network = network_or_job(src_a, src_b, topology, steps, name_a=_name(a))
     out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco, waits=waits,
-                  buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup)
+                  buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup, network=network)
     from msgspec.structs import replace
 
     return replace(out, verdict=verdict(out) + _caution(matching))
@@ -410,7 +422,12 @@ def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFr
 
 
 def verdict(d: RunDiff) -> str:
-    """One sentence: the step-time change, the part that dominates it and what is behind that part."""
+    """One sentence: the step-time change, the part that dominates it and what is behind that part
+    (and, with a replay, whether the network or the job explains it)."""
+    return _verdict(d) + _network_words(d)
+
+
+def _verdict(d: RunDiff) -> str:
     deco = d.decomposition
     if deco.steps == 0:
         return "not compared: the runs have no step in common" + (f" ({d.matching.notes[0]})" if d.matching.notes
@@ -442,6 +459,17 @@ def verdict(d: RunDiff) -> str:
         s = setup[0]
         text += f"; {s.item}: {s.a} in A, {s.b} in B"
     return text
+
+
+def _network_words(d: RunDiff) -> str:
+    n = d.network
+    if n is None:
+        return ""
+    lead = ("the network delivered less for the same work" if n.network_ns > 0 else
+            "the network delivered more for the same work") if n.dominant == "network" else (
+        "the job asked for more" if n.job_ns > 0 else "the job asked for less")
+    return (f"; {lead}: replayed with A's calibration, {_signed(n.network_ns)} is the network and "
+            f"{_signed(n.job_ns)} the job (replay step error {n.step_error:.1%})")
 
 
 _HEADLINE_SETUP = ("channels", "algorithm", "protocol", "NCCL version", "world size", "EP imbalance",

@@ -107,3 +107,15 @@ def matching_line(d: RunDiff) -> str:
     how = {"rank": "by rank", "host_device": "by host and local device", "order": "in rank order"}[m.ranks_by]
     return (f"matched {len(m.ranks)} ranks {how}, {len(m.groups)} process groups, {len(m.steps)} steps, "
             f"{inst} collectives ({m.instances_by_seq} by sequence, {m.instances_by_position} by position)")
+
+
+def network_line(d: RunDiff) -> str:
+    """The network-or-job split in one line, with the replay's errors."""
+    n = d.network
+    if n is None:
+        return ""
+    cv = ("" if n.instance_error_median is None else f"; per collective, cross-validated on A: median "
+          f"{n.instance_error_median:.1%}, p90 {n.instance_error_p90:.1%}")
+    return (f"network or job (replayed on {n.topology} with A's calibration): A {fmt_ns(n.replayed_a_ns)} replayed "
+            f"against {fmt_ns(n.step_a_ns)} traced, B's work on A's network {fmt_ns(n.replayed_b_ns)}: "
+            f"job {signed(n.job_ns)}, network {signed(n.network_ns)}; step error of the replay {n.step_error:.1%}{cv}")

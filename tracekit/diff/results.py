@@ -3,6 +3,7 @@ the per bucket, per rank and setup differences behind it (JSON through `tracekit
 
 from __future__ import annotations
 
+from tracekit.diff.network import NetworkSplit
 from tracekit.results import Result
 
 JSON_SCHEMA = "tracekit.diff/1"
@@ -149,3 +150,4 @@ class RunDiff(Result, kw_only=True):
     ranks: list[RankChange]
     culprits: list[Culprit]
     setup: list[SetupChange]
+    network: NetworkSplit | None = None  # with a topology: the change split into network and job
