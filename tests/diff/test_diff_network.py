@@ -58,3 +58,16 @@ def test_topology_needs_something_to_replay(base):
 
     with pytest.raises(TracekitError, match="replays the runs"):
         diff_runs(base, base, topology=TOPOLOGY)
+
+
+def test_a_slower_fabric_everywhere_is_the_network_not_the_calibration(small_base):
+    """Every NIC at half speed: B's own calibration would absorb it; A's does not."""
+    d = diff_runs(small_base, synth(**SMALL, nic_gbs=25.0), topology=TOPOLOGY)
+    n = _check(d)
+    assert n.dominant == "network" and n.network_ns > 0.8 * (n.step_b_ns - n.step_a_ns) > 0
+
+
+def test_a_run_against_itself_is_neither(small_base):
+    d = diff_runs(small_base, small_base, topology=TOPOLOGY)
+    n = d.network
+    assert n.job_ns == pytest.approx(0, abs=1.0) and n.network_ns == pytest.approx(0, abs=1.0)
