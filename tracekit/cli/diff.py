@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
               help="The network A ran on (a preset or YAML, as for replay): replay both runs on it with A's "
                    "calibration and split the change into network (less delivered for the same work) and job "
                    "(more or different work asked).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write an HTML report with a Diff tab (waterfall, buckets, per-host heatmap, setup).")
 @user_errors
-def diff(a: str, b: str, as_json: bool, top: int, topology: str | None) -> None:
+def diff(a: str, b: str, as_json: bool, top: int, topology: str | None, report_path: Path | None) -> None:
     """Compare run B against run A: the step-time change split into parts that add up (compute,
     communication per dim, idle), the collective buckets whose speed changed beyond each run's own
     step-to-step variation, the ranks and hosts behind it, and what differs in the setup.
@@ -38,8 +41,12 @@ def diff(a: str, b: str, as_json: bool, top: int, topology: str | None) -> None:
     result = diff_runs(a, b, topology=topology)
     if as_json:
         click.echo(dumps(result))
-        return
-    _print(result, top)
+    else:
+        _print(result, top)
+    if report_path is not None:
+        from tracekit.viz.diff import write_diff_report
+
+        click.echo(f"report: {write_diff_report(result, report_path)}", err=as_json)
 
 
 def _print(result: RunDiff, top: int) -> None:
