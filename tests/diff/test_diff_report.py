@@ -30,6 +30,9 @@ def test_heat_names_the_slow_host_late(slow_nic):
     heat = diff_data(slow_nic)["heat"]
     assert set(heat) == {"node000", "node001", "node002", "node003"}
     assert max(heat, key=lambda h: heat[h]["exposed comm"]) in ("node000", "node001")
+    assert heat["node001"]["exposed comm"] > 1e6 and abs(heat["node001"]["compute"]) < 2e5  # comm rose, not compute
+    late = {r.rank_b: r.late_b_ns - r.late_a_ns for r in slow_nic.ranks if r.host == "node001"}
+    assert heat["node001"]["late"] == pytest.approx(sum(late.values()) / len(late))
 
 
 def test_cli_report_writes_a_diff_tab(tmp_path):
