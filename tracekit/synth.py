@@ -92,8 +92,11 @@ class SynthSpec:
     `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `slow_nic_rank` injects a degraded
     NIC (that rank's NIC runs at `nic_gbs / slow_nic_factor` both ways, e.g. a link that trained
     down); `slow_stage` a compute regression (that pipeline stage's forward and backward kernels
-    take `slow_stage_factor` times longer); `launch_events=False` leaves the CPU runtime calls and
-    `cuda_sync` records out of the tables (the timing is the same)."""
+    take `slow_stage_factor` times longer); `ring_channels` the ring channels of an all-reduce
+    across hosts (default: one per member of the largest host share, so every NIC carries one; fewer
+    put a member's NIC under more of them) and, when set, a `channels` table saying so;
+    `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the tables
+    (the timing is the same)."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -122,6 +125,7 @@ class SynthSpec:
     launch_events: bool = True
     slow_stage: int | None = None
     slow_stage_factor: float = 1.5
+    ring_channels: int | None = None
 
     @property
     def world(self) -> int:
@@ -146,6 +150,8 @@ class SynthSpec:
             raise TracekitError(f"synth: slow_stage {self.slow_stage} outside 0..{self.pp - 1}")
         if self.slow_stage_factor <= 0:
             raise TracekitError(f"synth: slow_stage_factor {self.slow_stage_factor} must be positive")
+        if self.ring_channels is not None and self.ring_channels < 1:
+            raise TracekitError(f"synth: ring_channels {self.ring_channels} must be at least 1")
         if self.slow_nic_factor < 1:
             raise TracekitError(f"synth: slow_nic_factor {self.slow_nic_factor} must be at least 1")
 
@@ -223,6 +229,7 @@ class _Links:
 
     def __init__(self, spec: SynthSpec) -> None:
         self.gpus_per_host = spec.gpus_per_host
+        self.ring_channels = spec.ring_channels
         self.cap = (spec.nic_gbs, spec.nic_gbs, spec.nvlink_gbs, spec.nvlink_gbs)  # bytes/ns
         self.slow = {} if spec.slow_nic_rank is None else {
             4 * spec.slow_nic_rank + k: spec.nic_gbs / spec.slow_nic_factor for k in (_NIC_TX, _NIC_RX)}
@@ -263,7 +270,7 @@ class _Links:
             by_host.setdefault(self.host(m), []).append(m)
         if len(by_host) == 1:
             return {k: total for m in members for k in (4 * m + _NVL_TX, 4 * m + _NVL_RX)}
-        channels = max(len(v) for v in by_host.values())
+        channels = self.ring_channels or max(len(v) for v in by_host.values())
         exits = dict.fromkeys(members, 0)
         for local in by_host.values():
             for c in range(channels):
@@ -751,8 +758,32 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
         "events": schema.conform("events", ev),
         "collectives": schema.conform("collectives", co),
     }
+    if spec.ring_channels is not None:
+        tables["channels"] = _ring_channels(spec, layout)
     truth = _truth(spec, layout, builder, offset)
     return tables, truth
+
+
+def _ring_channels(spec: SynthSpec, layout: dict[str, Any]) -> pa.Table:
+    """The ring channels of each DP group (as NCCL's Channel lines would give them): per member and
+    channel, the next member of the ring, over the NIC across hosts, NVLink (P2P) within one."""
+    coords = layout["coords"]
+    rows: dict[str, list] = {k: [] for k in ("group", "rank", "channel", "pattern", "peer_rank", "direction",
+                                             "transport", "detail", "nic")}
+    for g in layout["groups"]:
+        members = g["ranks"]
+        if g["dim"] != "DP" or len(members) < 2:
+            continue
+        for i, r in enumerate(members):
+            peer = members[(i + 1) % len(members)]
+            net = coords[r]["host"] != coords[peer]["host"]
+            for c in range(spec.ring_channels or 1):
+                for key, value in (("group", g["group"]), ("rank", r), ("channel", c), ("pattern", "ring"),
+                                   ("peer_rank", peer), ("direction", "send"), ("transport", "NET" if net else "P2P"),
+                                   ("detail", "IB/0/GDRDMA" if net else "P2P/CUMEM"),
+                                   ("nic", f"mlx5_{coords[r]['device']}" if net else None)):
+                    rows[key].append(value)
+    return schema.conform("channels", rows)
 
 
 def _is_sender(inst: _Instance, rank: int) -> bool:
@@ -775,6 +806,7 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],
         "instances": len(builder.instances),
+        "ring_channels": spec.ring_channels,
         "slow_stage": None if spec.slow_stage is None else {"stage": spec.slow_stage,
                                                              "factor": spec.slow_stage_factor},
         "slow_nic": None if spec.slow_nic_rank is None else {

@@ -92,3 +92,12 @@ def test_two_seeds_of_one_job_are_no_regression(base):
     assert d.verdict.startswith("no significant change"), d.verdict
     idle = next(p for p in d.decomposition.parts if p.name == "idle")
     assert abs(idle.delta_ns) > 0.01 * d.decomposition.step_a_ns and not idle.significant  # inside its noise
+
+
+def test_fewer_ring_channels_name_dp_and_the_channels():
+    d = diff_runs(synth(ring_channels=4), synth(ring_channels=1))
+    _sums(d)
+    assert "is DP communication on the critical path, where all_reduces of 67.11 MB" in d.verdict, d.verdict
+    assert d.verdict.endswith("; channels: 4 in A, 1 in B"), d.verdict
+    assert not d.culprits  # every member of the group is in every slowed all-reduce: no one to blame
+    assert [s.item for s in d.setup] == ["channels"]

@@ -44,6 +44,8 @@ MIN_RELATIVE = 0.05
 SPREADS = 3.0
 #: ... and change the bucket's time per step by at least this share of A's step time.
 MIN_BUCKET_STEP_SHARE = 0.002
+#: A culprit took part in collectives that carry at least this share of the time the slowed ones added.
+CULPRIT_SHARE = 0.8
 #: An instance slowed when it takes at least this much longer in B than in A.
 SLOWED = 1.25
 
@@ -380,7 +382,7 @@ def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFr
 
     Scored by the share of the time the slowed instances added that it took part in, times the
     share of its instances that slowed (a rank in every collective explains nothing); the best of
-    each kind (ties kept) when that share of added time is at least a half."""
+    each kind (ties kept) when that share of added time is at least CULPRIT_SHARE."""
     if pairs.height == 0 or parts_b.height == 0:
         return []
     da = inst_a.select(pl.col("instance").alias("instance_a"), pl.col("duration_ns").alias("dur_a"))
@@ -411,7 +413,7 @@ def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFr
         best = per.get_column("score").max()
         if best is None or best <= 0:
             continue
-        top = per.filter((pl.col("score") >= best * (1 - 1e-9)) & (pl.col("cover") >= 0.5))
+        top = per.filter((pl.col("score") >= best * (1 - 1e-9)) & (pl.col("cover") >= CULPRIT_SHARE))
         if top.height == per.height:
             continue
         for row in top.sort(col).iter_rows(named=True):
@@ -501,10 +503,11 @@ def _detail(d: RunDiff, lead: Part) -> str:
         if abs(b.per_step_b - b.per_step_a) > 1e-9 or b.ratio is None:
             return _bucket_words(b)
         text = f"where {b.op}s of {fmt_bytes(b.bytes)} on group {b.group_b or b.group_a}"
+        host_of = {r.rank_b: r.host for r in d.ranks}
         if culprit is not None:
             names = [c.name for c in d.culprits if c.kind == culprit.kind]
             text += f" through {culprit.kind} {' and '.join(names)}"
-            ranks = [c.name for c in d.culprits if c.kind == "rank"]
+            ranks = [c.name for c in d.culprits if c.kind == "rank" and host_of.get(int(c.name)) in names]
             if culprit.kind == "host" and ranks:
                 text += f" (rank {' and '.join(ranks)})"
         return text + f" run at {b.ratio:.2f}x their busbw in A"
