@@ -214,4 +214,4 @@ def test_ring_channels_concentrate_the_all_reduce_on_fewer_nics():
         co = pl.from_arrow(tables["collectives"]).filter(pl.col("dim") == "DP")
         return co["dur_ns"].median()
 
-    assert dp(one) > 3 * dp(four)  # one NIC per host carries the whole ring instead of four
+    assert dp(one) > 2 * dp(four)  # one NIC per host carries the whole ring instead of four
