@@ -84,3 +84,18 @@ def test_readme_block_is_the_real_output(tmp_path):
     assert res.exit_code == 0, res.output
     got = [line.rstrip() for line in res.stdout.splitlines()]
     assert got[:len(block)] == block
+
+
+def test_synth_makes_the_pairs_from_the_command_line(tmp_path):
+    from tracekit.store import Run
+
+    runner = CliRunner()
+    common = ["--hosts", "2", "--gpus", "4", "--steps", "1", "--straggler", "-1"]
+    res = runner.invoke(main, ["synth", "-o", str(tmp_path / "s"), *common, "--slow-stage", "1:2",
+                               "--ring-channels", "1", "--dp-buckets", "3", "--hot-expert-share", "0.9"])
+    assert res.exit_code == 0, res.output
+    truth = json.loads((tmp_path / "s" / "truth.json").read_text())
+    assert truth["slow_stage"] == {"stage": 1, "factor": 2.0} and truth["ring_channels"] == 1
+    assert Run(tmp_path / "s").table("channels").num_rows == 8
+    bad = runner.invoke(main, ["synth", "-o", str(tmp_path / "t"), *common, "--slow-stage", "x"])
+    assert bad.exit_code == 1 and "--slow-stage 'x': expected STAGE or STAGE:FACTOR" in bad.output
