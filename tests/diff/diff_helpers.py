@@ -53,3 +53,22 @@ def drop_ranks(tables: dict[str, pa.Table], ranks: set[int]) -> dict[str, pa.Tab
         t = out[name]
         out[name] = t.filter(pc.invert(pc.is_in(t.column("rank"), pa.array(sorted(ranks), t.column("rank").type))))
     return out
+
+
+def shift_steps(tables: dict[str, pa.Table], by: int) -> dict[str, pa.Table]:
+    """The same run with its step numbers moved by `by` (another profiler schedule): the step
+    columns and the `ProfilerStep#N` annotations."""
+    import polars as pl
+
+    from tracekit import schema
+
+    out = dict(tables)
+    for name in ("events", "collectives"):
+        df = pl.from_arrow(out[name]).with_columns(pl.col("step") + by)
+        if name == "events":
+            n = pl.col("name").cast(pl.String)
+            num = n.str.extract(r"^ProfilerStep#(\d+)$", 1).cast(pl.Int64)
+            df = df.with_columns(pl.when(num.is_not_null()).then(pl.format("ProfilerStep#{}", num + by))
+                                 .otherwise(n).alias("name"))
+        out[name] = schema.conform(name, df.to_arrow())
+    return out

@@ -82,3 +82,23 @@ def test_instances_by_position_when_sequences_differ(base):
     m = d.matching
     assert m.instances_by_position > 0 and m.instances_by_seq > 0
     assert m.instances_by_seq + m.instances_by_position + m.instances_only_a == 820
+
+
+def test_groups_by_id_and_size_last():
+    ga = pl.DataFrame({"group": ["0", "1"], "desc": [None, None], "ranks": [[0, 1], [2, 3]]})
+    gb = pl.DataFrame({"group": ["0", "1"], "desc": [None, None], "ranks": [[4, 5], [6, 7, 8]]})
+    pairs, notes = match_groups(ga, gb, {0: 0, 1: 1, 2: 2, 3: 3})
+    assert [(p.group_a, p.group_b, p.by) for p in pairs] == [("0", "0", "id")]
+    assert notes == ["1 group(s) of A have no match in B: 1", "1 group(s) of B have no match in A: 1"]
+
+
+def test_steps_without_a_number_in_common_are_matched_in_order(base, base_tables):
+    from diff_helpers import shift_steps
+
+    d = diff_runs(base, shift_steps(base_tables, 10))
+    assert d.matching.steps == [0, 1, 2, 3, 4] and d.decomposition.steps == 5
+    assert d.matching.notes[0].startswith("no step number in common (A 0-4, B 10-14): steps matched in order, "
+                                          "B 10 -> A 0")
+    assert d.verdict.startswith("no significant change: step +0 ns"), d.verdict
+    assert "caution: no step number in common" in d.verdict
+    assert not any(b.flagged for b in d.buckets) and d.matching.instances_by_seq == 820

@@ -86,7 +86,14 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
     steps_a = sorted(st_a.get_column("step").to_list())
     steps_b = sorted(st_b.get_column("step").to_list())
     steps = sorted(set(steps_a) & set(steps_b))
-    if steps_a != steps_b:
+    if not steps and steps_a and steps_b:
+        order = dict(zip(steps_b, steps_a, strict=False))
+        rb = renumber_steps(rb, order)
+        notes.append(f"no step number in common (A {_span(steps_a)}, B {_span(steps_b)}): steps matched in order, "
+                     + ", ".join(f"B {b} -> A {a}" for b, a in list(order.items())[:4]))
+        steps_b = sorted(order.values())
+        steps = sorted(set(steps_a) & set(steps_b))
+    elif steps_a != steps_b:
         notes.append(f"steps differ: A has {_span(steps_a)}, B {_span(steps_b)}; "
                      f"{'compared ' + _span(steps) if steps else 'no step in common'}")
     inst_a, inst_b = frame(ra.instances), frame(rb.instances)
@@ -127,9 +134,26 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
     return replace(out, verdict=verdict(out) + _caution(matching))
 
 
+def renumber_steps(r: AnalysisResult, mapping: dict[int, int]) -> AnalysisResult:
+    """The analysis with its step numbers renamed by `mapping` (steps left out become null)."""
+    from dataclasses import replace as replace_fields
+
+    changed = {}
+    for name, t in r.tables().items():
+        for col in ("step", "root_step"):
+            if col in t.column_names:
+                df = frame(t)
+                dtype = df.schema[col]
+                df = df.with_columns(pl.col(col).replace_strict(mapping, default=None, return_dtype=dtype))
+                changed[name] = df.to_arrow()
+                t = changed[name]
+    return replace_fields(r, **changed)
+
+
 def _caution(m: Matching) -> str:
     """The verdict's tail when the runs are not alike: said in the one sentence, never only in a note."""
-    said = sorted((n for n in m.notes if n.startswith(("world sizes differ", "steps differ")) or "missing:" in n),
+    said = sorted((n for n in m.notes if n.startswith(("world sizes differ", "steps differ", "no step number"))
+                   or "missing:" in n),
                   key=lambda n: (not n.startswith("world sizes"), not n.startswith("steps")))
     if not said:
         return ""

@@ -69,8 +69,9 @@ def _world(df: pl.DataFrame, rows: dict[int, dict]) -> int:
 
 def match_groups(a: pl.DataFrame, b: pl.DataFrame, ranks: dict[int, int]) -> tuple[list[GroupPair], list[str]]:
     """Process groups of A to groups of B: by membership (mapped through `ranks`) and description,
-    then by membership alone, then by description alone (when it names one group on each side).
-    Returns the pairs and the notes on groups left unmatched."""
+    then by membership alone, then by description alone (when it names one group on each side),
+    then by the same group id (PG name or NCCL commId) and size. Returns the pairs and the notes on
+    groups left unmatched."""
     def members(row: dict, mapping: dict[int, int] | None) -> tuple[int, ...]:
         rs = row.get("ranks") or []
         return tuple(sorted(mapping.get(r, -1 - r) for r in rs) if mapping is not None else sorted(rs))
@@ -80,12 +81,12 @@ def match_groups(a: pl.DataFrame, b: pl.DataFrame, ranks: dict[int, int]) -> tup
     left = {r["group"]: r for r in rows_a}
     right = {r["group"]: r for r in rows_b}
     pairs: list[GroupPair] = []
-    for how in ("membership+desc", "membership", "desc"):
+    for how in ("membership+desc", "membership", "desc", "id"):
         index: dict[object, list[str]] = {}
         for g, r in right.items():
-            index.setdefault(_group_key(how, members(r, None), r.get("desc")), []).append(g)
+            index.setdefault(_group_key(how, members(r, None), r.get("desc"), g), []).append(g)
         for g, r in list(left.items()):
-            key = _group_key(how, members(r, ranks), r.get("desc"))
+            key = _group_key(how, members(r, ranks), r.get("desc"), g)
             cands = index.get(key) or []
             if how == "desc" and (r.get("desc") is None or len(cands) != 1):
                 continue
@@ -103,11 +104,13 @@ def match_groups(a: pl.DataFrame, b: pl.DataFrame, ranks: dict[int, int]) -> tup
     return sorted(pairs, key=lambda p: p.group_a), notes
 
 
-def _group_key(how: str, members: tuple[int, ...], desc: str | None) -> object:
+def _group_key(how: str, members: tuple[int, ...], desc: str | None, group: str) -> object:
     if how == "membership+desc":
         return (members, desc)
     if how == "membership":
         return members
+    if how == "id":
+        return (group, len(members))
     return desc
 
 
