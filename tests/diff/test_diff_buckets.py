@@ -55,3 +55,10 @@ def test_a_bucket_in_one_run_only_is_flagged():
     rows = bucket_changes(_inst([[1e6]] * 5), _inst([[1e6]] * 5, op="all_gather"), PAIRS, list(range(5)), STEP_NS)
     assert [(r.op, r.per_step_a, r.per_step_b, r.flagged) for r in rows] == [
         ("all_gather", 0.0, 1.0, True), ("all_reduce", 1.0, 0.0, True)]
+
+
+def test_a_group_without_a_match_makes_no_bucket():
+    other = _inst([[1e6]] * 5, op="all_to_all").with_columns(pl.lit("other").alias("group"))
+    b = pl.concat([_inst([[1e6]] * 5), other])
+    rows = bucket_changes(_inst([[1e6]] * 5), b, PAIRS, list(range(5)), STEP_NS)
+    assert [(r.op, r.group_b, r.flagged) for r in rows] == [("all_reduce", "g", False)]

@@ -300,6 +300,8 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
         if to_b:
             df = df.filter(pl.col("group").is_in(list(gmap))).with_columns(
                 pl.col("group").replace_strict(gmap, return_dtype=pl.String))
+        else:
+            df = df.filter(pl.col("group").is_in(list(back)))  # a group without a match is a note, not a bucket
         whole = df.group_by(key).agg(pl.len().alias("n"), pl.col("duration_ns").median().alias("med_i"),
                                      mad("duration_ns").alias("mad_i"), pl.col("busbw_gbps").median().alias("busbw"))
         by_step = (df.filter(pl.col("duration_ns").is_not_null()).group_by([*key, "step"])
