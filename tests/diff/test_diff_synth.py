@@ -101,3 +101,12 @@ def test_fewer_ring_channels_name_dp_and_the_channels():
     assert d.verdict.endswith("; channels: 4 in A, 1 in B"), d.verdict
     assert not d.culprits  # every member of the group is in every slowed all-reduce: no one to blame
     assert [s.item for s in d.setup] == ["channels"]
+
+
+def test_a_one_off_stall_is_one_step_not_a_trend(base):
+    d = diff_runs(base, synth(straggler_rank=6, straggler_step=2))
+    _sums(d)
+    assert d.verdict.startswith("no significant change"), d.verdict
+    assert "but step 2 alone is +20.0 ms" in d.verdict and "waiting on rank 6 (node001)" in d.verdict
+    out = d.decomposition.outlier
+    assert out is not None and (out.step, out.root_rank) == (2, 6) and out.others_ns < 0.05 * out.delta_ns

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from msgspec.structs import replace
 
 from tracekit._text import fmt_bytes, fmt_ns
 from tracekit.analysis import AnalysisResult, analyze
@@ -30,6 +31,7 @@ from tracekit.diff.results import (
     Part,
     RankChange,
     RunDiff,
+    StepOutlier,
     WaitShift,
 )
 from tracekit.diff.setup import setup_changes
@@ -113,6 +115,9 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
         notes=notes)
     deco = decompose(ra, rb, steps, rank_map)
     host_b = dict(ranks_b.select("rank", "host").iter_rows())
+    outlier = step_outlier(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
+    if outlier is not None:
+        deco = replace(deco, outlier=outlier)
     waits = wait_shifts(ra, rb, steps, rank_map, host_b)
     buckets = bucket_changes(inst_a, inst_b, groups, steps, deco.step_a_ns)
     rank_changes = rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
@@ -129,8 +134,6 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
         network = network_or_job(src_a, src_b, topology, steps, name_a=_name(a))
     out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco, waits=waits,
                   buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup, network=network)
-    from msgspec.structs import replace
-
     return replace(out, verdict=verdict(out) + _caution(matching))
 
 
@@ -247,6 +250,31 @@ def _rank_parts(r: AnalysisResult, ranks: set[int]) -> dict[str, dict[int, float
     for s, dim, ns in long.group_by("step", "dim").agg(pl.col("exposed_ns").sum()).iter_rows():
         out.setdefault(f"comm {dim}", {})[s] = float(ns) / max(nranks.get(s, 1), 1)
     return out
+
+
+#: A step is an outlier when its change is this many times the median change of the other steps...
+OUTLIER_TIMES = 3.0
+#: ... and at least this share of A's mean step time.
+OUTLIER_SHARE = 0.05
+
+
+def step_outlier(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
+                 host_b: dict[int, str | None], step_ns: float) -> StepOutlier | None:
+    """The compared step whose change (B - A) stands out of the others' (OUTLIER_TIMES their median
+    |change|, and OUTLIER_SHARE of the step), with the root rank whose waits grew most in it."""
+    if len(steps) < 3:
+        return None
+    st_a = dict(frame(ra.step_times).select("step", "step_ns").iter_rows())
+    st_b = dict(frame(rb.step_times).select("step", "step_ns").iter_rows())
+    deltas = {s: float(st_b.get(s, 0) - st_a.get(s, 0)) for s in steps}
+    worst = max(steps, key=lambda s: (abs(deltas[s]), -s))
+    others = float(np.median([abs(deltas[s]) for s in steps if s != worst]))
+    if abs(deltas[worst]) < max(OUTLIER_TIMES * others, OUTLIER_SHARE * step_ns):
+        return None
+    shifts = wait_shifts(ra, rb, [worst], rank_map, host_b, top=1)
+    root = shifts[0] if shifts and shifts[0].delta_ns * deltas[worst] > 0 else None
+    return StepOutlier(step=worst, delta_ns=deltas[worst], others_ns=others,
+                       root_rank=None if root is None else root.rank, host=None if root is None else root.host)
 
 
 def wait_shifts(ra: AnalysisResult, rb: AnalysisResult, steps: list[int], rank_map: dict[int, int],
@@ -467,7 +495,12 @@ def _verdict(d: RunDiff) -> str:
                 f"variation (±{fmt_ns(max(deco.noise_ns, MIN_STEP_SHARE * deco.step_a_ns))})")
         flagged = [b for b in d.buckets if b.flagged]
         setup = [s for s in d.setup if s.item in _HEADLINE_SETUP]
-        if flagged:
+        out = deco.outlier
+        if out is not None:
+            text += f"; but step {out.step} alone is {_signed(out.delta_ns)} (the others {fmt_ns(out.others_ns)})"
+            if out.root_rank is not None:
+                text += f", waiting on rank {out.root_rank}" + (f" ({out.host})" if out.host else "")
+        elif flagged:
             text += f"; but {_bucket_words(flagged[0])}"
         elif setup:
             text += f"; but {setup[0].item}: {setup[0].a} in A, {setup[0].b} in B"

@@ -54,6 +54,17 @@ class Part(Result):
     significant: bool
 
 
+class StepOutlier(Result):
+    """One step whose change stands far out of the other steps' (a one-off stall, not a trend), and
+    the root rank whose waits grew most in it."""
+
+    step: int
+    delta_ns: float
+    others_ns: float  # the median |change| of the other steps
+    root_rank: int | None
+    host: str | None
+
+
 class Decomposition(Result):
     """The step-time change and its parts; `remainder_ns` = delta_ns - the sum of the parts."""
 
@@ -67,6 +78,7 @@ class Decomposition(Result):
     parts: list[Part]
     parts_sum_ns: float
     remainder_ns: float
+    outlier: StepOutlier | None = None
 
 
 class WaitShift(Result):
