@@ -37,6 +37,7 @@ def test_slow_nic_names_dp_and_the_host(slow_nic):
     assert top.ratio is not None and top.ratio < 0.6
     ranks = {r.rank_b for r in d.ranks if "late" in r.slower_in}
     assert 5 in ranks
+    assert d.decomposition.outlier is None  # every step slowed: a trend, not one step
 
 
 def test_compute_regression_on_one_stage(base):
@@ -110,3 +111,25 @@ def test_a_one_off_stall_is_one_step_not_a_trend(base):
     assert "but step 2 alone is +20.0 ms" in d.verdict and "waiting on rank 6 (node001)" in d.verdict
     out = d.decomposition.outlier
     assert out is not None and (out.step, out.root_rank) == (2, 6) and out.others_ns < 0.05 * out.delta_ns
+
+
+def test_the_outlier_names_the_root_of_its_own_step(base):
+    """Rank 5's waits grow in every step, rank 6's only in the outlying step: the step names rank 6."""
+    from dataclasses import replace
+
+    import polars as pl
+
+    from tracekit.diff.core import step_outlier
+
+    def with_steps(step_ns: list[int], waits: list[tuple[int, int, int]]):
+        st = pl.DataFrame({"step": list(range(5)), "step_ns": step_ns}, schema={"step": pl.Int32, "step_ns": pl.Int64})
+        rc = pl.DataFrame(waits, schema={"root_rank": pl.Int32, "root_step": pl.Int32, "total_wait_ns": pl.Int64},
+                          orient="row")
+        return replace(base, step_times=st.to_arrow(), root_causes=rc.to_arrow())
+
+    a = with_steps([10_000_000] * 5, [])
+    b = with_steps([10_100_000, 10_000_000, 30_000_000, 10_050_000, 9_900_000],
+                   [(5, s, 50_000_000) for s in (0, 1, 3, 4)] + [(6, 2, 40_000_000)])
+    out = step_outlier(a, b, list(range(5)), {r: r for r in range(16)}, {5: "node001", 6: "node001"}, 10_000_000)
+    assert (out.step, out.delta_ns, out.root_rank, out.others_ns) == (2, 20_000_000, 6, 75_000)
+    assert step_outlier(a, a, list(range(5)), {}, {}, 10_000_000) is None

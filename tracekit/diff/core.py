@@ -499,7 +499,8 @@ def _verdict(d: RunDiff) -> str:
         if out is not None:
             text += f"; but step {out.step} alone is {_signed(out.delta_ns)} (the others {fmt_ns(out.others_ns)})"
             if out.root_rank is not None:
-                text += f", waiting on rank {out.root_rank}" + (f" ({out.host})" if out.host else "")
+                who = f"rank {out.root_rank}" + (f" ({out.host})" if out.host else "")
+                text += f", waiting on {who}" if out.delta_ns > 0 else f", where A waited on {who}"
         elif flagged:
             text += f"; but {_bucket_words(flagged[0])}"
         elif setup:
