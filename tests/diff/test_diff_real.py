@@ -59,3 +59,20 @@ def test_hta_pair_through_the_cli_from_raw_traces(hta):
     doc = json.loads(res.stdout)
     assert doc["schema"] == "tracekit.diff/1" and doc["verdict"] == hta.verdict
     assert next(p["name"] for p in doc["decomposition"]["parts"]) == "compute"
+
+
+NCCL_LOGS = REPO.parent / "shared" / "real_traces" / "nccl_logs"
+
+
+def test_two_nccl_logs_compare_their_setup_without_step_times():
+    """Two real NCCL INFO logs (no timed collectives): each half of a 16-rank job, 2.27.5 and 2.29.3."""
+    a, b = NCCL_LOGS / "slurmv4_nccl2.27.5_2node_16rank_roce", NCCL_LOGS / "slurmv4_nccl2.29.3_2node_16rank_roce"
+    if not (a.is_dir() and b.is_dir()):
+        pytest.skip(f"the slurmv4 NCCL logs are not present under {NCCL_LOGS}")
+    res = CliRunner().invoke(main, ["diff", str(a), str(b)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("step time not compared: neither run has timed steps; NCCL version: 2.27.5 in A, "
+                               "2.29.3 in B; caution: A has 8 of its 16 ranks (missing: 0-7)")
+    assert "note: no rank in common: the 8 present rank(s) matched in order (8->0, 9->1, 10->2, 11->3)" in lines
+    assert "Step time, A -> B" not in res.stdout and "Setup differences" in res.stdout

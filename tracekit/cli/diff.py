@@ -72,10 +72,11 @@ def _print(result: RunDiff, top: int) -> None:
         console.print(t)
 
     deco = result.decomposition
-    show(f"Step time, A -> B (mean of {deco.steps} steps; parts from the {deco.source.replace('_', ' ')})",
-         present.WATERFALL_COLUMNS, present.waterfall_rows(result),
-         caption="*: stands out of both runs' step-to-step variation (noise: twice the standard error of the "
-                 "change); the parts and the remainder add up to the change.")
+    if deco.steps:
+        show(f"Step time, A -> B (mean of {deco.steps} steps; parts from the {deco.source.replace('_', ' ')})",
+             present.WATERFALL_COLUMNS, present.waterfall_rows(result),
+             caption="*: stands out of both runs' step-to-step variation (noise: twice the standard error of the "
+                     "change); the parts and the remainder add up to the change.")
     show("Collective buckets that changed", present.BUCKET_COLUMNS, present.bucket_rows(result, top),
          caption="duration: median over steps of the mean per step, ± its robust spread; speed: duration A / B.")
     show("Ranks that got slower (mean per step window)", present.RANK_COLUMNS, present.rank_rows(result, top))

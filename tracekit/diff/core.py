@@ -486,8 +486,14 @@ def verdict(d: RunDiff) -> str:
 def _verdict(d: RunDiff) -> str:
     deco = d.decomposition
     if deco.steps == 0:
-        return "not compared: the runs have no step in common" + (f" ({d.matching.notes[0]})" if d.matching.notes
-                                                                   else "")
+        m = d.matching
+        which = ("neither run has" if not m.steps_a and not m.steps_b else "A has no" if not m.steps_a
+                 else "B has no" if not m.steps_b else "the runs have no")
+        text = f"step time not compared: {which} {'step in common' if which == 'the runs have no' else 'timed steps'}"
+        setup = [s for s in d.setup if s.item in _HEADLINE_SETUP]
+        if setup:
+            text += f"; {setup[0].item}: {setup[0].a} in A, {setup[0].b} in B"
+        return text
     pct = f" ({deco.delta_ns / deco.step_a_ns:+.0%})" if deco.step_a_ns else ""
     head = f"step {_signed(deco.delta_ns)}{pct}"
     if not deco.significant:
