@@ -21,7 +21,7 @@ from msgspec.structs import replace
 
 from tracekit._text import fmt_bytes, fmt_ns
 from tracekit.analysis import AnalysisResult, analyze
-from tracekit.diff.matching import _span, frame, match_groups, match_instances, match_ranks
+from tracekit.diff.matching import InstancePairs, _span, frame, match_groups, match_instances, match_ranks
 from tracekit.diff.results import (
     BucketChange,
     Culprit,
@@ -80,49 +80,14 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
     calibration, to split the change into network and job (`tracekit.diff.network`)."""
     ra, run_a, tabs_a = _analysis(a)
     rb, run_b, tabs_b = _analysis(b)
-    ranks_a, ranks_b = frame(ra.ranks), frame(rb.ranks)
-    ranks_by, rank_map, notes = match_ranks(ranks_a, ranks_b)
-    groups, group_notes = match_groups(frame(ra.groups), frame(rb.groups), rank_map)
-    notes += group_notes
-    st_a, st_b = frame(ra.step_times), frame(rb.step_times)
-    steps_a = sorted(st_a.get_column("step").to_list())
-    steps_b = sorted(st_b.get_column("step").to_list())
-    steps = sorted(set(steps_a) & set(steps_b))
-    if not steps and steps_a and steps_b:
-        order = dict(zip(steps_b, steps_a, strict=False))
-        rb = renumber_steps(rb, order)
-        notes.append(f"no step number in common (A {_span(steps_a)}, B {_span(steps_b)}): steps matched in order, "
-                     + ", ".join(f"B {b} -> A {a}" for b, a in list(order.items())[:4]))
-        steps_b = sorted(order.values())
-        steps = sorted(set(steps_a) & set(steps_b))
-    elif steps_a != steps_b:
-        notes.append(f"steps differ: A has {_span(steps_a)}, B {_span(steps_b)}; "
-                     f"{'compared ' + _span(steps) if steps else 'no step in common'}")
+    matching, pairs, rb, b_steps = match_runs(ra, rb)
+    steps, rank_map = matching.steps, matching.ranks
     inst_a, inst_b = frame(ra.instances), frame(rb.instances)
-    pairs = match_instances(inst_a, inst_b, groups, steps)
-    if pairs.only_a or pairs.only_b:
-        notes.append(f"collectives without a match: {pairs.only_a} in A, {pairs.only_b} in B "
-                     "(in the compared steps and matched groups)")
-    matching = Matching(
-        ranks_by=ranks_by, ranks=rank_map,
-        ranks_only_a=sorted(set(ranks_a.get_column("rank").to_list()) - set(rank_map)),
-        ranks_only_b=sorted(set(ranks_b.get_column("rank").to_list()) - set(rank_map.values())),
-        groups=groups, groups_only_a=sorted(set(frame(ra.groups).get_column("group").to_list())
-                                            - {p.group_a for p in groups}),
-        groups_only_b=sorted(set(frame(rb.groups).get_column("group").to_list()) - {p.group_b for p in groups}),
-        steps_a=steps_a, steps_b=steps_b, steps=steps, instances_by_seq=pairs.by_seq,
-        instances_by_position=pairs.by_position, instances_only_a=pairs.only_a, instances_only_b=pairs.only_b,
-        notes=notes)
     deco = decompose(ra, rb, steps, rank_map)
-    host_b = dict(ranks_b.select("rank", "host").iter_rows())
+    host_b = dict(frame(rb.ranks).select("rank", "host").iter_rows())
     outlier = step_outlier(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
     if outlier is not None:
         deco = replace(deco, outlier=outlier)
-    waits = wait_shifts(ra, rb, steps, rank_map, host_b)
-    buckets = bucket_changes(inst_a, inst_b, groups, steps, deco.step_a_ns)
-    rank_changes = rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns)
-    culprits = find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b)
-    setup = setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b)
     network = None
     if topology is not None:
         src_a, src_b = run_a if run_a is not None else tabs_a, run_b if run_b is not None else tabs_b
@@ -131,10 +96,52 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
                                 "not analysis results")
         from tracekit.diff.network import network_or_job
 
-        network = network_or_job(src_a, src_b, topology, steps, name_a=_name(a))
-    out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco, waits=waits,
-                  buckets=buckets, ranks=rank_changes, culprits=culprits, setup=setup, network=network)
+        network = network_or_job(src_a, src_b, topology, steps, b_steps, name_a=_name(a))
+    out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco,
+                  waits=wait_shifts(ra, rb, steps, rank_map, host_b),
+                  buckets=bucket_changes(inst_a, inst_b, matching.groups, steps, deco.step_a_ns),
+                  ranks=rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns),
+                  culprits=find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b),
+                  setup=setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b), network=network)
     return replace(out, verdict=verdict(out) + _caution(matching))
+
+
+def match_runs(ra: AnalysisResult, rb: AnalysisResult) -> tuple[Matching, InstancePairs, AnalysisResult, list[int]]:
+    """Line the two analyses up (ranks, groups, steps, instances) and say every mismatch. Returns
+    the matching, the instance pairs, B's analysis (its steps renumbered to A's when no step number
+    is shared) and B's own numbers of the compared steps."""
+    ranks_a, ranks_b = frame(ra.ranks), frame(rb.ranks)
+    groups_a, groups_b = frame(ra.groups), frame(rb.groups)
+    ranks_by, rank_map, notes = match_ranks(ranks_a, ranks_b)
+    groups, group_notes = match_groups(groups_a, groups_b, rank_map)
+    notes += group_notes
+    steps_a = sorted(frame(ra.step_times).get_column("step").to_list())
+    steps_b = sorted(frame(rb.step_times).get_column("step").to_list())
+    steps = sorted(set(steps_a) & set(steps_b))
+    b_steps = list(steps)
+    if not steps and steps_a and steps_b:
+        order = dict(zip(steps_b, steps_a, strict=False))
+        rb = renumber_steps(rb, order)
+        notes.append(f"no step number in common (A {_span(steps_a)}, B {_span(steps_b)}): steps matched in order, "
+                     + ", ".join(f"B {b} -> A {a}" for b, a in list(order.items())[:4]))
+        steps, b_steps = list(order.values()), list(order)
+    elif steps_a != steps_b:
+        notes.append(f"steps differ: A has {_span(steps_a)}, B {_span(steps_b)}; "
+                     f"{'compared ' + _span(steps) if steps else 'no step in common'}")
+    pairs = match_instances(frame(ra.instances), frame(rb.instances), groups, steps)
+    if pairs.only_a or pairs.only_b:
+        notes.append(f"collectives without a match: {pairs.only_a} in A, {pairs.only_b} in B "
+                     "(in the compared steps and matched groups)")
+    matching = Matching(
+        ranks_by=ranks_by, ranks=rank_map,
+        ranks_only_a=sorted(set(ranks_a.get_column("rank").to_list()) - set(rank_map)),
+        ranks_only_b=sorted(set(ranks_b.get_column("rank").to_list()) - set(rank_map.values())),
+        groups=groups, groups_only_a=sorted(set(groups_a.get_column("group").to_list()) - {p.group_a for p in groups}),
+        groups_only_b=sorted(set(groups_b.get_column("group").to_list()) - {p.group_b for p in groups}),
+        steps_a=steps_a, steps_b=steps_b, steps=steps, instances_by_seq=pairs.by_seq,
+        instances_by_position=pairs.by_position, instances_only_a=pairs.only_a, instances_only_b=pairs.only_b,
+        notes=notes)
+    return matching, pairs, rb, b_steps
 
 
 def renumber_steps(r: AnalysisResult, mapping: dict[int, int]) -> AnalysisResult:

@@ -67,15 +67,18 @@ def _mean(values: Mapping[str, float], steps: list[int]) -> float:
     return sum(picked) / len(picked) if picked else 0.0
 
 
-def network_or_job(a: Source, b: Source, topology: str, steps: list[int], *, name_a: str = "A") -> NetworkSplit:
+def network_or_job(a: Source, b: Source, topology: str, steps: list[int], b_steps: list[int] | None = None, *,
+                   name_a: str = "A") -> NetworkSplit:
     """Fit A's calibration on `topology` (the network A ran on), replay B with it, and split the
-    mean step-time change over `steps` into job (replayed B - replayed A) and network (the rest)."""
+    mean step-time change over `steps` (B's own numbers of them: `b_steps`, default the same)
+    into job (replayed B - replayed A) and network (the rest)."""
+    b_steps = steps if b_steps is None else b_steps
     fit = _replay(a, topology)
     base_a = fit.results[0]
     again = _replay(b, topology, fit.efficiency, name_a)
     base_b = again.results[0]
-    traced_a, traced_b = _mean(base_a.traced_step_ns, steps), _mean(base_b.traced_step_ns, steps)
-    replayed_a, replayed_b = _mean(base_a.step_ns, steps), _mean(base_b.step_ns, steps)
+    traced_a, traced_b = _mean(base_a.traced_step_ns, steps), _mean(base_b.traced_step_ns, b_steps)
+    replayed_a, replayed_b = _mean(base_a.step_ns, steps), _mean(base_b.step_ns, b_steps)
     job = replayed_b - replayed_a
     network = (traced_b - traced_a) - job
     cv = fit.errors.cross_validated if fit.errors is not None else None
