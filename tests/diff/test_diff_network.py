@@ -71,3 +71,12 @@ def test_a_run_against_itself_is_neither(small_base):
     d = diff_runs(small_base, small_base, topology=TOPOLOGY)
     n = d.network
     assert n.job_ns == pytest.approx(0, abs=1.0) and n.network_ns == pytest.approx(0, abs=1.0)
+
+
+def test_steps_matched_in_order_are_replayed_under_their_own_numbers(small_base):
+    from diff_helpers import shift_steps
+
+    d = diff_runs(small_base, shift_steps(small_base, 10), topology=TOPOLOGY)
+    n = d.network
+    assert n.step_b_ns == pytest.approx(n.step_a_ns) and n.step_a_ns > 0
+    assert n.job_ns == pytest.approx(0, abs=1.0) and n.network_ns == pytest.approx(0, abs=1.0)
