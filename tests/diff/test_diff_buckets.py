@@ -37,7 +37,7 @@ def test_a_change_within_the_step_to_step_spread_is_not_flagged():
 def test_a_change_beyond_both_spreads_is_flagged():
     row = _one(_inst(NOISY_A), _inst([[1.5e6], [1.6e6], [1.4e6], [1.55e6], [1.45e6]]))
     assert row.flagged and row.ratio is not None and abs(row.ratio - 1 / 1.5) < 1e-9
-    assert row.spread_a_ns > 0 and row.spread_b_ns > 0
+    assert row.spread_a_ns > 0 and row.spread_b_ns > 0 and row.busbw_spread_a_gbps > 0 and row.busbw_spread_b_gbps > 0
 
 
 def test_a_tiny_change_of_time_per_step_is_not_flagged():

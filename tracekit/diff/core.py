@@ -338,7 +338,8 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
         else:
             df = df.filter(pl.col("group").is_in(list(back)))  # a group without a match is a note, not a bucket
         whole = df.group_by(key).agg(pl.len().alias("n"), pl.col("duration_ns").median().alias("med_i"),
-                                     mad("duration_ns").alias("mad_i"), pl.col("busbw_gbps").median().alias("busbw"))
+                                     mad("duration_ns").alias("mad_i"), pl.col("busbw_gbps").median().alias("busbw"),
+                                     mad("busbw_gbps").alias("busbw_spread"))
         by_step = (df.filter(pl.col("duration_ns").is_not_null()).group_by([*key, "step"])
                    .agg(pl.col("duration_ns").mean().alias("d"))
                    .group_by(key).agg(pl.len().alias("steps"), pl.col("d").median().alias("med_s"),
@@ -348,7 +349,8 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
             per_step = (row["steps"] or 0) >= 3
             out[tuple(row[k] for k in key)] = {
                 "count": row["n"] / n, "dur": row["med_s"] if per_step else row["med_i"],
-                "spread": row["mad_s"] if per_step else row["mad_i"], "busbw": row["busbw"]}
+                "spread": row["mad_s"] if per_step else row["mad_i"], "busbw": row["busbw"],
+                "busbw_spread": row["busbw_spread"]}
         return out
 
     sa, sb = stats(inst_a, True), stats(inst_b, False)
@@ -372,6 +374,7 @@ def bucket_changes(inst_a: pl.DataFrame, inst_b: pl.DataFrame, groups: list[Grou
             duration_a_ns=a["dur"] if a else None, duration_b_ns=b["dur"] if b else None,
             spread_a_ns=a["spread"] if a else None, spread_b_ns=b["spread"] if b else None,
             busbw_a_gbps=a["busbw"] if a else None, busbw_b_gbps=b["busbw"] if b else None,
+            busbw_spread_a_gbps=a["busbw_spread"] if a else None, busbw_spread_b_gbps=b["busbw_spread"] if b else None,
             ratio=ratio, flagged=bool(flagged)))
     return sorted(rows, key=_bucket_order)
 

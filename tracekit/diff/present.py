@@ -55,11 +55,15 @@ def bucket_rows(d: RunDiff, top: int = 10, *, flagged_only: bool = True) -> list
             per += f" -> {_count(b.per_step_b)}"
         rows.append([b.op, b.dim or "-", b.group_b or b.group_a or "-", fmt_bytes(b.bytes), per,
                      _dur(b.duration_a_ns, b.spread_a_ns), _dur(b.duration_b_ns, b.spread_b_ns),
-                     fmt_rate(b.busbw_a_gbps), fmt_rate(b.busbw_b_gbps),
+                     _rate(b.busbw_a_gbps, b.busbw_spread_a_gbps), _rate(b.busbw_b_gbps, b.busbw_spread_b_gbps),
                      "-" if b.ratio is None else f"{b.ratio:.2f}x", "changed" if b.flagged else ""])
         if len(rows) >= top:
             break
     return rows
+
+
+def _rate(gbps: float | None, spread: float | None) -> str:
+    return fmt_rate(gbps) + (f" ±{fmt_rate(spread)}" if gbps is not None and spread else "")
 
 
 def _dur(ns: float | None, spread: float | None) -> str:

@@ -109,6 +109,8 @@ class BucketChange(Result):
     spread_b_ns: float | None
     busbw_a_gbps: float | None
     busbw_b_gbps: float | None
+    busbw_spread_a_gbps: float | None  # robust spread over the instances
+    busbw_spread_b_gbps: float | None
     ratio: float | None  # speed in B against A: median duration A / B (= busbw B / A at one size)
     flagged: bool
 
