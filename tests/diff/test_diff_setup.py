@@ -51,3 +51,22 @@ def test_fewer_channels_lead_the_setup_changes(base_tables):
     d = diff_runs(a, b)
     assert [(s.item, s.a, s.b) for s in d.setup] == [("channels", "16", "4")]
     assert d.verdict.endswith("; but channels: 16 in A, 4 in B"), d.verdict
+
+
+def test_telemetry_from_the_traces_names_the_loaded_host(tmp_path):
+    """Kineto traces plus switch telemetry (ibnetdiscover and Prometheus), B with background load
+    on node001's cable: the job's step does not move, the busiest link does."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    runner = CliRunner()
+    common = ["--hosts", "2", "--gpus", "4", "--steps", "3", "--straggler", "-1", "--format", "kineto", "--telemetry"]
+    assert runner.invoke(main, ["synth", "-o", str(tmp_path / "a"), *common]).exit_code == 0
+    assert runner.invoke(main, ["synth", "-o", str(tmp_path / "b"), *common,
+                                "--background", "node001=20000000000"]).exit_code == 0
+    d = diff_runs(tmp_path / "a", tmp_path / "b")
+    items = {s.item: (s.a, s.b) for s in d.setup}
+    assert items["busiest link"][1].startswith("node001/") and items["busiest link"][1].endswith("%")
+    assert float(items["link utilization (mean)"][1][:-1]) > float(items["link utilization (mean)"][0][:-1])
+    assert d.verdict.startswith("no significant change: step +0 ns") and "; but busiest link: " in d.verdict

@@ -551,7 +551,7 @@ def _network_words(d: RunDiff) -> str:
 
 
 _HEADLINE_SETUP = ("channels", "algorithm", "protocol", "NCCL version", "world size", "EP imbalance",
-                   "calls per step")
+                   "busiest link")
 
 
 def _signed(ns: float) -> str:
