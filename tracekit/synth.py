@@ -765,19 +765,26 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
 
 
 def _ring_channels(spec: SynthSpec, layout: dict[str, Any]) -> pa.Table:
-    """The ring channels of each DP group (as NCCL's Channel lines would give them): per member and
-    channel, the next member of the ring, over the NIC across hosts, NVLink (P2P) within one."""
+    """The ring channels of each DP group (as NCCL's Channel lines would give them): channel c
+    leaves each host through member c of that host's share (the generator's exits), so each member
+    sends to the next one of its ring, over its NIC across hosts and NVLink (P2P) within one."""
     coords = layout["coords"]
     rows: dict[str, list] = {k: [] for k in ("group", "rank", "channel", "pattern", "peer_rank", "direction",
                                              "transport", "detail", "nic")}
     for g in layout["groups"]:
-        members = g["ranks"]
-        if g["dim"] != "DP" or len(members) < 2:
+        if g["dim"] != "DP" or len(g["ranks"]) < 2:
             continue
-        for i, r in enumerate(members):
-            peer = members[(i + 1) % len(members)]
-            net = coords[r]["host"] != coords[peer]["host"]
-            for c in range(spec.ring_channels or 1):
+        by_host: dict[str, list[int]] = {}
+        for r in g["ranks"]:
+            by_host.setdefault(coords[r]["host"], []).append(r)
+        for c in range(spec.ring_channels or 1):
+            ring: list[int] = []
+            for local in by_host.values():
+                k = (c % len(local)) + 1
+                ring += local[k:] + local[:k]  # the exit, local[c % n], is the host's last
+            for i, r in enumerate(ring):
+                peer = ring[(i + 1) % len(ring)]
+                net = coords[r]["host"] != coords[peer]["host"]
                 for key, value in (("group", g["group"]), ("rank", r), ("channel", c), ("pattern", "ring"),
                                    ("peer_rank", peer), ("direction", "send"), ("transport", "NET" if net else "P2P"),
                                    ("detail", "IB/0/GDRDMA" if net else "P2P/CUMEM"),

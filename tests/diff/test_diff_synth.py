@@ -101,7 +101,8 @@ def test_fewer_ring_channels_name_dp_and_the_channels():
     assert "is DP communication on the critical path, where all_reduces of 67.11 MB" in d.verdict, d.verdict
     assert d.verdict.endswith("; channels: 4 in A, 1 in B"), d.verdict
     assert not d.culprits  # every member of the group is in every slowed all-reduce: no one to blame
-    assert [s.item for s in d.setup] == ["channels"]
+    assert [(s.item, s.a, s.b) for s in d.setup] == [("channels", "4", "1"),
+                                                     ("NICs", "mlx5_0, mlx5_1, mlx5_2, mlx5_3", "mlx5_0")]
 
 
 def test_a_one_off_stall_is_one_step_not_a_trend(base):
@@ -133,3 +134,9 @@ def test_the_outlier_names_the_root_of_its_own_step(base):
     out = step_outlier(a, b, list(range(5)), {r: r for r in range(16)}, {5: "node001", 6: "node001"}, 10_000_000)
     assert (out.step, out.delta_ns, out.root_rank, out.others_ns) == (2, 20_000_000, 6, 75_000)
     assert step_outlier(a, a, list(range(5)), {}, {}, 10_000_000) is None
+
+
+def test_a_slow_nic_is_named_when_the_channels_say_which():
+    d = diff_runs(synth(ring_channels=4), synth(ring_channels=4, slow_nic_rank=5))
+    assert "through host node001 (rank 5, NIC mlx5_1)" in d.verdict, d.verdict
+    assert next(c for c in d.culprits if c.kind == "rank").nics == ["mlx5_1"]

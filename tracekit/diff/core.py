@@ -101,7 +101,8 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
                   waits=wait_shifts(ra, rb, steps, rank_map, host_b),
                   buckets=bucket_changes(inst_a, inst_b, matching.groups, steps, deco.step_a_ns),
                   ranks=rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns),
-                  culprits=find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b),
+                  culprits=find_culprits(inst_a, inst_b, frame(rb.participants), pairs.pairs, host_b,
+                                         nics_of(run_b, tabs_b)),
                   setup=setup_changes(ra, rb, run_a, run_b, tabs_a, tabs_b), network=network)
     return replace(out, verdict=verdict(out) + _caution(matching))
 
@@ -440,8 +441,19 @@ def _lateness(r: AnalysisResult, steps: list[int]) -> pl.DataFrame:
             .group_by(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64)).agg(pl.col("late_ns").sum()))
 
 
+def nics_of(run: Run | None, tabs: Mapping[str, pa.Table] | None) -> dict[int, list[str]]:
+    """Per rank, the NICs its network channels use (from the channels table NCCL's logs give)."""
+    from tracekit.diff.setup import _table
+
+    ch = _table(run, tabs, "channels")
+    if ch is None or "nic" not in ch.columns:
+        return {}
+    used = ch.filter(pl.col("nic").is_not_null() & (pl.col("transport") == "NET"))
+    return {int(r): sorted(set(n)) for r, n in used.group_by("rank").agg(pl.col("nic")).iter_rows()}
+
+
 def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFrame, pairs: pl.DataFrame,
-                  host_b: dict[int, str | None]) -> list[Culprit]:
+                  host_b: dict[int, str | None], nics: Mapping[int, list[str]] | None = None) -> list[Culprit]:
     """The rank or host common to the collectives that slowed (B's duration at least SLOWED x A's).
 
     Scored by the share of the time the slowed instances added that it took part in, times the
@@ -483,7 +495,8 @@ def find_culprits(inst_a: pl.DataFrame, inst_b: pl.DataFrame, parts_b: pl.DataFr
         for row in top.sort(col).iter_rows(named=True):
             out.append(Culprit(kind=kind, name=str(row[col]), slowed=int(row["n_slowed"]), slowed_total=n_slowed,
                                unslowed=int(row["unslowed"]), added_share=float(row["cover"]),
-                               ratio=float(row["ratio"])))
+                               ratio=float(row["ratio"]),
+                               nics=list((nics or {}).get(int(row[col]), [])) if kind == "rank" else []))
     return out
 
 
@@ -583,9 +596,11 @@ def _detail(d: RunDiff, lead: Part) -> str:
         if culprit is not None:
             names = [c.name for c in d.culprits if c.kind == culprit.kind]
             text += f" through {culprit.kind} {' and '.join(names)}"
-            ranks = [c.name for c in d.culprits if c.kind == "rank" and host_of.get(int(c.name)) in names]
+            ranks = [c for c in d.culprits if c.kind == "rank" and host_of.get(int(c.name)) in names]
             if culprit.kind == "host" and ranks:
-                text += f" (rank {' and '.join(ranks)})"
+                nics = sorted({n for c in ranks for n in c.nics})
+                text += (f" (rank {' and '.join(c.name for c in ranks)}"
+                         + (f", NIC {', '.join(nics)}" if nics else "") + ")")
         return text + f" run at {b.ratio:.2f}x their busbw in A"
     if lead.name == "compute":
         slower = [r for r in d.ranks if "compute" in r.slower_in]

@@ -89,7 +89,8 @@ def rank_rows(d: RunDiff, top: int = 10) -> list[list[str]]:
 
 def culprit_lines(d: RunDiff) -> list[str]:
     """One line per rank or host common to the collectives that slowed."""
-    return [f"{c.kind} {c.name}: in {c.slowed} of the {c.slowed_total} collectives that slowed "
+    return [f"{c.kind} {c.name}{' (NIC ' + ', '.join(c.nics) + ')' if c.nics else ''}: in {c.slowed} of the "
+            f"{c.slowed_total} collectives that slowed "
             f"({c.added_share:.0%} of the time they added), {c.unslowed} of its others did not; "
             f"median {c.ratio:.2f}x their duration in A" for c in d.culprits]
 

@@ -3,6 +3,8 @@ the per bucket, per rank and setup differences behind it (JSON through `tracekit
 
 from __future__ import annotations
 
+import msgspec
+
 from tracekit.diff.network import NetworkSplit
 from tracekit.results import Result
 
@@ -140,6 +142,7 @@ class Culprit(Result):
     unslowed: int  # instances it took part in that did not slow
     added_share: float  # of the time the slowed instances added, the share in those it took part in
     ratio: float  # median duration B / A of the matched instances it took part in
+    nics: list[str] = msgspec.field(default_factory=list)  # a rank's network NICs in B's channels table
 
 
 class SetupChange(Result):
