@@ -71,6 +71,7 @@ def test_a_run_against_itself_is_neither(small_base):
     d = diff_runs(small_base, small_base, topology=TOPOLOGY)
     n = d.network
     assert n.job_ns == pytest.approx(0, abs=1.0) and n.network_ns == pytest.approx(0, abs=1.0)
+    assert n.dominant == "neither" and "neither the network (+0 ns) nor the job (+0 ns)" in d.verdict
 
 
 def test_steps_matched_in_order_are_replayed_under_their_own_numbers(small_base):

@@ -556,6 +556,9 @@ def _network_words(d: RunDiff) -> str:
     n = d.network
     if n is None:
         return ""
+    if n.dominant == "neither":
+        return (f"; replayed with A's calibration, neither the network ({_signed(n.network_ns)}) nor the job "
+                f"({_signed(n.job_ns)}) moves the step beyond the replay's error ({n.step_error:.1%})")
     lead = ("the network delivered less for the same work" if n.network_ns > 0 else
             "the network delivered more for the same work") if n.dominant == "network" else (
         "the job asked for more" if n.job_ns > 0 else "the job asked for less")

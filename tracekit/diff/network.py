@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from tracekit.replay.engine import ReplayResult
 
 
+#: Neither network nor job dominates when both are within this share of A's step (or the replay's error).
+MIN_SHARE = 0.01
+
+
 class NetworkSplit(Result):
     """The step-time change split into network and job, with the replay's own error beside it.
 
@@ -36,7 +40,7 @@ class NetworkSplit(Result):
     replayed_b_ns: float
     job_ns: float
     network_ns: float
-    dominant: str  # "network" or "job"
+    dominant: str  # "network", "job", or "neither" (both within the replay's own step error)
     step_error: float
     instance_error_median: float | None
     instance_error_p90: float | None
@@ -82,9 +86,12 @@ def network_or_job(a: Source, b: Source, topology: str, steps: list[int], b_step
     job = replayed_b - replayed_a
     network = (traced_b - traced_a) - job
     cv = fit.errors.cross_validated if fit.errors is not None else None
+    step_error = abs(replayed_a - traced_a) / traced_a if traced_a else 0.0
+    floor = max(step_error, MIN_SHARE) * traced_a
+    dominant = ("neither" if max(abs(network), abs(job)) <= floor else
+                "network" if abs(network) >= abs(job) else "job")
     return NetworkSplit(topology=fit.baseline, steps=len(steps), step_a_ns=traced_a, step_b_ns=traced_b,
                         replayed_a_ns=replayed_a, replayed_b_ns=replayed_b, job_ns=job, network_ns=network,
-                        dominant="network" if abs(network) >= abs(job) else "job",
-                        step_error=abs(replayed_a - traced_a) / traced_a if traced_a else 0.0,
+                        dominant=dominant, step_error=step_error,
                         instance_error_median=None if cv is None else cv.median,
                         instance_error_p90=None if cv is None else cv.p90)
