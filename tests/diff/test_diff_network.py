@@ -81,3 +81,10 @@ def test_steps_matched_in_order_are_replayed_under_their_own_numbers(small_base)
     n = d.network
     assert n.step_b_ns == pytest.approx(n.step_a_ns) and n.step_a_ns > 0
     assert n.job_ns == pytest.approx(0, abs=1.0) and n.network_ns == pytest.approx(0, abs=1.0)
+
+
+def test_two_seeds_of_one_job_are_neither(small_base):
+    d = diff_runs(small_base, synth(**SMALL, seed=2), topology=TOPOLOGY)
+    n = d.network
+    assert n.network_ns != 0 and n.job_ns != 0  # small moves, both within the replay's error and 1% of the step
+    assert n.dominant == "neither", (n.job_ns, n.network_ns)
