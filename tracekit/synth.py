@@ -93,8 +93,12 @@ class SynthSpec:
 
     `nic_gbs` / `nvlink_gbs` are GB/s per GPU per direction; `slow_nic_rank` injects a degraded
     NIC (that rank's NIC runs at `nic_gbs / slow_nic_factor` both ways, e.g. a link that trained
-    down); `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the
-    tables (the timing is the same)."""
+    down); `slow_stage` a compute regression (that pipeline stage's forward and backward kernels
+    take `slow_stage_factor` times longer); `ring_channels` the ring channels of an all-reduce
+    across hosts (default: one per member of the largest host share, so every NIC carries one; fewer
+    put a member's NIC under more of them) and, when set, a `channels` table saying so;
+    `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the tables
+    (the timing is the same)."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -121,6 +125,9 @@ class SynthSpec:
     slow_nic_rank: int | None = None
     slow_nic_factor: float = 4.0
     launch_events: bool = True
+    slow_stage: int | None = None
+    slow_stage_factor: float = 1.5
+    ring_channels: int | None = None
 
     @property
     def world(self) -> int:
@@ -141,6 +148,12 @@ class SynthSpec:
             raise TracekitError("synth: nic_gbs and nvlink_gbs must be positive")
         if self.slow_nic_rank is not None and not 0 <= self.slow_nic_rank < self.world:
             raise TracekitError(f"synth: slow_nic_rank {self.slow_nic_rank} outside 0..{self.world - 1}")
+        if self.slow_stage is not None and not 0 <= self.slow_stage < self.pp:
+            raise TracekitError(f"synth: slow_stage {self.slow_stage} outside 0..{self.pp - 1}")
+        if self.slow_stage_factor <= 0:
+            raise TracekitError(f"synth: slow_stage_factor {self.slow_stage_factor} must be positive")
+        if self.ring_channels is not None and self.ring_channels < 1:
+            raise TracekitError(f"synth: ring_channels {self.ring_channels} must be at least 1")
         if self.slow_nic_factor < 1:
             raise TracekitError(f"synth: slow_nic_factor {self.slow_nic_factor} must be at least 1")
 
@@ -218,6 +231,7 @@ class _Links:
 
     def __init__(self, spec: SynthSpec) -> None:
         self.gpus_per_host = spec.gpus_per_host
+        self.ring_channels = spec.ring_channels
         self.cap = (spec.nic_gbs, spec.nic_gbs, spec.nvlink_gbs, spec.nvlink_gbs)  # bytes/ns
         self.slow = {} if spec.slow_nic_rank is None else {
             4 * spec.slow_nic_rank + k: spec.nic_gbs / spec.slow_nic_factor for k in (_NIC_TX, _NIC_RX)}
@@ -258,7 +272,7 @@ class _Links:
             by_host.setdefault(self.host(m), []).append(m)
         if len(by_host) == 1:
             return {k: total for m in members for k in (4 * m + _NVL_TX, 4 * m + _NVL_RX)}
-        channels = max(len(v) for v in by_host.values())
+        channels = self.ring_channels or max(len(v) for v in by_host.values())
         exits = dict.fromkeys(members, 0)
         for local in by_host.values():
             for c in range(channels):
@@ -321,6 +335,8 @@ class _Builder:
 
     def compute(self, rank: int, name: str, dur_ns: int) -> None:
         k = self.spec.kernels_per_block
+        if self.layout["coords"][rank]["pp"] == self.spec.slow_stage and name.startswith(("fwd", "bwd")):
+            dur_ns = int(dur_ns * self.spec.slow_stage_factor)
         base = max(dur_ns // k, 1)
         for i in range(k):
             self.programs[rank].append(("compute", f"{name}_k{i}", base))
@@ -745,8 +761,39 @@ def make_run_tables(spec: SynthSpec | None = None, **overrides: Any) -> tuple[di
         "events": schema.conform("events", ev),
         "collectives": schema.conform("collectives", co),
     }
+    if spec.ring_channels is not None:
+        tables["channels"] = _ring_channels(spec, layout)
     truth = _truth(spec, layout, builder, offset)
     return tables, truth
+
+
+def _ring_channels(spec: SynthSpec, layout: dict[str, Any]) -> pa.Table:
+    """The ring channels of each DP group (as NCCL's Channel lines would give them): channel c
+    leaves each host through member c of that host's share (the generator's exits), so each member
+    sends to the next one of its ring, over its NIC across hosts and NVLink (P2P) within one."""
+    coords = layout["coords"]
+    rows: dict[str, list] = {k: [] for k in ("group", "rank", "channel", "pattern", "peer_rank", "direction",
+                                             "transport", "detail", "nic")}
+    for g in layout["groups"]:
+        if g["dim"] != "DP" or len(g["ranks"]) < 2:
+            continue
+        by_host: dict[str, list[int]] = {}
+        for r in g["ranks"]:
+            by_host.setdefault(coords[r]["host"], []).append(r)
+        for c in range(spec.ring_channels or 1):
+            ring: list[int] = []
+            for local in by_host.values():
+                k = (c % len(local)) + 1
+                ring += local[k:] + local[:k]  # the exit, local[c % n], is the host's last
+            for i, r in enumerate(ring):
+                peer = ring[(i + 1) % len(ring)]
+                net = coords[r]["host"] != coords[peer]["host"]
+                for key, value in (("group", g["group"]), ("rank", r), ("channel", c), ("pattern", "ring"),
+                                   ("peer_rank", peer), ("direction", "send"), ("transport", "NET" if net else "P2P"),
+                                   ("detail", "IB/0/GDRDMA" if net else "P2P/CUMEM"),
+                                   ("nic", f"mlx5_{coords[r]['device']}" if net else None)):
+                    rows[key].append(value)
+    return schema.conform("channels", rows)
 
 
 def _is_sender(inst: _Instance, rank: int) -> bool:
@@ -769,6 +816,9 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],
         "instances": len(builder.instances),
+        "ring_channels": spec.ring_channels,
+        "slow_stage": None if spec.slow_stage is None else {"stage": spec.slow_stage,
+                                                             "factor": spec.slow_stage_factor},
         "slow_nic": None if spec.slow_nic_rank is None else {
             "rank": spec.slow_nic_rank, "host": layout["coords"][spec.slow_nic_rank]["host"],
             "device": layout["coords"][spec.slow_nic_rank]["device"],

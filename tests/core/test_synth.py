@@ -181,3 +181,37 @@ def test_without_launch_events_the_timing_is_the_same():
     assert b["events"].filter(pa.compute.is_in(b["events"].column("kind"),
                                                pa.array(["runtime", "sync"]))).num_rows == 0
     assert a["collectives"].column("dur_ns").equals(b["collectives"].column("dur_ns"))
+
+
+def test_slow_stage_stretches_that_stages_compute_only():
+    spec = {"hosts": 2, "gpus_per_host": 4, "steps": 1, "straggler_rank": None}
+    base, _ = make_run_tables(SynthSpec(**spec))
+    slow, truth = make_run_tables(SynthSpec(**spec, slow_stage=1, slow_stage_factor=2.0))
+    assert truth["slow_stage"] == {"stage": 1, "factor": 2.0}
+
+    def kernel(tables, rank, name):
+        ev = pl.from_arrow(tables["events"]).filter((pl.col("rank") == rank) & (pl.col("name") == name))
+        return ev["dur_ns"].to_list()
+
+    assert kernel(slow, 4, "fwd_attn_l0_k0") == pytest.approx([2 * d for d in kernel(base, 4, "fwd_attn_l0_k0")],
+                                                             abs=2)
+    assert kernel(slow, 0, "fwd_attn_l0_k0") == kernel(base, 0, "fwd_attn_l0_k0")  # stage 0 unchanged
+    assert kernel(slow, 4, "optimizer_step_k0") == kernel(base, 4, "optimizer_step_k0")
+    with pytest.raises(TracekitError, match="slow_stage"):
+        make_run_tables(**spec, slow_stage=2)
+
+
+def test_ring_channels_concentrate_the_all_reduce_on_fewer_nics():
+    spec = {"hosts": 2, "gpus_per_host": 4, "pp": 1, "ep": 2, "steps": 1, "straggler_rank": None}
+    four, _ = make_run_tables(SynthSpec(**spec, ring_channels=4))
+    one, truth = make_run_tables(SynthSpec(**spec, ring_channels=1))
+    assert truth["ring_channels"] == 1 and "channels" not in make_run_tables(SynthSpec(**spec))[0]
+    ch = pl.from_arrow(one["channels"])
+    assert ch.height == 8 and set(ch["transport"].to_list()) == {"NET", "P2P"}  # 8 DP members, one channel
+    assert pl.from_arrow(four["channels"]).height == 32
+
+    def dp(tables):
+        co = pl.from_arrow(tables["collectives"]).filter(pl.col("dim") == "DP")
+        return co["dur_ns"].median()
+
+    assert dp(one) > 2 * dp(four)  # one NIC per host carries the whole ring instead of four

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "synth": "tracekit.cli.synth:synth",
     "whatif": "tracekit.cli.whatif:whatif",
     "export": "tracekit.cli.export:export",
+    "diff": "tracekit.cli.diff:diff",
 }
 
 

@@ -28,6 +28,16 @@ from tracekit.cli._common import user_errors
 @click.option("--straggler-step", default=1, show_default=True, help="Step in which the straggler stalls.")
 @click.option("--slow-nic", "slow_nic", default=None, metavar="RANK[:FACTOR]",
               help="Inject a degraded NIC: RANK's NIC runs FACTOR (default 4) times slower both ways.")
+@click.option("--slow-stage", "slow_stage", default=None, metavar="STAGE[:FACTOR]",
+              help="Inject a compute regression: STAGE's forward and backward kernels take FACTOR (default 1.5) "
+                   "times longer.")
+@click.option("--ring-channels", "ring_channels", type=click.IntRange(min=1), default=None,
+              help="Ring channels of a cross-host all-reduce (default: one per GPU of a host; fewer load each NIC "
+                   "more), written as a channels table.")
+@click.option("--dp-buckets", "dp_buckets", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Gradient all-reduce buckets per step and stage.")
+@click.option("--hot-expert-share", "hot_expert_share", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+              help="Share of the tokens routed to each EP group's hot expert (EP skew).")
 @click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
               help="Write a run directory, or one Kineto Chrome trace per rank.")
 @click.option("--telemetry", is_flag=True,
@@ -38,7 +48,7 @@ from tracekit.cli._common import user_errors
 @click.option("--scrape-ms", type=click.IntRange(min=1), default=None,
               help="Telemetry scrape interval (default: the run's span / 8).")
 @user_errors
-def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, telemetry: bool,
+def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, slow_stage: str | None, telemetry: bool,
           background: tuple[str, ...], scrape_ms: int | None, **params: int) -> None:
     """Make a synthetic DP x PP x EP run (with clock skew, a straggler and EP skew) and its truth.json."""
     from tracekit.errors import TracekitError
@@ -62,6 +72,12 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, teleme
             extra = {"slow_nic_rank": int(rank), "slow_nic_factor": float(factor) if factor else 4.0}
         except ValueError:
             raise TracekitError(f"--slow-nic {slow_nic!r}: expected RANK or RANK:FACTOR, e.g. 5:4") from None
+    if slow_stage:
+        stage, _, factor = slow_stage.partition(":")
+        try:
+            extra.update({"slow_stage": int(stage), "slow_stage_factor": float(factor) if factor else 1.5})
+        except ValueError:
+            raise TracekitError(f"--slow-stage {slow_stage!r}: expected STAGE or STAGE:FACTOR, e.g. 1:1.5") from None
     tables, truth = make_run_tables(straggler_rank=None if straggler_rank < 0 else straggler_rank, **params, **extra)
     if fmt == "kineto":
         paths = write_kineto(tables, out)
