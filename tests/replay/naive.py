@@ -107,6 +107,25 @@ def schedule_naive(prev, deps, slack, tr_start, dur, inst, members, inst_dur, en
     return np.array(start, float), np.array(end, float), np.array(inst_start, float)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64_mix_naive(x: int) -> int:
+    """splitmix64's finaliser on a Python int, every product masked back to 64 bits."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def flow_hash_naive(a: int, b: int, c: int, d: int) -> int:
+    """`_kernels.flow_hash` in Python ints: start from the golden-ratio constant, absorb each input
+    (masked to 63 bits) by xor and mix; drop the lowest bit so the result fits a signed int64."""
+    x = 0x9E3779B97F4A7C15
+    for v in (a, b, c, d):
+        x = splitmix64_mix_naive(x ^ (int(v) & 0x7FFFFFFFFFFFFFFF))
+    return x >> 1
+
+
 def route_fat_tree_naive(t, mode: int, src: int, dst: int, channel: int, fhash: int) -> list[int]:
     """Resources of one flow on fat-tree tables `t` (a `FatTreeTables`), hop by hop as the modes read."""
     nic_j = channel % t.nics_per_gpu

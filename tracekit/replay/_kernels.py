@@ -77,18 +77,47 @@ class GraphTables(NamedTuple):
     dist: np.ndarray       # [NIC row, node] hops to that NIC (-1: unreachable), `fabric_distances`
 
 
+@njit_inline
+def _mul64(a, b):
+    """a * b mod 2**64 of two uint64 from their 32-bit halves: no multiply overflows, so the same
+    code runs warning-free as plain numpy (NUMBA_DISABLE_JIT) and bit for bit as compiled."""
+    m32 = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+    a_lo, a_hi = a & m32, a >> s32
+    b_lo, b_hi = b & m32, b >> s32
+    lo = a_lo * b_lo
+    mid = ((lo >> s32) + ((a_hi * b_lo) & m32) + ((a_lo * b_hi) & m32)) & m32
+    return (mid << s32) | (lo & m32)
+
+
+@njit_inline
+def _splitmix64_mix(x):
+    """splitmix64's finaliser (Steele, Lea and Flood 2014; Stafford's Mix13 constants): a bijection
+    of uint64 in which every input bit flips each output bit with probability about 1/2."""
+    x = _mul64(x ^ (x >> np.uint64(30)), np.uint64(0xBF58476D1CE4E5B9))
+    x = _mul64(x ^ (x >> np.uint64(27)), np.uint64(0x94D049BB133111EB))
+    return x ^ (x >> np.uint64(31))
+
+
 @njit
 def flow_hash(a: int, b: int, c: int, d: int) -> int:
-    """A deterministic 63-bit mix of four integers (xorshift rounds; no overflowing multiplies)."""
+    """A deterministic 63-bit hash of four integers (each masked to 63 bits): the splitmix64
+    finaliser applied after absorbing each one by xor. Its wrapping multiplies make it non-linear
+    over GF(2), so `hash mod k` of structured flows (src, dst, channel, key) spreads like balls in
+    bins; an xorshift hash is linear and sends such flows to one spine."""
     x = np.uint64(0x9E3779B97F4A7C15)
     for v in (a, b, c, d):
-        x = x ^ np.uint64(v & 0x7FFFFFFFFFFFFFFF)
-        for _ in range(3):
-            x = x ^ (x << np.uint64(13))
-            x = x ^ (x >> np.uint64(7))
-            x = x ^ (x << np.uint64(17))
-    x = x ^ (x >> np.uint64(31)) ^ (x >> np.uint64(47))
+        x = _splitmix64_mix(x ^ np.uint64(v & 0x7FFFFFFFFFFFFFFF))
     return np.int64(x >> np.uint64(1))
+
+
+@njit
+def flow_hashes(src, dst, channel, key):
+    """`flow_hash` of every flow (the ECMP hash `route_flows` and `route_graph` read)."""
+    out = np.empty(src.size, np.int64)
+    for i in range(src.size):
+        out[i] = flow_hash(src[i], dst[i], channel[i], key[i])
+    return out
 
 
 @njit

@@ -71,8 +71,7 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             (flows.dst < 0) | (flows.dst >= n_gpus))))
         if bad.any():
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")
-    fhash = np.empty(len(flows), np.int64)
-    _hashes(flows.src, flows.dst, flows.channel, flows.key, fhash)
+    fhash = _kernels.flow_hashes(flows.src, flows.dst, flows.channel, flows.key)
     if isinstance(r, GraphRoutes):
         from tracekit.replay.observed import route_graph
 
@@ -80,15 +79,6 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError("the observed fabric routes GPU-to-GPU flows only (no in-network reduction)")
         return route_graph(topology, flows.src, flows.dst, fhash)
     return _kernels.route_flows(flows.mode, flows.src, flows.dst, flows.channel, fhash, r.tables)
-
-@_kernels.njit
-def _hash_all(src, dst, channel, key, out):
-    for i in range(src.size):
-        out[i] = _kernels.flow_hash(src[i], dst[i], channel[i], key[i])
-
-
-def _hashes(src, dst, channel, key, out) -> None:
-    _hash_all(src, dst, channel, key, out)
 
 
 @dataclass
