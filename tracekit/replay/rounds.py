@@ -25,12 +25,15 @@ REL_EPS = 1e-9
 
 class Rounds:
     """Finish times of routed flows (CSR `indptr`/`ids`) for successive release times, starting
-    from a simulation of all of them (`release`, `finish`)."""
+    from a simulation of all of them (`release`, `finish`); `weight`: the flows' weights in the
+    weighted max-min sharing (`simulate.connection_weights`; default all 1)."""
 
     def __init__(self, topology: Topology, indptr: np.ndarray, ids: np.ndarray, nbytes: np.ndarray,
-                 lat_mult: np.ndarray, release: np.ndarray, finish: np.ndarray, *, merge: float = 0.0) -> None:
+                 lat_mult: np.ndarray, release: np.ndarray, finish: np.ndarray, *, merge: float = 0.0,
+                 weight: np.ndarray | None = None) -> None:
         self.topology = topology
         self.indptr, self.ids, self.nbytes, self.lat_mult = indptr, ids, nbytes, lat_mult
+        self.weight = np.ones(nbytes.size) if weight is None else np.asarray(weight, np.float64)
         self.merge = merge
         self.simulated = 0  # flows simulated by `step` so far (a flow simulated twice counts twice)
         self.calls = 0  # simulations run by `step` so far
@@ -87,4 +90,4 @@ class Rounds:
         at = np.repeat(self.indptr[sel] - ptr[:-1], lens) + np.arange(ptr[-1])
         flows = Flows.from_lists(np.zeros(sel.size), np.zeros(sel.size), self.nbytes[sel],
                                  release=release[sel], lat_mult=self.lat_mult[sel])
-        return simulate(self.topology, ptr, self.ids[at], flows, merge=self.merge).finish
+        return simulate(self.topology, ptr, self.ids[at], flows, merge=self.merge, weight=self.weight[sel]).finish
