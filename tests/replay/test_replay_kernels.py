@@ -355,3 +355,18 @@ def test_weighted_lazy_classes_match_flow_by_flow_and_the_twin(seed):
     for lazy_min in (1, 16):
         lazy, _ = _run(*args, lazy_min=lazy_min, weight=weight)
         np.testing.assert_allclose(lazy, exact, rtol=1e-12)
+
+
+def test_weighted_class_with_a_late_arrival_matches_the_twin():
+    """Nine flows on one link, one of weight 0.1875 (its rate x 1/weight rounds below the class's
+    share) and one arriving while the class is lazy: the largest rate per unit weight of the link
+    must be recomputed when a flow near it leaves (found by hypothesis)."""
+    indptr, ids = np.arange(10), np.zeros(9, np.int64)
+    nbytes = np.array([16.0, 16, 16, 16, 16, 16, 64, 16, 3])
+    release = np.array([0.0, 0, 0, 0, 0, 9, 0, 0, 0])
+    cap, lat = np.array([18.0, 1.0]), np.zeros(2)
+    weight = np.array([1.0, 1, 1, 1, 0.5, 1, 1, 0.1875, 1])
+    slow = simulate_naive(indptr, ids, nbytes, release, np.ones(9), cap, lat, weight=weight)
+    for lazy_min in (0, 1):
+        fast, _ = _run(indptr, ids, nbytes, release, cap, lat, lazy_min=lazy_min, weight=weight)
+        np.testing.assert_allclose(fast, slow, rtol=1e-9)

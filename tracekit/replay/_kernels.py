@@ -545,16 +545,18 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
             f = fin[j]
             for k in range(indptr[f], indptr[f + 1]):
                 if res[k] != b:
-                    agc[aggpos[k]] -= 1
-                    agw[aggpos[k]] -= wt[f]
+                    q = aggpos[k]
+                    agc[q] -= 1
+                    agw[q] = agw[q] - wt[f] if agc[q] > 0 else 0.0
         d = x_new - x
         lim = 1.0 - tol_b
         # one pass: loads, their window integrals, the check, the largest rates (undone below if
         # the check fails: a raised largest rate is then marked for recomputing)
         for j in range(a0, a1):
-            if agc[j] > 0:
+            c = agw[j]  # the members' weight on it (0: none left)
+            if c > 0.0:
                 r = agr[j]
-                dl = agw[j] * d
+                dl = c * d
                 load[r] += dl
                 if w_on:
                     wd[wrow, r, 0] += dl * wfrac
@@ -570,9 +572,10 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                 wd[wrow, b, 1] += w_left * d
         else:  # undo
             for j in range(a0, a1):
-                if agc[j] > 0:
+                c = agw[j]
+                if c > 0.0:
                     r = agr[j]
-                    dl = agw[j] * d
+                    dl = c * d
                     load[r] -= dl
                     if w_on:
                         wd[wrow, r, 0] -= dl * wfrac
@@ -613,7 +616,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
             lcnt[r] -= 1
             dl = -x_f
             load[r] -= x_f
-            if x >= maxr[r]:
+            if x >= maxr[r] * (1.0 - tol_b):
                 maxr_ok[r] = False
             if lcnt[r] == 0:
                 dl -= load[r]
@@ -693,6 +696,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     wd = np.zeros((n_win + 1, n_res, 2), np.float64)
     if n_flows == 0:
         return finish, np.zeros((n_res, n_win), np.float64)
+    iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
+    unit = True
+    for f in range(n_flows):
+        if wt[f] != 1.0:
+            unit = False
     static = np.zeros(n_res, np.int64)
     latency = np.zeros(n_flows, np.float64)
     for f in range(n_flows):
@@ -878,7 +886,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 lcnt[r] -= 1
                 dl = -rate[f]
                 load[r] -= rate[f]
-                if rate[f] / wt[f] >= maxr[r]:
+                # r x (1/w) can round below the share it came from: recompute when near the largest
+                if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
                     maxr_ok[r] = False
                 if lcnt[r] == 0:
                     dl -= load[r]
@@ -975,10 +984,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if active[g]:
                                 poolf[w] = g
                                 w += 1
-                                m = max(m, rate[g] / wt[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                                m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
                         lused[r] = w - lstart[r]
                         maxr[r] = m
-                    if rate[h] / wt[h] >= maxr[r] * (1.0 - tol_b):
+                    if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
                         b = r
                         break
                 if b >= 0:
@@ -1083,9 +1092,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             wd[wrow, r, 0] += d * wfrac
                             wd[wrow, r, 1] += d
                         if d > 0.0:
-                            if new_rate[i] / wt[g] > maxr[r]:
-                                maxr[r] = new_rate[i] / wt[g]
-                        elif rate[g] / wt[g] >= maxr[r]:
+                            nr = new_rate[i] if unit else new_rate[i] * iw[g]
+                            if nr > maxr[r]:
+                                maxr[r] = nr
+                        elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
                             maxr_ok[r] = False
                         if big and rchg[r] != event:
                             rchg[r] = event
@@ -1138,10 +1148,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                                 if active[g]:
                                     poolf[w] = g
                                     w += 1
-                                    m = max(m, rate[g] / wt[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
                             lused[r] = w - lstart[r]
                             maxr[r] = m
-                        if rate[h] / wt[h] >= maxr[r] * (1.0 - tol_b):
+                        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
                             b = r
                             break
                     old = bott[h]
@@ -1179,11 +1189,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         continue
                     if lmark[rr] != wstamp:
                         lmark[rr] = wstamp
-                        thr[rr] = rate[h] / wt[h]
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
                         marked[n_mark] = rr
                         n_mark += 1
-                    elif rate[h] / wt[h] < thr[rr]:
-                        thr[rr] = rate[h] / wt[h]
+                    elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
             for i in range(n_mark):
                 rr = marked[i]
                 limit = thr[rr] * (1.0 - 1e3 * rel_eps)
@@ -1194,7 +1204,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         continue
                     poolf[w] = g
                     w += 1
-                    if in_s[g] != event and (rate[g] / wt[g] if lzc[g] < 0 else lzf[lzc[g], 0]) >= limit:
+                    nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
+                    if in_s[g] != event and nr >= limit:
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
                             gn = _ih_delete(gk, gi, gpos, gn, cb)
@@ -1276,7 +1287,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 if hpos[g] >= 0:
                     hn = _ih_delete(hk, hi, hpos, hn, g)
                 lzc[g] = lz_b
-                rem[g] = rem[g] / wt[g]
+                rem[g] = rem[g] if unit else rem[g] * iw[g]
                 _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
                 continue
             r_g = rate[g] if rate[g] > 0.0 else 1e-300
