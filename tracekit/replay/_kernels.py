@@ -886,7 +886,6 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 lcnt[r] -= 1
                 dl = -rate[f]
                 load[r] -= rate[f]
-                # r x (1/w) can round below the share it came from: recompute when near the largest
                 if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
                     maxr_ok[r] = False
                 if lcnt[r] == 0:
@@ -1096,6 +1095,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if nr > maxr[r]:
                                 maxr[r] = nr
                         elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
+                            # r x (1/w) can round below the share it was set from: a rate that
+                            # falls (or a flow that leaves) near the largest marks it for recomputing
                             maxr_ok[r] = False
                         if big and rchg[r] != event:
                             rchg[r] = event
