@@ -17,6 +17,7 @@ from tracekit.replay.simulate import (
     MODE_NVLS_DOWN,
     MODE_NVLS_UP,
     MODE_SPINE_UP,
+    Flows,
     connection_weights,
     resource_bytes,
     route,
@@ -358,26 +359,27 @@ def test_sample_dp_all_reduce_by_hand():
 
 def test_a_collective_takes_one_nic_share_whatever_its_flow_count():
     """CollNet puts one flow per channel on every GPU's NIC (8 here), the ring one per channel
-    crossing hosts through that NIC (2). Shared per flow, a send released with the all-reduce on
-    NIC 0 of host 0 got 1/9 of it next to CollNet and 1/3 next to the ring; shared per connection
-    set (`connection_weights`: each of an instance's flows weighs 1 / its most flows on one NIC
-    link) it gets 1/2 next to either (docs/replay.md, section 4.1)."""
+    crossing hosts through that NIC (2). Shared per flow, a transfer released with the all-reduce
+    on NIC 0 of host 0 got 1/9 of it next to CollNet and 1/3 next to the ring; shared per
+    connection set (`connection_weights`: each of an instance's flows weighs 1 / its most flows on
+    one NIC link) it gets 1/2 next to either (docs/replay.md, section 4.1)."""
     topo = _topo(f"{SAMPLE},sharp=true,{ZERO_LAT}")
     S = 64 * 2**20
     per = S / 4 / 8 / 0.85  # a GPU's share, per channel, as S/0.85
-    both = [Instance(0, "all_reduce", list(range(8)), S), Instance(1, "send", [0, 4], per, src=0, dst=4)]
-    alone = decompose_plan(both[1:], topo, np.arange(8), proto="Simple").flows
+    alone = Flows.from_lists([0], [4], [per], key=[1])  # a transfer from GPU 0 to GPU 4
     assert simulate(topo, *route(topo, alone), alone).finish.max() == pytest.approx(per / 50, rel=1e-9)
     for algo, flows_per_nic in (("collnet_direct", 8), ("ring", 2)):
-        dec = decompose_plan(both, topo, np.arange(8), algo=algo, proto="Simple")
+        dec = decompose_plan([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8), algo=algo,
+                             proto="Simple")
         assert dec.plans[0].algo == algo
-        indptr, ids = route(topo, dec.flows)
-        weight = connection_weights(topo, indptr, ids, dec.flows.key)
-        assert set(weight[dec.flows.key == 0] / weight[dec.flows.key == 1].max()) == {1 / flows_per_nic}
-        out = simulate(topo, indptr, ids, dec.flows)
-        assert out.finish[dec.flows.key == 1].max() == pytest.approx(2 * per / 50, rel=1e-9)
-        per_flow = simulate(topo, indptr, ids, dec.flows, weight=np.ones(len(dec.flows)))
-        assert per_flow.finish[dec.flows.key == 1].max() == pytest.approx((flows_per_nic + 1) * per / 50, rel=1e-9)
+        flows = Flows.concat([dec.flows, alone])
+        indptr, ids = route(topo, flows)
+        weight = connection_weights(topo, indptr, ids, flows.key)
+        assert set(weight[flows.key == 0] / weight[flows.key == 1].max()) == {1 / flows_per_nic}
+        out = simulate(topo, indptr, ids, flows)
+        assert out.finish[flows.key == 1].max() == pytest.approx(2 * per / 50, rel=1e-9)
+        per_flow = simulate(topo, indptr, ids, flows, weight=np.ones(len(flows)))
+        assert per_flow.finish[flows.key == 1].max() == pytest.approx((flows_per_nic + 1) * per / 50, rel=1e-9)
 
 
 @pytest.mark.parametrize("a2a_mib", [1, 4, 16, 64])
