@@ -174,9 +174,12 @@ def test_fat_tree_2to1_and_4to1_tree_all_reduce_match_closed_forms():
 
     The old linear hash sent every flow into a host onto one spine: 2:1 ECMP gave 4:1's answer."""
     counts = [24, 32, 32, 24, 24, 32, 32, 24]
-    _topo, dec, _ip, _ids, t_4to1 = _tree_all_reduce(FAT_TREE.format(k=4))
+    topo, dec, _ip, _ids, t_4to1 = _tree_all_reduce(FAT_TREE.format(k=4))
     s_w = GIB / dec.plans[0].efficiency
-    bundle = 100.0  # GB/s = bytes/ns
+    bundle = float(topo.cap[topo.route.tables.leaf_spine_up[0, 0]])  # bytes/ns: 100 GB/s at line rate
+    two = build(parse_spec(FAT_TREE.format(k=2)))
+    assert two.route.n_spines == 2 and topo.route.n_spines == 1
+    assert float(two.cap[two.route.tables.leaf_spine_up[0, 1]]) == bundle
     assert t_4to1 == pytest.approx(2 * s_w / bundle, rel=0.01)
     *_, t_spray = _tree_all_reduce(FAT_TREE.format(k=2) + ",routing=spray")
     assert t_spray == pytest.approx(s_w / bundle, rel=0.01)
