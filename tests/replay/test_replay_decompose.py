@@ -391,7 +391,8 @@ def test_sharp_never_slows_an_unrelated_all_to_all_by_its_flow_count(ar_mib, a2a
     shared per connection set the all-to-all finishes no later with SHARP than with the ring (as
     late while the all-reduce runs: half the NIC either way). Shared per flow (the control), an
     all-to-all that ends while the all-reduce runs got 4 of 12 flows' shares of a NIC next to
-    CollNet and 4 of 6 next to the ring, so it took 1.9-2x as long with SHARP."""
+    CollNet and 4 of 6 next to the ring, so it took 1.9-2x as long with SHARP (1.3x where
+    per-peer rate limits cap the all-to-all's flows below their NIC share)."""
     topo = _topo(f"{SAMPLE},sharp=true")
     insts = [Instance(0, "all_reduce", list(range(8)), ar_mib * 2**20),
              Instance(1, "all_to_all", list(range(8)), a2a_mib * 2**20)]
@@ -407,4 +408,4 @@ def test_sharp_never_slows_an_unrelated_all_to_all_by_its_flow_count(ar_mib, a2a
     assert finish["collnet_direct", "instance"] <= finish["ring", "instance"] * (1 + 1e-9)
     if 4 * a2a_mib <= ar_mib:  # the all-to-all ends while the all-reduce runs
         assert finish["collnet_direct", "instance"] == pytest.approx(finish["ring", "instance"], rel=1e-9)
-        assert finish["collnet_direct", "flow"] > 1.5 * finish["ring", "flow"]
+        assert finish["collnet_direct", "flow"] > 1.2 * finish["ring", "flow"]
