@@ -7,33 +7,37 @@ import math
 import numpy as np
 
 
-def progressive_filling(paths: dict[int, list[int]], cap: np.ndarray) -> dict[int, float]:
-    """Max-min fair rates of the flows `paths` (flow -> resources) on capacities `cap`."""
+def progressive_filling(paths: dict[int, list[int]], cap: np.ndarray,
+                        weight: dict[int, float] | None = None) -> dict[int, float]:
+    """Weighted max-min fair rates of the flows `paths` (flow -> resources) on capacities `cap`:
+    every unfrozen flow's rate rises as `weight x level` (weight 1 when not given)."""
+    w = {f: 1.0 if weight is None else float(weight[f]) for f in paths}
     rates: dict[int, float] = {}
     unfrozen = set(paths)
     remaining = {r: float(cap[r]) for p in paths.values() for r in p}
     while unfrozen:
         share = {}
         for r, c in remaining.items():
-            n = sum(1 for f in unfrozen if r in paths[f])
-            if n:
-                share[r] = max(c, 0.0) / n
+            wsum = sum(w[f] for f in unfrozen if r in paths[f])
+            if wsum:
+                share[r] = max(c, 0.0) / wsum
         r_min = min(share, key=lambda r: (share[r], r))
         inc = share[r_min]
         for f in unfrozen:
-            rates[f] = rates.get(f, 0.0) + inc
+            rates[f] = rates.get(f, 0.0) + inc * w[f]
             for r in paths[f]:
-                remaining[r] -= inc
+                remaining[r] -= inc * w[f]
         saturated = {r for r, c in remaining.items() if c <= 1e-9 * cap[r]}
         saturated.add(r_min)
         unfrozen = {f for f in unfrozen if not saturated.intersection(paths[f])}
     return rates
 
 
-def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps=1e-9, windows=None):
+def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps=1e-9, windows=None,
+                   weight=None):
     """Finish time of every flow (ns). With `windows=(n_windows, window_ns)` also the bytes each
     resource carried in each window from t = 0 (rate x overlap per flow, hop and interval), as
-    (finish, bytes[resource, window])."""
+    (finish, bytes[resource, window]). `weight`: per flow, for weighted max-min (default all 1)."""
     n = len(nbytes)
     n_win, width = windows if windows is not None else (0, 1.0)
     win = np.zeros((len(cap), n_win))
@@ -67,7 +71,8 @@ def simulate_naive(indptr, res, nbytes, release, lat_mult, cap, res_lat, rel_eps
                 continue
             active[f] = 0.0
         if active:
-            active = progressive_filling({f: paths[f] for f in active}, cap)
+            active = progressive_filling({f: paths[f] for f in active}, cap,
+                                         None if weight is None else {f: weight[f] for f in active})
         t = now
     return finish if windows is None else (finish, win)
 
@@ -105,6 +110,25 @@ def schedule_naive(prev, deps, slack, tr_start, dur, inst, members, inst_dur, en
         if not progress:
             raise ValueError("cyclic input")
     return np.array(start, float), np.array(end, float), np.array(inst_start, float)
+
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64_mix_naive(x: int) -> int:
+    """splitmix64's finaliser on a Python int, every product masked back to 64 bits."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def flow_hash_naive(a: int, b: int, c: int, d: int) -> int:
+    """`_kernels.flow_hash` in Python ints: start from the golden-ratio constant, absorb each input
+    (masked to 63 bits) by xor and mix; drop the lowest bit so the result fits a signed int64."""
+    x = 0x9E3779B97F4A7C15
+    for v in (a, b, c, d):
+        x = splitmix64_mix_naive(x ^ (int(v) & 0x7FFFFFFFFFFFFFFF))
+    return x >> 1
 
 
 def route_fat_tree_naive(t, mode: int, src: int, dst: int, channel: int, fhash: int) -> list[int]:

@@ -18,6 +18,7 @@ from tracekit.replay.simulate import (
     MODE_NVLS_UP,
     MODE_SPINE_UP,
     Flows,
+    connection_weights,
     resource_bytes,
     route,
     simulate,
@@ -369,22 +370,55 @@ def test_sample_dp_all_reduce_by_hand():
     assert out.finish[flows.key == 0].max() == pytest.approx(1.5 * band, rel=1e-9)
 
 
-def test_collnet_takes_a_nic_share_per_channel():
-    """Why SHARP slows the sample's EP all-to-all: under max-min fairness each flow gets an equal
-    share of a saturated NIC, and CollNet puts one flow per channel on every GPU's NIC (8 here) where
-    the ring puts one per channel crossing hosts through that NIC (2). A transfer released with the
-    all-reduce on NIC 0 of host 0 therefore gets 1/9 of it next to CollNet and 1/3 next to the ring
-    (test_sample_dp_all_reduce_by_hand)."""
+def test_a_collective_takes_one_nic_share_whatever_its_flow_count():
+    """CollNet puts one flow per channel on every GPU's NIC (8 here), the ring one per channel
+    crossing hosts through that NIC (2). Shared per flow, a transfer released with the all-reduce
+    on NIC 0 of host 0 got 1/9 of it next to CollNet and 1/3 next to the ring; shared per
+    connection set (`connection_weights`: each of an instance's flows weighs 1 / its most flows on
+    one NIC link) it gets 1/2 next to either (docs/replay.md, section 4.1)."""
     topo = _topo(f"{SAMPLE},sharp=true,{ZERO_LAT}")
     S = 64 * 2**20
     per = S / 4 / 8 / 0.85  # a GPU's share, per channel, as S/0.85
-    dec = decompose_plan([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8), algo="collnet_direct",
-                         proto="Simple")
-    assert dec.plans[0].algo == "collnet_direct"
-    up = dec.flows.mode == MODE_LEAF_UP
-    assert np.bincount(dec.flows.src[up], minlength=8).tolist() == [8] * 8  # 8 channels on every NIC
     alone = Flows.from_lists([0], [4], [per], key=[1])  # a transfer from GPU 0 to GPU 4
-    flows = Flows.concat([dec.flows, alone])
-    out = simulate(topo, *route(topo, flows), flows)
-    assert out.finish[flows.key == 1].max() == pytest.approx(9 * per / 50, rel=1e-9)
     assert simulate(topo, *route(topo, alone), alone).finish.max() == pytest.approx(per / 50, rel=1e-9)
+    for algo, flows_per_nic in (("collnet_direct", 8), ("ring", 2)):
+        dec = decompose_plan([Instance(0, "all_reduce", list(range(8)), S)], topo, np.arange(8), algo=algo,
+                             proto="Simple")
+        assert dec.plans[0].algo == algo
+        flows = Flows.concat([dec.flows, alone])
+        indptr, ids = route(topo, flows)
+        weight = connection_weights(topo, indptr, ids, flows.key)
+        assert set(weight[flows.key == 0] / weight[flows.key == 1].max()) == {1 / flows_per_nic}
+        out = simulate(topo, indptr, ids, flows)
+        assert out.finish[flows.key == 1].max() == pytest.approx(2 * per / 50, rel=1e-9)
+        per_flow = simulate(topo, indptr, ids, flows, weight=np.ones(len(flows)))
+        assert per_flow.finish[flows.key == 1].max() == pytest.approx((flows_per_nic + 1) * per / 50, rel=1e-9)
+
+
+@pytest.mark.parametrize("a2a_mib", [1, 4, 16, 64])
+@pytest.mark.parametrize("ar_mib", [16, 64, 256])
+def test_sharp_never_slows_an_unrelated_all_to_all_by_its_flow_count(ar_mib, a2a_mib):
+    """The SHARP what-if of the bundled sample's shape (2 hosts x 4 GPUs, a NIC per GPU): a DP
+    all-reduce and an EP all-to-all on the same 8 GPUs, released together. CollNet sends S/4 per
+    NIC where the ring sends 2 x 7/8 S / 4, through 8 flows per NIC instead of 2. With the NIC
+    shared per connection set the all-to-all finishes no later with SHARP than with the ring (as
+    late while the all-reduce runs: half the NIC either way). Shared per flow (the control), an
+    all-to-all that ends while the all-reduce runs got 4 of 12 flows' shares of a NIC next to
+    CollNet and 4 of 6 next to the ring, so it took 1.9-2x as long with SHARP (1.3x where
+    per-peer rate limits cap the all-to-all's flows below their NIC share)."""
+    topo = _topo(f"{SAMPLE},sharp=true")
+    insts = [Instance(0, "all_reduce", list(range(8)), ar_mib * 2**20),
+             Instance(1, "all_to_all", list(range(8)), a2a_mib * 2**20)]
+    finish = {}
+    for algo in ("collnet_direct", "ring"):
+        dec = decompose_plan(insts, topo, np.arange(8), algo=algo, proto="Simple")
+        assert dec.plans[0].algo == algo
+        indptr, ids = route(topo, dec.flows)
+        a2a = dec.flows.key == 1
+        for sharing, weight in (("instance", None), ("flow", np.ones(len(dec.flows)))):
+            out = simulate(topo, indptr, ids, dec.flows, weight=weight)
+            finish[algo, sharing] = out.finish[a2a].max()
+    assert finish["collnet_direct", "instance"] <= finish["ring", "instance"] * (1 + 1e-9)
+    if 4 * a2a_mib <= ar_mib:  # the all-to-all ends while the all-reduce runs
+        assert finish["collnet_direct", "instance"] == pytest.approx(finish["ring", "instance"], rel=1e-9)
+        assert finish["collnet_direct", "flow"] > 1.2 * finish["ring", "flow"]

@@ -16,13 +16,17 @@ def _csr(paths):
     return indptr, np.array([r for p in paths for r in p], np.int64)
 
 
-def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0, lazy_min=16):
-    """The kernel; lazy_min=1 keeps every one-class event's class lazily (0: never)."""
+def _run(indptr, ids, nbytes, release, cap, lat, lat_mult=None, n_windows=0, window_ns=1.0, lazy_min=16,
+         weight=None):
+    """The kernel; lazy_min=1 keeps every one-class event's class lazily (0: never); `weight`
+    per flow for weighted max-min (None: all 1)."""
     lat_mult = np.ones(len(nbytes)) if lat_mult is None else lat_mult
-    return _kernels.simulate_flows(np.asarray(indptr, np.int64), np.asarray(ids, np.int64),
-                                   np.asarray(nbytes, np.float64), np.asarray(release, np.float64),
-                                   np.asarray(lat_mult, np.float64), np.asarray(cap, np.float64),
-                                   np.asarray(lat, np.float64), n_windows, window_ns, 0.0, 1e-9, 0.0, lazy_min)
+    args = (np.asarray(indptr, np.int64), np.asarray(ids, np.int64), np.asarray(nbytes, np.float64),
+            np.asarray(release, np.float64), np.asarray(lat_mult, np.float64), np.asarray(cap, np.float64),
+            np.asarray(lat, np.float64), n_windows, window_ns, 0.0, 1e-9, 0.0, lazy_min)
+    if weight is None:
+        return _kernels.simulate_flows(*args)
+    return _kernels.simulate_flows(*args, np.asarray(weight, np.float64))
 
 
 @st.composite
@@ -295,3 +299,74 @@ def test_lazy_classes_change_nothing_on_a_skewed_all_to_all(seed):
         np.testing.assert_allclose(win, win0, rtol=1e-9, atol=1e-6 * win0.max())
     per_res = resource_bytes(topo.cap.size, ip, ids, flows.nbytes)
     np.testing.assert_allclose(win.sum(axis=1), per_res, rtol=1e-9)
+
+
+WEIGHTS = st.one_of(st.sampled_from([1.0, 0.5, 0.25, 1 / 3, 0.125, 2.0]), st.floats(0.05, 4.0))
+
+
+def test_weighted_progressive_filling_textbook_case():
+    """Weights 1 and 3 on one link of capacity 4 share it 1:3; a third flow of weight 1 alone on a
+    link of capacity 0.5 freezes first, and the other two split what it leaves 1:3."""
+    rates = progressive_filling({0: [0], 1: [0]}, np.array([4.0]), {0: 1.0, 1: 3.0})
+    assert rates == pytest.approx({0: 1.0, 1: 3.0})
+    rates = progressive_filling({0: [0], 1: [0], 2: [0, 1]}, np.array([4.0, 0.5]), {0: 1.0, 1: 3.0, 2: 1.0})
+    assert rates == pytest.approx({0: 0.875, 1: 2.625, 2: 0.5})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(cases(), shared_route_cases()), st.sampled_from([0, 1, 3]), st.data())
+def test_weighted_kernel_matches_naive_twin(case, lazy_min, data):
+    """Weighted max-min: the kernel (water-fill, rate classes, lazy classes, bottleneck check all
+    per unit weight) against full weighted progressive filling at every event, finish times and
+    window bytes."""
+    indptr, ids, nbytes, release, cap, lat = case
+    weight = np.array(data.draw(st.lists(WEIGHTS, min_size=len(nbytes), max_size=len(nbytes))))
+    fast, win = _run(indptr, ids, nbytes, release, cap, lat, n_windows=40, window_ns=100.0, lazy_min=lazy_min,
+                     weight=weight)
+    slow, slow_win = simulate_naive(indptr, ids, nbytes, release, np.ones(len(nbytes)), cap, lat,
+                                    windows=(40, 100.0), weight=weight)
+    np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(win, slow_win, rtol=1e-6, atol=1e-6 * max(1.0, slow_win.max()))
+
+
+def test_unit_weights_are_the_unweighted_kernel_bit_for_bit():
+    topo, flows = _skewed_all_to_all(seed=9, hosts=8, gpus=4)
+    ip, ids = route(topo, flows)
+    args = (ip, ids, flows.nbytes, flows.release, topo.cap, topo.res_latency)
+    plain, win = _run(*args, n_windows=30, window_ns=1e3)
+    unit, win1 = _run(*args, n_windows=30, window_ns=1e3, weight=np.ones(len(flows)))
+    assert np.array_equal(plain, unit) and np.array_equal(win, win1)
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_weighted_lazy_classes_match_flow_by_flow_and_the_twin(seed):
+    """An incast-heavy all-to-all with staggered releases and per-flow weights (1/k for the k flows
+    of a source, as per-instance NIC sharing gives): lazy classes on and off agree, and both
+    agree with the naive twin."""
+    topo, flows = _skewed_all_to_all(seed=seed)
+    rng = np.random.default_rng(seed)
+    weight = 1.0 / rng.integers(1, 9, len(flows))
+    ip, ids = route(topo, flows)
+    args = (ip, ids, flows.nbytes, flows.release, topo.cap, topo.res_latency)
+    exact, _ = _run(*args, lazy_min=0, weight=weight)
+    slow = simulate_naive(ip, ids, flows.nbytes, flows.release, flows.lat_mult, topo.cap, topo.res_latency,
+                          weight=weight)
+    np.testing.assert_allclose(exact, slow, rtol=1e-9)
+    for lazy_min in (1, 16):
+        lazy, _ = _run(*args, lazy_min=lazy_min, weight=weight)
+        np.testing.assert_allclose(lazy, exact, rtol=1e-12)
+
+
+def test_weighted_class_with_a_late_arrival_matches_the_twin():
+    """Nine flows on one link, one of weight 0.1875 (its rate x 1/weight rounds below the class's
+    share) and one arriving while the class is lazy: the largest rate per unit weight of the link
+    must be recomputed when a flow near it leaves (found by hypothesis)."""
+    indptr, ids = np.arange(10), np.zeros(9, np.int64)
+    nbytes = np.array([16.0, 16, 16, 16, 16, 16, 64, 16, 3])
+    release = np.array([0.0, 0, 0, 0, 0, 9, 0, 0, 0])
+    cap, lat = np.array([18.0, 1.0]), np.zeros(2)
+    weight = np.array([1.0, 1, 1, 1, 0.5, 1, 1, 0.1875, 1])
+    slow = simulate_naive(indptr, ids, nbytes, release, np.ones(9), cap, lat, weight=weight)
+    for lazy_min in (0, 1):
+        fast, _ = _run(indptr, ids, nbytes, release, cap, lat, lazy_min=lazy_min, weight=weight)
+        np.testing.assert_allclose(fast, slow, rtol=1e-9)

@@ -28,7 +28,7 @@ class _Topo:
 
 def _full(topo, indptr, ids, nbytes, release):
     flows = Flows.from_lists(np.zeros(len(nbytes)), np.zeros(len(nbytes)), nbytes, release=release)
-    return simulate(topo, indptr, ids, flows).finish
+    return simulate(topo, indptr, ids, flows, weight=np.ones(len(nbytes))).finish
 
 
 def _rounds(topo, indptr, ids, nbytes, release):

@@ -77,18 +77,47 @@ class GraphTables(NamedTuple):
     dist: np.ndarray       # [NIC row, node] hops to that NIC (-1: unreachable), `fabric_distances`
 
 
+@njit_inline
+def _mul64(a, b):
+    """a * b mod 2**64 of two uint64 from their 32-bit halves: no multiply overflows, so the same
+    code runs warning-free as plain numpy (NUMBA_DISABLE_JIT) and bit for bit as compiled."""
+    m32 = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+    a_lo, a_hi = a & m32, a >> s32
+    b_lo, b_hi = b & m32, b >> s32
+    lo = a_lo * b_lo
+    mid = ((lo >> s32) + ((a_hi * b_lo) & m32) + ((a_lo * b_hi) & m32)) & m32
+    return (mid << s32) | (lo & m32)
+
+
+@njit_inline
+def _splitmix64_mix(x):
+    """splitmix64's finaliser (Steele, Lea and Flood 2014; Stafford's Mix13 constants): a bijection
+    of uint64 in which every input bit flips each output bit with probability about 1/2."""
+    x = _mul64(x ^ (x >> np.uint64(30)), np.uint64(0xBF58476D1CE4E5B9))
+    x = _mul64(x ^ (x >> np.uint64(27)), np.uint64(0x94D049BB133111EB))
+    return x ^ (x >> np.uint64(31))
+
+
 @njit
 def flow_hash(a: int, b: int, c: int, d: int) -> int:
-    """A deterministic 63-bit mix of four integers (xorshift rounds; no overflowing multiplies)."""
+    """A deterministic 63-bit hash of four integers (each masked to 63 bits): the splitmix64
+    finaliser applied after absorbing each one by xor. Its wrapping multiplies make it non-linear
+    over GF(2), so `hash mod k` of structured flows (src, dst, channel, key) spreads like balls in
+    bins; an xorshift hash is linear and sends such flows to one spine."""
     x = np.uint64(0x9E3779B97F4A7C15)
     for v in (a, b, c, d):
-        x = x ^ np.uint64(v & 0x7FFFFFFFFFFFFFFF)
-        for _ in range(3):
-            x = x ^ (x << np.uint64(13))
-            x = x ^ (x >> np.uint64(7))
-            x = x ^ (x << np.uint64(17))
-    x = x ^ (x >> np.uint64(31)) ^ (x >> np.uint64(47))
+        x = _splitmix64_mix(x ^ np.uint64(v & 0x7FFFFFFFFFFFFFFF))
     return np.int64(x >> np.uint64(1))
+
+
+@njit
+def flow_hashes(src, dst, channel, key):
+    """`flow_hash` of every flow (the ECMP hash `route_flows` and `route_graph` read)."""
+    out = np.empty(src.size, np.int64)
+    for i in range(src.size):
+        out[i] = flow_hash(src[i], dst[i], channel[i], key[i])
+    return out
 
 
 @njit
@@ -223,12 +252,13 @@ def route_flows(mode, src, dst, channel, fhash, tables):
 
 
 @njit
-def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, new_rate, froze_at,
-               links, cnt, fill, members, resid, nun, used, ver, hk, hi, ht, frozen, sptr, sloc):
-    """Max-min rates of the flows in S given every other flow's current rate (progressive filling
-    from the residual capacities). Writes new_rate[i] for S member i and froze_at[i], the resource
-    that froze it. The remaining arguments are scratch arrays (sized for all resources, incidences
-    and flows); sptr/sloc hold S's paths in local link ids."""
+def _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, stamp, new_rate, froze_at,
+               links, cnt, fill, members, resid, nun, wun, used, ver, hk, hi, ht, frozen, sptr, sloc):
+    """Weighted max-min rates of the flows in S given every other flow's current rate (progressive
+    filling from the residual capacities: every unfrozen flow's rate is wt[f] x the level). Writes
+    new_rate[i] for S member i and froze_at[i], the resource that froze it. The remaining arguments
+    are scratch arrays (sized for all resources, incidences and flows); sptr/sloc hold S's paths in
+    local link ids; nun/wun count and weigh each link's unfrozen flows."""
     n_loc = 0
     p = 0
     sptr[0] = 0
@@ -242,9 +272,11 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
                 lmap[r] = n_loc
                 links[n_loc] = r
                 cnt[n_loc + 1] = 0
+                wun[n_loc] = 0.0
                 n_loc += 1
             loc = lmap[r]
             cnt[loc + 1] += 1
+            wun[loc] += wt[f]
             sloc[p] = loc
             p += 1
         sptr[i + 1] = p
@@ -266,7 +298,7 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
     # A link's share only grows as flows freeze (each froze at a level <= its share), so a stale
     # heap key is a lower bound: on reaching the top it is refreshed and sifted down in place.
     for j in range(n_loc):
-        hk[j] = max(resid[j], 0.0) / nun[j]
+        hk[j] = max(resid[j], 0.0) / wun[j]
         hi[j] = j
         ht[j] = 0
     # (heap code written out: numba's inliner wraps array arguments in reference counting)
@@ -298,7 +330,7 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
         j = hi[0]
         live = nun[j] != 0
         if live and ht[0] != ver[j]:  # stale key: refresh it in place
-            key = max(resid[j] - used[j], 0.0) / nun[j]
+            key = max(resid[j] - used[j], 0.0) / wun[j]
             item = j
             tag = ver[j]
             live = False
@@ -335,12 +367,15 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
                 continue
             frozen[i] = True
             left -= 1
-            new_rate[i] = level
+            w_i = wt[s_list[i]]
+            r_i = level * w_i
+            new_rate[i] = r_i
             froze_at[i] = links[j]
             for k in range(sptr[i], sptr[i + 1]):
                 loc = sloc[k]
                 nun[loc] -= 1
-                used[loc] += level
+                wun[loc] -= w_i
+                used[loc] += r_i
                 ver[loc] += 1
 
 
@@ -353,8 +388,9 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, stamp, ne
 # over the members' links when it is a one-class event of the exact algorithm (nobody else is
 # bottlenecked on a link it touches and every other link stays unsaturated); anything else first
 # turns the classes it reaches back into flows (remaining bytes, completion-heap keys) and runs as
-# before. lzf[b]: 0 rate, 1 V, 2 time of V. lzi[b]: 0 members, 1 start and 2 length of its links
-# in agr/agc. A member's rem holds its key.
+# before. lzf[b]: 0 rate per unit weight, 1 V, 2 time of V, 3 the members' weight. lzi[b]: 0
+# members, 1 start and 2 length of its links in agr/agc/agw (members crossing it, their weight).
+# A member's rem holds its key (V at which it drains: its remaining bytes / its weight + V).
 
 
 @njit
@@ -442,7 +478,7 @@ def _ih_delete(hk, hi, hpos, n, item):
 
 
 @njit
-def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn):
+def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn):
     """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
     exact algorithm has them); the caller takes it off the class heap. Returns the completion
     heap's new size."""
@@ -452,9 +488,9 @@ def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, h
     base = lstart[b]
     for m in range(lzi[b, 0]):
         g = ci[base + m]
-        left = max(ck[base + m] - v, 0.0)
+        left = max(ck[base + m] - v, 0.0) * wt[g]
         rem[g] = left
-        rate[g] = x
+        rate[g] = x * wt[g]
         tlast[g] = now
         lzc[g] = -1
         hn += 1
@@ -465,14 +501,14 @@ def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, h
 
 @njit
 def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
-              aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott, bpool, bpos, bcnt,
-              lcnt, fin, wd, w_on, wrow, wfrac):
+              agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish, latency, bott, bpool, bpos,
+              bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
     below cap (1 - tol) at the class's new fair share), apply it and return True; else leave
     everything as it was and return False. The class's links other than b, with the number of
-    members crossing each, are agr/agc[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
+    members crossing each and their weight, are agr/agc/agw[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
     to its slot there. Load changes go onto the window integrals wd (row wrow, see
     `_simulate_sorted`) when w_on."""
     base = lstart[b]
@@ -494,9 +530,13 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
             if res[k] != b and bcnt[res[k]] > 0:
                 ok = False
     x_new = 0.0
+    w_all = lzf[b, 3]
+    w_left = w_all
+    for j in range(n_fin):
+        w_left -= wt[fin[j]]
     if ok:
         # the other flows on b keep their rates; the class shares what they leave
-        x_new = max(cap[b] - (load[b] - n_all * x), 0.0) / n
+        x_new = max(cap[b] - (load[b] - w_all * x), 0.0) / w_left
         ok = x_new > 0.0
     a0 = lzi[b, 1]
     a1 = a0 + lzi[b, 2]
@@ -505,14 +545,16 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
             f = fin[j]
             for k in range(indptr[f], indptr[f + 1]):
                 if res[k] != b:
-                    agc[aggpos[k]] -= 1
+                    q = aggpos[k]
+                    agc[q] -= 1
+                    agw[q] = agw[q] - wt[f] if agc[q] > 0 else 0.0
         d = x_new - x
         lim = 1.0 - tol_b
         # one pass: loads, their window integrals, the check, the largest rates (undone below if
         # the check fails: a raised largest rate is then marked for recomputing)
         for j in range(a0, a1):
-            c = agc[j]
-            if c > 0:
+            c = agw[j]  # the members' weight on it (0: none left)
+            if c > 0.0:
                 r = agr[j]
                 dl = c * d
                 load[r] += dl
@@ -524,14 +566,14 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                 if x_new > maxr[r]:
                     maxr[r] = x_new
         if ok:
-            load[b] += n * d
+            load[b] += w_left * d
             if w_on:
-                wd[wrow, b, 0] += n * d * wfrac
-                wd[wrow, b, 1] += n * d
+                wd[wrow, b, 0] += w_left * d * wfrac
+                wd[wrow, b, 1] += w_left * d
         else:  # undo
             for j in range(a0, a1):
-                c = agc[j]
-                if c > 0:
+                c = agw[j]
+                if c > 0.0:
                     r = agr[j]
                     dl = c * d
                     load[r] -= dl
@@ -544,6 +586,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                 for k in range(indptr[f], indptr[f + 1]):
                     if res[k] != b:
                         agc[aggpos[k]] += 1
+                        agw[aggpos[k]] += wt[f]
     if not ok:
         for j in range(n_fin):  # put the finished flows back
             f = fin[j]
@@ -566,13 +609,14 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
         bpos[last] = i
         bcnt[b] -= 1
         bott[f] = -1
-        late = x * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
+        x_f = x * wt[f]
+        late = x_f * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
         for k in range(indptr[f], indptr[f + 1]):
             r = res[k]
             lcnt[r] -= 1
-            dl = -x
-            load[r] -= x
-            if x >= maxr[r]:
+            dl = -x_f
+            load[r] -= x_f
+            if x >= maxr[r] * (1.0 - tol_b):
                 maxr_ok[r] = False
             if lcnt[r] == 0:
                 dl -= load[r]
@@ -584,14 +628,17 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
         rem[f] = 0.0
     lzi[b, 0] = n
     lzf[b, 0] = x_new
+    lzf[b, 3] = w_left
     _ih_set(gk, gi, gpos, gn, gpos[b], now + (ck[base] - lzf[b, 1]) / x_new, b)
     return True
 
 
 @njit
 def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                   t_origin, rel_eps, merge, lazy_min=16):
+                   t_origin, rel_eps, merge, lazy_min=16, weight=None):
     """Event-driven fluid simulation with max-min fair sharing, exact at every arrival and finish.
+    `weight` (per flow, > 0; default all 1) makes it weighted max-min: flows sharing a bottleneck
+    get rates in proportion to their weights.
 
     Flows: CSR paths (indptr, res), bytes, release time (ns) and a latency multiplier (the flow's
     latency is lat_mult * sum of its resources' latencies, added at the end). Resources: capacity
@@ -623,8 +670,9 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     for a in range(n_flows):
         f = order[a]
         res2[indptr2[a]:indptr2[a + 1]] = res[indptr[f]:indptr[f + 1]]
+    wt = np.ones(n_flows, np.float64) if weight is None else weight.astype(np.float64)[order]
     finish2, win = _simulate_sorted(indptr2, res2, nbytes[order], release[order], lat_mult[order],
-                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min)
+                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min, wt)
     finish = np.empty(n_flows, np.float64)
     finish[order] = finish2
     return finish, win
@@ -632,8 +680,10 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                     t_origin, rel_eps, merge, lazy_min):
-    """`simulate_flows` on flows numbered in release order."""
+                     t_origin, rel_eps, merge, lazy_min, wt):
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights). Rates compare
+    per unit weight wherever max-min compares them: the largest rate of a link (`maxr`), the
+    bottleneck check, a class's fair share and a lazy class's rate are all rate / weight."""
     n_flows = nbytes.size
     n_res = cap.size
     finish = np.full(n_flows, np.nan)
@@ -646,6 +696,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     wd = np.zeros((n_win + 1, n_res, 2), np.float64)
     if n_flows == 0:
         return finish, np.zeros((n_res, n_win), np.float64)
+    iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
+    unit = True
+    for f in range(n_flows):
+        if wt[f] != 1.0:
+            unit = False
     static = np.zeros(n_res, np.int64)
     latency = np.zeros(n_flows, np.float64)
     for f in range(n_flows):
@@ -678,6 +733,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     marked = np.empty(n_res, np.int64)
     cmark = np.full(n_res, -1, np.int64)
     cls_n = np.zeros(n_res, np.int64)
+    cls_w = np.zeros(n_res, np.float64)
     cls_x = np.zeros(n_res, np.float64)
     w_links = np.empty(n_res, np.int64)
     w_cnt = np.zeros(n_res + 1, np.int64)
@@ -685,6 +741,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     w_members = np.empty(res.size, np.int64)
     w_resid = np.empty(n_res, np.float64)
     w_nun = np.empty(n_res, np.int64)
+    w_wun = np.empty(n_res, np.float64)
     w_used = np.empty(n_res, np.float64)
     w_ver = np.empty(n_res, np.int64)
     w_hk = np.empty(n_res + res.size + 1, np.float64)
@@ -714,10 +771,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     nxt = 0
     event = 0
     wstamp = 0
-    lzf = np.zeros((n_res, 3), np.float64)
+    lzf = np.zeros((n_res, 4), np.float64)
     lzi = np.zeros((n_res, 3), np.int64)
     agr = np.empty(1024, np.int64)
     agc = np.empty(1024, np.int64)
+    agw = np.empty(1024, np.float64)
     ag_used = 0
     aggpos = np.empty(res.size, np.int64)
     amap = np.zeros(n_res, np.int64)
@@ -763,7 +821,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             while gn > 0 and gk[0] <= lim:
                 cb = gi[0]
                 if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
-                             agr, agc, aggpos, cap, load, maxr, maxr_ok, rate, rem, active, finish, latency, bott,
+                             agr, agc, agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish,
+                             latency, bott,
                              bpool, bpos, bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
                     done_k[n_done] = gk[gpos[cb]]
                     done_i[n_done] = cb
@@ -771,7 +830,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     gn = _ih_delete(gk, gi, gpos, gn, cb)
                 else:
                     gn = _ih_delete(gk, gi, gpos, gn, cb)
-                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
+                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
             for j in range(n_done):
                 gn += 1
                 _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
@@ -827,7 +886,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 lcnt[r] -= 1
                 dl = -rate[f]
                 load[r] -= rate[f]
-                if rate[f] >= maxr[r]:
+                if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
                     maxr_ok[r] = False
                 if lcnt[r] == 0:
                     dl -= load[r]
@@ -883,7 +942,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -896,7 +955,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                         cb = lzc[g]
                         gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
                     if in_s[g] != event:
                         in_s[g] = event
                         orig[g] = rate[g]
@@ -924,10 +983,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if active[g]:
                                 poolf[w] = g
                                 w += 1
-                                m = max(m, rate[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                                m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
                         lused[r] = w - lstart[r]
                         maxr[r] = m
-                    if rate[h] >= maxr[r] * (1.0 - tol_b):
+                    if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
                         b = r
                         break
                 if b >= 0:
@@ -969,8 +1028,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     cmark[b] = wstamp
                     n_cls += 1
                     cls_n[b] = 0
+                    cls_w[b] = 0.0
                     cls_x[b] = cap[b] - load[b]
                 cls_n[b] += 1
+                cls_w[b] += wt[s_list[i]]
                 cls_x[b] += rate[s_list[i]]
             if one:
                 n_mark = 0
@@ -978,13 +1039,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     g = s_list[i]
                     b = bott[g]
                     if cls_n[b] > 0:  # first member: resid -> fair share
-                        x = max(cls_x[b], 0.0) / cls_n[b]
+                        x = max(cls_x[b], 0.0) / cls_w[b]
                         cls_x[b] = x
                         cls_n[b] = -1
                         if x <= 0.0:
                             one = False
                             break
-                    d = cls_x[b] - rate[g]
+                    d = cls_x[b] * wt[g] - rate[g]
                     for k in range(indptr[g], indptr[g + 1]):
                         r = res[k]
                         if r == b:
@@ -1009,14 +1070,14 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             if one:
                 for i in range(s_n):
                     b = bott[s_list[i]]
-                    new_rate[i] = cls_x[b]
+                    new_rate[i] = cls_x[b] * wt[s_list[i]]
                     froze_at[i] = b
                 if n_cls == 1:
                     fast_cls = bott[s_list[0]]
             else:
                 wstamp += 1
-                _waterfill(s_list, s_n, indptr, res, cap, load, rate, lmap, lmark, wstamp, new_rate,
-                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_used, w_ver,
+                _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, wstamp, new_rate,
+                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver,
                            w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
             for i in range(s_n):
                 g = s_list[i]
@@ -1030,9 +1091,12 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             wd[wrow, r, 0] += d * wfrac
                             wd[wrow, r, 1] += d
                         if d > 0.0:
-                            if new_rate[i] > maxr[r]:
-                                maxr[r] = new_rate[i]
-                        elif rate[g] >= maxr[r]:
+                            nr = new_rate[i] if unit else new_rate[i] * iw[g]
+                            if nr > maxr[r]:
+                                maxr[r] = nr
+                        elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
+                            # r x (1/w) can round below the share it was set from: a rate that
+                            # falls (or a flow that leaves) near the largest marks it for recomputing
                             maxr_ok[r] = False
                         if big and rchg[r] != event:
                             rchg[r] = event
@@ -1056,7 +1120,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                             if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
                                 cb = lzc[h]
                                 gn = _ih_delete(gk, gi, gpos, gn, cb)
-                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi,
+                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
                                                hpos, hn)
                             if checked[h] != wstamp:
                                 checked[h] = wstamp
@@ -1085,10 +1149,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                                 if active[g]:
                                     poolf[w] = g
                                     w += 1
-                                    m = max(m, rate[g] if lzc[g] < 0 else lzf[lzc[g], 0])
+                                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
                             lused[r] = w - lstart[r]
                             maxr[r] = m
-                        if rate[h] >= maxr[r] * (1.0 - tol_b):
+                        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
                             b = r
                             break
                     old = bott[h]
@@ -1126,11 +1190,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         continue
                     if lmark[rr] != wstamp:
                         lmark[rr] = wstamp
-                        thr[rr] = rate[h]
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
                         marked[n_mark] = rr
                         n_mark += 1
-                    elif rate[h] < thr[rr]:
-                        thr[rr] = rate[h]
+                    elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
             for i in range(n_mark):
                 rr = marked[i]
                 limit = thr[rr] * (1.0 - 1e3 * rel_eps)
@@ -1141,11 +1205,13 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                         continue
                     poolf[w] = g
                     w += 1
-                    if in_s[g] != event and (rate[g] if lzc[g] < 0 else lzf[lzc[g], 0]) >= limit:
+                    nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
+                    if in_s[g] != event and nr >= limit:
                         if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
                             cb = lzc[g]
                             gn = _ih_delete(gk, gi, gpos, gn, cb)
-                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, rem, tlast, hk, hi, hpos, hn)
+                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
+                                           hpos, hn)
                         in_s[g] = event
                         orig[g] = rate[g]
                         s_list[s_n] = g
@@ -1162,7 +1228,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             lz_b = fast_cls
             for i in range(s_n):
                 g = s_list[i]
-                if bott[g] != lz_b or rate[g] != cls_x[lz_b]:
+                if bott[g] != lz_b or rate[g] != cls_x[lz_b] * wt[g]:
                     lz_b = -1
                     break
         if lz_b >= 0:
@@ -1170,6 +1236,10 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             lzf[lz_b, 1] = 0.0
             lzf[lz_b, 2] = now
             lzi[lz_b, 0] = s_n
+            w_cls = 0.0
+            for i in range(s_n):
+                w_cls += wt[s_list[i]]
+            lzf[lz_b, 3] = w_cls
             # the class's links other than lz_b, with the number of members crossing each
             n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
             for i in range(s_n):
@@ -1182,6 +1252,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 grown_i = np.empty(size, np.int64)
                 grown_i[:ag_used] = agc[:ag_used]
                 agc = grown_i
+                grown_f = np.empty(size, np.float64)
+                grown_f[:ag_used] = agw[:ag_used]
+                agw = grown_f
             a0 = ag_used
             for i in range(s_n):
                 g = s_list[i]
@@ -1192,10 +1265,12 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     if amap[r] == 0:
                         agr[ag_used] = r
                         agc[ag_used] = 0
+                        agw[ag_used] = 0.0
                         ag_used += 1
                         amap[r] = ag_used
                     aggpos[k] = amap[r] - 1
                     agc[amap[r] - 1] += 1
+                    agw[amap[r] - 1] += wt[g]
             for j in range(a0, ag_used):
                 amap[agr[j]] = 0
             lzi[lz_b, 1] = a0
@@ -1213,6 +1288,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 if hpos[g] >= 0:
                     hn = _ih_delete(hk, hi, hpos, hn, g)
                 lzc[g] = lz_b
+                rem[g] = rem[g] if unit else rem[g] * iw[g]
                 _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
                 continue
             r_g = rate[g] if rate[g] > 0.0 else 1e-300

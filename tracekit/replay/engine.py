@@ -46,7 +46,7 @@ from tracekit.replay.calibration import (
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.rounds import Rounds
-from tracekit.replay.simulate import Flows, resource_bytes, route, simulate, to_cables
+from tracekit.replay.simulate import Flows, connection_weights, resource_bytes, route, simulate, to_cables
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import (
     Topology,
@@ -663,6 +663,7 @@ class _Net:
         self.latency_ns = np.asarray(plan.latency_ns, np.float64)  # NCCL's own latency per instance
         self.indptr, self.ids = route(self.topology, self.flows)
         self.hop_ns = _hop_latency(self.topology, self.indptr, self.ids, self.flows, len(prep.instances))
+        self.weight = connection_weights(self.topology, self.indptr, self.ids, self.flows.key)
         self.n_inst = len(prep.instances)
         self.n_main = len(self.flows)
         self.storage = storage if storage is not None and len(storage) else None
@@ -672,6 +673,7 @@ class _Net:
             self.indptr = np.concatenate([self.indptr, s_ptr[1:] + self.indptr[-1]])
             self.ids = np.concatenate([self.ids, s_ids])
             self.nbytes = np.concatenate([self.flows.nbytes, self.storage.nbytes])
+            self.weight = np.concatenate([self.weight, np.ones(len(self.storage))])
             self.storage_release = self.storage.release_ns - prep.t0
         self.lat_mult = np.concatenate([self.flows.lat_mult, np.ones(self.nbytes.size - self.n_main)])
         self.max_gbs = np.concatenate([self.flows.rate_limits(), np.full(self.nbytes.size - self.n_main, np.inf)])
@@ -688,7 +690,7 @@ class _Net:
         flows = Flows.from_lists(np.zeros(release.size), np.zeros(release.size), self.nbytes,
                                  release=release, lat_mult=self.lat_mult, max_gbs=self.max_gbs)
         out = simulate(self.topology, self.indptr, self.ids, flows, n_windows=n_windows,
-                       window_ns=window_ns, merge=merge)
+                       window_ns=window_ns, merge=merge, weight=self.weight)
         return self.durations(release, out.finish), out
 
     def release(self, inst_start: np.ndarray) -> np.ndarray:
@@ -1042,7 +1044,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                 inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
             finish = out.finish
             rounds = Rounds(net.topology, net.indptr, net.ids, net.nbytes, net.lat_mult, release, finish,
-                            merge=merge, max_gbs=net.max_gbs)
+                            merge=merge, max_gbs=net.max_gbs, weight=net.weight)
             replayed = np.where(no_flow, traced, cal.predict(*net.terms(sim)))
         else:  # later rounds: only what moved, without windows (`out` is then made for the last)
             finish, replayed = durations_at(inst_start)

@@ -25,14 +25,16 @@ REL_EPS = 1e-9
 
 class Rounds:
     """Finish times of routed flows (CSR `indptr`/`ids`) for successive release times, starting
-    from a simulation of all of them (`release`, `finish`)."""
+    from a simulation of all of them (`release`, `finish`); `weight`: the flows' weights in the
+    weighted max-min sharing (`simulate.connection_weights`; default all 1)."""
 
     def __init__(self, topology: Topology, indptr: np.ndarray, ids: np.ndarray, nbytes: np.ndarray,
                  lat_mult: np.ndarray, release: np.ndarray, finish: np.ndarray, *, merge: float = 0.0,
-                 max_gbs: np.ndarray | None = None) -> None:
+                 max_gbs: np.ndarray | None = None, weight: np.ndarray | None = None) -> None:
         self.topology = topology
         self.indptr, self.ids, self.nbytes, self.lat_mult = indptr, ids, nbytes, lat_mult
         self.max_gbs = max_gbs  # per-flow rate limits (`Flows.max_gbs`)
+        self.weight = np.ones(nbytes.size) if weight is None else np.asarray(weight, np.float64)
         self.merge = merge
         self.simulated = 0  # flows simulated by `step` so far (a flow simulated twice counts twice)
         self.calls = 0  # simulations run by `step` so far
@@ -90,4 +92,4 @@ class Rounds:
         flows = Flows.from_lists(np.zeros(sel.size), np.zeros(sel.size), self.nbytes[sel],
                                  release=release[sel], lat_mult=self.lat_mult[sel],
                                  max_gbs=None if self.max_gbs is None else self.max_gbs[sel])
-        return simulate(self.topology, ptr, self.ids[at], flows, merge=self.merge).finish
+        return simulate(self.topology, ptr, self.ids[at], flows, merge=self.merge, weight=self.weight[sel]).finish

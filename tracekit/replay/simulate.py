@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.replay import _kernels
 from tracekit.replay._kernels import FlowMode
@@ -79,8 +81,7 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             (flows.dst < 0) | (flows.dst >= n_gpus))))
         if bad.any():
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")
-    fhash = np.empty(len(flows), np.int64)
-    _hashes(flows.src, flows.dst, flows.channel, flows.key, fhash)
+    fhash = _kernels.flow_hashes(flows.src, flows.dst, flows.channel, flows.key)
     if isinstance(r, GraphRoutes):
         from tracekit.replay.observed import route_graph
 
@@ -88,15 +89,6 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError("the observed fabric routes GPU-to-GPU flows only (no in-network reduction)")
         return route_graph(topology, flows.src, flows.dst, fhash)
     return _kernels.route_flows(flows.mode, flows.src, flows.dst, flows.channel, fhash, r.tables)
-
-@_kernels.njit
-def _hash_all(src, dst, channel, key, out):
-    for i in range(src.size):
-        out[i] = _kernels.flow_hash(src[i], dst[i], channel[i], key[i])
-
-
-def _hashes(src, dst, channel, key, out) -> None:
-    _hash_all(src, dst, channel, key, out)
 
 
 @dataclass
@@ -109,18 +101,59 @@ class SimResult:
     t_origin: float
 
 
+def nic_links(topology: Topology) -> np.ndarray:
+    """Per resource: True for either direction of a cable between a NIC and the fabric (not the
+    NIC's PCIe side)."""
+    links = topology.links
+    nics = set(pc.filter(topology.nodes.column("node"), pc.equal(topology.nodes.column("kind"), "nic")).to_pylist())
+    ends = pc.or_(pc.is_in(links.column("src"), pa.array(list(nics), pa.string())),
+                  pc.is_in(links.column("dst"), pa.array(list(nics), pa.string())))
+    per_cable = pc.and_(ends, pc.not_equal(links.column("tier"), "pcie")).to_numpy(zero_copy_only=False)
+    mask = np.zeros(topology.cap.size, np.bool_)
+    mask[:2 * per_cable.size] = np.repeat(per_cable, 2)
+    return mask
+
+
+def connection_weights(topology: Topology, indptr: np.ndarray, ids: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Per flow, its weight in the weighted max-min sharing: `1 / n_k`, `n_k` the most flows its
+    instance (`key`) puts on one NIC link (1 when the instance crosses no NIC), scaled so that the
+    largest weight is 1. A collective's
+    connections through a NIC then take one share of it together, whatever its channel count,
+    while its own flows keep equal weights (a collective alone replays as with per-flow sharing).
+    docs/replay.md section 4.1."""
+    n = int(indptr.size - 1)
+    weight = np.ones(n, np.float64)
+    if n == 0:
+        return weight
+    on_nic = nic_links(topology)[ids]
+    if not on_nic.any():
+        return weight
+    flow_of = np.repeat(np.arange(n), np.diff(indptr))[on_nic]
+    keys, key_index = np.unique(np.asarray(key), return_inverse=True)
+    pair = key_index[flow_of].astype(np.int64) * topology.cap.size + ids[on_nic]
+    uniq, count = np.unique(pair, return_counts=True)
+    most = np.ones(keys.size, np.int64)
+    np.maximum.at(most, uniq // topology.cap.size, count)
+    weight = 1.0 / most[key_index]
+    return weight / weight.max()  # only ratios matter; one instance alone gets exactly 1
+
+
 def simulate(topology: Topology, indptr: np.ndarray, ids: np.ndarray, flows: Flows, *,
              n_windows: int = 0, window_ns: float = 1.0, t_origin: float = 0.0,
-             rel_eps: float = 1e-9, merge: float = 0.0) -> SimResult:
-    """Run the max-min fluid simulation of routed flows (`merge` > 0: finish flows early by up to
-    that fraction of their age to merge events; 0 is exact). A flow with a rate limit
-    (`Flows.max_gbs`) also crosses a resource of its own of that capacity."""
+             rel_eps: float = 1e-9, merge: float = 0.0, weight: np.ndarray | None = None) -> SimResult:
+    """Run the weighted max-min fluid simulation of routed flows (`merge` > 0: finish flows early
+    by up to that fraction of their age to merge events; 0 is exact). `weight`: per flow; by
+    default `connection_weights` of the flows' keys (NIC shared per collective instance);
+    `np.ones` gives per-flow sharing. A flow with a rate limit (`Flows.max_gbs`) also crosses a
+    resource of its own of that capacity."""
+    if weight is None:
+        weight = connection_weights(topology, indptr, ids, flows.key)
     cap, lat = topology.cap, topology.res_latency
     if flows.max_gbs is not None and np.isfinite(flows.max_gbs).any():
         indptr, ids, cap, lat = with_rate_limits(indptr, ids, flows.max_gbs, cap, lat)
     finish, win = _kernels.simulate_flows(
         indptr, ids, flows.nbytes, flows.release, flows.lat_mult, cap, lat, int(n_windows),
-        float(window_ns), float(t_origin), float(rel_eps), float(merge))
+        float(window_ns), float(t_origin), float(rel_eps), float(merge), 16, np.asarray(weight, np.float64))
     return SimResult(finish, win[:topology.cap.size], float(window_ns), float(t_origin))
 
 
