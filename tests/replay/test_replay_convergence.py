@@ -3,8 +3,8 @@ move against the tolerance, and a replay_caution when the cap was hit with start
 
 import json
 
-import pyarrow as pa
 import numpy as np
+import pyarrow as pa
 import pytest
 from hand_traces import BASE, PHYSICS_NS, Trace
 

@@ -1062,9 +1062,12 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         if period:
             break
     cycle_from = len(seen_start) - period + 1 if period else 0
-    if period:  # a limit cycle: damp it from the cycle's mean network times (docs/replay.md, 5)
-        swings = _swings(np.array(seen_start[-period:]), np.array(seen_dur[-period:]))
-        damped = np.mean(seen_dur[-period:], axis=0)
+    slow = not period and moves[-1] > tolerance and len(seen_dur) >= 2
+    if period or slow:  # a limit cycle, or the cap on a slow approach: damped rounds, from the cycle's
+        # mean network times (or the last round's), with Aitken's relaxation (docs/replay.md, 5)
+        span_rounds = period or 2
+        swings = _swings(np.array(seen_start[-span_rounds:]), np.array(seen_dur[-span_rounds:]))
+        damped = np.mean(seen_dur[-period:], axis=0) if period else seen_dur[-1]
         step, last = 0.5, None
         for _ in range(DAMPED_ROUNDS):
             _, _, inst_start = sched(damped)
@@ -1084,7 +1087,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
             replayed = damped
             start, end, inst_start = sched(damped)
         out = None
-    elif moves[-1] > tolerance:  # the cap, no cycle: what the last round moved
+    elif moves[-1] > tolerance:  # the cap after one round: what it moved
         swings = _swings(np.array([seen_start[-1], inst_start]), np.array(seen_dur[-2:]))
     else:
         swings = (np.zeros(len(prep.instances)), np.zeros(len(prep.instances)))
