@@ -96,3 +96,51 @@ def test_nccl_tests_health_block_is_the_real_output(tmp_path):
     got = [line.rstrip() for line in res.stdout.splitlines()]
     assert got[-len(block):] == block
     assert "degraded" in block[-1]
+
+
+def _run(args):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+def test_whatif_block_is_the_real_output(tmp_path):
+    """The what-if table the README shows is what its command prints, line for line."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```sh\ntracekit whatif sample_traces/synth_moe_16rank")
+    command = text[start + 6:text.index("```", start + 6)].replace("\\\n", " ").split()
+    args = [str(ROOT / a) if a.startswith("sample_traces/") else a for a in command[1:]]
+    got = [line.rstrip() for line in _run(args).splitlines()]
+    first = text.index("```\nwhat-if on ", start) + 4
+    block = text[first:text.index("```", first)].rstrip("\n").splitlines()
+    assert len(block) == 11 and got[:len(block)] == block
+
+
+def test_replay_prose_figures_are_the_real_ones(tmp_path):
+    """The per-op errors, the SHARP cut of the DP all-reduces and its exposed-time changes that the
+    README's prose quotes for the bundled sample."""
+    import json
+    import re
+
+    import numpy as np
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sample = str(ROOT / "sample_traces" / "synth_moe_16rank")
+    base = "rail-optimized:nic_gbps=400"
+    verbose = _run(["replay", sample, "--topology", base, "--no-write", "--verbose", "--cache", str(tmp_path / "r")])
+    per_op = {m[0]: (m[1], m[2]) for m in re.findall(r"^  (\w+): .*\| ([\d.]+%) / ([\d.]+%)$", verbose, re.M)}
+    assert (f"all-reduce {per_op['all_reduce'][0]} / {per_op['all_reduce'][1]}, all-to-all "
+            f"{per_op['all_to_all'][0]} / {per_op['all_to_all'][1]}, the PP send/recv {per_op['send'][0]} / "
+            f"{per_op['send'][1]}") in text
+    doc = json.loads(_run(["replay", sample, "--topology", base, "--topology", base + ",sharp=true", "--no-write",
+                           "--json", "--cache", str(tmp_path / "r")]))
+    ring, sharp = (np.mean([i["replayed_ns"] for i in r["instances"] if i["op"] == "all_reduce"])
+                   for r in doc["results"])
+    assert f"cuts the DP all-reduces by {1 - sharp / ring:.0%}" in text
+    step = [np.mean(list(r["step_ns"].values())) for r in doc["results"]]
+    dp = [r["exposed_ns"]["DP"] for r in doc["results"]]
+    assert f"exposed time ({dp[1] / dp[0] - 1:+.1%}) and the step ({step[1] / step[0] - 1:+.1%})" in text
