@@ -104,13 +104,14 @@ def per_flow_sharing(monkeypatch):
 
 def test_pp_ep_run_settles_or_says_what_kept_moving(pp_ep_tables):
     """Shared per connection set, the baseline's rounds fall into a small 2-cycle that damping
-    settles; the 100 Gb/s what-if converges slowly (no cycle) and, where the cap stops it, names
-    the calls still moving."""
+    settles; the 100 Gb/s what-if approaches its fixed point slowly, with no cycle (81 ms, 36 ms,
+    ... 213 us after 9 rounds, still above the 5 us tolerance at the cap): the damped rounds take
+    it from there, and both settle."""
     res = replay(pp_ep_tables, PP_EP_TOPOLOGIES)
-    for r in res.results:
-        cv = r.convergence
-        assert cv.converged or (cv.n_oscillating > 0 and cv.oscillating)
-    assert res.results[0].convergence.converged
+    base, slow = (r.convergence for r in res.results)
+    assert base.cycle == 2 and base.converged
+    assert slow.cycle == 0 and slow.moves_ns[engine.MAX_ITER - 1] > 10 * slow.tolerance_ns
+    assert slow.converged and slow.rounds > engine.MAX_ITER and not _not_converged(res)
 
 
 def test_pp_ep_limit_cycle_is_damped_to_its_fixed_point(pp_ep_tables, per_flow_sharing):

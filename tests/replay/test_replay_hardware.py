@@ -94,9 +94,15 @@ def _transfer_ns(spec: str, op: str, algo: str, n: int) -> float:
     (8, 8, "all_reduce", "tree", 2 * S / (0.92 * 8 * B_NIC)),
     # all-to-all across 2 hosts: (n-g)/n of S leaves through each GPU's NIC
     (2, 8, "all_to_all", "ring", 8 / 16 * S / B_NIC),
+    # 8 hosts x 8: the ring as on 2 hosts (NVLink binds), the all-to-all's NIC carries 56/64 of S
+    (8, 8, "all_reduce", "ring", 2 * 63 / 64 * S / min(B_NV, 8 * B_NIC)),
+    (8, 8, "all_to_all", "ring", 56 / 64 * S / B_NIC),
+    # NVLS-tree on 2 hosts: NVLS inside (S / (0.74 B_nv) each way per GPU) binds before the heads'
+    # tree over 8 NICs (S / (0.92 x 8 x 47) each way per host)
+    (2, 8, "all_reduce", "nvls_tree", max(S / (0.74 * B_NV), S / (0.92 * 8 * B_NIC))),
 ])
 def test_closed_forms_by_hand(hosts, gpus, op, algo, by_hand):
-    spec = f"rail-optimized:hosts={hosts},gpus={gpus},{PROFILE}" + (",nvls=true" if algo == "nvls" else "")
+    spec = f"rail-optimized:hosts={hosts},gpus={gpus},{PROFILE}" + (",nvls=true" if "nvls" in algo else "")
     assert _transfer_ns(spec, op, algo, hosts * gpus) == pytest.approx(by_hand, rel=0.01)
 
 
