@@ -49,9 +49,12 @@ class NetworkSplit(Result):
 Source = Run | Mapping[str, pa.Table]
 
 
-def _replay(source: Source, topology: str, efficiency: Mapping[str, float] | None = None,
+def _replay(source: Source, topology: str, fit: ReplayResult | None = None,
             calibrated_on: str | None = None) -> ReplayResult:
-    options = {} if efficiency is None else {"efficiency": dict(efficiency), "calibrated_on": calibrated_on}
+    """A replay on `topology`, calibrated on the trace, or with another replay's calibration (`fit`:
+    both its one-factor efficiencies and its two-term fits)."""
+    options = {} if fit is None else {"efficiency": dict(fit.efficiency), "terms": dict(fit.terms),
+                                      "calibrated_on": calibrated_on}
     if isinstance(source, Run):
         from tracekit.replay.engine import replay_run
 
@@ -79,7 +82,7 @@ def network_or_job(a: Source, b: Source, topology: str, steps: list[int], b_step
     b_steps = steps if b_steps is None else b_steps
     fit = _replay(a, topology)
     base_a = fit.results[0]
-    again = _replay(b, topology, fit.efficiency, name_a)
+    again = _replay(b, topology, fit, name_a)
     base_b = again.results[0]
     traced_a, traced_b = _mean(base_a.traced_step_ns, steps), _mean(base_b.traced_step_ns, b_steps)
     replayed_a, replayed_b = _mean(base_a.step_ns, steps), _mean(base_b.step_ns, b_steps)
