@@ -96,6 +96,7 @@ def test_nccl_tests_health_block_is_the_real_output(tmp_path):
     got = [line.rstrip() for line in res.stdout.splitlines()]
     assert got[-len(block):] == block
     assert "degraded" in block[-1]
+    assert _block_after(text, "here the file names no GPU, so:") == [got[1]]
 
 
 def _run(args):
