@@ -254,6 +254,9 @@ def traced_placement(tables: Mapping[str, pa.Table]) -> tuple[Placement, list[st
     local_of = {int(r): int(d) for r, d in zip(ranks.get_column("rank").to_list(),
                                                ranks.get_column("local_device").to_list(), strict=True)
                 if d is not None}
+    if not all_ranks:
+        raise WhatIfError("the run holds no rank and no collective call: there is nothing to replay (what-ifs "
+                          "need profiler traces, NCCL logs with collectives, or Flight Recorder dumps)")
     if not host_of:
         per = min(UNKNOWN_HOSTS_PER, len(all_ranks))
         slots = {r: divmod(i, per) for i, r in enumerate(all_ranks)}

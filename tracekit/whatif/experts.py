@@ -182,6 +182,11 @@ def plan_groups(pairs: pl.DataFrame, tables: Mapping[str, pa.Table], placement: 
     used_file = False
     for group in sorted(members):
         order = members[group]
+        outside = [r for r in order if r not in placement.slots]
+        if outside:
+            notes.append(f"EP group {group}: ranks {', '.join(map(str, outside[:8]))} are outside the run: "
+                         "no plan for it (its traffic to them is not in the trace)")
+            continue
         n = len(order)
         received = np.zeros(n)
         for g, m in mats.values():
