@@ -67,8 +67,9 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
     `source` is a run directory (path or `Run`) or a dict of tables. Returns "ranks" (with
     clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step),
     "events" (as stored, a null step filled from the step windows) and "step_times" (the one
-    step time per step, `steps.STEP_TIME`). With a run and `write=True`, the three small tables
-    are written back.
+    step time per step, `steps.STEP_TIME`) and "step_windows" (each rank's step windows on
+    its own clock, which the replay's exposed communication is measured in). With a run and
+    `write=True`, the three small tables are written back.
     """
     out, extra = _prepared(source, dims, write)
     events = extra["events_in"]
@@ -78,6 +79,7 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
         # the replay counts a step's events by this column: the analysis' windows fill it
         out["events"] = table(steps.assign_step(frame(out["events"], "events"), windows), "events")
     out["step_times"] = table(steps.step_times(extra["windows"], frame(out["ranks"], "ranks")))
+    out["step_windows"] = windows.select("rank", "step", "start_ns", "end_ns").to_arrow()
     return out
 
 
