@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
-from tracekit.analysis.classify import Overrides, classify
+from tracekit.analysis.classify import Overrides, classify, embedding_all_to_all
 from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.errors import TracekitError
@@ -47,8 +47,9 @@ def _prepared(source: RunLike, dims: str | Overrides | None, write: bool) -> tup
     run, t = _load(source)
     coll, mismatches = match_collectives(t["collectives"])
     ranks, align = align_clocks(coll, t["ranks"])
-    coll, groups = classify(coll, t["groups"], ranks, overrides=dims)
     ev = frame(t["events"], "events")
+    names = ev.get_column("name").cast(pl.String).unique().to_list() if ev.height else []
+    coll, groups = classify(coll, t["groups"], ranks, overrides=dims, embedding=embedding_all_to_all(names))
     c = frame(coll, "collectives")
     windows = steps.step_windows(ev, c)
     c = steps.assign_step(c, windows)
