@@ -25,6 +25,7 @@ from tracekit.whatif.core import (
     make_baseline,
     parse_params,
 )
+from tracekit.whatif.experts import ep_bytes_missing
 
 KINDS = ("eplb", "placement", "checkpoint", "dataload")
 EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
@@ -118,7 +119,9 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
     results, skipped = [], []
     for k, s in enumerate(parsed, 1):
         if base.replay.errors is None and s.kind in COLLECTIVE_ONLY and not (s.kind == "eplb" and expert_loads):
-            skipped.append(SkippedScenario(scenario=s.text, reason=NOTHING_SIMULATED))
+            missing = ep_bytes_missing(tables) if s.kind == "eplb" else None
+            reason = f"not replayed: {missing}" if missing else NOTHING_SIMULATED
+            skipped.append(SkippedScenario(scenario=s.text, reason=reason))
             continue
         status(f"scenario {k}/{len(parsed)}: {s.text}")
         with muted():
