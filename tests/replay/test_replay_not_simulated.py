@@ -142,6 +142,9 @@ def test_real_one_rank_trace_reports_no_replay_error(name: str, tmp_path: Path) 
     report = build_report_data(tmp_path / "run")
     assert "Links" not in report["tabs"] and "Replay" in report["tabs"]
     assert report["summary"]["replay"][0].startswith("Replay error not available: nothing was simulated")
+    # each caveat once: the replay's "1 of 8 ranks present" and "hosts unknown" repeated the analysis' (issue 21, 10)
+    kinds = [f.kind for f in report["summary"]["findings"]]
+    assert kinds.count("partial_run") == 1 and kinds.count("unknown_hosts") == 1 and "replay_caution" not in kinds
 
 
 def test_whatif_eplb_given_expert_loads_still_runs_with_nothing_simulated():
