@@ -35,6 +35,14 @@ def test_dlrm_embedding_all_to_all_is_not_ep(tmp_path: Path) -> None:
     assert not any("EP" in f.text.split() for f in res.findings)
 
 
+def test_whatif_eplb_on_dlrm_says_its_all_to_all_is_not_ep(tmp_path: Path) -> None:
+    from tracekit.errors import TracekitError
+    from tracekit.whatif import whatif
+
+    with pytest.raises(TracekitError, match="its 40 all-to-all calls are OTHER, not expert parallelism"):
+        whatif(_run(DLRM, tmp_path), ["eplb:redundant=1"])
+
+
 def test_embedding_rule_needs_embeddings_and_no_experts() -> None:
     assert embedding_all_to_all(["## KJTAllToAll ##", "nccl:all_to_all"])
     assert not embedding_all_to_all(["## KJTAllToAll ##", "moe_layer.experts.0"])

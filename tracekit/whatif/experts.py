@@ -99,8 +99,7 @@ def eplb(base: Baseline, *, redundant: int, groups: int = 1, nodes: int | None =
     tables = base.tables
     pairs = _pairs(tables)
     if pairs.height == 0:
-        why = (ep_bytes_missing(tables, loads_given=loads is not None)
-               or "the run has no EP all-to-all to rebalance (no collective classified EP)")
+        why = ep_bytes_missing(tables, loads_given=loads is not None) or _no_ep(tables)
         raise WhatIfError(f"eplb: {why}")
     plans, notes = plan_groups(pairs, tables, base.placement, redundant=redundant, groups=groups, nodes=nodes,
                                experts_per_rank=experts_per_rank, loads=loads)
@@ -147,6 +146,18 @@ def ep_bytes_missing(tables: Mapping[str, pa.Table], *, loads_given: bool = Fals
                 "all_to_all_single with record_shapes) is needed")
     return (what + "; give the per-expert token counts and where each expert lives with --expert-loads FILE "
             "(step, layer, expert, tokens) and --expert-map FILE (expert, rank)")
+
+
+def _no_ep(tables: Mapping[str, pa.Table]) -> str:
+    """Why the run has no EP all-to-all, naming all-to-alls classified otherwise (an embedding exchange)."""
+    coll = pl.from_arrow(schema.conform("collectives", tables["collectives"]))
+    other = coll.filter((pl.col("op").cast(pl.Utf8) == "all_to_all") & (pl.col("dim").cast(pl.Utf8) != "EP"))
+    text = "the run has no EP all-to-all to rebalance (no collective classified EP)"
+    if other.height:
+        dims = ", ".join(sorted(set(other.get_column("dim").cast(pl.Utf8).fill_null("OTHER").to_list())))
+        text += (f"; its {other.height} all-to-all calls are {dims}, not expert parallelism (an embedding "
+                 "exchange, docs/analysis.md): there are no experts to move")
+    return text
 
 
 def _pairs(tables: Mapping[str, pa.Table]) -> pl.DataFrame:
