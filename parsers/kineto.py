@@ -60,15 +60,14 @@ __all__ = [
 ]
 
 FORMAT = "kineto"
-PARSER_VERSION = "2"
+PARSER_VERSION = "3"  # 3: DeepEP's get_dispatch_layout is compute, not an EP all-to-all
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
 DEFAULT_COMM_PATTERNS: tuple[str, ...] = (
     r"\bnccl(?:Dev)?Kernel_",
     r"\bnccl(?:AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv)\w*Kernel_",
     r"\brccl",
-    r"dpsk::ep::",
-    r"deep_ep::",
+    r"(?:dpsk::ep|deep_ep)::(?!(?:\w+::)*get_dispatch_layout\b)",  # DeepEP; its layout kernel is local compute
     r"multimem_all_reduce",
     r"cross_device_reduce",
 )

@@ -8,9 +8,12 @@ calls `status` at its slow stages; as a library (tests, notebooks) that prints n
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 _stream: TextIO | None = None
+_muted = 0
 
 
 def enable(stream: TextIO | None = None) -> None:
@@ -29,11 +32,23 @@ def stream() -> TextIO | None:
 
 
 def status(text: str) -> None:
-    """One line `tracekit: TEXT` when status lines are on."""
-    if _stream is None:
+    """One line `tracekit: TEXT` when status lines are on (and not `muted`)."""
+    if _stream is None or _muted:
         return
     try:
         _stream.write(f"tracekit: {text}\n")
         _stream.flush()
     except (OSError, ValueError):
         pass
+
+
+@contextmanager
+def muted() -> Iterator[None]:
+    """No status lines inside: a caller that has said what it is doing (`whatif`'s "scenario k/n")
+    keeps the replays it runs from repeating their own "replaying ... (baseline)" lines."""
+    global _muted
+    _muted += 1
+    try:
+        yield
+    finally:
+        _muted -= 1

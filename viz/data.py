@@ -526,11 +526,15 @@ def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = No
 
 def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any] | None:
     """The EP traffic matrix among the ranks present (the analysis' `ep_traffic`), the bytes each
-    receives, the per-group figures (`ep_groups`) and the notes that qualify them."""
+    receives, the per-group figures (`ep_groups`) and the notes that qualify them; None when
+    there is no EP group, or when no all-to-all recorded its splits and every member is present
+    (the findings say so; a partial group keeps its tab, which shows who is missing)."""
     traffic = _df(analysis.ep_traffic)
     groups = _df(analysis.ep_groups)
     if groups.height == 0:
         return None
+    if traffic.height and traffic["assumed"].all() and groups["complete"].all():
+        return None  # every split assumed even among members all present: a flat heatmap measures nothing
     notes = [f.text for f in analysis.findings
              if f.kind in ("assumed_splits", "partial_run") and f.group is not None]
     hot = sorted({int(r) for rs in groups["hot_ranks"].to_list() for r in (rs or [])})

@@ -192,6 +192,8 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
         findings += rp.get("not_modelled", [])
     if data.get("telemetry") is not None:
         findings.append(data["telemetry"].finding())
+    said = {f.kind for f in analysis.findings}  # the replay's run-validity cautions repeat the analysis' own
+    findings = [f for f in findings if not (f.kind == "replay_caution" and (f.data or {}).get("reason") in said)]
     return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
             "microbench": list(analysis.microbench),
             "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}

@@ -75,7 +75,7 @@ def test_json_layout(result):
 def test_prepare_fills_what_replay_needs(synth_small):
     tables, _ = synth_small
     out = prepare(tables)
-    assert set(out) == {"ranks", "groups", "collectives", "events", "step_times"}
+    assert set(out) == {"ranks", "groups", "collectives", "events", "step_times", "step_windows"}
     c = pl.from_arrow(out["collectives"])
     assert c["instance"].null_count() == 0 and c["dim"].null_count() == 0 and c["step"].null_count() == 0
     assert pl.from_arrow(out["ranks"])["clock_offset_ns"].null_count() == 0

@@ -33,7 +33,8 @@ def test_encoder_keeps_field_order_and_reads_back():
     fb = Fallback(group="g", seq=3, op="send", reason="members_end_apart", text="t", ranks=(1, 2))
     ident = Identity(max_step_error=0.5, instances_fallen_back=1, max_event_error_ns=2.0, fallbacks=(fb,))
     doc = json.loads(dumps(ident))
-    assert list(doc) == ["max_step_error", "instances_fallen_back", "max_event_error_ns", "fallbacks"]
+    assert list(doc) == ["max_step_error", "instances_fallen_back", "max_event_error_ns", "fallbacks", "comm_ns",
+                         "exposed_ns"]
     assert list(doc["fallbacks"][0]) == ["group", "seq", "op", "reason", "ranks", "text"]
     assert from_builtins(doc, Identity) == ident
     conv = Convergence(rounds=2, residual_ns=1.0, tolerance_ns=3.0, converged=True, moves_ns=(5.0, 1.0))

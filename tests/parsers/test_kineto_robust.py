@@ -213,6 +213,22 @@ def test_deepep_and_custom_patterns(tmp_path: Path) -> None:
     assert p2.collectives.num_rows == 3
 
 
+def test_deepep_layout_kernel_is_compute_not_an_all_to_all(tmp_path: Path) -> None:
+    """DeepEP's get_dispatch_layout (as in DeepSeek-V3's published train.json) reads the top-k
+    expert ids on its own GPU: a compute kernel; dispatch, notify_dispatch and combine communicate."""
+    names = ["void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int)",
+             "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*)",
+             "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*, long*)",
+             "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)"]
+    events = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 3, "ts": 10 * i, "dur": 1}
+              for i, n in enumerate(names)]
+    path = _write(tmp_path, "d.json", json.dumps(_doc(events, distributedInfo={"rank": 0})).encode())
+    p = parse_into(path, tmp_path / "a")
+    assert [(r["op"], r["dim_hint"]) for r in p.collectives.to_pylist()] == [("all_to_all", "EP")] * 2
+    kinds = {e["name"]: e["kind"] for e in p.events.to_pylist()}
+    assert [kinds[n] for n in names] == ["compute", "compute", "comm", "comm"]
+
+
 def test_ops_and_dtypes_vocabulary() -> None:
     assert kineto.op_from_name("nccl:_all_gather_base") == "all_gather"
     assert kineto.op_from_name("c10d::allreduce_") == "all_reduce"

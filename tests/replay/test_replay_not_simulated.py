@@ -142,6 +142,9 @@ def test_real_one_rank_trace_reports_no_replay_error(name: str, tmp_path: Path) 
     report = build_report_data(tmp_path / "run")
     assert "Links" not in report["tabs"] and "Replay" in report["tabs"]
     assert report["summary"]["replay"][0].startswith("Replay error not available: nothing was simulated")
+    # each caveat once: the replay's "1 of 8 ranks present" and "hosts unknown" repeated the analysis' (issue 21, 10)
+    kinds = [f.kind for f in report["summary"]["findings"]]
+    assert kinds.count("partial_run") == 1 and kinds.count("unknown_hosts") == 1 and "replay_caution" not in kinds
 
 
 def test_whatif_eplb_given_expert_loads_still_runs_with_nothing_simulated():
@@ -153,3 +156,32 @@ def test_whatif_eplb_given_expert_loads_still_runs_with_nothing_simulated():
     assert [s.scenario for s in whatif(tables, ["eplb:redundant=1"], topology=BASE).skipped] == ["eplb:redundant=1"]
     with pytest.raises(TracekitError, match="eplb"):
         whatif(tables, ["eplb:redundant=1"], topology=BASE, expert_loads=ExpertLoads(tokens={0: 1.0}, rank_of={0: 0}))
+
+
+def _deepep_like() -> dict:
+    """Two ranks' EP all-to-alls with no byte count, as DeepEP's dispatch/combine kernels are traced
+    (DeepSeek-V3's train.json: 24 such calls, no sizes)."""
+    tr = Trace()
+    for inst in (0, 1):
+        for r in (0, 1):
+            tr.kernel(r, S20, "comm", inst * 10_000_000, 2_000_000, step=inst,
+                      coll=tr.collective(inst, "all_to_all", "ep", inst, r, nbytes=None, step=inst, dim="EP"))
+            tr.kernel(r, S20, "compute", inst * 10_000_000 + 3_000_000, 1_000_000, step=inst)
+    return tr.tables()
+
+
+def test_whatif_eplb_on_ep_calls_without_bytes_says_what_is_missing_and_how_to_give_it():
+    """Before: skipped as 'the baseline simulated no collective', or 'no collective classified EP'
+    though analyze classifies them EP."""
+    from tracekit.errors import TracekitError
+    from tracekit.whatif.experts import ExpertLoads
+
+    tables = _deepep_like()
+    res = whatif(tables, ["eplb:redundant=1"], topology=BASE)
+    (skipped,) = res.skipped
+    assert skipped.reason.startswith("not replayed: the run's 4 EP calls (4 all_to_all) carry no byte counts")
+    assert "--expert-loads FILE" in skipped.reason and "--expert-map FILE" in skipped.reason
+    assert "no collective classified EP" not in skipped.reason
+    with pytest.raises(TracekitError, match=r"carry no byte counts.*not how many bytes"):
+        whatif(tables, ["eplb:redundant=1"], topology=BASE,
+               expert_loads=ExpertLoads(tokens={0: 3.0, 1: 1.0}, rank_of={0: 0, 1: 1}))

@@ -7,6 +7,7 @@ this module has a regression test here, named after it.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -176,12 +177,23 @@ def test_ep_draws_only_ranks_present(two_of_128) -> None:
     assert any("2 of 128 members present" in n for n in ep["notes"])
 
 
-def test_ep_assumed_splits_are_said(dlrm) -> None:
-    """Regression: DLRM has no split sizes; the matrix was drawn as observed and even traffic was "hot"."""
-    ep = dlrm.data["ep"]
-    assert ep["assumed"] and ep["hot"] == []
-    assert any("traffic assumed even" in n for n in ep["notes"])
-    assert all(g["hot_rank"] is None and g["imbalance"] is None for g in ep["groups"])  # nothing was measured
+def test_ep_assumed_splits_are_said(tmp_path) -> None:
+    """Regression: DLRM has no split sizes; the matrix was drawn as observed and even traffic was "hot".
+    Now (its all-to-all EP only because the user says so, every member present) no flat heatmap is
+    drawn at all, and the finding says why."""
+    from viz_runs import pipeline
+
+    path = Path(__file__).parents[2].parent / "shared" / "real_traces" / "kineto" / "param_dlrm_kineto_8rank"
+    if not path.exists():
+        pytest.skip(f"real traces not present at {path}")
+    p = pipeline([path], tmp_path / "run", dims="ep=0")
+    assert p.analysis.ep_groups.num_rows == 1 and p.data["ep"] is None and "EP" not in p.data["tabs"]
+    assert any("traffic assumed even" in f.text for f in p.analysis.findings)
+
+
+def test_dlrm_embedding_all_to_all_has_no_ep_tab(dlrm) -> None:
+    """DLRM's all-to-all carries embeddings, not tokens to experts: no EP tab (it had one, flat)."""
+    assert dlrm.data["ep"] is None and "EP" not in dlrm.data["tabs"]
 
 
 def test_link_panels_keep_the_topology_order(synth) -> None:

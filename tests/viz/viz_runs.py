@@ -37,9 +37,10 @@ class Pipeline:
     topologies: list[str]
 
 
-def pipeline(paths: list[Path], out: Path, topologies: list[str] | None = None, **ingest_options: Any) -> Pipeline:
+def pipeline(paths: list[Path], out: Path, topologies: list[str] | None = None, *, dims: str | None = None,
+             **ingest_options: Any) -> Pipeline:
     ingest([str(p) for p in paths], out, **ingest_options)
-    result = analyze(out)
+    result = analyze(out, dims=dims)
     replay = replay_run(out, topologies) if topologies else None
     run = Run(out)
     return Pipeline(run, result, replay, build_report_data(run, analysis=result, replay=replay), topologies or [])

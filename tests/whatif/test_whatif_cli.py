@@ -80,3 +80,23 @@ def test_readme_command_names_the_sample_and_valid_scenarios():
         assert len(scenarios) == 6
         assert [parse_scenario(s).kind for s in scenarios] == ["eplb", "eplb", "placement", "placement",
                                                                "checkpoint", "checkpoint"]
+
+
+def test_progress_says_the_baseline_once_then_each_scenario(run_dir):
+    """Before: 'replaying ... (baseline)' once per replay, 22 times for the README's what-if; after:
+    once for the baseline, then 'scenario k/n: ...'."""
+    import io
+
+    from tracekit import _progress
+    from tracekit.whatif import whatif
+
+    out = io.StringIO()
+    _progress.enable(out)
+    try:
+        whatif(run_dir, ["eplb:redundant=4", "placement:pp-adjacent"], topology="rail-optimized:gpus=4")
+    finally:
+        _progress._stream = None
+    lines = out.getvalue().splitlines()
+    assert sum("(baseline)" in line for line in lines) == 1, lines
+    assert [line for line in lines if "scenario" in line] == [
+        "tracekit: scenario 1/2: eplb:redundant=4", "tracekit: scenario 2/2: placement:pp-adjacent"]

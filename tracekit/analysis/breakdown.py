@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -94,8 +95,16 @@ def per_rank_step(events: pl.DataFrame, collectives: pl.DataFrame, windows: pl.D
                           & pl.col("dur_ns").is_not_null()).select(
         pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("s"),
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.lit(BUSY).alias("dim"))
-    iv = pl.concat([comp.select("rank", "s", "e", "dim"), other, comm])
-    iv = split_by_step(iv, windows)
+    return breakdown(pl.concat([comp.select("rank", "s", "e", "dim"), other, comm]), windows)
+
+
+def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`per_rank_step`'s two frames from intervals already sorted into categories (rank, s, e,
+    dim: COMPUTE, BUSY for memcpy/memset, else the comm dim) and step windows (rank, step,
+    start_ns, end_ns). The one rule for exposed communication: the analysis calls it on the
+    traced timeline, the replay on its replayed one (docs/replay.md, "Exposed communication")."""
+    iv = split_by_step(intervals.select(pl.col("rank").cast(pl.Int32), "s", "e", pl.col("dim").cast(pl.String)),
+                       windows)
     segs = windows.select(pl.col("rank").cast(pl.Int32), "step", "start_ns", "end_ns").sort("rank", "step")
     segs = segs.with_row_index("_seg").with_columns(pl.col("_seg").cast(pl.Int64))
     dims = sorted(set(iv.get_column("dim").unique().to_list()) - {COMPUTE, BUSY})
@@ -132,3 +141,25 @@ def per_rank_step(events: pl.DataFrame, collectives: pl.DataFrame, windows: pl.D
                                  "overlap_ns": pl.Int64, "exposed_ns": pl.Int64}))
     long = long.filter(pl.col("comm_ns") > 0).sort("rank", "step", "dim")
     return wide, long
+
+
+@dataclass(frozen=True)
+class DimExposure:
+    """Per dim, communication time and its part not hidden under compute (ns), each the mean over
+    ranks of the rank's mean per step window."""
+
+    comm_ns: dict[str, int]
+    exposed_ns: dict[str, int]
+
+
+def mean_exposure(wide: pl.DataFrame, long: pl.DataFrame) -> DimExposure:
+    """`DimExposure` from `breakdown`'s frames: each rank's sum over its step windows divided by
+    its number of windows, then the mean over the ranks with windows."""
+    n_windows = wide.group_by("rank").agg(pl.len().alias("_n"))
+    n_ranks = max(1, n_windows.height)
+    per = (long.join(n_windows, on="rank")
+           .group_by("dim").agg((pl.col("comm_ns") / pl.col("_n")).sum().alias("c"),
+                                (pl.col("exposed_ns") / pl.col("_n")).sum().alias("x"))
+           .sort("dim"))
+    return DimExposure(comm_ns={d: round(c / n_ranks) for d, c, _ in per.iter_rows()},
+                       exposed_ns={d: round(x / n_ranks) for d, _, x in per.iter_rows()})

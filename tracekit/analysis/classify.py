@@ -26,6 +26,29 @@ _REDUCE_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 _TP_MAX_BYTES = 256 << 20
 
 
+#: Names that mark a run's all-to-alls as the sparse embedding exchange of a recommender model
+#: (TorchRec's KJT and pooled-embedding all-to-alls, FBGEMM's table-batched embedding kernels),
+#: and names that mark experts; an all-to-all is EP by its shape only without the first or with both.
+EMBEDDING_NAMES = (r"KJTAllToAll|PooledEmbeddings(?:AllToAll|Awaitable)|sparse_data_dist"
+                   r"|split_embedding_codegen|dense_embedding_codegen")
+EXPERT_NAMES = r"(?i)\bmoe|expert|dpsk::ep::|deep_ep::"
+
+
+def embedding_all_to_all(names: Iterable[str | None]) -> bool:
+    """True when the run's event names show embedding sharding and nothing names experts: its
+    all-to-alls then carry embeddings (DLRM), not tokens to experts."""
+    embedding = re.compile(EMBEDDING_NAMES)
+    expert = re.compile(EXPERT_NAMES)
+    seen = False
+    for n in names:
+        if not n:
+            continue
+        if expert.search(n):
+            return False
+        seen = seen or bool(embedding.search(n))
+    return seen
+
+
 class DimsError(TracekitError):
     """A `--dims` mapping is malformed."""
 
@@ -70,17 +93,20 @@ def desc_dims(desc: str | None) -> list[str]:
 
 def classify(
     collectives: Frame, groups: Frame, ranks: Frame, *, overrides: str | Overrides | None = None,
+    embedding: bool = False,
 ) -> tuple[pa.Table, pa.Table]:
     """Give every collective call a dim, and every group the set of dims seen on it.
 
     Precedence, per call: a user override for the group (`overrides`: {dim: [group id or desc
     substring]}), the parser's `dim_hint` (from kernel names such as DeepEP), the PG description
-    (tokens like dp, fsdp, ep, moe, pp, tp, cp, default_pg), then the shape: all_to_all -> EP;
+    (tokens like dp, fsdp, ep, moe, pp, tp, cp, default_pg), then the shape: all_to_all -> EP
+    (OTHER with `embedding`, a run whose names show embedding sharding, `embedding_all_to_all`);
     send/recv with at most two distinct peers per rank -> PP (more -> EP); all_reduce,
     reduce_scatter or all_gather inside one host, on messages up to 256 MiB, on a rank that also
     reduces over an inter-host group -> TP; other reductions -> DP, or WORLD on the whole world
     unless it is the only group that reduces; anything else on the whole world -> WORLD, else
-    OTHER. When a group carries several candidate dims, the op picks among them.
+    OTHER; a call whose op is unknown (an arg-less kernel) on a group that reduces takes the dim
+    of the group's reductions. When a group carries several candidate dims, the op picks among them.
     """
     coll = frame(collectives, "collectives")
     grp = frame(groups, "groups")
@@ -134,10 +160,13 @@ def classify(
     median_bytes = {g: b for g, b in sizes if g is not None}
 
     def shape_dim(g: str | None, op: str) -> str:
+        a2a = "OTHER" if embedding else "EP"
         if g is None:
-            return "PP" if op in P2P_OPS else "EP" if op == "all_to_all" else "OTHER"
+            return "PP" if op in P2P_OPS else a2a if op == "all_to_all" else "OTHER"
         if op == "all_to_all":
-            return "EP"
+            return a2a
+        if op == "other" and g in reducing:
+            return shape_dim(g, next(o for o in _REDUCE_OPS if o in ops_of[g]))
         if op in P2P_OPS:
             return "PP" if max_peers.get(g, 0) <= 2 else "EP"
         if op in _REDUCE_OPS:

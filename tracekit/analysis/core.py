@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
-from tracekit.analysis.classify import Overrides, classify
+from tracekit.analysis.classify import Overrides, classify, embedding_all_to_all
 from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.errors import TracekitError
@@ -47,8 +47,9 @@ def _prepared(source: RunLike, dims: str | Overrides | None, write: bool) -> tup
     run, t = _load(source)
     coll, mismatches = match_collectives(t["collectives"])
     ranks, align = align_clocks(coll, t["ranks"])
-    coll, groups = classify(coll, t["groups"], ranks, overrides=dims)
     ev = frame(t["events"], "events")
+    names = ev.get_column("name").cast(pl.String).unique().to_list() if ev.height else []
+    coll, groups = classify(coll, t["groups"], ranks, overrides=dims, embedding=embedding_all_to_all(names))
     c = frame(coll, "collectives")
     windows = steps.step_windows(ev, c)
     c = steps.assign_step(c, windows)
@@ -67,8 +68,9 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
     `source` is a run directory (path or `Run`) or a dict of tables. Returns "ranks" (with
     clock_offset_ns), "groups" (with dims), "collectives" (with instance, seq, dim and step),
     "events" (as stored, a null step filled from the step windows) and "step_times" (the one
-    step time per step, `steps.STEP_TIME`). With a run and `write=True`, the three small tables
-    are written back.
+    step time per step, `steps.STEP_TIME`) and "step_windows" (each rank's step windows on
+    its own clock, which the replay's exposed communication is measured in). With a run and
+    `write=True`, the three small tables are written back.
     """
     out, extra = _prepared(source, dims, write)
     events = extra["events_in"]
@@ -78,6 +80,7 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
         # the replay counts a step's events by this column: the analysis' windows fill it
         out["events"] = table(steps.assign_step(frame(out["events"], "events"), windows), "events")
     out["step_times"] = table(steps.step_times(extra["windows"], frame(out["ranks"], "ranks")))
+    out["step_windows"] = windows.select("rank", "step", "start_ns", "end_ns").to_arrow()
     return out
 
 

@@ -42,8 +42,10 @@ def _step(step: int | None) -> str:
 
 
 def findings(r: AnalysisResult) -> list[Finding]:
-    """Findings, most important first: run validity, hang, root causes, stragglers, where the
-    time went, the critical path, EP, PP, mismatches and clocks."""
+    """Findings, most important first, each once: run validity (mixed jobs, missing ranks), hang,
+    root causes, stragglers, where the time went, the critical path, EP, PP, mismatches, unknown
+    hosts (only when the run communicates), calls without a group (only when several ranks call)
+    and clocks."""
     out: list[Finding] = []
     v = r.validity
     partial = v.partial and v.cross_rank
@@ -56,7 +58,9 @@ def findings(r: AnalysisResult) -> list[Finding]:
         d = descs.get(g)
         return f"{g} ({d})" if d and d != g else str(g)
 
-    out.extend(v.findings())
+    validity = v.findings()
+    hosts = [f for f in validity if f.kind == "unknown_hosts"]
+    out.extend(f for f in validity if f.kind != "unknown_hosts")
     if r.hang is not None and r.hang.hung:
         fr = r.hang.source == "flight_recorder"
         for lead in r.hang.findings:
@@ -134,8 +138,11 @@ def findings(r: AnalysisResult) -> list[Finding]:
         out.append(Finding(kind="mismatch", severity="warning", value=float(n),
                            text=f"{n} collective instances disagree across ranks ({fields}); see the mismatches "
                                 "table."))
+    if r.collectives.num_rows:  # where hosts matter: after what the run says, before how it was read
+        out.extend(hosts)
     no_group = r.collectives.column("group").null_count if r.collectives.num_rows else 0
-    if no_group:
+    calling_ranks = len(set(r.collectives.column("rank").to_pylist())) if no_group else 0
+    if no_group and calling_ranks > 1:  # one rank's calls have nothing to be paired with
         out.append(Finding(kind="no_group", severity="warning", value=float(no_group),
                            text=f"{no_group} of {r.collectives.num_rows} collective calls carry no process group; "
                                 "they are matched by call order on each rank, which can pair unrelated calls."))
@@ -143,7 +150,13 @@ def findings(r: AnalysisResult) -> list[Finding]:
     from tracekit.microbench import microbench_findings
 
     out.extend(microbench_findings(r.microbench))
-    return out
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for f in out:  # a caveat said once
+        if (f.kind, f.text) not in seen:
+            seen.add((f.kind, f.text))
+            unique.append(f)
+    return unique
 
 
 def _root_finding(row: dict[str, Any], casc: pl.DataFrame, by_id: dict[int, dict[str, Any]], gname: Any,

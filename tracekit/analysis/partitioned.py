@@ -18,7 +18,7 @@ import polars as pl
 
 from tracekit.analysis import breakdown, steps
 from tracekit.analysis._frames import frame, table
-from tracekit.analysis.classify import Overrides, classify
+from tracekit.analysis.classify import Overrides, classify, embedding_all_to_all
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.matching import match_collectives
 from tracekit.executors import Executor, run_tasks
@@ -100,7 +100,9 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
     partition on `executor`; the events themselves are never loaded here."""
     coll, mismatches = match_collectives(run.table("collectives"))
     ranks, align = align_clocks(coll, run.table("ranks"))
-    coll, groups = classify(coll, run.table("groups"), ranks, overrides=dims)
+    names = (run.scan("events").select(pl.col("name").cast(pl.String).unique()).collect().get_column("name")
+             .to_list() if run.has("events") else [])
+    coll, groups = classify(coll, run.table("groups"), ranks, overrides=dims, embedding=embedding_all_to_all(names))
     c = frame(coll, "collectives")
     path = str(run.path.resolve())
     files_of: dict[int, list[str]] = {}

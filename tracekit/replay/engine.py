@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -29,6 +30,7 @@ import pyarrow.compute
 
 from tracekit import __version__, schema
 from tracekit._progress import status
+from tracekit.analysis.breakdown import BUSY, COMPUTE, DimExposure, breakdown, mean_exposure
 from tracekit.errors import TracekitError
 from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
@@ -213,6 +215,9 @@ class Identity(Result, frozen=True, kw_only=True):
     instances_fallen_back: int
     max_event_error_ns: float
     fallbacks: tuple[Fallback, ...] = ()
+    #: per dim, comm and exposed comm on the identity timeline (the analysis' figures, `_exposure`)
+    comm_ns: dict[str, int] = msgspec.field(default_factory=dict)
+    exposed_ns: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 @dataclass
@@ -337,6 +342,8 @@ class _Prepared:
     step_time: dict[str, float] = field(default_factory=dict)  # the analysis' step times (steps.STEP_TIME)
     host_names: list[str] = field(default_factory=list)  # per host index, when the ranks table names them
     ib_fabric: tuple[pa.Table | None, pa.Table | None] = (None, None)  # topology_nodes / topology_links (ibnetdiscover)
+    call_dim: np.ndarray | None = None  # per event, the dim of its own collective call ("OTHER": none)
+    windows: pl.DataFrame | None = None  # the analysis' step windows (rank, step, start_ns, end_ns) on this clock
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
@@ -394,6 +401,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
                         pl.col("dur_ns").fill_null(0).clip(lower_bound=0).alias("d"),
                         (pl.col("replay_dur_ns") if "replay_dur_ns" in events.columns
                          else pl.lit(None, pl.Int64)).cast(pl.Int64).alias("replay_d")))
+    call_dims = coll.select("coll_id", pl.col("dim").cast(pl.String).fill_null("OTHER").alias("_call_dim"))
     coll = coll.filter(pl.col("instance").is_not_null())
     coll_ids = coll.select("coll_id", "instance")
     # collectives that carry their own timing but have no event: timeline entries of their own
@@ -424,7 +432,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         ev = pl.concat([ev, extra.select([pl.col(c).cast(ev.schema[c]) for c in keep])])
     if ev.height == 0:
         raise ReplayError("no timed events to replay")
-    ev = ev.join(coll_ids, on="coll_id", how="left")
+    ev = ev.join(coll_ids, on="coll_id", how="left").join(call_dims, on="coll_id", how="left")
     ev = ev.with_columns(pl.when(pl.col("kind") == "comm").then(pl.col("instance")).otherwise(None)
                          .alias("instance"))
     t0 = int(ev.get_column("t").min())
@@ -435,6 +443,7 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
     rank = ev.get_column("rank").to_numpy().astype(np.int64)
     kind_s = ev.get_column("kind").to_numpy()
     kind = np.where(kind_s == "compute", 0, np.where(kind_s == "comm", 1, 2)).astype(np.int64)
+    call_dim = ev.get_column("_call_dim").fill_null("OTHER").to_numpy().astype(object)
     start = ev.get_column("t").to_numpy().astype(np.float64)
     end = start + ev.get_column("d").to_numpy().astype(np.float64)
     replay_d = ev.get_column("replay_d").fill_null(-1).to_numpy().astype(np.float64)
@@ -496,7 +505,19 @@ def _prepare(tables: Mapping[str, pa.Table], *, need_collectives: bool = True,
         has_steps=bool((step >= 0).any()), dep_counts=dependencies.counts, dep_rule=dependencies.rule,
         replay_dur=np.where(replay_d >= 0, replay_d, end - start), host_names=host_names,
         ib_fabric=(tables.get("topology_nodes"), tables.get("topology_links")),
-        step_time=_step_times(tables.get("step_times")))
+        step_time=_step_times(tables.get("step_times")), windows=_windows(tables.get("step_windows"), offs, t0),
+        call_dim=call_dim)
+
+
+def _windows(table: pa.Table | None, offsets: pl.DataFrame, t0: int) -> pl.DataFrame | None:
+    """The analysis' step windows moved onto the replay's clock (rank offset, less t0), or None."""
+    if table is None or table.num_rows == 0:
+        return None
+    w = pl.from_arrow(table)
+    assert isinstance(w, pl.DataFrame)
+    return (w.with_columns(pl.col("rank").cast(pl.Int32)).join(offsets, on="rank", how="left")
+            .select("rank", "step", *[(pl.col(c) + pl.col("_off").fill_null(0) - t0).alias(c)
+                                      for c in ("start_ns", "end_ns")]))
 
 
 def _step_times(table: pa.Table | None) -> dict[str, float]:
@@ -943,9 +964,11 @@ def _identity(prep: _Prepared) -> Identity:
     step_ns, traced_step = _steps(prep, start, end, exact=True)
     rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
     fallbacks = tuple(i.fallback for i in prep.instances if i.fallback is not None)
+    exposure = _exposure(prep, start, end)
     return Identity(max_step_error=float(max(rel, default=0.0)),
                     max_event_error_ns=float(np.nanmax(err, initial=0.0)) if not np.isnan(err).all() else math.inf,
-                    instances_fallen_back=len(fallbacks), fallbacks=fallbacks)
+                    instances_fallen_back=len(fallbacks), fallbacks=fallbacks,
+                    comm_ns=exposure.comm_ns, exposed_ns=exposure.exposed_ns)
 
 
 def _schedule(prep: _Prepared, inst_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1108,7 +1131,7 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
     samples, hot = _link_outputs(topo, cable_win, cable_bytes, window_ns, prep.t0, name, horizon)
 
     step_ns, traced_step = _steps(prep, start, end)
-    comm, exposed = _exposure(prep, start, end, n_steps=max(1, len(step_ns)))
+    exposure = _exposure(prep, start, end)
     step_rel = [abs(step_ns[s] - traced_step[s]) / traced_step[s] for s in step_ns if traced_step.get(s)]
     instances = [InstanceReplay(group=i.group, seq=i.seq, op=i.op, dim=i.dim,
                                 traced_ns=round(traced[k]), replayed_ns=round(replayed[k]),
@@ -1119,7 +1142,8 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                                 algo_source=net.plans[k].source if net.plans[k] is not None else None)
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
-        topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=comm, exposed_ns=exposed,
+        topology=name, step_ns=step_ns, traced_step_ns=traced_step,
+        comm_ns=exposure.comm_ns, exposed_ns=exposure.exposed_ns,
         instances=instances, hot_links=hot, replay_error=None,
         link_samples=samples, topology_nodes=topo.nodes, topology_links=topo.links,
         link_bytes=cable_bytes, n_flows=len(net.flows), timeline=_timeline(prep, start, end),
@@ -1232,46 +1256,39 @@ def _steps(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, exact: bool =
     return out, traced
 
 
-def _union_length(a: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    if a.size == 0:
-        return 0.0, a, b
-    order = np.argsort(a, kind="stable")
-    a, b = a[order], b[order]
-    run_end = np.maximum.accumulate(b)
-    new = np.ones(a.size, bool)
-    new[1:] = a[1:] > run_end[:-1]
-    idx = np.nonzero(new)[0]
-    starts = a[idx]
-    ends = np.maximum.reduceat(b, idx)
-    return float((ends - starts).sum()), starts, ends
+def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray) -> DimExposure:
+    """Per dim (each comm event's own call's), comm time and its part not hidden under compute on
+    the replayed timeline, by the analysis' rule (`breakdown.breakdown`, `mean_exposure`) in its
+    step windows, each moved as far as its rank's first start and last end in that step moved
+    (unmoved on the identity replay, which so gives the analysis' figure)."""
+    if prep.call_dim is not None:
+        comm_dim = prep.call_dim
+    else:
+        comm_dim = np.array([i.dim or "OTHER" for i in prep.instances] + ["OTHER"], dtype=object)[prep.inst]
+    dim = np.where(prep.kind == 0, COMPUTE, np.where(prep.kind == 1, comm_dim, BUSY))
+    intervals = pl.DataFrame({"rank": prep.rank.astype(np.int32), "s": np.round(start).astype(np.int64),
+                              "e": np.round(end).astype(np.int64), "dim": dim.astype(str)})
+    moves = (pl.DataFrame({"rank": prep.rank.astype(np.int32), "step": prep.step.astype(np.int32),
+                           "s": start, "e": end, "ts": prep.start, "te": prep.end})
+             .group_by("rank", "step").agg((pl.col("s").min() - pl.col("ts").min()).alias("ds"),
+                                           (pl.col("e").max() - pl.col("te").max()).alias("de")))
+    windows = prep.windows if prep.windows is not None else _event_windows(prep)
+    windows = (windows.join(moves, on=["rank", "step"], how="left")
+               .with_columns((pl.col("start_ns") + pl.col("ds").fill_null(0).round()).cast(pl.Int64),
+                             (pl.col("end_ns") + pl.col("de").fill_null(0).round()).cast(pl.Int64))
+               .filter(pl.col("end_ns") > pl.col("start_ns")))
+    return mean_exposure(*breakdown(intervals, windows))
 
 
-def _exposure(prep: _Prepared, start: np.ndarray, end: np.ndarray, *, n_steps: int = 1
-              ) -> tuple[dict[str, int], dict[str, int]]:
-    """Per dim, comm time and its part not hidden under compute: mean over ranks, per step."""
-    inst_dim = np.array([i.dim for i in prep.instances] + ["OTHER"], dtype=object)
-    dims = inst_dim[prep.inst]  # inst -1 (not a collective) reads the trailing "OTHER"
-    comm_tot: dict[str, float] = {}
-    exp_tot: dict[str, float] = {}
-    by_rank = np.argsort(prep.rank, kind="stable")  # each rank's events in their original order
-    ranks, first = np.unique(prep.rank[by_rank], return_index=True)
-    bounds = np.append(first, by_rank.size)
-    for j in range(ranks.size):
-        idx = by_rank[bounds[j]:bounds[j + 1]]
-        kind, dim, a, b = prep.kind[idx], dims[idx], start[idx], end[idx]
-        comp = kind == 0
-        _, cs, ce = _union_length(a[comp], b[comp])
-        comm = kind == 1
-        for d in sorted(set(dim[comm])):
-            sel = comm & (dim == d)
-            length, s, e = _union_length(a[sel], b[sel])
-            comm_tot[d] = comm_tot.get(d, 0.0) + length
-            both, _, _ = _union_length(np.concatenate([s, cs]), np.concatenate([e, ce]))
-            covered = length + float((ce - cs).sum()) - both
-            exp_tot[d] = exp_tot.get(d, 0.0) + length - covered
-    n = max(1, ranks.size) * n_steps
-    return ({d: round(v / n) for d, v in sorted(comm_tot.items())},
-            {d: round(v / n) for d, v in sorted(exp_tot.items())})
+def _event_windows(prep: _Prepared) -> pl.DataFrame:
+    """Step windows from the events themselves when the tables bring none: per rank and step (or
+    per rank, step 0, without steps) the first start to the last end, on the traced timeline."""
+    step = prep.step if prep.has_steps else np.zeros(prep.step.size, np.int64)
+    return (pl.DataFrame({"rank": prep.rank.astype(np.int32), "step": step.astype(np.int32),
+                          "s": prep.start, "e": prep.end})
+            .filter(pl.col("step") >= 0).group_by("rank", "step")
+            .agg(pl.col("s").min().round().cast(pl.Int64).alias("start_ns"),
+                 pl.col("e").max().round().cast(pl.Int64).alias("end_ns")))
 
 
 def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray, window_ns: float,

@@ -99,7 +99,8 @@ def eplb(base: Baseline, *, redundant: int, groups: int = 1, nodes: int | None =
     tables = base.tables
     pairs = _pairs(tables)
     if pairs.height == 0:
-        raise WhatIfError("eplb: the run has no EP all-to-all to rebalance (no collective classified EP)")
+        why = ep_bytes_missing(tables, loads_given=loads is not None) or _no_ep(tables)
+        raise WhatIfError(f"eplb: {why}")
     plans, notes = plan_groups(pairs, tables, base.placement, redundant=redundant, groups=groups, nodes=nodes,
                                experts_per_rank=experts_per_rank, loads=loads)
     changed = dict(tables)
@@ -123,6 +124,40 @@ def eplb(base: Baseline, *, redundant: int, groups: int = 1, nodes: int | None =
     result.details = {"plans": [p.to_json() for p in plans.values()]}
     result.notes += [*notes, "replicas of an expert share its tokens evenly", compute_note]
     return result
+
+
+def ep_bytes_missing(tables: Mapping[str, pa.Table], *, loads_given: bool = False) -> str | None:
+    """Why EPLB has no traffic to move when the run does have EP calls but none carries a byte
+    count or splits (DeepEP's dispatch/combine kernels record none), with what to give; else None."""
+    coll = pl.from_arrow(schema.conform("collectives", tables["collectives"]))
+    ep = coll.filter(pl.col("dim").cast(pl.Utf8) == "EP")
+    if ep.height == 0:
+        return None
+    sized = ep.filter((pl.col("in_bytes").fill_null(0) > 0) | (pl.col("out_bytes").fill_null(0) > 0)
+                      | pl.col("in_splits").is_not_null())
+    if sized.height:
+        return None
+    ops = ", ".join(f"{n} {op}" for op, n in ep.group_by(pl.col("op").cast(pl.Utf8)).len().sort("op").iter_rows())
+    what = (f"the run's {ep.height} EP calls ({ops}) carry no byte counts or splits (kernels such as DeepEP's "
+            "dispatch/combine record none), so there is no all-to-all traffic to rebalance")
+    if loads_given:
+        return (what + "; the expert loads say how many tokens each expert gets, not how many bytes each "
+                "all-to-all moves: a trace whose all-to-alls record their sizes (NCCL all_to_all / "
+                "all_to_all_single with record_shapes) is needed")
+    return (what + "; give the per-expert token counts and where each expert lives with --expert-loads FILE "
+            "(step, layer, expert, tokens) and --expert-map FILE (expert, rank)")
+
+
+def _no_ep(tables: Mapping[str, pa.Table]) -> str:
+    """Why the run has no EP all-to-all, naming all-to-alls classified otherwise (an embedding exchange)."""
+    coll = pl.from_arrow(schema.conform("collectives", tables["collectives"]))
+    other = coll.filter((pl.col("op").cast(pl.Utf8) == "all_to_all") & (pl.col("dim").cast(pl.Utf8) != "EP"))
+    text = "the run has no EP all-to-all to rebalance (no collective classified EP)"
+    if other.height:
+        dims = ", ".join(sorted(set(other.get_column("dim").cast(pl.Utf8).fill_null("OTHER").to_list())))
+        text += (f"; its {other.height} all-to-all calls are {dims}, not expert parallelism (an embedding "
+                 "exchange, docs/analysis.md): there are no experts to move")
+    return text
 
 
 def _pairs(tables: Mapping[str, pa.Table]) -> pl.DataFrame:

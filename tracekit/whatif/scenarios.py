@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracekit._progress import muted, status
 from tracekit.replay.backend import cpu_backend
 from tracekit.store import Run
 from tracekit.whatif.core import (
@@ -24,6 +25,7 @@ from tracekit.whatif.core import (
     make_baseline,
     parse_params,
 )
+from tracekit.whatif.experts import ep_bytes_missing
 
 KINDS = ("eplb", "placement", "checkpoint", "dataload")
 EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
@@ -115,11 +117,15 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
                             scenarios=[], cautions=[cpu])
     base = make_baseline(tables, topology, **replay_options)
     results, skipped = [], []
-    for s in parsed:
+    for k, s in enumerate(parsed, 1):
         if base.replay.errors is None and s.kind in COLLECTIVE_ONLY and not (s.kind == "eplb" and expert_loads):
-            skipped.append(SkippedScenario(scenario=s.text, reason=NOTHING_SIMULATED))
+            missing = ep_bytes_missing(tables) if s.kind == "eplb" else None
+            reason = f"not replayed: {missing}" if missing else NOTHING_SIMULATED
+            skipped.append(SkippedScenario(scenario=s.text, reason=reason))
             continue
-        result = run_scenario(base, s, expert_loads=expert_loads)
+        status(f"scenario {k}/{len(parsed)}: {s.text}")
+        with muted():
+            result = run_scenario(base, s, expert_loads=expert_loads)
         if base.replay.errors is None:
             result.notes.append(NO_COLLECTIVE_TO_SLOW)
         results.append(result)
