@@ -22,7 +22,17 @@ def test_whatif_on_telemetry_alone_says_there_is_nothing_to_replay():
 
 @NO_REAL
 def test_eplb_skips_an_ep_group_whose_members_are_outside_the_run():
-    res = CliRunner().invoke(main, ["whatif", str(REAL / "kineto" / "hta_trace_filter_sampled_2rank"),
-                                    "eplb:redundant=8"])
-    assert res.exit_code == 0, res.output
-    assert "are outside the run: no plan for it" in res.stdout
+    """HTA's sampled 2-rank trace holds ranks 0 and 1 of groups of 10; its all-to-alls are an
+    embedding exchange (not EP), so EPLB refuses it in one line, and with the group forced to EP
+    (`dims`) the plan skips the group rather than failing on the ranks it does not hold."""
+    from tracekit.analysis import prepare
+    from tracekit.ingest import open_run
+    from tracekit.whatif.scenarios import whatif
+
+    path = REAL / "kineto" / "hta_trace_filter_sampled_2rank"
+    res = CliRunner().invoke(main, ["whatif", str(path), "eplb:redundant=8"])
+    assert res.exit_code == 1 and "not expert parallelism" in res.stderr and "Traceback" not in res.stderr
+    run, _ = open_run([path])
+    tables = dict(prepare(run, dims="ep=0", write=False))
+    (scenario,) = whatif(tables, ["eplb:redundant=8"]).scenarios
+    assert any("are outside the run: no plan for it" in note for note in scenario.notes)
