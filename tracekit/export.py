@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from tracekit import __version__
 from tracekit.analysis._frames import frame
+from tracekit.atomic import atomic_open
 from tracekit.errors import TracekitError
 from tracekit.store import Run
 
@@ -99,10 +100,8 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
     summary = ExportSummary(path=out, ranks=len(all_ranks), base_ns=base)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     try:
-        raw = open(tmp, "wb")  # noqa: SIM115 (closed below, also on error)
-        try:
+        with atomic_open(out, "wb") as raw:
             stream: io.TextIOBase
             if out.suffix == ".gz":
                 stream = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0),
@@ -112,15 +111,8 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
             with stream:
                 _write(stream, run, all_ranks, offsets, hosts, coll, parts, timelines, base, summary,
                        flows=flows, stalls=stalls)
-        finally:
-            raw.close()
-        tmp.replace(out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ExportError(f"{out}: cannot write ({exc.strerror or exc})") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return summary
 
 

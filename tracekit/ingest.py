@@ -24,6 +24,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect
@@ -264,9 +265,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
             "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
             "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
         }
-        tmp = run / "sources" / key / (SOURCE_RECORD + ".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True))
-        tmp.replace(run / "sources" / key / SOURCE_RECORD)
+        atomic_write_text(run / "sources" / key / SOURCE_RECORD, json.dumps(record, sort_keys=True))
         return record
     except OSError as exc:
         with contextlib.suppress(OSError, TracekitError):
@@ -1205,8 +1204,8 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     unchanged sources are cache hits): (the `Run`, whether `paths` were raw traces)."""
     from tracekit.store import Run
 
-    if len(paths) == 1 and Run.is_run(paths[0]):
-        return Run(paths[0]), False
+    if len(paths) == 1 and (Run.is_run(paths[0]) or (Path(paths[0]) / MARKER).exists()):
+        return Run(paths[0]), False  # an interrupted ingest says so rather than being read as traces
     out = Path(cache) if cache is not None else cache_dir(paths)
     from tracekit._progress import status
 

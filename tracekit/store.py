@@ -44,6 +44,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_with
 from tracekit.errors import TracekitError
 
 MANIFEST = "manifest.json"
@@ -292,18 +293,10 @@ def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
     path = Path(path)
     if run_dir is not None:
         contained(run_dir, path.parent)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        atomic_write_with(path, lambda tmp: write(Path(tmp)))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise os_error(exc, str(path)) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return path
 
 

@@ -47,6 +47,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_text, atomic_write_with
 from tracekit.finding import Finding
 from tracekit.results import Result, to_builtins
 from tracekit.store import Run, parquet_options
@@ -555,17 +556,13 @@ def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
     old = schema.conform("link_samples", pq.read_table(path)) if path.is_file() else schema.empty("link_samples")
     merged = with_rates(old, rates)
     if merged.num_rows:
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(merged, tmp, **parquet_options(merged.schema))
-        tmp.replace(path)
+        atomic_write_with(path, lambda tmp: pq.write_table(merged, tmp, **parquet_options(merged.schema)))
     else:
         path.unlink(missing_ok=True)
     doc = rates_doc(rates)
     out = run_dir / "results" / "telemetry.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True))
     return merged.num_rows
 
 
