@@ -206,18 +206,18 @@ def write_replay_timelines(run: Run, replay: Any) -> Path | None:
     """Store every topology's replayed timeline in RUN/results/ for `export` (temporary name, renamed)."""
     tables = [r.timeline.append_column("topology", pa.array([r.topology] * r.timeline.num_rows, pa.string()))
               for r in replay.results if r.timeline is not None]
-    from tracekit.store import contained, os_error, write_parquet
+    from tracekit.store import contained, make_dirs, os_error, write_parquet
 
     def write() -> Path | None:
         out = contained(run.path, run.path / "results")
         path = out / REPLAY_TIMELINES
-        try:
-            if not tables:
+        if not tables:
+            try:
                 path.unlink(missing_ok=True)
-                return None
-            out.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise os_error(exc, str(path)) from exc
+            except OSError as exc:
+                raise os_error(exc, str(path)) from exc
+            return None
+        make_dirs(run.path, out)
         return write_parquet(pa.concat_tables(tables, promote_options="permissive"), path, run.path)
 
     return run.save(f"results/{REPLAY_TIMELINES}", write)

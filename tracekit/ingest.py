@@ -29,9 +29,11 @@ from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect
 from tracekit.store import (
+    LOCK,
     MANIFEST,
     MARKER,
     SMALL_TABLES,
+    STAGING,
     RunError,
     RunLock,
     SourceSink,
@@ -39,9 +41,11 @@ from tracekit.store import (
     commit,
     contained,
     forget_written,
+    make_dirs,
     os_error,
     parquet_options,
     recover,
+    refuse_links,
     remove_stale_sources,
     take_written,
 )
@@ -284,15 +288,30 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
 
 
 def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
-    path = run_dir / "sources" / key / SOURCE_RECORD
-    if not path.is_file():
+    """The record of a source parsed before, or None (parse it again) when it is missing, malformed,
+    or any of its parts is a link or lies outside the run: a received run's cache is not trusted."""
+    part = run_dir / "sources" / key
+    path = part / SOURCE_RECORD
+    if part.is_symlink() or path.is_symlink() or not path.is_file():
         return None
     try:
         record = json.loads(path.read_text())
+        if any(p.is_symlink() for p in part.iterdir()):
+            return None
     except (OSError, ValueError):
         return None
-    for rel in record.get("parts", {}).get("events", {}).values():
-        if not (run_dir / rel).is_file():
+    parts = record.get("parts") if isinstance(record, dict) else None
+    events = parts.get("events") if isinstance(parts, dict) else None
+    if record.get("key") != key or not isinstance(events, dict):
+        return None
+    root = os.path.realpath(run_dir)
+    for rel in events.values():
+        if not isinstance(rel, str):
+            return None
+        file = run_dir / rel
+        if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
+            return None
+        if not os.path.realpath(file).startswith(root + os.sep):
             return None
     return record
 
@@ -346,6 +365,7 @@ def _prepare_out(out: Path) -> None:
     if out.is_dir() and not (out / MANIFEST).is_file() and not (out / MARKER).exists() and any(out.iterdir()):
         raise TracekitError(f"{out}: exists, is not empty and is not a tracekit run directory; "
                             "choose another -o, or empty it first")
+    refuse_links(out, RUN_ENTRIES)
     try:
         out.mkdir(parents=True, exist_ok=True)
         marker = contained(out, out / MARKER)
@@ -511,8 +531,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
     report.committed = True
     remove_stale_sources(run_dir, keep)
     if telemetry is not None:
-        results = contained(run_dir, run_dir / "results")
-        results.mkdir(exist_ok=True)
+        results = make_dirs(run_dir, run_dir / "results")
         text = json.dumps(telemetry, indent=1, sort_keys=True)
         atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
@@ -661,6 +680,8 @@ MERGE_ROWS = 1 << 16
 #: one (a node's NCCL log holds all its ranks' calls interleaved).
 SPLIT_ROWS = 2 * MERGE_ROWS
 MERGE_TMP = ".merge-buckets"
+#: the entries of a run an ingest writes or removes; a link at any of them is refused up front
+RUN_ENTRIES = ("sources", "events", "results", STAGING, MERGE_TMP, MARKER, LOCK, MANIFEST)
 _COLL_ORDER = [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")]
 
 

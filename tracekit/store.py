@@ -163,9 +163,7 @@ class SourceSink:
         self._kept: dict[str, list[pa.Table]] = {}
         self.run_dir = Path(run_dir)
         self.key = key
-        self.part_dir = self.run_dir / "sources" / key
-        self.part_dir.mkdir(parents=True, exist_ok=True)
-        contained(self.run_dir, self.part_dir)
+        self.part_dir = make_dirs(self.run_dir, self.run_dir / "sources" / key)
         self.row_group_size = row_group_size
         self._event_writers: dict[int, pq.ParquetWriter] = {}
         self._event_counts: Counter[int] = Counter()
@@ -190,7 +188,7 @@ class SourceSink:
             writer = self._event_writers.get(rank)
             if writer is None:
                 path = self.event_path(rank)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(self.run_dir, path.parent)
                 contained(self.run_dir, path)
                 writer = pq.ParquetWriter(path, schema.EVENTS, compression="zstd",
                                           use_dictionary=EVENTS_DICT_COLUMNS)
@@ -285,6 +283,42 @@ def contained(run_dir: str | os.PathLike[str], path: str | os.PathLike[str], *, 
     if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
         raise RunError(f"{path}: leads out of the run directory {run_dir} (through a symbolic link); refused")
     return Path(path)
+
+
+def make_dirs(run_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Create `path` and its parents under `run_dir` one level at a time, refusing any level that
+    is a symbolic link or not a directory, so a received run never makes tracekit create
+    directories outside it (`mkdir(parents=True)` follows links)."""
+    run_dir, path = Path(run_dir), Path(path)
+    try:
+        rel = path.relative_to(run_dir)
+    except ValueError:
+        raise RunError(f"{path}: not under the run directory {run_dir}; refused") from None
+    here = run_dir
+    for part in rel.parts:
+        here = here / part
+        try:
+            os.mkdir(here)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise os_error(exc, str(here)) from exc
+        if here.is_symlink() or not here.is_dir():
+            contained(run_dir, here)  # the usual message when the link leads out of the run
+            kind = "a symbolic link" if here.is_symlink() else "not a directory"
+            raise RunError(f"{here}: is {kind} in the run directory {run_dir}; refused (remove it, or "
+                           "ingest into a new directory)")
+    return contained(run_dir, path)
+
+
+def refuse_links(run_dir: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Refuse a run whose top-level entries `names` are symbolic links (a run received from someone
+    else can point them anywhere), naming the first one."""
+    for name in names:
+        entry = Path(run_dir) / name
+        if entry.is_symlink():
+            raise RunError(f"{entry}: is a symbolic link in the run directory {run_dir}; refused (a run "
+                           "directory must hold its own files: remove the link, or ingest into a new directory)")
 
 
 def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
@@ -578,11 +612,7 @@ class Run:
         text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
 
         def write() -> Path:
-            out = contained(self.path, self.path / "results")
-            try:
-                out.mkdir(exist_ok=True)
-            except OSError as exc:
-                raise os_error(exc, str(out)) from exc
+            out = make_dirs(self.path, self.path / "results")
             return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
 
         return self.save(f"results/{name}.json", write)

@@ -337,3 +337,82 @@ def test_run_missing_an_events_part_is_refused(tmp_path: Path) -> None:
         Run(run)
     res = CliRunner().invoke(main, ["analyze", str(run)])
     assert res.exit_code == 1 and "inconsistent run" in res.output and "Traceback" not in res.output
+
+
+# -- a received run whose entries are links out of it (issue 22 item 2) ------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
+
+
+def _link_out(run: Path, outside: Path, entry: str) -> None:
+    """Move `entry` (file or directory; made empty when absent) outside the run and leave a link."""
+    target, path = outside / "moved", run / entry
+    if path.is_dir():
+        shutil.copytree(path, target)
+        shutil.rmtree(path)
+    elif path.exists():
+        shutil.copy(path, target)
+        path.unlink()
+    else:
+        target.mkdir()
+    path.symlink_to(target)
+
+
+TOP_LEVEL = ["sources", "events", "results", ".staging", ".merge-buckets", "manifest.json", ".lock", ".tracekit-run",
+             "groups.parquet", "ranks.parquet"]
+
+
+@pytest.mark.parametrize("entry", TOP_LEVEL)
+def test_merge_into_a_run_with_a_top_level_link_is_refused_and_writes_nothing_outside(received, entry: str) -> None:
+    run, outside = received
+    _link_out(run, outside, entry)
+    before = _tree(outside)
+    res = CliRunner().invoke(main, ["ingest", *NEW, "-o", str(run)])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("tracekit:")]
+    assert len(lines) == 1 and str(run / entry) in lines[0] and "refused" in lines[0], res.stderr
+    assert _tree(outside) == before
+
+
+def _keys(run: Path) -> tuple[str, str]:
+    """A source key the new ingest reuses (a cache hit) and the rank directory of its events."""
+    event = next((run / "events" / "rank=0").glob("*.parquet"))
+    return event.stem, "rank=0"
+
+
+@pytest.mark.parametrize("kind", ["source", "source table", "source record", "rank", "event file",
+                                  "new source", "new rank"])
+def test_merge_treats_links_inside_sources_and_events_as_absent(received, kind: str) -> None:
+    run, outside = received
+    key, rank = _keys(run)
+    entry = {"source": f"sources/{key}", "source table": f"sources/{key}/groups.parquet",
+             "source record": f"sources/{key}/source.json", "rank": f"events/{rank}",
+             "event file": f"events/{rank}/{key}.parquet", "new source": "sources/0123456789abcdef0123",
+             "new rank": "events/rank=7"}[kind]
+    if kind == "new rank":
+        shutil.rmtree(run / entry)
+    _link_out(run, outside, entry)
+    before = _tree(outside)
+    ingest(NEW, run, jobs=1)
+    assert _tree(outside) == before
+    assert not [p for p in run.rglob("*") if p.is_symlink()]
+    Run(run).events()  # readable, every file inside the run
+
+
+def test_make_dirs_never_creates_through_a_link(tmp_path: Path) -> None:
+    from tracekit.store import make_dirs
+
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    run.mkdir()
+    outside.mkdir()
+    (run / "sources").symlink_to(outside)
+    with pytest.raises(RunError, match=r"sources: leads out of the run directory"):
+        make_dirs(run, run / "sources" / "abc" / "def")
+    assert list(outside.iterdir()) == []
+    (run / "events").mkdir()
+    (run / "events" / "rank=0").symlink_to(run / "events")
+    with pytest.raises(RunError, match=r"rank=0: is a symbolic link in the run directory"):
+        make_dirs(run, run / "events" / "rank=0")
+    assert make_dirs(run, run / "events" / "rank=1").is_dir()

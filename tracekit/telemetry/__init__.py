@@ -50,7 +50,7 @@ from tracekit import schema
 from tracekit.atomic import atomic_write_text, atomic_write_with
 from tracekit.finding import Finding
 from tracekit.results import Result, to_builtins
-from tracekit.store import Run, parquet_options
+from tracekit.store import Run, make_dirs, parquet_options
 from tracekit.telemetry import _kernels as _k
 
 ORIGIN = "telemetry"
@@ -560,8 +560,7 @@ def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
     else:
         path.unlink(missing_ok=True)
     doc = rates_doc(rates)
-    out = run_dir / "results" / "telemetry.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = make_dirs(run_dir, run_dir / "results") / "telemetry.json"
     atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True))
     return merged.num_rows
 
