@@ -38,10 +38,10 @@ from tracekit.store import (
     RunLock,
     SourceSink,
     atomic_write,
+    claim_results,
     commit,
     contained,
     forget_written,
-    make_dirs,
     os_error,
     parquet_options,
     recover,
@@ -525,13 +525,15 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies,
                                        merge_file)
         telemetry = _rate_telemetry(merged, report)
-        commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns), copies=copies)
+        manifest = _manifest(report, rank=rank, comm_patterns=comm_patterns)
+        commit(run_dir, merged, manifest, copies=copies)
     finally:
         merge_file.unlink(missing_ok=True)
     report.committed = True
     remove_stale_sources(run_dir, keep)
+    if telemetry is not None or (run_dir / "results").is_dir():
+        results = claim_results(run_dir, manifest["generation"])  # results of the old data go
     if telemetry is not None:
-        results = make_dirs(run_dir, run_dir / "results")
         text = json.dumps(telemetry, indent=1, sort_keys=True)
         atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
@@ -1103,12 +1105,22 @@ def _group_sort_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
+def _generation(report: IngestReport, options: Mapping[str, Any]) -> str:
+    """What the run's data is made of (its sources' keys, the options, the schema): results of
+    one generation are valid for exactly the run that has it."""
+    keys = sorted(s.key for s in report.sources if s.ok and s.key)
+    text = json.dumps({"keys": keys, "options": options, "schema": schema.SCHEMA_VERSION}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence[str] | None) -> dict[str, Any]:
     from tracekit import __version__
+    options = {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None}
     return {
+        "generation": _generation(report, options),
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
-        "options": {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None},
+        "options": options,
         "sources": [s.to_dict() for s in report.sources],
         "tables": report.tables,
         "ranks": report.ranks,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -53,6 +54,8 @@ MARKER = ".tracekit-run"
 LOCK = ".lock"
 STAGING = ".staging"
 COMMIT = "COMMIT"
+#: in RUN/results/: the manifest generation every file there was computed from
+RESULTS_STAMP = "GENERATION"
 SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_samples",
                 "topology_nodes", "topology_links", "microbench", "log_messages",
                 "unranked_collectives")
@@ -294,6 +297,10 @@ def make_dirs(run_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> 
         rel = path.relative_to(run_dir)
     except ValueError:
         raise RunError(f"{path}: not under the run directory {run_dir}; refused") from None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)  # the run itself is where the user asked for it
+    except OSError as exc:
+        raise os_error(exc, str(run_dir)) from exc
     here = run_dir
     for part in rel.parts:
         here = here / part
@@ -464,6 +471,47 @@ def recover(run_dir: Path) -> str | None:
     return "completed an interrupted ingest"
 
 
+# -- results belong to a generation -----------------------------------------------------------
+
+
+def manifest_generation(manifest: Mapping[str, Any]) -> str:
+    """The generation a manifest describes: the one ingest wrote in it, else (a run made before
+    generations were recorded) a digest of the manifest itself."""
+    given = manifest.get("generation")
+    if isinstance(given, str) and given:
+        return given
+    text = json.dumps(manifest, sort_keys=True, default=_json_default)
+    return "legacy-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def results_generation(run_dir: str | os.PathLike[str]) -> str | None:
+    """The generation RUN/results/ was written for (None: no stamp, or one that cannot be read)."""
+    stamp = Path(run_dir) / "results" / RESULTS_STAMP
+    if stamp.is_symlink() or not stamp.is_file():
+        return None
+    try:
+        return stamp.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def claim_results(run_dir: str | os.PathLike[str], generation: str) -> Path:
+    """RUN/results/, ready to take results of `generation` (call with the lock held): results of
+    any other generation are removed first, so results never outlive the data they came from."""
+    run_dir = Path(run_dir)
+    out = make_dirs(run_dir, run_dir / "results")
+    if results_generation(run_dir) == generation:
+        return out
+    try:
+        for entry in out.iterdir():
+            if entry.name != RESULTS_STAMP and (entry.is_symlink() or entry.is_file()):
+                entry.unlink()
+        atomic_write(out / RESULTS_STAMP, lambda t: Path(t).write_text(generation + "\n"), run_dir)
+    except OSError as exc:
+        raise os_error(exc, str(out)) from exc
+    return out
+
+
 # -- the run --------------------------------------------------------------------------------
 
 
@@ -494,6 +542,8 @@ class Run:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
         if not isinstance(self.manifest, dict):
             raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
+        self.generation = manifest_generation(self.manifest)
+        self.stale: list[str] = []  # results left aside because an ingest has replaced their data
         self._check_parts()
 
     def _file(self, name: str) -> Path:
@@ -612,16 +662,40 @@ class Run:
         text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
 
         def write() -> Path:
-            out = make_dirs(self.path, self.path / "results")
+            out = self.claim_results()
             return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
 
         return self.save(f"results/{name}.json", write)
 
-    def read_json(self, name: str) -> Any | None:
-        path = self.path / "results" / f"{name}.json"
-        if not path.is_file():
+    def claim_results(self) -> Path:
+        """RUN/results/ for results of this run's generation (call with the lock held); refuses
+        when an ingest has committed another generation since this run was opened."""
+        on_disk = _current_generation(self.path)
+        if on_disk is not None and on_disk != self.generation:
+            raise RunError(f"{self.path}: an ingest replaced the run's data while this command read it "
+                           f"(generation {self.generation}, now {on_disk}); run the command again")
+        return claim_results(self.path, self.generation)
+
+    def result_path(self, name: str) -> Path | None:
+        """RUN/results/NAME if it exists and was computed from this run's generation; a stale one
+        is left aside with a note in `stale`."""
+        path = self.path / "results" / name
+        if not path.is_file() and not path.is_symlink():
             return None
         contained(self.path, path)
+        stamp = results_generation(self.path)
+        if stamp != self.generation and not (stamp is None and self.generation.startswith("legacy-")):
+            note = (f"results/{name} was computed from an earlier ingest of this run (generation {stamp or 'unknown'},"
+                    f" now {self.generation}); left out: run the command that writes it again")
+            if note not in self.stale:
+                self.stale.append(note)
+            return None
+        return path
+
+    def read_json(self, name: str) -> Any | None:
+        path = self.result_path(f"{name}.json")
+        if path is None:
+            return None
         return json.loads(path.read_text())
 
     def update_manifest(self, **fields: Any) -> None:
@@ -633,6 +707,15 @@ class Run:
             return self.path / MANIFEST
 
         self.save(MANIFEST, write)
+
+
+def _current_generation(run_dir: Path) -> str | None:
+    """The generation of the manifest on disk now (None when it cannot be read)."""
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest_generation(manifest) if isinstance(manifest, dict) else None
 
 
 def _rank_dirs(root: Path) -> list[Path]:

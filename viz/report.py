@@ -117,7 +117,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
         "hang": hd,
         "what-if": D.whatif_data(whatif),
         "caveats": caveats,
-        "notes": td.notes + (links or {}).get("notes", []),
+        "notes": td.notes + (links or {}).get("notes", []) + list(run.stale),
     }
     data["summary"] = summary_data(analysis, td, data)
     data["tabs"] = [t for t in TAB_ORDER if t == "Summary" or data[t.lower()] is not None]

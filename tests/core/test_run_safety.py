@@ -416,3 +416,61 @@ def test_make_dirs_never_creates_through_a_link(tmp_path: Path) -> None:
     with pytest.raises(RunError, match=r"rank=0: is a symbolic link in the run directory"):
         make_dirs(run, run / "events" / "rank=0")
     assert make_dirs(run, run / "events" / "rank=1").is_dir()
+
+
+# -- results belong to the generation they were computed from (issue 22 item 3) ---------------
+
+OLD_RESULTS = {"replay.json", "replay_timeline.parquet", "calibration.json", "analysis.json"}
+
+
+@pytest.fixture(scope="module")
+def synth_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 16-rank run with every result of `replay` and `analyze` stored."""
+    run = tmp_path_factory.mktemp("stale") / "synth"
+    ingest([str(SYNTH)], run, jobs=1)
+    runner = CliRunner()
+    for args in (["replay", str(run), "--topology", "rail-optimized:gpus=8"], ["analyze", str(run)]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 0, res.output
+    assert {p.name for p in (run / "results").iterdir()} >= OLD_RESULTS
+    return run
+
+
+def _export_and_report(run: Path, tmp_path: Path) -> tuple[dict, str]:
+    runner = CliRunner()
+    res = runner.invoke(main, ["export", str(run), "--chrome", str(tmp_path / "t.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    rep = runner.invoke(main, ["report", str(run), "-o", str(tmp_path / "r.html")])
+    assert rep.exit_code == 0, rep.output
+    return summary, rep.output
+
+
+def test_reingesting_another_job_drops_the_old_jobs_results(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(synth_results, run)
+    ingest(OLD, run, jobs=1)  # the 8-rank gloo job into the 16-rank run
+    assert not OLD_RESULTS & {p.name for p in (run / "results").iterdir()}
+    summary, report = _export_and_report(run, tmp_path)
+    assert summary["ranks"] == 8 and summary["replay"] == {} and summary["notes"] == []
+    assert "Replay" not in report.split("tabs:")[1].splitlines()[0]
+
+
+def test_results_of_another_generation_are_left_out_and_said_so(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    ingest(OLD, run, jobs=1)
+    shutil.copytree(synth_results / "results", run / "results", dirs_exist_ok=True)  # carried in by hand
+    summary, report = _export_and_report(run, tmp_path)
+    assert summary["ranks"] == 8 and summary["replay"] == {}
+    assert any("replay_timeline.parquet was computed from an earlier ingest" in n for n in summary["notes"])
+    assert "Replay" not in report.split("tabs:")[1].splitlines()[0]
+    assert "note: results/replay.json was computed from an earlier ingest" in report
+
+
+def test_reingesting_the_same_job_keeps_its_results(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(synth_results, run)
+    ingest([str(SYNTH)], run, jobs=1)
+    assert {p.name for p in (run / "results").iterdir()} >= OLD_RESULTS
+    summary, _ = _export_and_report(run, tmp_path)
+    assert summary["replay"] and summary["notes"] == []
