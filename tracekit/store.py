@@ -633,7 +633,7 @@ class Run:
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:
         return read_events(self.path, self.event_files(ranks))
 
-    def save(self, what: str, write: Any) -> Path | None:
+    def save(self, what: str, write: Any) -> Any:
         """Run `write()` (which writes a derived file) under the lock; on a read-only run, a full
         disk or a busy lock, note it in `unsaved` and go on (the caller's results are still
         printed)."""
@@ -646,16 +646,32 @@ class Run:
 
     def write_table(self, name: str, table: pa.Table) -> Path | None:
         """Write (replace) one of the merged small tables, conformed to its schema."""
-        if name == "events":
-            raise RunError("events are written per source by ingest, not replaced")
-        table = schema.conform(name, table)
+        written = self.write_tables({name: table})
+        return written[0] if written else None
 
-        def write() -> Path:
+    def write_tables(self, tables: Mapping[str, pa.Table]) -> list[Path]:
+        """Replace merged small tables together, under one lock, and only if the run still holds
+        the generation they were computed from: an ingest that committed other data meanwhile
+        wins, and these tables are listed in `unsaved` (never a run of two generations)."""
+        if "events" in tables:
+            raise RunError("events are written per source by ingest, not replaced")
+        conformed = {name: schema.conform(name, t) for name, t in tables.items()}
+
+        def write() -> list[Path]:
             recover(self.path)
             self._staged = False
-            return write_parquet(table, self.path / f"{name}.parquet", self.path)
+            self.check_generation()
+            return [write_parquet(t, self.path / f"{name}.parquet", self.path) for name, t in conformed.items()]
 
-        return self.save(f"{name}.parquet", write)
+        return self.save(", ".join(f"{name}.parquet" for name in conformed), write) or []
+
+    def check_generation(self) -> None:
+        """Refuse (RunError) when an ingest has committed another generation since this run was
+        opened: what was computed from the old data must not land on the new."""
+        on_disk = _current_generation(self.path)
+        if on_disk is not None and on_disk != self.generation:
+            raise RunError(f"{self.path}: an ingest replaced the run's data while this command read it "
+                           f"(generation {self.generation}, now {on_disk}); run the command again")
 
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
@@ -670,10 +686,7 @@ class Run:
     def claim_results(self) -> Path:
         """RUN/results/ for results of this run's generation (call with the lock held); refuses
         when an ingest has committed another generation since this run was opened."""
-        on_disk = _current_generation(self.path)
-        if on_disk is not None and on_disk != self.generation:
-            raise RunError(f"{self.path}: an ingest replaced the run's data while this command read it "
-                           f"(generation {self.generation}, now {on_disk}); run the command again")
+        self.check_generation()
         return claim_results(self.path, self.generation)
 
     def result_path(self, name: str) -> Path | None:
@@ -700,9 +713,11 @@ class Run:
 
     def update_manifest(self, **fields: Any) -> None:
         self.manifest.update(fields)
+        self.manifest.setdefault("generation", self.generation)  # a legacy run keeps its generation
 
         def write() -> Path:
             recover(self.path)
+            self.check_generation()
             write_manifest(self.path, self.manifest)
             return self.path / MANIFEST
 

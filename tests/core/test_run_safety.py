@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -474,3 +475,67 @@ def test_reingesting_the_same_job_keeps_its_results(synth_results: Path, tmp_pat
     assert {p.name for p in (run / "results").iterdir()} >= OLD_RESULTS
     summary, _ = _export_and_report(run, tmp_path)
     assert summary["replay"] and summary["notes"] == []
+
+
+# -- analyze racing an ingest on one run (issue 22 item 4) ------------------------------------
+
+
+def test_analyze_never_lands_its_tables_on_a_newer_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest of another job commits while analyze works on the old one (injected between
+    analyze's reads and its writes): analyze's tables and results are refused, the run is the new job."""
+    import tracekit.analysis.partitioned as core  # the path `tracekit analyze` takes on a run directory
+
+    run = tmp_path / "run"
+    ingest([str(SYNTH)], run, jobs=1)
+    real_match = core.match_collectives
+    calls = []
+
+    def match_then_reingest(*args, **kwargs):
+        out = real_match(*args, **kwargs)
+        if not calls:
+            calls.append(1)
+            ingest(OLD, run, jobs=1)  # the 8-rank job replaces the 16-rank one
+        return out
+
+    monkeypatch.setattr(core, "match_collectives", match_then_reingest)
+    res = CliRunner().invoke(main, ["analyze", str(run)])
+    monkeypatch.undo()
+    assert calls and res.exit_code == 0, res.output
+    assert "not saved" in res.stderr and "an ingest replaced the run's data" in res.stderr, res.stderr
+    fresh = tmp_path / "fresh"
+    ingest(OLD, fresh, jobs=1)
+    for name in ("ranks", "groups", "collectives"):
+        assert pq.read_table(run / f"{name}.parquet").equals(pq.read_table(fresh / f"{name}.parquet")), name
+    assert not (run / "results" / "analysis.json").exists()
+    info = CliRunner().invoke(main, ["info", str(run), "--json"])
+    assert json.loads(info.stdout)["ranks"] in (8, list(range(8))), info.stdout[:300]
+    again = CliRunner().invoke(main, ["analyze", str(run)])  # and a new analyze saves normally
+    assert again.exit_code == 0 and "not saved" not in again.stderr, again.stderr
+
+
+def test_concurrent_analyze_and_ingest_never_mix_generations(tmp_path: Path) -> None:
+    """The real race, in two processes, looped (bounded) until analyze has read the old job while
+    the ingest committed the new one; after each round the run's tables are one job's."""
+    run = tmp_path / "run"
+    tables = {}
+    for name, paths in (("synth", [str(SYNTH)]), ("gloo", OLD)):
+        ingest(paths, tmp_path / name, jobs=1)
+        tables[name] = {t: pq.read_table(tmp_path / name / f"{t}.parquet").num_rows for t in ("ranks", "groups")}
+    hit, rounds = 0, 12
+    for i in range(rounds):
+        shutil.rmtree(run, ignore_errors=True)
+        ingest([str(SYNTH)], run, jobs=1)
+        analyze = subprocess.Popen([sys.executable, "-m", "tracekit", "analyze", str(run)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.1 * i)  # sweep the moment the ingest commits across analyze's work
+        with contextlib.suppress(RunError):  # the lock was busy: analyze was writing
+            ingest(OLD, run, jobs=1)
+        _, err = analyze.communicate(timeout=600)
+        assert analyze.returncode == 0 and "Traceback" not in err, err
+        hit += "an ingest replaced the run's data" in err
+        got = {t: pq.read_table(run / f"{t}.parquet").num_rows for t in ("ranks", "groups")}
+        assert got in tables.values(), (i, got, err)
+        assert consistent(run)
+        if hit:
+            break
+    assert hit, f"the race was never hit in {rounds} rounds"
