@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from tracekit import schema
 from tracekit.atomic import atomic_write_with
 from tracekit.errors import TracekitError
+from tracekit.manifest import check_manifest
 
 MANIFEST = "manifest.json"
 #: Marks a directory as a tracekit run from the moment ingest creates it (before any manifest).
@@ -542,6 +543,10 @@ class Run:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
         if not isinstance(self.manifest, dict):
             raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
+        try:
+            check_manifest(self.manifest, manifest_path)
+        except ValueError as exc:
+            raise RunError(str(exc)) from None
         self.generation = manifest_generation(self.manifest)
         self.stale: list[str] = []  # results left aside because an ingest has replaced their data
         self._check_parts()

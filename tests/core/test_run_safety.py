@@ -539,3 +539,69 @@ def test_concurrent_analyze_and_ingest_never_mix_generations(tmp_path: Path) -> 
         if hit:
             break
     assert hit, f"the race was never hit in {rounds} rounds"
+
+
+# -- a manifest edited by hand (issue 22 item 5) ----------------------------------------------
+
+#: (where, bad value, the field the error must name)
+EDITS = [
+    (["sources"], {}, "sources"),
+    (["sources"], 5, "sources"),
+    (["sources", 0], [], "sources[0]"),
+    (["sources", 0, "path"], 7, "sources[0].path"),
+    (["sources", 0, "key"], 7, "sources[0].key"),
+    (["sources", 0, "ranks"], "0", "sources[0].ranks"),
+    (["sources", 0, "ranks"], ["x"], "sources[0].ranks[0]"),
+    (["tables"], [1], "tables"),
+    (["tables", "events"], "x", "tables[...]"),
+    (["ranks"], {}, "ranks"),
+    (["options"], [], "options"),
+    (["primary_sources"], [1], "primary_sources"),
+    (["primary_sources", "0"], "abc", "primary_sources[...]"),
+    (["validity"], [], "validity"),
+    (["validity", "jobs"], 3, "validity.jobs"),
+    (["warnings"], "x", "warnings"),
+    (["ignored"], {}, "ignored"),
+    (["generation"], 5, "generation"),
+]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("manifest") / "run"
+    ingest(OLD, run, jobs=1)
+    return run
+
+
+@pytest.mark.parametrize(("where", "value", "field"), EDITS, ids=[e[2] + "=" + type(e[1]).__name__ for e in EDITS])
+def test_hand_edited_manifest_is_refused_naming_file_and_field(clean_run: Path, tmp_path: Path, where, value,
+                                                              field: str) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    doc = json.loads((run / "manifest.json").read_text())
+    here = doc
+    for key in where[:-1]:
+        here = here[key]
+    here[where[-1]] = value
+    (run / "manifest.json").write_text(json.dumps(doc))
+    runner = CliRunner()
+    for args in (["info", str(run)], ["analyze", str(run)], ["hang", str(run)],
+                 ["export", str(run), "--chrome", str(tmp_path / "t.json")],
+                 ["report", str(run), "-o", str(tmp_path / "r.html")]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, (args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("tracekit:")]
+        assert len(lines) == 1 and str(run / "manifest.json") in lines[0], (args, res.stderr)
+        assert f"`{field}`" in lines[0], (args, lines[0])
+    ingest(OLD, run, jobs=1)  # a new ingest repairs it
+    assert runner.invoke(main, ["info", str(run)]).exit_code == 0
+
+
+def test_manifest_that_is_not_an_object_is_refused(clean_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    (run / "manifest.json").write_text("[]")
+    res = CliRunner().invoke(main, ["info", str(run)])
+    assert res.exit_code == 1 and "manifest.json: unreadable manifest (not a JSON object)" in res.stderr
+    assert "not a tracekit run directory" not in res.stderr

@@ -118,6 +118,10 @@ def open_run_arg(path: Any) -> Any:
 
     if not Path(path).exists():
         raise TracekitError(f"{path}: no such file or directory (so not a tracekit run directory, nor traces)")
+    from tracekit.store import MARKER, Run
+
+    if Run.is_run(path) or (Path(path) / MARKER).exists():
+        return Run(path)  # a run directory: its own error (a malformed manifest, say) as is
     try:
         run, ingested = open_run([path])
     except TracekitError as exc:
