@@ -390,8 +390,9 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
            jobs: int | None = None, rank: int | None = None,
            comm_patterns: Sequence[str] | None = None,
            progress: ProgressFn | None = None, allow_mixed: bool = False,
-           executor: str | Executor | None = None) -> IngestReport:
-    """Ingest trace files, directories and globs into the run directory `out`.
+           executor: str | Executor | None = None, lock_wait_s: float = 0.0) -> IngestReport:
+    """Ingest trace files, directories and globs into the run directory `out` (waiting up to
+    `lock_wait_s` for another writer of it to finish).
 
     Per-source failures are recorded in the report and the manifest; the other files still
     ingest. Unchanged sources (same sha256, parser version and options) are cache hits. Sources
@@ -409,7 +410,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     exe = parse_executor(executor)
     run_dir = Path(out)
     _prepare_out(run_dir)
-    with RunLock(run_dir):
+    with RunLock(run_dir, wait_s=lock_wait_s):
         recover(run_dir)
         try:
             return _ingest_locked(paths, run_dir, jobs=jobs, rank=rank, comm_patterns=comm_patterns,
@@ -1221,14 +1222,41 @@ def _validity_json(run: Any) -> dict[str, Any]:
     return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}
 
 
-def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
-    """Where raw trace paths given to a command instead of a run directory are ingested: one
-    directory per set of paths under the temp dir, the one `tracekit replay` uses, so `analyze`,
-    `report`, `export` and `info` on the same paths find the run replay wrote (with its results)."""
+#: how long a command on raw traces waits for another one ingesting the same traces into the cache
+CACHE_LOCK_WAIT_S = 600.0
+
+
+def cache_root() -> Path:
+    """This user's private cache of runs ingested from raw traces: $TMPDIR/tracekit-replay-UID,
+    mode 0700. Refused when it is a link, not a directory, someone else's, or open to others (in
+    a shared temp dir anyone could have made it first, to read or plant runs)."""
+    import stat
     import tempfile
 
+    root = Path(tempfile.gettempdir()) / f"tracekit-replay-{os.getuid()}"
+    try:
+        os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise os_error(exc, str(root)) from exc
+    st = os.lstat(root)
+    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory" if not stat.S_ISDIR(
+        st.st_mode) else f"belongs to uid {st.st_uid}, not you" if st.st_uid != os.getuid() else
+        f"is open to other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o077 else None)
+    if problem:
+        raise TracekitError(f"{root}: the cache of ingested traces {problem}; refused (remove it, or set "
+                            "TMPDIR to a directory of your own)")
+    return root
+
+
+def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
+    """Where raw trace paths given to a command instead of a run directory are ingested: one
+    directory per set of paths in this user's private cache (`cache_root`), the one `tracekit
+    replay` uses, so `analyze`, `report`, `export` and `info` on the same paths find the run replay
+    wrote (with its results)."""
     key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
-    return Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+    return cache_root() / key[:16]
 
 
 def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> tuple[
@@ -1243,8 +1271,11 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     from tracekit._progress import status
 
     status(f"ingesting {len(paths)} path(s) into {out}")
-    report = ingest(list(paths), out)
+    wait = CACHE_LOCK_WAIT_S if cache is None else 0.0
+    report = ingest(list(paths), out, lock_wait_s=wait)
     if not report.ingested:
         reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
         raise TracekitError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
-    return Run(out), True
+    run = Run(out)
+    run.lock_wait_s = wait  # other commands on the same traces share this run: their saves wait too
+    return run, True

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -362,9 +363,21 @@ class RunLock:
     """An exclusive lock on a run directory for one writer (`flock` on RUN/.lock, released
     by the kernel when the process dies, so a killed writer never leaves it held)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], *, wait_s: float = 0.0) -> None:
         self.run_dir = Path(run_dir)
+        self.wait_s = wait_s  # how long to wait for another writer before giving up
         self._fd: int | None = None
+
+    def _flock(self, fd: int) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def __enter__(self) -> RunLock:
         path = contained(self.run_dir, self.run_dir / LOCK)
@@ -373,7 +386,7 @@ class RunLock:
         except OSError as exc:
             raise os_error(exc, str(path)) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flock(fd)
         except OSError as exc:
             holder = ""
             with contextlib.suppress(OSError, ValueError):
@@ -527,6 +540,7 @@ class Run:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.unsaved: list[str] = []
+        self.lock_wait_s = 0.0  # how long a save waits for another writer (the shared cache of raw traces waits)
         self._staged = _commit_record(self.path) is not None
         manifest_path = self._file(MANIFEST)
         if not manifest_path.is_file():
@@ -643,7 +657,7 @@ class Run:
         disk or a busy lock, note it in `unsaved` and go on (the caller's results are still
         printed)."""
         try:
-            with RunLock(self.path):
+            with RunLock(self.path, wait_s=self.lock_wait_s):
                 return write()
         except RunError as exc:
             self.unsaved.append(f"{what} not saved: {exc}")

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from tracekit import schema
 from tracekit.cli import main
+from tracekit.errors import TracekitError
 from tracekit.ingest import ingest
 from tracekit.store import STAGING, Run, RunError, RunLock
 
@@ -605,3 +606,55 @@ def test_manifest_that_is_not_an_object_is_refused(clean_run: Path, tmp_path: Pa
     res = CliRunner().invoke(main, ["info", str(run)])
     assert res.exit_code == 1 and "manifest.json: unreadable manifest (not a JSON object)" in res.stderr
     assert "not a tracekit run directory" not in res.stderr
+
+
+# -- the cache of runs ingested from raw traces (issue 22 item 7) -----------------------------
+
+
+def _replay_raw(tmpdir: Path) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    return subprocess.Popen([sys.executable, "-m", "tracekit", "replay", str(SYNTH), "--topology",
+                             "rail-optimized:gpus=8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_concurrent_replays_of_the_same_raw_traces_share_the_cache(tmp_path: Path) -> None:
+    procs = [_replay_raw(tmp_path) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
+        assert "another tracekit process" not in err, err[-2000:]
+    root = tmp_path / f"tracekit-replay-{os.getuid()}"
+    assert root.is_dir() and (root.stat().st_mode & 0o777) == 0o700
+    (run,) = list(root.iterdir())
+    assert consistent(run)["tables"]["ranks"] == 16
+
+
+@pytest.mark.parametrize("plant", ["open to others", "a link", "someone else's", "a file"])
+def test_a_cache_root_planted_by_someone_else_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         plant: str) -> None:
+    import tempfile
+
+    from tracekit.ingest import cache_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"tracekit-replay-{os.getuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if plant == "open to others":
+        root.mkdir()
+        root.chmod(0o777)
+    elif plant == "a link":
+        root.symlink_to(elsewhere)
+    elif plant == "someone else's":
+        if os.getuid() != 0:
+            pytest.skip("needs root to give a directory to another user")
+        root.mkdir(mode=0o700)
+        os.chown(root, 12345, 12345)
+    else:
+        root.write_text("x")
+    with pytest.raises(TracekitError, match=r"tracekit-replay-\d+: the cache of ingested traces .*; refused"):
+        cache_dir([str(SYNTH)])
+    res = CliRunner().invoke(main, ["info", str(SYNTH)])
+    assert res.exit_code == 1 and "refused" in res.stderr and "Traceback" not in res.output
+    assert list(elsewhere.iterdir()) == []
