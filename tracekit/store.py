@@ -514,10 +514,12 @@ def claim_results(run_dir: str | os.PathLike[str], generation: str) -> Path:
     any other generation are removed first, so results never outlive the data they came from."""
     run_dir = Path(run_dir)
     out = make_dirs(run_dir, run_dir / "results")
-    if results_generation(run_dir) == generation:
+    stamp = results_generation(run_dir)
+    if stamp == generation:
         return out
+    adopt = stamp is None and generation.startswith("legacy-")  # a run made before generations: keep
     try:
-        for entry in out.iterdir():
+        for entry in [] if adopt else out.iterdir():
             if entry.name != RESULTS_STAMP and (entry.is_symlink() or entry.is_file()):
                 entry.unlink()
         atomic_write(out / RESULTS_STAMP, lambda t: Path(t).write_text(generation + "\n"), run_dir)

@@ -658,3 +658,19 @@ def test_a_cache_root_planted_by_someone_else_is_refused(tmp_path: Path, monkeyp
     res = CliRunner().invoke(main, ["info", str(SYNTH)])
     assert res.exit_code == 1 and "refused" in res.stderr and "Traceback" not in res.output
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_run_made_before_generations_keeps_its_results(clean_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    doc = json.loads((run / "manifest.json").read_text())
+    del doc["generation"]
+    (run / "manifest.json").write_text(json.dumps(doc))
+    shutil.rmtree(run / "results", ignore_errors=True)
+    (run / "results").mkdir()
+    (run / "results" / "analysis.json").write_text('{"schema": "tracekit.analysis/1"}')
+    r = Run(run)
+    assert r.generation.startswith("legacy-") and r.read_json("analysis") is not None
+    assert r.write_json("hang", {"hung": False}) is not None
+    assert {p.name for p in (run / "results").iterdir()} >= {"analysis.json", "hang.json", "GENERATION"}
+    assert Run(run).read_json("analysis") is not None and Run(run).stale == []
