@@ -35,6 +35,10 @@ MAX_WORLD_SIZE = 1 << 18
 #: Largest pickle output, in units of (objects + string bytes / 8), counting shared references
 #: once per reference, i.e. the size of the tree a consumer would walk.
 PICKLE_MAX_OUTPUT = 32 << 20
+#: Most references a pickle may make the unpickler allocate in all (containers copied by REDUCE
+#: or left unused count too; a set member counts 5, its hash table's share), checked before each
+#: allocation: about 64 MB of pointers. A real Flight Recorder dump of 20,000 entries needs ~2.5 M.
+PICKLE_MAX_BUILT = 8 << 20
 #: Largest pickle integer, in bytes of its two's-complement encoding.
 PICKLE_MAX_INT_BYTES = 16
 

@@ -18,6 +18,8 @@ while it runs it enforces (see `parsers/_limits.py`):
 * nesting depth (`MAX_DEPTH`) and no cycles: a container cannot be changed once it has been put
   into another one, which is how every real pickler writes plain data;
 * memo growth: at most `PICKLE_MAX_OUTPUT` memo entries;
+* memory built in all (`PICKLE_MAX_BUILT`), charged before each container, REDUCE copy or set
+  is allocated, and at most 2 x `MAX_DEPTH` MARKs open at once (a gzip of MARKs is a few kB);
 * dict keys and set members: str, int (within +-2**60), bool or None only, so their hashes
   cannot be made to collide; integers at most `PICKLE_MAX_INT_BYTES` long.
 """
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_DEPTH, PICKLE_MAX_INT_BYTES, PICKLE_MAX_OUTPUT
+from tracekit.parsers._limits import MAX_DEPTH, PICKLE_MAX_BUILT, PICKLE_MAX_INT_BYTES, PICKLE_MAX_OUTPUT
 
 #: Default cap on the size of a pickle we agree to read (Flight Recorder dumps are a few MB).
 MAX_BYTES = 64 << 20
@@ -77,11 +79,13 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
     dispatch: ClassVar[dict[int, Callable[[Any], None]]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
 
     def __init__(self, file: io.BufferedIOBase, *, path: str, max_output: int = PICKLE_MAX_OUTPUT,
-                 max_depth: int = MAX_DEPTH) -> None:
+                 max_depth: int = MAX_DEPTH, max_built: int = PICKLE_MAX_BUILT) -> None:
         super().__init__(file)
         self._path = path
         self._max_output = max_output
         self._max_depth = max_depth
+        self._built = 0  # references allocated in all containers so far (the memory actually used)
+        self._max_built = max_built
         self._size: dict[int, int] = {}
         self._depth: dict[int, int] = {}
         self._frozen: set[int] = set()
@@ -109,6 +113,15 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
             return self._size.get(id(obj), 1)
         return 1
 
+    def _charge(self, slots: int) -> None:
+        """Count `slots` more references about to be allocated, before they are: the output limit
+        bounds each tree, this bounds what is built in all (containers left on the stack or in the
+        memo, REDUCE copies), so a small file cannot allocate gigabytes before a check."""
+        self._built += slots
+        if self._built > self._max_built:
+            raise self._limit(f"more than {self._max_built:,} references built in all (containers that "
+                              "are copied or never used count too)")
+
     def _made(self, obj: Any, children: Any = ()) -> None:
         """Register a new container built from `children` (its size and depth)."""
         key = id(obj)
@@ -122,6 +135,7 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         key = id(target)
         if key in self._frozen:
             raise self._limit("a container is changed after being put into another one")
+        self._charge((5 if type(target) in (set, frozenset) else 1) * (1 + len(children)))
         size = self._size.get(key, 1)
         depth = self._depth.get(key, 1)
         for child in children:
@@ -258,6 +272,10 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         func = self.stack[-1]
         if func not in ALLOWED.values() or type(args) is not tuple or len(args) > 1:
             raise self._limit("REDUCE of something other than an allowed data constructor")
+        if args and type(args[0]) not in _CONTAINERS:
+            raise self._limit(f"REDUCE of a data constructor over a {type(args[0]).__name__}")
+        # the copy below, the constructor's (a set's hash table), and the pairs flattened
+        self._charge((7 if func in (set, frozenset) else 3) * len(args[0]) if args else 0)
         items = list(args[0]) if args else []
         if isinstance(args[0] if args else None, dict):
             items = list(args[0].items())
@@ -327,6 +345,11 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         self._memo_check()
         pickle._Unpickler.load_memoize(self)  # type: ignore[attr-defined]
 
+    def load_mark(self) -> None:
+        if len(self.metastack) >= 2 * self._max_depth:
+            raise self._limit(f"more than {2 * self._max_depth} MARKs open at once (a MARK storm)")
+        pickle._Unpickler.load_mark(self)  # type: ignore[attr-defined]
+
     def _refused(self) -> None:
         raise self._limit("an object-building opcode (only plain data is accepted)")
 
@@ -342,7 +365,7 @@ for _op, _name in {
         pickle.REDUCE: "load_reduce", pickle.LONG1: "load_long1", pickle.LONG4: "load_long4",
         pickle.INT: "load_int", pickle.LONG: "load_long", pickle.PUT: "load_put",
         pickle.BINPUT: "load_binput", pickle.LONG_BINPUT: "load_long_binput",
-        pickle.MEMOIZE: "load_memoize"}.items():
+        pickle.MEMOIZE: "load_memoize", pickle.MARK: "load_mark"}.items():
     RestrictedUnpickler.dispatch[_op[0]] = getattr(RestrictedUnpickler, _name)
 for _op in _REFUSED:
     RestrictedUnpickler.dispatch[_op[0]] = RestrictedUnpickler._refused

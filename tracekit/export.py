@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from tracekit import __version__
 from tracekit.analysis._frames import frame
+from tracekit.atomic import atomic_open
 from tracekit.errors import TracekitError
 from tracekit.store import Run
 
@@ -71,6 +72,7 @@ class ExportSummary(msgspec.Struct, kw_only=True):
     replay: dict[str, int] = msgspec.field(default_factory=dict)  # topology -> replayed slices
     skipped: Counter[str] = msgspec.field(default_factory=Counter)  # reason -> events left out
     base_ns: int = 0
+    notes: list[str] = msgspec.field(default_factory=list)  # stored results left out (another generation)
 
 
 def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -96,13 +98,11 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
         raise ExportError(f"{run.path}: the run has no ranks to export")
     parts = _participants(coll, ranks) if (flows or stalls) else _empty_parts()
     base = _base_ns(run, offsets, timelines, parts)
-    summary = ExportSummary(path=out, ranks=len(all_ranks), base_ns=base)
+    summary = ExportSummary(path=out, ranks=len(all_ranks), base_ns=base, notes=list(run.stale))
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     try:
-        raw = open(tmp, "wb")  # noqa: SIM115 (closed below, also on error)
-        try:
+        with atomic_open(out, "wb") as raw:
             stream: io.TextIOBase
             if out.suffix == ".gz":
                 stream = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0),
@@ -112,15 +112,8 @@ def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str]
             with stream:
                 _write(stream, run, all_ranks, offsets, hosts, coll, parts, timelines, base, summary,
                        flows=flows, stalls=stalls)
-        finally:
-            raw.close()
-        tmp.replace(out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ExportError(f"{out}: cannot write ({exc.strerror or exc})") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return summary
 
 
@@ -198,8 +191,8 @@ def _timelines(run: Run, replay: Any | None) -> dict[str, pl.DataFrame]:
             if r.timeline is not None and r.timeline.num_rows:
                 out[r.topology] = _plain(pl.from_arrow(r.timeline))
         return out
-    path = run.path / "results" / REPLAY_TIMELINES
-    if not path.is_file():
+    path = run.result_path(REPLAY_TIMELINES)
+    if path is None:
         return out
     try:
         df = _plain(pl.from_arrow(pq.read_table(path)))
@@ -214,18 +207,16 @@ def write_replay_timelines(run: Run, replay: Any) -> Path | None:
     """Store every topology's replayed timeline in RUN/results/ for `export` (temporary name, renamed)."""
     tables = [r.timeline.append_column("topology", pa.array([r.topology] * r.timeline.num_rows, pa.string()))
               for r in replay.results if r.timeline is not None]
-    from tracekit.store import contained, os_error, write_parquet
+    from tracekit.store import os_error, write_parquet
 
     def write() -> Path | None:
-        out = contained(run.path, run.path / "results")
-        path = out / REPLAY_TIMELINES
-        try:
-            if not tables:
+        path = run.claim_results() / REPLAY_TIMELINES
+        if not tables:
+            try:
                 path.unlink(missing_ok=True)
-                return None
-            out.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise os_error(exc, str(path)) from exc
+            except OSError as exc:
+                raise os_error(exc, str(path)) from exc
+            return None
         return write_parquet(pa.concat_tables(tables, promote_options="permissive"), path, run.path)
 
     return run.save(f"results/{REPLAY_TIMELINES}", write)

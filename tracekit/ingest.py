@@ -24,23 +24,28 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect
 from tracekit.store import (
+    LOCK,
     MANIFEST,
     MARKER,
     SMALL_TABLES,
+    STAGING,
     RunError,
     RunLock,
     SourceSink,
     atomic_write,
+    claim_results,
     commit,
     contained,
     forget_written,
     os_error,
     parquet_options,
     recover,
+    refuse_links,
     remove_stale_sources,
     take_written,
 )
@@ -264,9 +269,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
             "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
             "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
         }
-        tmp = run / "sources" / key / (SOURCE_RECORD + ".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True))
-        tmp.replace(run / "sources" / key / SOURCE_RECORD)
+        atomic_write_text(run / "sources" / key / SOURCE_RECORD, json.dumps(record, sort_keys=True))
         return record
     except OSError as exc:
         with contextlib.suppress(OSError, TracekitError):
@@ -285,15 +288,30 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
 
 
 def _cached_record(run_dir: Path, key: str) -> dict[str, Any] | None:
-    path = run_dir / "sources" / key / SOURCE_RECORD
-    if not path.is_file():
+    """The record of a source parsed before, or None (parse it again) when it is missing, malformed,
+    or any of its parts is a link or lies outside the run: a received run's cache is not trusted."""
+    part = run_dir / "sources" / key
+    path = part / SOURCE_RECORD
+    if part.is_symlink() or path.is_symlink() or not path.is_file():
         return None
     try:
         record = json.loads(path.read_text())
+        if any(p.is_symlink() for p in part.iterdir()):
+            return None
     except (OSError, ValueError):
         return None
-    for rel in record.get("parts", {}).get("events", {}).values():
-        if not (run_dir / rel).is_file():
+    parts = record.get("parts") if isinstance(record, dict) else None
+    events = parts.get("events") if isinstance(parts, dict) else None
+    if record.get("key") != key or not isinstance(events, dict):
+        return None
+    root = os.path.realpath(run_dir)
+    for rel in events.values():
+        if not isinstance(rel, str):
+            return None
+        file = run_dir / rel
+        if file.is_symlink() or file.parent.is_symlink() or not file.is_file():
+            return None
+        if not os.path.realpath(file).startswith(root + os.sep):
             return None
     return record
 
@@ -347,6 +365,7 @@ def _prepare_out(out: Path) -> None:
     if out.is_dir() and not (out / MANIFEST).is_file() and not (out / MARKER).exists() and any(out.iterdir()):
         raise TracekitError(f"{out}: exists, is not empty and is not a tracekit run directory; "
                             "choose another -o, or empty it first")
+    refuse_links(out, RUN_ENTRIES)
     try:
         out.mkdir(parents=True, exist_ok=True)
         marker = contained(out, out / MARKER)
@@ -371,8 +390,9 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
            jobs: int | None = None, rank: int | None = None,
            comm_patterns: Sequence[str] | None = None,
            progress: ProgressFn | None = None, allow_mixed: bool = False,
-           executor: str | Executor | None = None) -> IngestReport:
-    """Ingest trace files, directories and globs into the run directory `out`.
+           executor: str | Executor | None = None, lock_wait_s: float = 0.0) -> IngestReport:
+    """Ingest trace files, directories and globs into the run directory `out` (waiting up to
+    `lock_wait_s` for another writer of it to finish).
 
     Per-source failures are recorded in the report and the manifest; the other files still
     ingest. Unchanged sources (same sha256, parser version and options) are cache hits. Sources
@@ -390,7 +410,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
     exe = parse_executor(executor)
     run_dir = Path(out)
     _prepare_out(run_dir)
-    with RunLock(run_dir):
+    with RunLock(run_dir, wait_s=lock_wait_s):
         recover(run_dir)
         try:
             return _ingest_locked(paths, run_dir, jobs=jobs, rank=rank, comm_patterns=comm_patterns,
@@ -506,14 +526,15 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies,
                                        merge_file)
         telemetry = _rate_telemetry(merged, report)
-        commit(run_dir, merged, _manifest(report, rank=rank, comm_patterns=comm_patterns), copies=copies)
+        manifest = _manifest(report, rank=rank, comm_patterns=comm_patterns)
+        commit(run_dir, merged, manifest, copies=copies)
     finally:
         merge_file.unlink(missing_ok=True)
     report.committed = True
     remove_stale_sources(run_dir, keep)
+    if telemetry is not None or (run_dir / "results").is_dir():
+        results = claim_results(run_dir, manifest["generation"])  # results of the old data go
     if telemetry is not None:
-        results = contained(run_dir, run_dir / "results")
-        results.mkdir(exist_ok=True)
         text = json.dumps(telemetry, indent=1, sort_keys=True)
         atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
@@ -662,6 +683,8 @@ MERGE_ROWS = 1 << 16
 #: one (a node's NCCL log holds all its ranks' calls interleaved).
 SPLIT_ROWS = 2 * MERGE_ROWS
 MERGE_TMP = ".merge-buckets"
+#: the entries of a run an ingest writes or removes; a link at any of them is refused up front
+RUN_ENTRIES = ("sources", "events", "results", STAGING, MERGE_TMP, MARKER, LOCK, MANIFEST)
 _COLL_ORDER = [("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")]
 
 
@@ -1083,12 +1106,22 @@ def _group_sort_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
+def _generation(report: IngestReport, options: Mapping[str, Any]) -> str:
+    """What the run's data is made of (its sources' keys, the options, the schema): results of
+    one generation are valid for exactly the run that has it."""
+    keys = sorted(s.key for s in report.sources if s.ok and s.key)
+    text = json.dumps({"keys": keys, "options": options, "schema": schema.SCHEMA_VERSION}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence[str] | None) -> dict[str, Any]:
     from tracekit import __version__
+    options = {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None}
     return {
+        "generation": _generation(report, options),
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
-        "options": {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None},
+        "options": options,
         "sources": [s.to_dict() for s in report.sources],
         "tables": report.tables,
         "ranks": report.ranks,
@@ -1189,14 +1222,41 @@ def _validity_json(run: Any) -> dict[str, Any]:
     return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}
 
 
-def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
-    """Where raw trace paths given to a command instead of a run directory are ingested: one
-    directory per set of paths under the temp dir, the one `tracekit replay` uses, so `analyze`,
-    `report`, `export` and `info` on the same paths find the run replay wrote (with its results)."""
+#: how long a command on raw traces waits for another one ingesting the same traces into the cache
+CACHE_LOCK_WAIT_S = 600.0
+
+
+def cache_root() -> Path:
+    """This user's private cache of runs ingested from raw traces: $TMPDIR/tracekit-replay-UID,
+    mode 0700. Refused when it is a link, not a directory, someone else's, or open to others (in
+    a shared temp dir anyone could have made it first, to read or plant runs)."""
+    import stat
     import tempfile
 
+    root = Path(tempfile.gettempdir()) / f"tracekit-replay-{os.getuid()}"
+    try:
+        os.mkdir(root, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise os_error(exc, str(root)) from exc
+    st = os.lstat(root)
+    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory" if not stat.S_ISDIR(
+        st.st_mode) else f"belongs to uid {st.st_uid}, not you" if st.st_uid != os.getuid() else
+        f"is open to other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o077 else None)
+    if problem:
+        raise TracekitError(f"{root}: the cache of ingested traces {problem}; refused (remove it, or set "
+                            "TMPDIR to a directory of your own)")
+    return root
+
+
+def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
+    """Where raw trace paths given to a command instead of a run directory are ingested: one
+    directory per set of paths in this user's private cache (`cache_root`), the one `tracekit
+    replay` uses, so `analyze`, `report`, `export` and `info` on the same paths find the run replay
+    wrote (with its results)."""
     key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
-    return Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+    return cache_root() / key[:16]
 
 
 def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> tuple[
@@ -1205,14 +1265,17 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     unchanged sources are cache hits): (the `Run`, whether `paths` were raw traces)."""
     from tracekit.store import Run
 
-    if len(paths) == 1 and Run.is_run(paths[0]):
-        return Run(paths[0]), False
+    if len(paths) == 1 and (Run.is_run(paths[0]) or (Path(paths[0]) / MARKER).exists()):
+        return Run(paths[0]), False  # an interrupted ingest says so rather than being read as traces
     out = Path(cache) if cache is not None else cache_dir(paths)
     from tracekit._progress import status
 
     status(f"ingesting {len(paths)} path(s) into {out}")
-    report = ingest(list(paths), out)
+    wait = CACHE_LOCK_WAIT_S if cache is None else 0.0
+    report = ingest(list(paths), out, lock_wait_s=wait)
     if not report.ingested:
         reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
         raise TracekitError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
-    return Run(out), True
+    run = Run(out)
+    run.lock_wait_s = wait  # other commands on the same traces share this run: their saves wait too
+    return run, True

@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,9 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_with
 from tracekit.errors import TracekitError
+from tracekit.manifest import check_manifest
 
 MANIFEST = "manifest.json"
 #: Marks a directory as a tracekit run from the moment ingest creates it (before any manifest).
@@ -52,6 +56,8 @@ MARKER = ".tracekit-run"
 LOCK = ".lock"
 STAGING = ".staging"
 COMMIT = "COMMIT"
+#: in RUN/results/: the manifest generation every file there was computed from
+RESULTS_STAMP = "GENERATION"
 SMALL_TABLES = ("ranks", "groups", "collectives", "channels", "counters", "link_samples",
                 "topology_nodes", "topology_links", "microbench", "log_messages",
                 "unranked_collectives")
@@ -162,9 +168,7 @@ class SourceSink:
         self._kept: dict[str, list[pa.Table]] = {}
         self.run_dir = Path(run_dir)
         self.key = key
-        self.part_dir = self.run_dir / "sources" / key
-        self.part_dir.mkdir(parents=True, exist_ok=True)
-        contained(self.run_dir, self.part_dir)
+        self.part_dir = make_dirs(self.run_dir, self.run_dir / "sources" / key)
         self.row_group_size = row_group_size
         self._event_writers: dict[int, pq.ParquetWriter] = {}
         self._event_counts: Counter[int] = Counter()
@@ -189,7 +193,7 @@ class SourceSink:
             writer = self._event_writers.get(rank)
             if writer is None:
                 path = self.event_path(rank)
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(self.run_dir, path.parent)
                 contained(self.run_dir, path)
                 writer = pq.ParquetWriter(path, schema.EVENTS, compression="zstd",
                                           use_dictionary=EVENTS_DICT_COLUMNS)
@@ -286,24 +290,56 @@ def contained(run_dir: str | os.PathLike[str], path: str | os.PathLike[str], *, 
     return Path(path)
 
 
+def make_dirs(run_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Create `path` and its parents under `run_dir` one level at a time, refusing any level that
+    is a symbolic link or not a directory, so a received run never makes tracekit create
+    directories outside it (`mkdir(parents=True)` follows links)."""
+    run_dir, path = Path(run_dir), Path(path)
+    try:
+        rel = path.relative_to(run_dir)
+    except ValueError:
+        raise RunError(f"{path}: not under the run directory {run_dir}; refused") from None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)  # the run itself is where the user asked for it
+    except OSError as exc:
+        raise os_error(exc, str(run_dir)) from exc
+    here = run_dir
+    for part in rel.parts:
+        here = here / part
+        try:
+            os.mkdir(here)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise os_error(exc, str(here)) from exc
+        if here.is_symlink() or not here.is_dir():
+            contained(run_dir, here)  # the usual message when the link leads out of the run
+            kind = "a symbolic link" if here.is_symlink() else "not a directory"
+            raise RunError(f"{here}: is {kind} in the run directory {run_dir}; refused (remove it, or "
+                           "ingest into a new directory)")
+    return contained(run_dir, path)
+
+
+def refuse_links(run_dir: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Refuse a run whose top-level entries `names` are symbolic links (a run received from someone
+    else can point them anywhere), naming the first one."""
+    for name in names:
+        entry = Path(run_dir) / name
+        if entry.is_symlink():
+            raise RunError(f"{entry}: is a symbolic link in the run directory {run_dir}; refused (a run "
+                           "directory must hold its own files: remove the link, or ingest into a new directory)")
+
+
 def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
     """Write `path` through `write(tmp_path)` and an atomic rename; nothing is left half-written.
     OS errors become one-line RunErrors."""
     path = Path(path)
     if run_dir is not None:
         contained(run_dir, path.parent)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        atomic_write_with(path, lambda tmp: write(Path(tmp)))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise os_error(exc, str(path)) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     return path
 
 
@@ -327,9 +363,21 @@ class RunLock:
     """An exclusive lock on a run directory for one writer (`flock` on RUN/.lock, released
     by the kernel when the process dies, so a killed writer never leaves it held)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], *, wait_s: float = 0.0) -> None:
         self.run_dir = Path(run_dir)
+        self.wait_s = wait_s  # how long to wait for another writer before giving up
         self._fd: int | None = None
+
+    def _flock(self, fd: int) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def __enter__(self) -> RunLock:
         path = contained(self.run_dir, self.run_dir / LOCK)
@@ -338,7 +386,7 @@ class RunLock:
         except OSError as exc:
             raise os_error(exc, str(path)) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._flock(fd)
         except OSError as exc:
             holder = ""
             with contextlib.suppress(OSError, ValueError):
@@ -437,6 +485,49 @@ def recover(run_dir: Path) -> str | None:
     return "completed an interrupted ingest"
 
 
+# -- results belong to a generation -----------------------------------------------------------
+
+
+def manifest_generation(manifest: Mapping[str, Any]) -> str:
+    """The generation a manifest describes: the one ingest wrote in it, else (a run made before
+    generations were recorded) a digest of the manifest itself."""
+    given = manifest.get("generation")
+    if isinstance(given, str) and given:
+        return given
+    text = json.dumps(manifest, sort_keys=True, default=_json_default)
+    return "legacy-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def results_generation(run_dir: str | os.PathLike[str]) -> str | None:
+    """The generation RUN/results/ was written for (None: no stamp, or one that cannot be read)."""
+    stamp = Path(run_dir) / "results" / RESULTS_STAMP
+    if stamp.is_symlink() or not stamp.is_file():
+        return None
+    try:
+        return stamp.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def claim_results(run_dir: str | os.PathLike[str], generation: str) -> Path:
+    """RUN/results/, ready to take results of `generation` (call with the lock held): results of
+    any other generation are removed first, so results never outlive the data they came from."""
+    run_dir = Path(run_dir)
+    out = make_dirs(run_dir, run_dir / "results")
+    stamp = results_generation(run_dir)
+    if stamp == generation:
+        return out
+    adopt = stamp is None and generation.startswith("legacy-")  # a run made before generations: keep
+    try:
+        for entry in [] if adopt else out.iterdir():
+            if entry.name != RESULTS_STAMP and (entry.is_symlink() or entry.is_file()):
+                entry.unlink()
+        atomic_write(out / RESULTS_STAMP, lambda t: Path(t).write_text(generation + "\n"), run_dir)
+    except OSError as exc:
+        raise os_error(exc, str(out)) from exc
+    return out
+
+
 # -- the run --------------------------------------------------------------------------------
 
 
@@ -451,6 +542,7 @@ class Run:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.unsaved: list[str] = []
+        self.lock_wait_s = 0.0  # how long a save waits for another writer (the shared cache of raw traces waits)
         self._staged = _commit_record(self.path) is not None
         manifest_path = self._file(MANIFEST)
         if not manifest_path.is_file():
@@ -467,6 +559,12 @@ class Run:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
         if not isinstance(self.manifest, dict):
             raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
+        try:
+            check_manifest(self.manifest, manifest_path)
+        except ValueError as exc:
+            raise RunError(str(exc)) from None
+        self.generation = manifest_generation(self.manifest)
+        self.stale: list[str] = []  # results left aside because an ingest has replaced their data
         self._check_parts()
 
     def _file(self, name: str) -> Path:
@@ -556,12 +654,12 @@ class Run:
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:
         return read_events(self.path, self.event_files(ranks))
 
-    def save(self, what: str, write: Any) -> Path | None:
+    def save(self, what: str, write: Any) -> Any:
         """Run `write()` (which writes a derived file) under the lock; on a read-only run, a full
         disk or a busy lock, note it in `unsaved` and go on (the caller's results are still
         printed)."""
         try:
-            with RunLock(self.path):
+            with RunLock(self.path, wait_s=self.lock_wait_s):
                 return write()
         except RunError as exc:
             self.unsaved.append(f"{what} not saved: {exc}")
@@ -569,47 +667,91 @@ class Run:
 
     def write_table(self, name: str, table: pa.Table) -> Path | None:
         """Write (replace) one of the merged small tables, conformed to its schema."""
-        if name == "events":
-            raise RunError("events are written per source by ingest, not replaced")
-        table = schema.conform(name, table)
+        written = self.write_tables({name: table})
+        return written[0] if written else None
 
-        def write() -> Path:
+    def write_tables(self, tables: Mapping[str, pa.Table]) -> list[Path]:
+        """Replace merged small tables together, under one lock, and only if the run still holds
+        the generation they were computed from: an ingest that committed other data meanwhile
+        wins, and these tables are listed in `unsaved` (never a run of two generations)."""
+        if "events" in tables:
+            raise RunError("events are written per source by ingest, not replaced")
+        conformed = {name: schema.conform(name, t) for name, t in tables.items()}
+
+        def write() -> list[Path]:
             recover(self.path)
             self._staged = False
-            return write_parquet(table, self.path / f"{name}.parquet", self.path)
+            self.check_generation()
+            return [write_parquet(t, self.path / f"{name}.parquet", self.path) for name, t in conformed.items()]
 
-        return self.save(f"{name}.parquet", write)
+        return self.save(", ".join(f"{name}.parquet" for name in conformed), write) or []
+
+    def check_generation(self) -> None:
+        """Refuse (RunError) when an ingest has committed another generation since this run was
+        opened: what was computed from the old data must not land on the new."""
+        on_disk = _current_generation(self.path)
+        if on_disk is not None and on_disk != self.generation:
+            raise RunError(f"{self.path}: an ingest replaced the run's data while this command read it "
+                           f"(generation {self.generation}, now {on_disk}); run the command again")
 
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
         text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
 
         def write() -> Path:
-            out = contained(self.path, self.path / "results")
-            try:
-                out.mkdir(exist_ok=True)
-            except OSError as exc:
-                raise os_error(exc, str(out)) from exc
+            out = self.claim_results()
             return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
 
         return self.save(f"results/{name}.json", write)
 
-    def read_json(self, name: str) -> Any | None:
-        path = self.path / "results" / f"{name}.json"
-        if not path.is_file():
+    def claim_results(self) -> Path:
+        """RUN/results/ for results of this run's generation (call with the lock held); refuses
+        when an ingest has committed another generation since this run was opened."""
+        self.check_generation()
+        return claim_results(self.path, self.generation)
+
+    def result_path(self, name: str) -> Path | None:
+        """RUN/results/NAME if it exists and was computed from this run's generation; a stale one
+        is left aside with a note in `stale`."""
+        path = self.path / "results" / name
+        if not path.is_file() and not path.is_symlink():
             return None
         contained(self.path, path)
+        stamp = results_generation(self.path)
+        if stamp != self.generation and not (stamp is None and self.generation.startswith("legacy-")):
+            note = (f"results/{name} was computed from an earlier ingest of this run (generation {stamp or 'unknown'},"
+                    f" now {self.generation}); left out: run the command that writes it again")
+            if note not in self.stale:
+                self.stale.append(note)
+            return None
+        return path
+
+    def read_json(self, name: str) -> Any | None:
+        path = self.result_path(f"{name}.json")
+        if path is None:
+            return None
         return json.loads(path.read_text())
 
     def update_manifest(self, **fields: Any) -> None:
         self.manifest.update(fields)
+        self.manifest.setdefault("generation", self.generation)  # a legacy run keeps its generation
 
         def write() -> Path:
             recover(self.path)
+            self.check_generation()
             write_manifest(self.path, self.manifest)
             return self.path / MANIFEST
 
         self.save(MANIFEST, write)
+
+
+def _current_generation(run_dir: Path) -> str | None:
+    """The generation of the manifest on disk now (None when it cannot be read)."""
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest_generation(manifest) if isinstance(manifest, dict) else None
 
 
 def _rank_dirs(root: Path) -> list[Path]:

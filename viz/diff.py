@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tracekit.atomic import atomic_write_text
 from tracekit.diff import present
 from tracekit.diff.results import RunDiff
 
@@ -110,7 +111,5 @@ def write_diff_report(d: RunDiff, out_path: str | os.PathLike[str], *, cdn: bool
     root = Tabs(tabs=[TabPanel(child=diff_panel(diff_data(d), width=width), title="Diff")])
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(file_html(root, CDN if cdn else INLINE, title=f"tracekit diff: {d.a} -> {d.b}"), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_text(out, file_html(root, CDN if cdn else INLINE, title=f"tracekit diff: {d.a} -> {d.b}"))
     return out

@@ -22,6 +22,7 @@ from tracekit._progress import status
 from tracekit._text import fmt_ns, fmt_ranks
 from tracekit.analysis import AnalysisResult
 from tracekit.analysis.steps import STEP_TIME
+from tracekit.atomic import atomic_write_text
 from tracekit.present import root_cause_rows, straggler_rows
 from tracekit.store import Run
 from tracekit.telemetry import telemetry_summary
@@ -116,7 +117,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
         "hang": hd,
         "what-if": D.whatif_data(whatif),
         "caveats": caveats,
-        "notes": td.notes + (links or {}).get("notes", []),
+        "notes": td.notes + (links or {}).get("notes", []) + list(run.stale),
     }
     data["summary"] = summary_data(analysis, td, data)
     data["tabs"] = [t for t in TAB_ORDER if t == "Summary" or data[t.lower()] is not None]
@@ -252,9 +253,7 @@ def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[
     text = render(data, cdn=cdn, width=width)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_text(out, text)
     td = data["timeline"]
     return ReportInfo(path=out, size_bytes=out.stat().st_size,
                       merged_intervals=td.merged_finest if td else 0,
@@ -279,8 +278,6 @@ def write_microbench_report(report: Any, out_path: str | os.PathLike[str], *, cd
                      title=f"tracekit nccl-tests: {Path(report.path).name or report.path}")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_text(out, text)
     return ReportInfo(path=out, size_bytes=out.stat().st_size, merged_intervals=0, merged_full_view=0,
                       raw_intervals=0, tabs=["nccl-tests"])

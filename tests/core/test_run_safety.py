@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from tracekit import schema
 from tracekit.cli import main
+from tracekit.errors import TracekitError
 from tracekit.ingest import ingest
 from tracekit.store import STAGING, Run, RunError, RunLock
 
@@ -337,3 +339,338 @@ def test_run_missing_an_events_part_is_refused(tmp_path: Path) -> None:
         Run(run)
     res = CliRunner().invoke(main, ["analyze", str(run)])
     assert res.exit_code == 1 and "inconsistent run" in res.output and "Traceback" not in res.output
+
+
+# -- a received run whose entries are links out of it (issue 22 item 2) ------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
+
+
+def _link_out(run: Path, outside: Path, entry: str) -> None:
+    """Move `entry` (file or directory; made empty when absent) outside the run and leave a link."""
+    target, path = outside / "moved", run / entry
+    if path.is_dir():
+        shutil.copytree(path, target)
+        shutil.rmtree(path)
+    elif path.exists():
+        shutil.copy(path, target)
+        path.unlink()
+    else:
+        target.mkdir()
+    path.symlink_to(target)
+
+
+TOP_LEVEL = ["sources", "events", "results", ".staging", ".merge-buckets", "manifest.json", ".lock", ".tracekit-run",
+             "groups.parquet", "ranks.parquet"]
+
+
+@pytest.mark.parametrize("entry", TOP_LEVEL)
+def test_merge_into_a_run_with_a_top_level_link_is_refused_and_writes_nothing_outside(received, entry: str) -> None:
+    run, outside = received
+    _link_out(run, outside, entry)
+    before = _tree(outside)
+    res = CliRunner().invoke(main, ["ingest", *NEW, "-o", str(run)])
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("tracekit:")]
+    assert len(lines) == 1 and str(run / entry) in lines[0] and "refused" in lines[0], res.stderr
+    assert _tree(outside) == before
+
+
+def _keys(run: Path) -> tuple[str, str]:
+    """A source key the new ingest reuses (a cache hit) and the rank directory of its events."""
+    event = next((run / "events" / "rank=0").glob("*.parquet"))
+    return event.stem, "rank=0"
+
+
+@pytest.mark.parametrize("kind", ["source", "source table", "source record", "rank", "event file",
+                                  "new source", "new rank"])
+def test_merge_treats_links_inside_sources_and_events_as_absent(received, kind: str) -> None:
+    run, outside = received
+    key, rank = _keys(run)
+    entry = {"source": f"sources/{key}", "source table": f"sources/{key}/groups.parquet",
+             "source record": f"sources/{key}/source.json", "rank": f"events/{rank}",
+             "event file": f"events/{rank}/{key}.parquet", "new source": "sources/0123456789abcdef0123",
+             "new rank": "events/rank=7"}[kind]
+    if kind == "new rank":
+        shutil.rmtree(run / entry)
+    _link_out(run, outside, entry)
+    before = _tree(outside)
+    ingest(NEW, run, jobs=1)
+    assert _tree(outside) == before
+    assert not [p for p in run.rglob("*") if p.is_symlink()]
+    Run(run).events()  # readable, every file inside the run
+
+
+def test_make_dirs_never_creates_through_a_link(tmp_path: Path) -> None:
+    from tracekit.store import make_dirs
+
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    run.mkdir()
+    outside.mkdir()
+    (run / "sources").symlink_to(outside)
+    with pytest.raises(RunError, match=r"sources: leads out of the run directory"):
+        make_dirs(run, run / "sources" / "abc" / "def")
+    assert list(outside.iterdir()) == []
+    (run / "events").mkdir()
+    (run / "events" / "rank=0").symlink_to(run / "events")
+    with pytest.raises(RunError, match=r"rank=0: is a symbolic link in the run directory"):
+        make_dirs(run, run / "events" / "rank=0")
+    assert make_dirs(run, run / "events" / "rank=1").is_dir()
+
+
+# -- results belong to the generation they were computed from (issue 22 item 3) ---------------
+
+OLD_RESULTS = {"replay.json", "replay_timeline.parquet", "calibration.json", "analysis.json"}
+
+
+@pytest.fixture(scope="module")
+def synth_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 16-rank run with every result of `replay` and `analyze` stored."""
+    run = tmp_path_factory.mktemp("stale") / "synth"
+    ingest([str(SYNTH)], run, jobs=1)
+    runner = CliRunner()
+    for args in (["replay", str(run), "--topology", "rail-optimized:gpus=8"], ["analyze", str(run)]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 0, res.output
+    assert {p.name for p in (run / "results").iterdir()} >= OLD_RESULTS
+    return run
+
+
+def _export_and_report(run: Path, tmp_path: Path) -> tuple[dict, str]:
+    runner = CliRunner()
+    res = runner.invoke(main, ["export", str(run), "--chrome", str(tmp_path / "t.json"), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    rep = runner.invoke(main, ["report", str(run), "-o", str(tmp_path / "r.html")])
+    assert rep.exit_code == 0, rep.output
+    return summary, rep.output
+
+
+def test_reingesting_another_job_drops_the_old_jobs_results(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(synth_results, run)
+    ingest(OLD, run, jobs=1)  # the 8-rank gloo job into the 16-rank run
+    assert not OLD_RESULTS & {p.name for p in (run / "results").iterdir()}
+    summary, report = _export_and_report(run, tmp_path)
+    assert summary["ranks"] == 8 and summary["replay"] == {} and summary["notes"] == []
+    assert "Replay" not in report.split("tabs:")[1].splitlines()[0]
+
+
+def test_results_of_another_generation_are_left_out_and_said_so(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    ingest(OLD, run, jobs=1)
+    shutil.copytree(synth_results / "results", run / "results", dirs_exist_ok=True)  # carried in by hand
+    summary, report = _export_and_report(run, tmp_path)
+    assert summary["ranks"] == 8 and summary["replay"] == {}
+    assert any("replay_timeline.parquet was computed from an earlier ingest" in n for n in summary["notes"])
+    assert "Replay" not in report.split("tabs:")[1].splitlines()[0]
+    assert "note: results/replay.json was computed from an earlier ingest" in report
+
+
+def test_reingesting_the_same_job_keeps_its_results(synth_results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(synth_results, run)
+    ingest([str(SYNTH)], run, jobs=1)
+    assert {p.name for p in (run / "results").iterdir()} >= OLD_RESULTS
+    summary, _ = _export_and_report(run, tmp_path)
+    assert summary["replay"] and summary["notes"] == []
+
+
+# -- analyze racing an ingest on one run (issue 22 item 4) ------------------------------------
+
+
+def test_analyze_never_lands_its_tables_on_a_newer_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest of another job commits while analyze works on the old one (injected between
+    analyze's reads and its writes): analyze's tables and results are refused, the run is the new job."""
+    import tracekit.analysis.partitioned as core  # the path `tracekit analyze` takes on a run directory
+
+    run = tmp_path / "run"
+    ingest([str(SYNTH)], run, jobs=1)
+    real_match = core.match_collectives
+    calls = []
+
+    def match_then_reingest(*args, **kwargs):
+        out = real_match(*args, **kwargs)
+        if not calls:
+            calls.append(1)
+            ingest(OLD, run, jobs=1)  # the 8-rank job replaces the 16-rank one
+        return out
+
+    monkeypatch.setattr(core, "match_collectives", match_then_reingest)
+    res = CliRunner().invoke(main, ["analyze", str(run)])
+    monkeypatch.undo()
+    assert calls and res.exit_code == 0, res.output
+    assert "not saved" in res.stderr and "an ingest replaced the run's data" in res.stderr, res.stderr
+    fresh = tmp_path / "fresh"
+    ingest(OLD, fresh, jobs=1)
+    for name in ("ranks", "groups", "collectives"):
+        assert pq.read_table(run / f"{name}.parquet").equals(pq.read_table(fresh / f"{name}.parquet")), name
+    assert not (run / "results" / "analysis.json").exists()
+    info = CliRunner().invoke(main, ["info", str(run), "--json"])
+    assert json.loads(info.stdout)["ranks"] in (8, list(range(8))), info.stdout[:300]
+    again = CliRunner().invoke(main, ["analyze", str(run)])  # and a new analyze saves normally
+    assert again.exit_code == 0 and "not saved" not in again.stderr, again.stderr
+
+
+def test_concurrent_analyze_and_ingest_never_mix_generations(tmp_path: Path) -> None:
+    """The real race, in two processes, looped (bounded) until analyze has read the old job while
+    the ingest committed the new one; after each round the run's tables are one job's."""
+    run = tmp_path / "run"
+    tables = {}
+    for name, paths in (("synth", [str(SYNTH)]), ("gloo", OLD)):
+        ingest(paths, tmp_path / name, jobs=1)
+        tables[name] = {t: pq.read_table(tmp_path / name / f"{t}.parquet").num_rows for t in ("ranks", "groups")}
+    hit, rounds = 0, 12
+    for i in range(rounds):
+        shutil.rmtree(run, ignore_errors=True)
+        ingest([str(SYNTH)], run, jobs=1)
+        analyze = subprocess.Popen([sys.executable, "-m", "tracekit", "analyze", str(run)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.1 * i)  # sweep the moment the ingest commits across analyze's work
+        with contextlib.suppress(RunError):  # the lock was busy: analyze was writing
+            ingest(OLD, run, jobs=1)
+        _, err = analyze.communicate(timeout=600)
+        assert analyze.returncode == 0 and "Traceback" not in err, err
+        hit += "an ingest replaced the run's data" in err
+        got = {t: pq.read_table(run / f"{t}.parquet").num_rows for t in ("ranks", "groups")}
+        assert got in tables.values(), (i, got, err)
+        assert consistent(run)
+        if hit:
+            break
+    assert hit, f"the race was never hit in {rounds} rounds"
+
+
+# -- a manifest edited by hand (issue 22 item 5) ----------------------------------------------
+
+#: (where, bad value, the field the error must name)
+EDITS = [
+    (["sources"], {}, "sources"),
+    (["sources"], 5, "sources"),
+    (["sources", 0], [], "sources[0]"),
+    (["sources", 0, "path"], 7, "sources[0].path"),
+    (["sources", 0, "key"], 7, "sources[0].key"),
+    (["sources", 0, "ranks"], "0", "sources[0].ranks"),
+    (["sources", 0, "ranks"], ["x"], "sources[0].ranks[0]"),
+    (["tables"], [1], "tables"),
+    (["tables", "events"], "x", "tables[...]"),
+    (["ranks"], {}, "ranks"),
+    (["options"], [], "options"),
+    (["primary_sources"], [1], "primary_sources"),
+    (["primary_sources", "0"], "abc", "primary_sources[...]"),
+    (["validity"], [], "validity"),
+    (["validity", "jobs"], 3, "validity.jobs"),
+    (["warnings"], "x", "warnings"),
+    (["ignored"], {}, "ignored"),
+    (["generation"], 5, "generation"),
+]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("manifest") / "run"
+    ingest(OLD, run, jobs=1)
+    return run
+
+
+@pytest.mark.parametrize(("where", "value", "field"), EDITS, ids=[e[2] + "=" + type(e[1]).__name__ for e in EDITS])
+def test_hand_edited_manifest_is_refused_naming_file_and_field(clean_run: Path, tmp_path: Path, where, value,
+                                                              field: str) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    doc = json.loads((run / "manifest.json").read_text())
+    here = doc
+    for key in where[:-1]:
+        here = here[key]
+    here[where[-1]] = value
+    (run / "manifest.json").write_text(json.dumps(doc))
+    runner = CliRunner()
+    for args in (["info", str(run)], ["analyze", str(run)], ["hang", str(run)],
+                 ["export", str(run), "--chrome", str(tmp_path / "t.json")],
+                 ["report", str(run), "-o", str(tmp_path / "r.html")]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, (args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("tracekit:")]
+        assert len(lines) == 1 and str(run / "manifest.json") in lines[0], (args, res.stderr)
+        assert f"`{field}`" in lines[0], (args, lines[0])
+    ingest(OLD, run, jobs=1)  # a new ingest repairs it
+    assert runner.invoke(main, ["info", str(run)]).exit_code == 0
+
+
+def test_manifest_that_is_not_an_object_is_refused(clean_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    (run / "manifest.json").write_text("[]")
+    res = CliRunner().invoke(main, ["info", str(run)])
+    assert res.exit_code == 1 and "manifest.json: unreadable manifest (not a JSON object)" in res.stderr
+    assert "not a tracekit run directory" not in res.stderr
+
+
+# -- the cache of runs ingested from raw traces (issue 22 item 7) -----------------------------
+
+
+def _replay_raw(tmpdir: Path) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    return subprocess.Popen([sys.executable, "-m", "tracekit", "replay", str(SYNTH), "--topology",
+                             "rail-optimized:gpus=8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_concurrent_replays_of_the_same_raw_traces_share_the_cache(tmp_path: Path) -> None:
+    procs = [_replay_raw(tmp_path) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
+        assert "another tracekit process" not in err, err[-2000:]
+    root = tmp_path / f"tracekit-replay-{os.getuid()}"
+    assert root.is_dir() and (root.stat().st_mode & 0o777) == 0o700
+    (run,) = list(root.iterdir())
+    assert consistent(run)["tables"]["ranks"] == 16
+
+
+@pytest.mark.parametrize("plant", ["open to others", "a link", "someone else's", "a file"])
+def test_a_cache_root_planted_by_someone_else_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         plant: str) -> None:
+    import tempfile
+
+    from tracekit.ingest import cache_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"tracekit-replay-{os.getuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if plant == "open to others":
+        root.mkdir()
+        root.chmod(0o777)
+    elif plant == "a link":
+        root.symlink_to(elsewhere)
+    elif plant == "someone else's":
+        if os.getuid() != 0:
+            pytest.skip("needs root to give a directory to another user")
+        root.mkdir(mode=0o700)
+        os.chown(root, 12345, 12345)
+    else:
+        root.write_text("x")
+    with pytest.raises(TracekitError, match=r"tracekit-replay-\d+: the cache of ingested traces .*; refused"):
+        cache_dir([str(SYNTH)])
+    res = CliRunner().invoke(main, ["info", str(SYNTH)])
+    assert res.exit_code == 1 and "refused" in res.stderr and "Traceback" not in res.output
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_run_made_before_generations_keeps_its_results(clean_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    doc = json.loads((run / "manifest.json").read_text())
+    del doc["generation"]
+    (run / "manifest.json").write_text(json.dumps(doc))
+    shutil.rmtree(run / "results", ignore_errors=True)
+    (run / "results").mkdir()
+    (run / "results" / "analysis.json").write_text('{"schema": "tracekit.analysis/1"}')
+    r = Run(run)
+    assert r.generation.startswith("legacy-") and r.read_json("analysis") is not None
+    assert r.write_json("hang", {"hung": False}) is not None
+    assert {p.name for p in (run / "results").iterdir()} >= {"analysis.json", "hang.json", "GENERATION"}
+    assert Run(run).read_json("analysis") is not None and Run(run).stale == []

@@ -165,7 +165,7 @@ def test_deep_nesting_in_a_flight_recorder_json_dump(tmp_path: Path) -> None:
 
 def test_deep_nesting_in_a_pickle(tmp_path: Path) -> None:
     data = pickle.PROTO + b"\x04" + (pickle.EMPTY_LIST + pickle.MARK) * 5000
-    with pytest.raises(InputError, match=r"nested deeper|truncated"):
+    with pytest.raises(InputError, match=r"nested deeper|truncated|MARK storm"):
         _unpickle.loads(data)
     nested: list = []
     for _ in range(200):
@@ -401,3 +401,74 @@ def test_gzip_bomb_through_kineto_is_a_clean_error(tmp_path: Path, monkeypatch: 
     with no_hang(), pytest.raises(InputError, match="decompression bomb"):
         parse_into(path, tmp_path / "run", rank=0)
     assert gzip.decompress(comp)[:10] == head[:10]
+
+
+# -- pickle bombs the output limit alone let through (issue 22 item 6) ------------------------
+
+_BOMB_RUNNER = """
+import resource, sys, time
+from tracekit.errors import InputError
+from tracekit.parsers import flight_recorder as fr
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t0 = time.perf_counter()
+try:
+    fr.load_dump(sys.argv[1])
+    verdict = "loaded"
+except InputError as exc:
+    verdict = "refused: " + str(exc)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(f"{time.perf_counter() - t0:.3f} {grown} {verdict}")
+"""
+
+
+def _reduce_bomb(constructor: tuple[bytes, bytes], strings: int, copies: int) -> bytes:
+    """`copies` REDUCEs of an allowed constructor over one memoized tuple of `strings` distinct strings,
+    kept on the stack under one MARK: small on disk, `copies * strings` references in memory."""
+    module, name = constructor
+    head = pickle.PROTO + b"\x04" + pickle.MARK
+    head += pickle.SHORT_BINUNICODE + bytes([len(module)]) + module
+    head += pickle.SHORT_BINUNICODE + bytes([len(name)]) + name + pickle.STACK_GLOBAL + pickle.MEMOIZE  # memo 0
+    head += pickle.MARK + b"".join(pickle.SHORT_BINUNICODE + b"\x06" + f"{i:06d}".encode() for i in range(strings))
+    head += pickle.TUPLE + pickle.TUPLE1 + pickle.MEMOIZE + pickle.POP + pickle.POP  # memo 1: (strings,)
+    body = (pickle.BINGET + b"\x00" + pickle.BINGET + b"\x01" + pickle.REDUCE) * copies
+    return head + body + pickle.LIST + pickle.STOP
+
+
+def _run_bomb(path: Path) -> tuple[float, int, str]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _BOMB_RUNNER, str(path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seconds, grown_kb, verdict = out.stdout.strip().split(" ", 2)
+    return float(seconds), int(grown_kb), verdict
+
+
+@pytest.mark.parametrize(("name", "constructor", "copies"), [
+    ("strlist", (b"torch.jit._pickle", b"build_strlist"), 400),
+    ("frozenset", (b"builtins", b"frozenset"), 60),
+])
+def test_reduce_bombs_are_refused_before_they_allocate(tmp_path: Path, name: str, constructor, copies: int) -> None:
+    path = tmp_path / f"rank0_{name}.pkl"
+    path.write_bytes(_reduce_bomb(constructor, 200_000, copies))
+    assert path.stat().st_size < 1_700_000  # 8 bytes per distinct string, 5 per copy
+    seconds, grown_kb, verdict = _run_bomb(path)
+    assert verdict.startswith("refused") and "references built in all" in verdict, verdict
+    assert seconds < 5 and grown_kb < 150_000, (seconds, grown_kb)  # the bomb itself would need > 600 MB
+
+
+def test_mark_storm_inside_a_gzip_is_refused_quickly_and_small(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.pkl.gz"
+    path.write_bytes(gzip.compress(pickle.PROTO + b"\x04" + pickle.MARK * 6_000_000 + pickle.STOP))
+    assert path.stat().st_size < 64_000
+    seconds, grown_kb, verdict = _run_bomb(path)
+    assert verdict.startswith("refused") and "MARK" in verdict, verdict
+    assert seconds < 5 and grown_kb < 100_000, (seconds, grown_kb)  # 6 M open MARKs are > 400 MB
+
+
+def test_real_sized_dump_still_loads_under_the_new_budgets() -> None:
+    entries = [{"record_id": i, "frames": [{"name": f"f{j}", "line": j} for j in range(20)],
+                "input_sizes": [[1024, 1024]], "state": "completed"} for i in range(20_000)]
+    assert _unpickle.loads(pickle.dumps({"entries": entries, "version": "2.4"})) == {
+        "entries": entries, "version": "2.4"}

@@ -55,8 +55,7 @@ def _prepared(source: RunLike, dims: str | Overrides | None, write: bool) -> tup
     c = steps.assign_step(c, windows)
     coll = table(c, "collectives")
     if run is not None and write:
-        for name, tab in (("collectives", coll), ("ranks", ranks), ("groups", groups)):
-            run.write_table(name, tab)
+        run.write_tables({"collectives": coll, "ranks": ranks, "groups": groups})
     extra = {"alignment": align, "mismatches": mismatches, "windows": windows, "events": ev,
              "events_in": t["events"], "collectives": c}
     return {"ranks": ranks, "groups": groups, "collectives": coll}, extra

@@ -126,8 +126,7 @@ def prepared(run: Run, executor: Executor, *, dims: str | Overrides | None, writ
     c = steps.assign_step(c, windows)
     coll = table(c, "collectives")
     if write:
-        for name, tab in (("collectives", coll), ("ranks", ranks), ("groups", groups)):
-            run.write_table(name, tab)
+        run.write_tables({"collectives": coll, "ranks": ranks, "groups": groups})
     work_ranks = sorted(set(event_ranks) | set(windows.get_column("rank").to_list()))
     calls = []
     for chunk in chunks(work_ranks):

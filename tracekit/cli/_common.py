@@ -120,8 +120,8 @@ def open_run_arg(path: Any) -> Any:
         raise TracekitError(f"{path}: no such file or directory (so not a tracekit run directory, nor traces)")
     from tracekit.store import MARKER, Run
 
-    if Path(path).is_dir() and (Path(path) / MARKER).exists():
-        return Run(path)  # a run, or one whose ingest did not finish: say that, do not ingest it as traces
+    if Run.is_run(path) or (Path(path) / MARKER).exists():
+        return Run(path)  # a run directory: its own error (a malformed manifest, say) as is
     try:
         run, ingested = open_run([path])
     except TracekitError as exc:

@@ -37,3 +37,5 @@ def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: 
         skipped += f", {summary.overlapping:,} overlapping slices on '(overlap)' threads"
     click.echo(f"wrote {chrome}: {summary.ranks:,} ranks, {summary.slices:,} slices, {summary.flows:,} flow arrows, "
                f"{summary.stalls:,} stalls{replay}{skipped}")
+    for note in summary.notes:
+        click.echo(f"note: {note}", err=True)

@@ -12,11 +12,9 @@ applied on every topology; its error is reported uncalibrated, in sample and cro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1355,17 +1353,18 @@ def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLik
     """A run directory as is, or raw trace paths ingested into a cache directory."""
     if len(paths) == 1 and Run.is_run(paths[0]):
         return Run(paths[0])
-    from tracekit.ingest import ingest
+    from tracekit.ingest import CACHE_LOCK_WAIT_S, cache_dir, ingest
 
-    if cache is None:
-        key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
-        cache = Path(tempfile.gettempdir()) / "tracekit-replay" / key[:16]
+    wait = CACHE_LOCK_WAIT_S if cache is None else 0.0
+    cache = cache if cache is not None else cache_dir(paths)
     status(f"ingesting {len(paths)} path(s) into {cache}")
-    report = ingest(list(paths), cache)
+    report = ingest(list(paths), cache, lock_wait_s=wait)
     if not report.ingested:
         reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
         raise ReplayError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
-    return Run(cache)
+    run = Run(cache)
+    run.lock_wait_s = wait  # other commands on the same traces share this run: their saves wait too
+    return run
 
 
 def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | TopologySpec], *,

@@ -47,9 +47,10 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_text, atomic_write_with
 from tracekit.finding import Finding
 from tracekit.results import Result, to_builtins
-from tracekit.store import Run, parquet_options
+from tracekit.store import Run, claim_results, parquet_options
 from tracekit.telemetry import _kernels as _k
 
 ORIGIN = "telemetry"
@@ -528,7 +529,7 @@ def rate_run(run: Run | str | os.PathLike[str], *, write: bool = True, gap_facto
     result = rate_counters(run.table("counters"), run.table("topology_nodes"), run.table("topology_links"),
                            gap_factor=gap_factor)
     if write:
-        store_rates(run.path, result)
+        store_rates(run.path, result, generation=run.generation)
     return result
 
 
@@ -547,25 +548,22 @@ def rates_doc(rates: TelemetryRates) -> dict[str, Any]:
             "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
 
 
-def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates) -> int:
+def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates, *, generation: str | None = None) -> int:
     """Replace the telemetry rows of RUN/link_samples.parquet (replayed rows stay) and write
-    RUN/results/telemetry.json (accounting and per-link summaries). Returns the table's rows."""
+    RUN/results/telemetry.json (accounting and per-link summaries) for the run's `generation`
+    (default: the current one). Returns the table's rows."""
     run_dir = Path(run_dir)
+    generation = generation if generation is not None else Run(run_dir).generation
     path = run_dir / "link_samples.parquet"
     old = schema.conform("link_samples", pq.read_table(path)) if path.is_file() else schema.empty("link_samples")
     merged = with_rates(old, rates)
     if merged.num_rows:
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(merged, tmp, **parquet_options(merged.schema))
-        tmp.replace(path)
+        atomic_write_with(path, lambda tmp: pq.write_table(merged, tmp, **parquet_options(merged.schema)))
     else:
         path.unlink(missing_ok=True)
     doc = rates_doc(rates)
-    out = run_dir / "results" / "telemetry.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    tmp.replace(out)
+    out = claim_results(run_dir, generation) / "telemetry.json"
+    atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True))
     return merged.num_rows
 
 

@@ -1,0 +1,124 @@
+"""Outputs are written through unpredictable temporary names (issue 22 item 1): a symlink planted at
+a guessable name is never followed, the destination is replaced rather than written through, and
+an error (a full disk included) leaves the old output and no temporary file."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracekit.atomic import atomic_open, atomic_write_text, atomic_write_with
+from tracekit.cli import main
+from tracekit.ingest import ingest
+
+REPO = Path(__file__).resolve().parents[2]
+GLOO = REPO / "sample_traces" / "gloo_moe_8rank"
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("atomic") / "run"
+    ingest([str(p) for p in sorted(GLOO.glob("rank*.pt.trace.json.gz"))], run, jobs=1)
+    return run
+
+
+def _plant(out: Path, victim: Path) -> list[Path]:
+    """Symlinks at every temporary name the old writers used, all pointing at `victim`."""
+    links = [out.with_name(out.name + ".tmp"), out.with_suffix(out.suffix + ".tmp"),
+             out.parent / f".{out.name}.tmp-{os.getpid()}"]
+    for link in links:
+        if not link.is_symlink():
+            link.symlink_to(victim)
+    return links
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp") and not p.is_symlink())
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_cli_outputs_never_follow_a_planted_temporary_link(gloo_run: Path, tmp_path: Path, command: str) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    out = tmp_path / ("r.html" if command == "report" else "t.json")
+    links = _plant(out, victim)
+    args = ["report", str(gloo_run), "-o", str(out)] if command == "report" else [
+        "export", str(gloo_run), "--chrome", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "keep me"
+    assert out.is_file() and not out.is_symlink() and out.stat().st_size > 1000
+    assert all(link.is_symlink() for link in links)
+    assert _temporaries(tmp_path) == []
+
+
+def test_destination_symlink_is_replaced_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    out = tmp_path / "out.json"
+    out.symlink_to(victim)
+    atomic_write_text(out, "new")
+    assert victim.read_text() == "keep me" and not out.is_symlink() and out.read_text() == "new"
+
+
+def test_temporary_swapped_for_a_link_while_written_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    out = tmp_path / "out.parquet"
+    out.write_text("old")
+
+    def hostile(tmp: str) -> None:
+        os.unlink(tmp)
+        os.symlink(victim, tmp)
+
+    with pytest.raises(OSError, match="replaced while it was written"):
+        atomic_write_with(out, hostile)
+    assert out.read_text() == "old" and not out.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet", "victim"]
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_disk_full_at_every_step_keeps_the_old_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      where: str) -> None:
+    out = tmp_path / "out.html"
+    out.write_text("old")
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise full
+
+    if where != "write":
+        monkeypatch.setattr(os, where, fail)
+    with pytest.raises(OSError) as info, atomic_open(out, "w", encoding="utf-8") as fh:
+        fh.write("partial")
+        if where == "write":
+            raise full
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.html"]
+
+
+def test_full_tmpfs_during_export_and_report_leaves_no_temporary(gloo_run: Path, tmp_path: Path) -> None:
+    from tests.core.test_run_safety import _fill, tmpfs
+
+    with tmpfs(tmp_path / "fs", "2m") as fs:
+        outputs = ["ballast"]
+        for command, name in (("export", "t.json"), ("report", "r.html")):
+            out = fs / name
+            out.write_text("old")
+            ballast = _fill(fs, 0)
+            args = ["export", str(gloo_run), "--chrome", str(out)] if command == "export" else [
+                "report", str(gloo_run), "-o", str(out)]
+            res = CliRunner().invoke(main, args)
+            assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+            lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1 and "No space left on device" in lines[0], res.stderr
+            assert out.read_text() == "old"
+            outputs.append(name)
+            assert sorted(p.name for p in fs.iterdir()) == sorted(outputs)
+            ballast.unlink()
