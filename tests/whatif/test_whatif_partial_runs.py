@@ -36,3 +36,5 @@ def test_eplb_skips_an_ep_group_whose_members_are_outside_the_run():
     tables = dict(prepare(run, dims="ep=0", write=False))
     (scenario,) = whatif(tables, ["eplb:redundant=8"]).scenarios
     assert any("are outside the run: no plan for it" in note for note in scenario.notes)
+    assert "no EP group could be planned: nothing was rebalanced" in scenario.notes
+    assert not any(note.startswith("EPLB policy: (") for note in scenario.notes)

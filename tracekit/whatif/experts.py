@@ -260,8 +260,11 @@ def plan_groups(pairs: pl.DataFrame, tables: Mapping[str, pa.Table], placement: 
         notes.append(f"no per-expert detail: each rank's load (bytes it received in the EP all-to-alls) is "
                      f"spread evenly over {experts_per_rank} experts")
     policies = sorted({p.plan.policy for p in plans.values()})
-    notes.append(f"EPLB policy: {', '.join(policies)} ({redundant} redundant slots per EP group, "
-                 f"groups={groups})")
+    if policies:
+        notes.append(f"EPLB policy: {', '.join(policies)} ({redundant} redundant slots per EP group, "
+                     f"groups={groups})")
+    else:
+        notes.append("no EP group could be planned: nothing was rebalanced")
     return plans, notes
 
 
