@@ -1350,21 +1350,11 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
 
 
 def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> Run:
-    """A run directory as is, or raw trace paths ingested into a cache directory."""
-    if len(paths) == 1 and Run.is_run(paths[0]):
-        return Run(paths[0])
-    from tracekit.ingest import CACHE_LOCK_WAIT_S, cache_dir, ingest
+    """A run directory as is, or raw trace paths ingested into a cache directory (the one rule:
+    `tracekit.ingest.open_run`)."""
+    from tracekit.ingest import open_run as ingest_open_run
 
-    wait = CACHE_LOCK_WAIT_S if cache is None else 0.0
-    cache = cache if cache is not None else cache_dir(paths)
-    status(f"ingesting {len(paths)} path(s) into {cache}")
-    report = ingest(list(paths), cache, lock_wait_s=wait)
-    if not report.ingested:
-        reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
-        raise ReplayError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
-    run = Run(cache)
-    run.lock_wait_s = wait  # other commands on the same traces share this run: their saves wait too
-    return run
+    return ingest_open_run(paths, cache=cache)[0]
 
 
 def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | TopologySpec], *,
