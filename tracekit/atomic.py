@@ -61,16 +61,12 @@ def _create(path: Path) -> tuple[int, str]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str | None = None
-                ) -> Iterator[IO[Any]]:
-    """A file object for `path` that appears there, whole, only when the block ends without error."""
-    if mode not in ("wb", "w"):
-        raise ValueError(f"mode must be 'wb' or 'w', not {mode!r}")
-    path = Path(path)
+def _staged(path: Path) -> Iterator[tuple[int, str]]:
+    """The exclusive temporary file next to `path` (fd, name): committed over `path` when the block
+    ends without error, removed otherwise."""
     fd, tmp = _create(path)
     try:
-        with os.fdopen(os.dup(fd), mode, encoding=encoding if mode == "w" else None) as fh:
-            yield fh
+        yield fd, tmp
         _commit(fd, tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -78,22 +74,25 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str
         raise
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str | None = None
+                ) -> Iterator[IO[Any]]:
+    """A file object for `path` that appears there, whole, only when the block ends without error."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"mode must be 'wb' or 'w', not {mode!r}")
+    with _staged(Path(path)) as (fd, _), os.fdopen(os.dup(fd), mode,
+                                                   encoding=encoding if mode == "w" else None) as fh:
+        yield fh
 
 
 def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], Any]) -> Path:
     """Write `path` through `write(tmp_path)`, for writers that take a path (pyarrow, polars):
     the temporary path exists already, created exclusively, so `write` truncates our own file."""
     path = Path(path)
-    fd, tmp = _create(path)
-    try:
+    with _staged(path) as (_, tmp):
         write(tmp)
-        _commit(fd, tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    finally:
-        os.close(fd)
     return path
 
 
