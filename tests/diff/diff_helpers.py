@@ -7,26 +7,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tests.analysis.analysis_helpers import strip_derived
 from tracekit.synth import SynthSpec, make_run_tables
 
 #: 4 hosts x 4 GPUs, PP=2 (stage 0 on node000-001, stage 1 on node002-003), 5 steps, no straggler.
 BASE: dict[str, Any] = {"hosts": 4, "gpus_per_host": 4, "pp": 2, "ep": 2, "steps": 5, "straggler_rank": None,
                         "seed": 0}
-
-
-def strip_derived(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
-    """What the analysis must find itself removed: instance, dim, clock offsets and group dims."""
-    out = dict(tables)
-    c = out["collectives"]
-    for col in ("instance", "dim"):
-        i = c.schema.get_field_index(col)
-        c = c.set_column(i, c.schema.field(col), pa.nulls(c.num_rows, c.schema.field(col).type))
-    out["collectives"] = c
-    for name, col in (("ranks", "clock_offset_ns"), ("groups", "dims")):
-        t = out[name]
-        i = t.schema.get_field_index(col)
-        out[name] = t.set_column(i, t.schema.field(i), pa.nulls(t.num_rows, t.schema.field(i).type))
-    return out
 
 
 def synth(**changes: Any) -> dict[str, pa.Table]:
