@@ -96,6 +96,38 @@ def test_channels_per_peer_follow_nccls_rules():
     assert tuning.p2p_channels_per_peer(spec, tuning.shape_of(spec), max_peers=2).per_peer == 4
 
 
+def test_channel_count_across_hosts_follows_nccls_search_and_connect():
+    """search.cc and connect.cc by hand, H100: a 400G port (50 GB/s) takes the 48 GB/s search step,
+    one channel per port; up to 4 channels at >= 25 GB/s are duplicated (24 GB/s each), then the
+    connect step doubles them: 4 per port at 1, 2 and 4 GPUs per host, and 2 per port at 8 (8
+    channels at 48 are not duplicated on Hopper: 16). A 200G port (24 GB/s step) is never
+    duplicated: 2 per port. On Ampere the >4 exception does not apply: 8 x 400G gives 32. Hopper
+    doubles once more while a channel carries over 45 GB/s and there are fewer than 16."""
+    cases = {"rail-optimized:hosts=10,gpus=1,nic_gbps=400": 4, "rail-optimized:hosts=10,gpus=2,nic_gbps=400": 8,
+             "rail-optimized:hosts=10,gpus=4,nic_gbps=400": 16, N10_SPEC: 16,
+             "rail-optimized:hosts=2,gpus=1,nic_gbps=200": 2, "rail-optimized:hosts=2,gpus=8,nic_gbps=200": 16,
+             "rail-optimized:hosts=2,gpus=8,nic_gbps=400,gpu=a100": 32,
+             # 6 ports at 48 GB/s: not duplicated, 12 after connect, doubled again (> 45 GB/s, < 16)
+             "rail-optimized:hosts=2,gpus=6,nic_gbps=400": 24,
+             # Blackwell, 800G: the 96 GB/s step is duplicated even with 8 channels (>= 50): 32
+             "rail-optimized:hosts=2,gpus=8,nic_gbps=800,pcie_gbps=1024,gpu=b200": 32}
+    for text, expected in cases.items():
+        spec = parse_spec(text)
+        assert tuning.default_channels(spec, tuning.shape_of(spec)) == expected, text
+    # a 2-rank comm across hosts of 8 GPUs has one GPU and one NIC per host in the comm: 4
+    spec = parse_spec(N10_SPEC)
+    assert tuning.default_channels(spec, tuning.shape_of(spec, [0, 8])) == 4
+
+
+def test_two_rank_pair_across_400g_hosts_is_bound_by_the_nic():
+    """A send between two hosts' GPUs gets 4 comm channels, so 4 p2p channels per peer at 14 GB/s:
+    56 GB/s of channels over a 47 GB/s NIC, which binds (a measured 400G pair reaches 44 GB/s,
+    docs/hardware.md 6, out of sample)."""
+    spec = parse_spec("rail-optimized:hosts=2,gpus=1,nic_gbps=400")
+    p2p = tuning.p2p_channels_per_peer(spec, tuning.shape_of(spec))
+    assert (p2p.channels, p2p.per_peer) == (4, 4)
+
+
 def test_operation_channels_grow_with_size_on_nvlink():
     """One H100 host: 4 channels up to 64 MiB (parts of at most 16 MiB = 32 chunks of 512 KiB),
     then doubled per doubling of the size up to the 32 per peer."""

@@ -170,13 +170,51 @@ def shape_of(topology: Topology | TopologySpec, gpus: list[int] | None = None, *
                  net_latency_us=spec.net_latency_us, nvlink_link_gbs=rates.gpu.nvlink_link_gbs)
 
 
+# NCCL's search speeds across hosts (GB/s per channel, search.cc), by tuning family
+SEARCH_SPEEDS_INTER = {
+    "pre-hopper": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4,
+                   1.2, 0.24, 0.12),
+    "hopper": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    "blackwell": (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
+                  2.4, 1.2, 0.24, 0.12),
+}
+
+
+def search_speed(port_gbs: float, generation: str) -> float:
+    """The per-channel speed NCCL's ring search settles on across hosts: the fastest of its speed
+    steps one NIC port (line rate, PCIe-capped) can carry."""
+    family = generation if generation in SEARCH_SPEEDS_INTER else "pre-hopper"
+    speeds = SEARCH_SPEEDS_INTER[family]
+    return next((v for v in speeds if v <= port_gbs), speeds[-1])
+
+
 def default_channels(topology: Topology | TopologySpec, shape: Shape | None = None) -> int:
-    """NCCL's channel count without logs: its search finds one channel per NIC (per GPU inside
-    a node), and the connect step duplicates them (connect.cc), so 2 per NIC, at most 32."""
+    """NCCL's channel count without logs, at most 32.
+
+    Across hosts (search.cc, connect.cc): the search finds one channel per NIC port at the speed
+    step the port carries; it duplicates them when that speed is at least 25 GB/s, unless it is
+    under 50 GB/s with more than 4 channels on Hopper and later (`ncclTopoDupChannels`); the connect step
+    doubles them; on Hopper and later it doubles them once more while the ring's speed per
+    channel exceeds 45 GB/s and fewer than 16 ("4 compute channels per search channel"). So a
+    400G port gives 4 channels at up to 4 ports per host, and 2 per port at 8 (16 in all); a
+    200G or slower port gives 2. On one host: 2 per port, as the search finds one per GPU.
+    """
     spec = topology.spec if isinstance(topology, Topology) else topology
     ppn = shape.ppn if shape is not None else spec.gpus
+    n_nodes = shape.n_nodes if shape is not None else max(1, spec.hosts or 1)
     ports = max(1, ppn * spec.nics_per_gpu * spec.planes)
-    return int(min(MAX_CHANNELS, 2 * ports))
+    if n_nodes <= 1:
+        return int(min(MAX_CHANNELS, 2 * ports))
+    generation = shape.generation if shape is not None else hardware.achievable(spec).gpu.generation
+    speed = search_speed(min(spec.nic_gbps, spec.pcie_gbps) / 8.0, generation)
+    channels = ports
+    newer = generation in ("hopper", "blackwell")
+    if speed >= 25.0 and not (newer and speed < 50.0 and channels > 4):
+        channels, speed = min(2 * channels, MAX_CHANNELS), speed / 2
+    channels = min(MAX_CHANNELS, 2 * channels)
+    if newer and speed > 45.0 and channels < 16:
+        channels = min(MAX_CHANNELS, 2 * channels)
+    return int(channels)
 
 
 def _node_index(n_nodes: int) -> int:
