@@ -92,14 +92,14 @@ def test_flight_recorder_gloo_dumps_carry_no_durations(tmp_path):
 
 
 def test_buffered_send_keeps_its_own_time_on_a_slower_network():
-    """The recv (1 MB over 2 p2p channels at NCCL's 14 GB/s each: 35.7 us of transfer, plus NCCL's
-    p2p latency 22.4 us; traced 30 us, so one calibration factor 30 / 58.1 = 0.516 on both terms)
-    takes (22.4 + 1 MB / 6.25 GB/s) x 0.516 = 94.2 us at nic_gbps=50 (the NIC binds there) and delays
-    rank 1's compute by 64.2 us; the sender, which never waited for it, and rank 0's compute keep
-    their traced times."""
+    """The recv (1 MB over 4 p2p channels at NCCL's 14 GB/s each, 56 above the 400G NIC's 50, so
+    20 us of transfer at the NIC, plus NCCL's p2p latency 22.4 us; traced 30 us, so one calibration
+    factor 30 / 42.4 = 0.708 on both terms) takes (22.4 + 1 MB / 6.25 GB/s) x 0.708 = 129.1 us at
+    nic_gbps=50 (the NIC binds there too) and delays rank 1's compute by 99.1 us; the sender, which
+    never waited for it, and rank 0's compute keep their traced times."""
     from hand_traces import SLOW8
 
     res = replay(_buffered_send(), [BASE, SLOW8])
     t = res.results[1].timeline.to_pydict()
     rows = sorted((r, ts - T0, d) for r, ts, d in zip(t["rank"], t["ts_ns"], t["dur_ns"], strict=True))
-    assert rows == [(0, 10_000, 10_000), (0, 100_000, 20_000), (1, 50_000, 94_159), (1, 164_159, 20_000)]
+    assert rows == [(0, 10_000, 10_000), (0, 100_000, 20_000), (1, 50_000, 129_057), (1, 199_057, 20_000)]
