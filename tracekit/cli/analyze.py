@@ -33,14 +33,14 @@ def analyze(run: Path, as_json: bool, dims: str | None, top: int, compute: str, 
     data; then the tables they come from. RUN|PATH is a run directory, or a trace file or folder,
     ingested first into the run `tracekit replay` keeps for it.
     """
-    from tracekit.analysis import analyze as run_analysis
+    from tracekit import workflows
     from tracekit.executors import parse_executor
 
     kinds: Any = compute if compute in ("auto", "gpu", "cpu") else [k.strip() for k in compute.split(",")]
     exe = parse_executor(executor, task_memory=task_memory)
     r = open_run_arg(run)
     r.require_data()
-    result = run_analysis(r, dims=dims, top=top, compute=kinds, write=not no_write, executor=exe)
+    result = workflows.analyze(r, dims=dims, top=top, compute=kinds, write=not no_write, executor=exe)
     unsaved_note(r)
     if as_json:
         click.echo(result.dumps())
