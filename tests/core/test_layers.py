@@ -21,6 +21,9 @@ STAGES = ("tracekit.analysis", "tracekit.replay", "tracekit.hang", "tracekit.wha
 #: what a stage must not import: ingest (raw traces -> a run), the front door and the commands
 ABOVE_OR_INGEST = ("tracekit.ingest", "tracekit.parsers", "tracekit.synth", "tracekit.workflows", "tracekit.cli")
 FRONT_DOOR = "tracekit.workflows"
+#: the bottom layer: it imports nothing but itself
+CORE = tuple(f"tracekit.{m}" for m in ("store", "schema", "results", "finding", "errors", "atomic", "manifest",
+                                       "executors", "validity", "fabric", "_text", "_progress", "_jit"))
 #: calls that write RUN/results/ (the store's own methods are where they are defined)
 RESULT_WRITERS = ("write_json", "claim_results")
 #: the run directory's layout, which only the store (and ingest, which lays it out) spells out
@@ -94,6 +97,8 @@ def violations(mods: dict[str, Path] | None = None, root: Path = ROOT) -> list[s
             if mine is not None and _within(full, ABOVE_OR_INGEST) and not (
                     "ingest" in allowed and _within(full, "tracekit.parsers")):
                 found.append(f"{where}:{line}: the {mine} stage imports {full} (ingest, the front door or the CLI)")
+            if _within(name, CORE) and not _within(full, CORE) and full != "tracekit.__version__":
+                found.append(f"{where}:{line}: the core module {name} imports {full}, a layer above it")
             other = stage_of(target)
             private = [p for p in full.split(".")[1:] if _is_private(p)]
             if private and "private" not in allowed:
@@ -145,6 +150,7 @@ def test_the_walk_sees_every_package():
     ("tracekit.export", "def f(run, w):\n    run.save(f'results/{x}', w)\n", "writes RUN/results/"),
     ("tracekit.hang", "def f(run, k):\n    return run.path / 'sources' / k\n", "layout ('sources')"),
     ("tracekit.export", "def f(p):\n    return p / f'rank={3}'\n", "layout ('rank=')"),
+    ("tracekit.store", "from tracekit.replay import replay\n", "the core module tracekit.store imports"),
 ])
 def test_each_rule_catches_its_breach(tmp_path, module, source, says):
     path = tmp_path / "fake.py"
