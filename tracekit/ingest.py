@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,9 @@ from tracekit.store import (
     remove_stale_sources,
     take_written,
 )
+
+if TYPE_CHECKING:
+    from tracekit.validity import RunValidity
 
 SOURCE_RECORD = "source.json"
 #: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
@@ -98,7 +101,7 @@ class IngestReport:
     warnings: list[str] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
     ignored: list[dict[str, str]] = field(default_factory=list)
-    validity: Any = None  # tracekit.validity.RunValidity, once the sources were checked
+    validity: RunValidity | None = None  # once the sources were checked
     #: whether a new manifest was written (False when nothing could be ingested)
     committed: bool = False
 

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from tracekit.replay.engine import ReplayResult, SavedCalibration
     from tracekit.replay.topology import TopologySpec
     from tracekit.replay.validate import MicrobenchReport
+    from tracekit.telemetry.compare import TelemetryComparison
     from tracekit.viz.report import ReportInfo
-    from tracekit.whatif import WhatIfResult
+    from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
 
 RunSource = Run | str | os.PathLike[str]
 Paths = Sequence[str | os.PathLike[str]]
@@ -221,9 +222,9 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
 
     from tracekit.hang import hang_from_run
 
-    if isinstance(paths, (Run, str, os.PathLike)):
-        paths = [paths.path if isinstance(paths, Run) else paths]
-    got = opened(paths, cache=out, rank=rank)
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    got = Opened(paths, None) if isinstance(paths, Run) else opened(paths, cache=out, rank=rank)
     result = hang_from_run(got.run)
     if write:
         got.run.write_json("hang", result.to_json())
@@ -242,8 +243,8 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
 # what-if, report, export
 
 
-def whatif(source: RunSource, scenarios: Sequence[Any], *, topology: str | None = None, expert_loads: Any = None,
-           **replay_options: Any) -> WhatIfResult:
+def whatif(source: RunSource, scenarios: Sequence[Scenario | str], *, topology: str | None = None,
+           expert_loads: ExpertLoads | None = None, **replay_options: Any) -> WhatIfResult:
     """`tracekit.whatif.whatif` on a run's prepared tables (with its channels and link samples)."""
     from tracekit.analysis import prepare
     from tracekit.whatif import whatif as run_whatif
@@ -282,7 +283,8 @@ def report_data(source: RunSource, *, analysis: AnalysisResult | None = None, re
     return build_report_data(run, analysis=analysis, replay=replay, links=links, **options)
 
 
-def _report_inputs(run: Run, analysis: AnalysisResult | None, replay: ReplayResult | None) -> tuple[Any, Any, Any]:
+def _report_inputs(run: Run, analysis: AnalysisResult | None, replay: ReplayResult | None
+                   ) -> tuple[AnalysisResult, ReplayResult | None, TelemetryComparison | None]:
     from tracekit.analysis import analyze as analyse_run
     from tracekit.replay.engine import ReplayResult
     from tracekit.telemetry.compare import load_comparison

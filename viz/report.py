@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -29,6 +29,12 @@ from tracekit.store import Run
 from tracekit.telemetry import telemetry_summary
 from tracekit.validity import run_name
 from tracekit.viz import data as D
+
+if TYPE_CHECKING:
+    from tracekit.hang import HangResult
+    from tracekit.replay.engine import ReplayResult
+    from tracekit.telemetry.compare import TelemetryComparison
+    from tracekit.whatif import WhatIfResult
 
 TAB_ORDER = ("Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "What-if", "Hang")
 WIDTH = 1400
@@ -63,7 +69,8 @@ def _typed(analysis: Any, replay: Any, hang: Any) -> None:
 
 
 def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisResult,
-                      replay: Any = None, hang: Any = None, whatif: Any = None, links: Any = None,
+                      replay: ReplayResult | None = None, hang: HangResult | None = None,
+                      whatif: WhatIfResult | None = None, links: TelemetryComparison | None = None,
                       width_px: int = WIDTH - PLOT_MARGIN,
                       max_glyphs: int = 60_000,
                       max_total: int = 250_000) -> dict[str, Any]:
@@ -118,7 +125,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     return data
 
 
-def _link_comparison(run: Run, links: Any, t0_ns: int | None) -> dict[str, Any]:
+def _link_comparison(run: Run, links: TelemetryComparison | None, t0_ns: int | None) -> dict[str, Any]:
     """The measured-vs-replayed panel's data from a `TelemetryComparison`."""
     from tracekit.viz.links import comparison_data
 
@@ -232,8 +239,9 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
 
 
 def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[str], *,
-                 analysis: AnalysisResult, replay: Any = None, hang: Any = None,
-                 whatif: Any = None, links: Any = None, cdn: bool = False, width: int = WIDTH) -> ReportInfo:
+                 analysis: AnalysisResult, replay: ReplayResult | None = None, hang: HangResult | None = None,
+                 whatif: WhatIfResult | None = None, links: TelemetryComparison | None = None, cdn: bool = False,
+                 width: int = WIDTH) -> ReportInfo:
     """Write the standalone HTML report for a run (the results as `build_report_data` takes them;
     `tracekit.workflows.report` gathers them); return where, how big, and what was merged."""
     status("report: collecting the tables")
