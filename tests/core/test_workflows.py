@@ -57,3 +57,12 @@ def test_open_gives_a_run_directory_as_is(small_run):
     got = workflows.opened([small_run])
     assert got.run.path == Path(small_run) and not got.ingested
     assert workflows.open(got.run) is got.run
+
+
+def test_another_runs_calibration_says_when_it_was_fitted_on_another_network(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"run": "job41", "topology": "fat-tree", "efficiency": {"all_reduce": 0.8}}))
+    other = workflows.calibration(path, ["rail-optimized", "fat-tree"])
+    assert other.note == "the calibration was fitted on fat-tree, applied to baseline rail-optimized"
+    assert other.saved.options() == {"efficiency": {"all_reduce": 0.8}, "terms": {}, "calibrated_on": "job41"}
+    assert workflows.calibration(path, ["rail-optimized"], baseline="fat-tree").note is None
