@@ -75,7 +75,8 @@ def open(paths: Paths | RunSource, *, cache: str | os.PathLike[str] | None = Non
 
 
 def _run(source: RunSource) -> Run:
-    return source if isinstance(source, Run) else Run(source)
+    """A `Run` as is; a path opened (a run directory, or raw traces ingested into the cache)."""
+    return open(source)
 
 
 # ------------------------------------------------------------------------------------------
@@ -85,8 +86,8 @@ def _run(source: RunSource) -> Run:
 def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
             executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
-    """`tracekit.analysis.analyze` on a run; with `write`, the prepared tables and
-    results/analysis.json are stored in it."""
+    """`tracekit.analysis.analyze` on a run (a `Run`, a run directory or raw traces); with `write`,
+    the prepared tables and results/analysis.json are stored in it."""
     from tracekit.analysis import analyze as analyse_run
 
     run = _run(source)
@@ -122,24 +123,23 @@ def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
     results/calibration.json, the replayed timelines and the replayed link samples next to any
     telemetry. The run's validity (missing ranks, unknown hosts, mixed jobs) comes first among the
     result's cautions; a run with telemetry gets the measured-vs-replayed comparison."""
-    from tracekit.replay.engine import calibration_document, with_replayed
-    from tracekit.replay.engine import replay as replay_tables_on
+    from tracekit.replay import engine
     from tracekit.validity import replay_cautions, run_validity
 
     run = _run(source)
     if calibration is not None:
         options = {**options, **calibration.saved.options()}
-    result = replay_tables_on(replay_tables(run, write=write), topologies, baseline=baseline, **options)
+    result = engine.replay(replay_tables(run, write=write), topologies, baseline=baseline, **options)
     result.findings[:0] = replay_cautions(run_validity(run))
     if write:
         from tracekit.export import REPLAY_TIMELINES, replay_timelines
 
         run.write_json("replay", result.to_json())
-        doc = calibration_document(result, str(run.path))
+        doc = engine.calibration_document(result, str(run.path))
         if doc is not None:
             run.write_json("calibration", doc)
         _write_result_table(run, REPLAY_TIMELINES, replay_timelines(result))
-        run.write_table("link_samples", with_replayed(run.table("link_samples"), result))
+        run.write_table("link_samples", engine.with_replayed(run.table("link_samples"), result))
     if run.has("counters") and result.results:
         from tracekit.telemetry.compare import compare_links
 
