@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from tracekit.synth import make_run_tables, write_run
-from tracekit.viz.report import build_report_data, render
+from tracekit.viz.report import render
+from tracekit.workflows import report_data as build_report_data
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -51,7 +52,7 @@ def screenshot(out: Path, tmp: Path) -> None:
     from PIL import Image
     from playwright.sync_api import sync_playwright
 
-    from tracekit.viz.report import write_report
+    from tracekit.workflows import report as write_report
 
     tables, _ = make_run_tables(hosts=4, gpus_per_host=4, pp=2, ep=4, steps=2)
     path = write_report(write_run(tables, tmp / "shot"), tmp / "shot.html").path

@@ -6,8 +6,8 @@ drawn as flow arrows from the participant the others waited for (the last to arr
 sender of a send/recv) to every other participant. Replayed timelines, when given or stored by
 `tracekit replay`, are extra processes, one per (topology, rank).
 
-Times come from the library's clock alignment (`ranks.clock_offset_ns`, or `prepare` when the
-run has not been analysed); they are written in microseconds with three decimals (exact
+Times come from the library's clock alignment (`ranks.clock_offset_ns` of the prepared tables the
+front door gives, `tracekit.workflows.export`); they are written in microseconds with three decimals (exact
 nanoseconds) relative to the earliest event, which is recorded as `baseTimeNanoseconds` so a
 Kineto reader gets the absolute aligned times back. Events are written one rank at a time, so
 memory is bounded by the largest rank, not by the run.
@@ -32,14 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit import __version__
-from tracekit.analysis._frames import frame
+from tracekit.analysis import frame
 from tracekit.atomic import atomic_open
 from tracekit.errors import TracekitError
 from tracekit.store import Run
 
 #: Replayed ranks are processes REPLAY_PID_BASE * (k + 1) + rank for the k-th topology.
 REPLAY_PID_BASE = 1_000_000
-#: Stored by `tracekit replay`: every topology's replayed timeline (see `write_replay_timelines`).
+#: Stored by `tracekit replay`: every topology's replayed timeline (see `replay_timelines`).
 REPLAY_TIMELINES = "replay_timeline.parquet"
 #: The Chrome-trace category of an event kind, when the source gave none (the Kineto reader maps
 #: these back to the same kinds).
@@ -75,21 +75,23 @@ class ExportSummary(msgspec.Struct, kw_only=True):
     notes: list[str] = msgspec.field(default_factory=list)  # stored results left out (another generation)
 
 
-def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str], *,
-                  replay: Any | None = None, flows: bool = True, stalls: bool = True,
+def export_chrome(run: Run | str | os.PathLike[str], out: str | os.PathLike[str], *, ranks: pa.Table,
+                  collectives: pa.Table, replay: Any | None = None, flows: bool = True, stalls: bool = True,
                   include_replay: bool = True) -> ExportSummary:
     """Write the run as one Chrome-trace JSON (gzip when `out` ends in .gz) for Perfetto.
 
-    `replay` is a `ReplayResult` whose timelines become extra processes; without it, the
-    timelines `tracekit replay` stored in the run are used (unless `include_replay` is False).
-    The file is written under a temporary name and renamed, so a failure leaves no half file.
+    `ranks` (with clock offsets) and `collectives` (with instances) are the prepared tables
+    (`tracekit.workflows.export` gives them). `replay` is a `ReplayResult` whose timelines become
+    extra processes; without it, the timelines `tracekit replay` stored in the run are used (unless
+    `include_replay` is False). The file is written under a temporary name and renamed, so a
+    failure leaves no half file.
     """
     run = run if isinstance(run, Run) else Run(run)
     out = Path(out)
-    ranks, coll = _aligned(run)
+    ranks, coll = _aligned(ranks, collectives)
     offsets = {int(r): int(o or 0) for r, o in ranks.select("rank", "clock_offset_ns").iter_rows()}
     hosts = {int(r): h for r, h in ranks.select("rank", "host").iter_rows() if h}
-    event_ranks = sorted({int(p.parent.name.split("=", 1)[1]) for p in run.event_files()})
+    event_ranks = sorted({Run.rank_of(p) for p in run.event_files()})
     all_ranks = sorted(set(event_ranks) | set(offsets))
     timelines = _timelines(run, replay) if include_replay else {}
     if not run.has("events") and not timelines:
@@ -142,20 +144,12 @@ def _why_untimed(run: Run) -> str:
 # Inputs
 
 
-def _aligned(run: Run) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Ranks with clock offsets and collectives with instances: as stored by `analyze`, or from
-    `prepare` (match, align) when the run has not been analysed yet."""
-    ranks = frame(run.table("ranks"), "ranks")
-    coll = frame(run.table("collectives"), "collectives")
-    analysed = (coll.height == 0 or coll.get_column("instance").null_count() < coll.height) and (
-        ranks.height <= 1 or ranks.get_column("clock_offset_ns").null_count() == 0)
-    if not analysed:
-        from tracekit.analysis import prepare
-
-        t = prepare(run, write=False)
-        ranks, coll = frame(t["ranks"], "ranks"), frame(t["collectives"], "collectives")
-    ranks = ranks.unique("rank", keep="first", maintain_order=True).with_columns(pl.col("rank").cast(pl.Int32))
-    return ranks, coll
+def _aligned(ranks: pa.Table, collectives: pa.Table) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The prepared ranks (one row per rank) and collectives as frames."""
+    coll = frame(collectives, "collectives")
+    ranks_df = frame(ranks, "ranks").unique("rank", keep="first", maintain_order=True).with_columns(
+        pl.col("rank").cast(pl.Int32))
+    return ranks_df, coll
 
 
 def _participants(coll: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
@@ -203,23 +197,12 @@ def _timelines(run: Run, replay: Any | None) -> dict[str, pl.DataFrame]:
     return out
 
 
-def write_replay_timelines(run: Run, replay: Any) -> Path | None:
-    """Store every topology's replayed timeline in RUN/results/ for `export` (temporary name, renamed)."""
+def replay_timelines(replay: Any) -> pa.Table | None:
+    """Every topology's replayed timeline in one table (a `topology` column added), as
+    `tracekit replay` stores it in RUN/results/ for `export`; None when there is none."""
     tables = [r.timeline.append_column("topology", pa.array([r.topology] * r.timeline.num_rows, pa.string()))
               for r in replay.results if r.timeline is not None]
-    from tracekit.store import os_error, write_parquet
-
-    def write() -> Path | None:
-        path = run.claim_results() / REPLAY_TIMELINES
-        if not tables:
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                raise os_error(exc, str(path)) from exc
-            return None
-        return write_parquet(pa.concat_tables(tables, promote_options="permissive"), path, run.path)
-
-    return run.save(f"results/{REPLAY_TIMELINES}", write)
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
 def _plain(df: Any) -> pl.DataFrame:

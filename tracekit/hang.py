@@ -14,24 +14,20 @@ Read order never matters: everything is keyed by (group, seq, rank) and ties are
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracekit._text import fmt_ranks
 from tracekit.finding import Finding, texts
 from tracekit.results import Result, to_builtins
 
-__all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_paths", "hang_from_run"]
+__all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_run"]
 
 _STATE_ORDER = {"completed": 3, "started": 2, "scheduled": 1, "unknown": 0}
 #: ops whose input and output sizes must agree on every rank (all_to_all, gather, scatter may differ).
@@ -686,16 +682,14 @@ def _fr_parts(run: Any, fmt: str = "flight_recorder") -> tuple[pa.Table | None, 
     """Every Flight Recorder (or NCCL log) source's own collectives and ranks. Ingest keeps one
     source per rank in the merged tables (Kineto before NCCL logs before Flight Recorder, one of a
     pickle/JSON pair), so a run with several trace kinds has these only under RUN/sources/<key>/."""
-    from tracekit import schema
-
     keys = [s["key"] for s in run.manifest.get("sources", [])
             if s.get("format") == fmt and not s.get("error") and s.get("key")]
     parts: dict[str, list[pa.Table]] = {"collectives": [], "ranks": []}
     for key in sorted(keys):
         for name, tables in parts.items():
-            path = run.path / "sources" / key / f"{name}.parquet"
-            if path.is_file():
-                tables.append(schema.conform(name, pq.read_table(path)))
+            part = run.source_table(key, name)
+            if part is not None:
+                tables.append(part)
     if not parts["collectives"]:
         return None, None
     coll, ranks = (pa.concat_tables(parts[n], promote_options="permissive").unify_dictionaries()
@@ -710,8 +704,8 @@ def _global_peers(coll: pa.Table, groups: pa.Table) -> pa.Table:
     return table
 
 
-def hang_from_run(run: Any, *, write: bool = False) -> HangResult:
-    """Run `find_hangs` on a run directory (path or `Run`); optionally save results/hang.json."""
+def hang_from_run(run: Any) -> HangResult:
+    """Run `find_hangs` on a run directory (path or `Run`); `tracekit.workflows.hang` saves it."""
     from tracekit.store import Run
 
     r = run if isinstance(run, Run) else Run(run)
@@ -725,39 +719,4 @@ def hang_from_run(run: Any, *, write: bool = False) -> HangResult:
     merged = r.table("ranks")
     if ranks is not None and merged.num_rows:
         ranks = pa.concat_tables([ranks, merged], promote_options="permissive").unify_dictionaries()
-    result = find_hangs(coll, r.table("groups"), ranks=ranks, messages=r.table("log_messages"))
-    if write:
-        r.write_json("hang", result.to_json())
-    return result
-
-
-def hang_from_paths(paths: Sequence[str | os.PathLike[str]], *, out: str | os.PathLike[str] | None = None,
-                    rank: int | None = None, write: bool = True) -> HangResult:
-    """`find_hangs` on a run directory, or on raw dumps/traces ingested first.
-
-    One path that is a run directory is read as is (and results/hang.json written unless
-    `write` is false). Anything else is ingested into `out` (kept, so a second call is a cache
-    hit) or, without `out`, into a temporary run that is removed afterwards. Sources that fail
-    to ingest are listed in `notes`; nothing ingested at all is a TracekitError.
-    """
-    from tracekit.errors import TracekitError
-    from tracekit.store import Run
-
-    if len(paths) == 1 and Run.is_run(paths[0]):
-        return hang_from_run(paths[0], write=write)
-    from tracekit.ingest import ingest
-
-    with tempfile.TemporaryDirectory(prefix="tracekit-hang-") as tmp:
-        run_dir = Path(out) if out is not None else Path(tmp) / "run"
-        report = ingest(list(paths), run_dir, rank=rank)
-        notes = [s.error for s in report.failed if s.error]
-        if not report.ingested:
-            detail = f": {notes[0]}" if len(notes) == 1 else f" ({len(notes)} sources failed)" if notes else ""
-            raise TracekitError(f"nothing ingested{detail}")
-        result = hang_from_run(run_dir, write=write and out is not None)
-    kinds = Counter(s.format for s in report.ingested)
-    notes.insert(0, "ingested " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-                 + (f" source{'s' if len(report.ingested) > 1 else ''}"))
-    # hang reads every dump itself (see _fr_parts), so ingest's "set aside" notice does not apply
-    result.notes = notes + [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
-    return result
+    return find_hangs(coll, r.table("groups"), ranks=ranks, messages=r.table("log_messages"))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,9 @@ from tracekit.store import (
     remove_stale_sources,
     take_written,
 )
+
+if TYPE_CHECKING:
+    from tracekit.validity import RunValidity
 
 SOURCE_RECORD = "source.json"
 #: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
@@ -98,7 +101,7 @@ class IngestReport:
     warnings: list[str] = field(default_factory=list)
     tables: dict[str, int] = field(default_factory=dict)
     ignored: list[dict[str, str]] = field(default_factory=list)
-    validity: Any = None  # tracekit.validity.RunValidity, once the sources were checked
+    validity: RunValidity | None = None  # once the sources were checked
     #: whether a new manifest was written (False when nothing could be ingested)
     committed: bool = False
 
@@ -1250,32 +1253,41 @@ def cache_root() -> Path:
     return root
 
 
-def cache_dir(paths: Sequence[str | os.PathLike[str]]) -> Path:
+def cache_dir(paths: Sequence[str | os.PathLike[str]], *, rank: int | None = None) -> Path:
     """Where raw trace paths given to a command instead of a run directory are ingested: one
-    directory per set of paths in this user's private cache (`cache_root`), the one `tracekit
-    replay` uses, so `analyze`, `report`, `export` and `info` on the same paths find the run replay
-    wrote (with its results)."""
+    directory per set of paths (and `rank` option) in this user's private cache (`cache_root`),
+    the one `tracekit replay` uses, so `analyze`, `report`, `export`, `hang` and `info` on the same
+    paths find the run replay wrote (with its results)."""
     key = hashlib.sha1("\n".join(sorted(str(Path(p).resolve()) for p in paths)).encode()).hexdigest()
-    return cache_root() / key[:16]
+    return cache_root() / (key[:16] if rank is None else f"{key[:16]}-rank{rank}")
 
 
-def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> tuple[
-        Any, bool]:
-    """A run directory as is, or raw trace paths ingested into `cache` (default `cache_dir(paths)`;
-    unchanged sources are cache hits): (the `Run`, whether `paths` were raw traces)."""
+def is_run_dir(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether `paths` name one run directory (or an interrupted ingest into one, which then says
+    so rather than being read as traces)."""
     from tracekit.store import Run
 
-    if len(paths) == 1 and (Run.is_run(paths[0]) or (Path(paths[0]) / MARKER).exists()):
-        return Run(paths[0]), False  # an interrupted ingest says so rather than being read as traces
-    out = Path(cache) if cache is not None else cache_dir(paths)
+    return len(paths) == 1 and (Run.is_run(paths[0]) or (Path(paths[0]) / MARKER).exists())
+
+
+def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None,
+             rank: int | None = None) -> tuple[Any, IngestReport | None]:
+    """A run directory as is, or raw trace paths ingested into `cache` (default `cache_dir(paths)`;
+    unchanged sources are cache hits): (the `Run`, the ingest's report when `paths` were raw
+    traces, else None)."""
+    from tracekit.store import Run
+
+    if is_run_dir(paths):
+        return Run(paths[0]), None
+    out = Path(cache) if cache is not None else cache_dir(paths, rank=rank)
     from tracekit._progress import status
 
     status(f"ingesting {len(paths)} path(s) into {out}")
     wait = CACHE_LOCK_WAIT_S if cache is None else 0.0
-    report = ingest(list(paths), out, lock_wait_s=wait)
+    report = ingest(list(paths), out, lock_wait_s=wait, rank=rank)
     if not report.ingested:
         reasons = "; ".join(s.error or "" for s in report.failed[:3]) or "no input file in a supported format"
         raise TracekitError(f"nothing ingested from {', '.join(map(str, paths))}: {reasons}")
     run = Run(out)
     run.lock_wait_s = wait  # other commands on the same traces share this run: their saves wait too
-    return run, True
+    return run, report

@@ -119,6 +119,117 @@ def straggler_rows(analysis: AnalysisResult, top: int | None = None) -> list[Str
             for s in strag.head(min(analysis.top, top or analysis.top)).iter_rows(named=True) if s["times_last"]]
 
 
+STRAGGLER_LEGEND = ("delay: the waits of the collectives where the rank was last; caused: the part its own work "
+                    "explains (it arrived later than its usual gap); excess: the part beyond the step's usual "
+                    "pattern.")
+
+
+class TableView(Result, frozen=True, kw_only=True):
+    """One table `analyze` prints: title, column heads, rows of cells, and what the columns mean."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str | None = None
+
+
+class AnalysisView(Result, frozen=True, kw_only=True):
+    """What `tracekit analyze` prints, in order: the findings, the step line, the tables (empty
+    ones are not shown) and the clock alignment."""
+
+    findings: list[str]
+    steps: str | None
+    tables: list[TableView]
+    alignment: str | None
+
+
+def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
+    """The findings, tables and lines `tracekit analyze` prints for `result`, `top` rows a table."""
+    from tracekit._text import fmt_bytes, fmt_pct, fmt_rate
+    from tracekit.analysis.steps import STEP_TIME
+
+    doc = result.to_json()
+    findings = [f.text for f in result.findings or []] or ["nothing stands out."]
+    steps = doc["step_times"]
+    step_line = (f"{STEP_TIME}: mean {fmt_ns(doc['summary']['mean_step_ns'])}; "
+                 + ", ".join(f"step {s['step']} {fmt_ns(s['step_ns'])}" for s in steps[:12])) if steps else None
+    tables = [
+        TableView(title="Stalls by root cause (one row per cascade of waits)",
+                  columns=["root", "step", "busy", "waits", "lost", "worst wait"],
+                  rows=[[c.root, c.step, c.busy, c.waits, c.lost, c.worst] for c in root_cause_rows(result, top)],
+                  caption="root: the rank at the end of the chain of waits; busy: how long it was busy with its own "
+                          "work while the others waited; lost: every waiting rank's wait, summed."),
+        TableView(title="Stragglers", columns=["rank", "last", "of", "delay", "caused", "excess", "steps"],
+                  rows=[[s.rank, s.last, s.of, s.delay, s.caused, s.excess, s.steps]
+                        for s in straggler_rows(result, top)], caption=STRAGGLER_LEGEND)]
+    cp = doc["critical_path"]
+    cp_dims = sorted({d["dim"] for c in cp for d in c["comm_by_dim"]})
+    tables.append(TableView(
+        title="Critical path per step",
+        columns=["step", "step time", "compute", *(f"{d} comm" for d in cp_dims), "idle", "ranks", "jumps"],
+        rows=[[str(c["step"]), fmt_ns(c["step_ns"]), fmt_ns(c["compute_ns"]),
+               *(fmt_ns({d["dim"]: d["ns"] for d in c["comm_by_dim"]}.get(dim, 0)) for dim in cp_dims),
+               fmt_ns(c["idle_ns"]), ",".join(map(str, c["ranks"])), str(c["hops"])] for c in cp[:top]],
+        caption="Walked back from the rank that ended the step, jumping to the rank it waited for; idle: nothing "
+                "traced on the path (host time, data loading, start skew)."))
+    agg = result.per_rank_means()
+    if agg.height:
+        tables.append(TableView(
+            title="Per rank (mean per step window)", columns=["rank", "window", "compute", "exposed comm", "idle"],
+            rows=[[str(r["rank"]), fmt_ns(r["span"]), fmt_ns(r["compute"]), fmt_ns(r["exposed"]), fmt_ns(r["idle"])]
+                  for r in agg.head(max(top, 16)).iter_rows(named=True)],
+            caption="window: the rank's own ProfilerStep span (not the step time, which runs from the first "
+                    "rank in to the last rank out)."))
+    tables.append(TableView(
+        title="EP groups", columns=["group", "ranks", "splits", "hot rank", "hot share", "imbalance", "inter-host"],
+        rows=[[str(e["group"]), f"{e['present']} of {e['members']}" if not e["complete"] else str(e["members"]),
+               "assumed" if e["splits_assumed"] >= 1 else ("measured" if not e["splits_assumed"] else
+                                                           f"{100 * e['splits_assumed']:.0f}% assumed"),
+               "-" if e["hot_rank"] is None else str(e["hot_rank"]), fmt_pct(e["hot_share"]),
+               "-" if e["imbalance"] is None else f"{e['imbalance']:.2f}x", fmt_pct(e["inter_host_share"])]
+              for e in doc["ep"][:top]],
+        caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
+                "received per rank; inter-host: '-' when hosts are unknown."))
+    by_instance = [b for b in doc["bandwidth"] if b["basis"] == "instance"]
+    tables.append(TableView(
+        title="Bandwidth (median per group and op)", columns=["group", "op", "dim", "n", "size", "busbw"],
+        rows=[[str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
+               fmt_rate(b["busbw_median_gbps"])] for b in by_instance[:top]],
+        caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
+                "all_to_all (n-1)/n; 1 otherwise)."))
+    by_kernel = [b for b in doc["bandwidth"] if b["basis"] == "kernel_time"]
+    tables.append(TableView(
+        title="Bandwidth from kernel times (per group, op and size; no other rank of the call is in the run)",
+        columns=["group", "op", "dim", "n", "size", "kernel time", "busbw (at least)"],
+        rows=[[str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
+               fmt_ns(b["duration_median_ns"]), fmt_rate(b["busbw_median_gbps"])] for b in by_kernel[:top * 2]],
+        caption="kernel time: the median kernel duration, an upper bound on the transfer (it includes waiting for "
+                "the ranks outside the run), so busbw is a lower bound; factors as above."))
+    for mb in result.microbench:
+        tables.append(TableView(
+            title=f"nccl-tests {mb.test or ''} busbw ({mb.nranks or '?'} ranks, {mb.source})",
+            columns=["size (B)", "time (us)", "busbw (GB/s)", "in-place time (us)", "in-place busbw (GB/s)"],
+            rows=[[str(x.size_bytes), _num(x.oop_time_us, 1), _num(x.oop_busbw_gbps, 2), _num(x.ip_time_us, 1),
+                   _num(x.ip_busbw_gbps, 2)] for x in mb.sizes],
+            caption=f"as nccl-tests printed it (out-of-place, then in-place); peak {fmt_rate(mb.peak_busbw_gbps)} "
+                    f"at {fmt_bytes(mb.peak_size_bytes)} ({mb.peak_side})."))
+    used, idle = group_rows(result)
+    tables.append(TableView(
+        title="Groups (with collective calls in the trace)", columns=["group", "name", "size", "dims", "calls"],
+        rows=[[g.group, g.label, str(g.size or "-"), g.dims, f"{g.calls:,}"] for g in used[:top * 2]],
+        caption=f"{idle} more group{'s' if idle != 1 else ''} declared by the trace "
+                f"carr{'y' if idle != 1 else 'ies'} no collective call (tracekit info lists them)." if idle else None))
+    a = result.alignment
+    alignment = None if not result.collectives.num_rows else (
+        f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
+        f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, max {fmt_ns(a.residual_ns['max'])}")
+    return AnalysisView(findings=findings, steps=step_line, tables=tables, alignment=alignment)
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 # ------------------------------------------------------------------------------------------
 # replay
 

@@ -654,6 +654,19 @@ class Run:
     def events(self, ranks: Iterable[int] | None = None) -> pa.Table:
         return read_events(self.path, self.event_files(ranks))
 
+    @staticmethod
+    def rank_of(event_file: Path) -> int:
+        """The rank whose partition an event file (from `event_files`) is in."""
+        return int(event_file.parent.name.split("=", 1)[1])
+
+    def source_table(self, key: str, name: str) -> pa.Table | None:
+        """One source's own table as its parser wrote it (`part_path`), conformed; None when that
+        source has none. The merged tables keep one source per rank; this is every source's."""
+        path = part_path(self.path, key, name)
+        if not path.is_file():
+            return None
+        return schema.conform(name, pq.read_table(path))
+
     def save(self, what: str, write: Any) -> Any:
         """Run `write()` (which writes a derived file) under the lock; on a read-only run, a full
         disk or a busy lock, note it in `unsaved` and go on (the caller's results are still
@@ -752,6 +765,11 @@ def _current_generation(run_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return manifest_generation(manifest) if isinstance(manifest, dict) else None
+
+
+def part_path(run_dir: str | os.PathLike[str], key: str, name: str) -> Path:
+    """Where one source's own table NAME is kept: RUN/sources/KEY/NAME.parquet."""
+    return Path(run_dir) / "sources" / key / f"{name}.parquet"
 
 
 def _rank_dirs(root: Path) -> list[Path]:

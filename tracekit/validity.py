@@ -252,8 +252,10 @@ def check_run_dir(run_dir: str | os.PathLike[str], sources: Sequence[Any], *,
     `path`, `ranks`, `ts_min_ns`, `ts_max_ns`): the hook ingest calls before it merges."""
     import pyarrow.parquet as pq
 
+    from tracekit.store import part_path
+
     def part(key: str, name: str) -> pa.Table | None:
-        path = Path(run_dir) / "sources" / key / f"{name}.parquet"
+        path = part_path(run_dir, key, name)
         return pq.read_table(path) if path.is_file() else None
 
     facts = []

@@ -1,8 +1,9 @@
 """The standalone HTML report: `build_report_data` (plain data, unit-tested) and `write_report`.
 
 The report draws the typed results of the library and decides nothing itself: the analysis
-(`tracekit.analysis.analyze`), the hang verdict (`tracekit.hang`, carried by the analysis) and
-the replay (`tracekit.replay.engine.ReplayResult`). It is one file (Bokeh `file_html`,
+(`tracekit.analysis.analyze`), the hang verdict (`tracekit.hang`, carried by the analysis), the
+replay (`tracekit.replay.engine.ReplayResult`) and the telemetry comparison, which the front door
+gathers (`tracekit.workflows.report`). It is one file (Bokeh `file_html`,
 resources inline by default so it works offline; a CDN is opt-in) with tabs, in this order and
 each only when its data exists: Summary, Timeline, Overlap, EP, Links, Replay, What-if, Hang. Every
 string from a trace is escaped: Bokeh escapes tooltip fields, and the HTML written here goes
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -28,6 +29,12 @@ from tracekit.store import Run
 from tracekit.telemetry import telemetry_summary
 from tracekit.validity import run_name
 from tracekit.viz import data as D
+
+if TYPE_CHECKING:
+    from tracekit.hang import HangResult
+    from tracekit.replay.engine import ReplayResult
+    from tracekit.telemetry.compare import TelemetryComparison
+    from tracekit.whatif import WhatIfResult
 
 TAB_ORDER = ("Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "What-if", "Hang")
 WIDTH = 1400
@@ -61,28 +68,22 @@ def _typed(analysis: Any, replay: Any, hang: Any) -> None:
         raise TypeError(f"hang must be a HangResult, not {type(hang).__name__}")
 
 
-def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisResult | None = None,
-                      replay: Any = None, hang: Any = None, whatif: Any = None,
+def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisResult,
+                      replay: ReplayResult | None = None, hang: HangResult | None = None,
+                      whatif: WhatIfResult | None = None, links: TelemetryComparison | None = None,
                       width_px: int = WIDTH - PLOT_MARGIN,
                       max_glyphs: int = 60_000,
                       max_total: int = 250_000) -> dict[str, Any]:
     """Everything the report shows, as plain data (dicts, lists, numpy arrays); no Bokeh.
 
-    `analysis` is the run's `AnalysisResult` (computed with `tracekit.analysis.analyze` when
-    omitted); `replay` a `ReplayResult` (read from the run's results/replay.json when omitted);
-    `hang` a `HangResult` (the analysis' own, from the same code as `tracekit hang`, when omitted);
-    `whatif` a `tracekit.whatif.WhatIfResult` (the What-if tab only appears with one).
+    `analysis` is the run's `AnalysisResult`; `replay` a `ReplayResult`; `hang` a `HangResult`
+    (the analysis' own, from the same code as `tracekit hang`, when omitted); `whatif` a
+    `tracekit.whatif.WhatIfResult` (the What-if tab only appears with one); `links` the
+    measured-vs-replayed `TelemetryComparison`. `tracekit.workflows.report_data` gathers them
+    from a run (the analysis computed, the rest as stored).
     """
     _typed(analysis, replay, hang)
     run = run if isinstance(run, Run) else Run(run)
-    if analysis is None:
-        from tracekit.analysis import analyze
-
-        analysis = analyze(run, write=False)
-    if replay is None:
-        from tracekit.replay.engine import ReplayResult
-
-        replay = ReplayResult.load(run)
     hang = hang if hang is not None else analysis.hang
     events = run.scan("events").collect() if run.has("events") else pl.DataFrame(
         schema={"rank": pl.Int32, "kind": pl.String, "name": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64,
@@ -91,7 +92,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     td = D.timeline_data(analysis, events, width_px=width_px, max_glyphs=max_glyphs, max_total=max_total)
     links = D.link_data(run.table("link_samples"), run.table("topology_links"),
                         order=list(replay.topologies) if replay is not None else (), t0_ns=td.t0_ns)
-    link_compare = _link_comparison(run, replay, td.t0_ns)
+    link_compare = _link_comparison(run, links, td.t0_ns)
     hd = D.hang_data(hang) if hang is not None and (hang.hung or hang.source == "flight_recorder") else None
     name = run_name(run)
     caveats = _caveats(analysis)
@@ -124,16 +125,11 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     return data
 
 
-def _link_comparison(run: Run, replay: Any, t0_ns: int | None) -> dict[str, Any]:
-    """The measured-vs-replayed panel's data from the replay's `TelemetryComparison` (else the
-    run's stored results/links.json)."""
-    from tracekit.telemetry.compare import load_comparison
+def _link_comparison(run: Run, links: TelemetryComparison | None, t0_ns: int | None) -> dict[str, Any]:
+    """The measured-vs-replayed panel's data from a `TelemetryComparison`."""
     from tracekit.viz.links import comparison_data
 
-    cmp = getattr(replay, "telemetry", None)
-    if cmp is None:
-        cmp = load_comparison(run)
-    return comparison_data(cmp, has_telemetry=run.has("counters"), t0_ns=t0_ns)
+    return comparison_data(links, has_telemetry=run.has("counters"), t0_ns=t0_ns)
 
 
 def _caveats(analysis: AnalysisResult) -> dict[str, list[str]]:
@@ -243,11 +239,13 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
 
 
 def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[str], *,
-                 analysis: AnalysisResult | None = None, replay: Any = None, hang: Any = None,
-                 whatif: Any = None, cdn: bool = False, width: int = WIDTH) -> ReportInfo:
-    """Write the standalone HTML report for a run; return where, how big, and what was merged."""
+                 analysis: AnalysisResult, replay: ReplayResult | None = None, hang: HangResult | None = None,
+                 whatif: WhatIfResult | None = None, links: TelemetryComparison | None = None, cdn: bool = False,
+                 width: int = WIDTH) -> ReportInfo:
+    """Write the standalone HTML report for a run (the results as `build_report_data` takes them;
+    `tracekit.workflows.report` gathers them); return where, how big, and what was merged."""
     status("report: collecting the tables")
-    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif,
+    data = build_report_data(run, analysis=analysis, replay=replay, hang=hang, whatif=whatif, links=links,
                              width_px=width - PLOT_MARGIN)
     status("report: drawing the plots")
     text = render(data, cdn=cdn, width=width)

@@ -100,7 +100,9 @@ def run_dir(tmp_path_factory):
 
 
 def test_analyze_writes_back_into_the_run(run_dir):
-    analyze(run_dir)
+    from tracekit import workflows
+
+    workflows.analyze(run_dir)
     run = Run(run_dir)
     assert json.loads((run_dir / "results" / "analysis.json").read_text())["schema"] == "tracekit.analysis/1"
     dims = pl.from_arrow(run.table("groups"))["dims"].to_list()

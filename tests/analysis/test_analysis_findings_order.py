@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analysis import analyze
-from tracekit.replay.engine import open_run
+from tracekit.workflows import open as open_run
 
 REAL = Path(__file__).parents[2].parent / "shared" / "real_traces"
 FR_HANG = REAL / "flight_recorder" / "gloo_torch2.13_cpu" / "missing_rank" / "json"

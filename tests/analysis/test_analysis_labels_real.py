@@ -11,7 +11,7 @@ import pytest
 
 from tracekit.analysis import analyze
 from tracekit.analysis.classify import embedding_all_to_all
-from tracekit.replay.engine import open_run
+from tracekit.workflows import open as open_run
 
 REAL = Path(__file__).parents[2].parent / "shared" / "real_traces"
 DLRM = REAL / "kineto" / "param_dlrm_kineto_8rank"
@@ -37,7 +37,7 @@ def test_dlrm_embedding_all_to_all_is_not_ep(tmp_path: Path) -> None:
 
 def test_whatif_eplb_on_dlrm_says_its_all_to_all_is_not_ep(tmp_path: Path) -> None:
     from tracekit.errors import TracekitError
-    from tracekit.whatif import whatif
+    from tracekit.workflows import whatif
 
     with pytest.raises(TracekitError, match="its 40 all-to-all calls are OTHER, not expert parallelism"):
         whatif(_run(DLRM, tmp_path), ["eplb:redundant=1"])
@@ -59,7 +59,7 @@ def test_mi300_argless_kernels_take_the_groups_reduction_dim(tmp_path: Path) -> 
 
 
 def test_flight_recorder_hang_with_no_splits_gets_no_ep_tab(tmp_path: Path) -> None:
-    from tracekit.viz.report import build_report_data
+    from tracekit.workflows import report_data as build_report_data
 
     run = _run(FR_HANG, tmp_path)
     res = analyze(run, write=True)

@@ -15,11 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import main
-from tracekit.export import REPLAY_PID_BASE, STALL_CAT, export_chrome
+from tracekit.export import REPLAY_PID_BASE, STALL_CAT
 from tracekit.ingest import ingest
 from tracekit.parsers import kineto
 from tracekit.store import Run, SourceSink
 from tracekit.synth import make_run_tables, write_kineto
+from tracekit.workflows import export as export_chrome
 
 SKEW_NS = 3_000_000
 REPO = Path(__file__).resolve().parents[2]
@@ -250,7 +251,7 @@ def test_names_are_escaped_json(tmp_path):
 
 
 def test_replayed_timelines_are_extra_processes(synth_run, tmp_path):
-    from tracekit.replay.engine import replay_run
+    from tracekit.workflows import replay as replay_run
 
     run_path = tmp_path / "run"
     shutil.copytree(synth_run[0], run_path)

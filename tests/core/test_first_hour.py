@@ -60,8 +60,8 @@ def test_analyze_shows_the_busbw_table_and_its_peak(nccl_tests_run):
 
 @needs_real
 def test_report_shows_the_busbw_table(nccl_tests_run, tmp_path):
-    from tracekit.viz.report import build_report_data
     from tracekit.viz.summary import summary_html
+    from tracekit.workflows import report_data as build_report_data
 
     data = build_report_data(nccl_tests_run)
     assert data["presence"] == "16 ranks (nccl-tests header), no trace" and len(data["hosts"]) == 2
@@ -207,8 +207,8 @@ def test_info_accounts_for_every_counter_sample(infiniband_run):
 
 @needs_real
 def test_report_of_a_telemetry_run_summarises_it(infiniband_run):
-    from tracekit.viz.report import build_report_data
     from tracekit.viz.summary import summary_html
+    from tracekit.workflows import report_data as build_report_data
 
     data = build_report_data(infiniband_run)
     html = summary_html(data)
@@ -291,7 +291,7 @@ def test_info_analyze_and_export_take_a_trace_folder(tmp_path):
     """The bundled gloo sample's folder, given where a run directory was required: ingested into
     the run `tracekit replay` keeps for the same folder, and said so."""
     from tracekit.ingest import cache_dir
-    from tracekit.replay.engine import open_run as replay_open_run
+    from tracekit.workflows import open as replay_open_run
 
     result = CliRunner().invoke(main, ["info", str(SAMPLE)])
     assert result.exit_code == 0, result.output

@@ -299,7 +299,7 @@ def test_mangled_or_interleaved_lines_never_raise_and_balance(tmp_path: Path, it
 def test_hang_from_a_log_with_p2p_gaps_in_the_opcount(tmp_path: Path) -> None:
     """opCount also counts Send/Recv: rank 3 stopped after its Send/Recv (opCount 3) while the
     others issued the AllGather (opCount 4): the first divergent collective is 4, not 3."""
-    from tracekit.hang import hang_from_paths
+    from tracekit.workflows import hang as hang_from_paths
 
     job = Job("2.24", warn_rank=3)
     lines = [ln for ln in job_log(job) if not (ln.startswith(f"{job.host(3)}:{job.pid(3)}:") and "AllGather" in ln)]
@@ -315,7 +315,7 @@ def test_hang_from_a_log_with_p2p_gaps_in_the_opcount(tmp_path: Path) -> None:
 
 
 def test_hang_agrees_when_every_rank_logged_the_same_calls(tmp_path: Path) -> None:
-    from tracekit.hang import hang_from_paths
+    from tracekit.workflows import hang as hang_from_paths
 
     (tmp_path / "job.log").write_text("\n".join(job_log(Job("2.19"))) + "\n")
     result = hang_from_paths([str(tmp_path / "job.log")], out=tmp_path / "run")

@@ -114,7 +114,7 @@ def test_gfbench_straggler_is_rank_0(tmp_path: Path) -> None:
     """Rank 1 enqueued opCount 0..0x11, rank 0 only reached 0x10 (the delayed rank)."""
     if not (REAL / GF).is_dir():
         pytest.skip(f"real traces not present at {REAL}")
-    from tracekit.hang import hang_from_paths
+    from tracekit.workflows import hang as hang_from_paths
 
     result = hang_from_paths([str(REAL / GF)], out=tmp_path / "run")
     (g,) = result.groups

@@ -23,7 +23,7 @@ REAL = ROOT.parent / "shared" / "real_traces"
 
 def _prepared(path: Path, tmp: Path) -> dict:
     from tracekit.analysis import prepare
-    from tracekit.replay.engine import open_run
+    from tracekit.workflows import open as open_run
 
     return dict(prepare(open_run([path], cache=tmp), write=False))
 

@@ -210,7 +210,7 @@ def dlrm(tmp_path_factory):
     if not DLRM.is_dir():
         pytest.skip(f"{DLRM} is not here (the real traces live in ../shared)")
     from tracekit.analysis import prepare
-    from tracekit.replay.engine import open_run
+    from tracekit.workflows import open as open_run
 
     tables = prepare(open_run([DLRM], cache=tmp_path_factory.mktemp("dlrm") / "run"), write=False)
     return replay(tables, [V100, FAST_NVLINK])
@@ -260,7 +260,8 @@ def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
     import json
 
     from tracekit.replay.calibration import TwoTerms, applied
-    from tracekit.replay.engine import ReplayError, calibration_from
+    from tracekit.replay.engine import ReplayError
+    from tracekit.workflows import calibration
 
     terms = {"all_reduce:ring": TwoTerms(3.0, 1.5, 4, 3)}
     cal = applied(["all_reduce", "all_reduce", "all_to_all"], np.array([1e6, 1e6, 1e6]), np.ones(3),
@@ -270,11 +271,11 @@ def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps({"run": "healthy", "topology": BASE, "efficiency": {"all_reduce:2^20": 2.0},
                                 "terms": {"all_reduce:ring": terms["all_reduce:ring"].to_dict()}}))
-    saved = calibration_from(path, BASE)
+    saved = calibration(path, [BASE]).saved
     assert saved.terms == terms and saved.efficiency == {"all_reduce:2^20": 2.0}
     path.write_text(json.dumps({"efficiency": {"all_reduce:2^20": 2.0}, "terms": {"all_reduce:ring": {"a": 1}}}))
     with pytest.raises(ReplayError, match=r"calibration\.json: two-term calibration values must be numbers"):
-        calibration_from(path, BASE)
+        calibration(path, [BASE])
 
 
 def test_a_large_group_without_steps_is_cross_validated_in_ten_folds(monkeypatch):

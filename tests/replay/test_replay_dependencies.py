@@ -140,7 +140,8 @@ def test_cuda_sync_edges_on_a_real_trace(tmp_path):
     import json
     from pathlib import Path
 
-    from tracekit.replay.engine import dependency_edges, open_run
+    from tracekit.replay.engine import dependency_edges
+    from tracekit.workflows import open as open_run
 
     path = Path(__file__).parents[3] / "shared" / "real_traces" / "kineto" / "hta_edge_cases"
     path = path / "event_sync_trace.json.gz"

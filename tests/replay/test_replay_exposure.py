@@ -12,8 +12,9 @@ import pytest
 
 from tracekit.analysis import analyze, prepare
 from tracekit.analysis.breakdown import mean_exposure
-from tracekit.replay.engine import identity, open_run, replay
+from tracekit.replay.engine import identity, replay
 from tracekit.viz import data as D
+from tracekit.workflows import open as open_run
 
 ROOT = Path(__file__).parents[2]
 REAL = ROOT.parent / "shared" / "real_traces" / "kineto"

@@ -142,7 +142,7 @@ _ROWS: dict[str, list] = {}
 
 def _rows(key: str) -> list:
     if key not in _ROWS:
-        from tracekit.replay.engine import open_run
+        from tracekit.workflows import open as open_run
 
         name, spec = FILES[key]
         run = open_run([REAL / name])

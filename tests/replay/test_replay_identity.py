@@ -51,7 +51,7 @@ def test_identity_json_shape():
 
 def _prepared(path: Path, tmp: Path) -> dict:
     from tracekit.analysis import prepare
-    from tracekit.replay.engine import open_run
+    from tracekit.workflows import open as open_run
 
     return prepare(open_run([path], cache=tmp), write=False)
 

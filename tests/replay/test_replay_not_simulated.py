@@ -103,7 +103,8 @@ def test_whatif_on_a_run_with_nothing_simulated_replays_no_collective_scenario()
 def test_four_ranks_of_the_bundled_sample_score_only_their_simulated_collectives(tmp_path: Path) -> None:
     """Ranks 0-3 of the 16-rank sample: their PP sends go to ranks outside (not simulated), their
     EP all-to-alls and DP all-reduces have members inside (simulated among those)."""
-    from tracekit.replay.engine import open_run, replay_run
+    from tracekit.workflows import open as open_run
+    from tracekit.workflows import replay as replay_run
 
     paths = [ROOT / "sample_traces" / "synth_moe_16rank" / f"rank{r}.pt.trace.json.gz" for r in range(4)]
     res = replay_run(open_run(paths, cache=tmp_path / "run"), ["rail-optimized"], write=False)
@@ -137,7 +138,7 @@ def test_real_one_rank_trace_reports_no_replay_error(name: str, tmp_path: Path) 
     text = subprocess.run(base, capture_output=True, text=True, env=env, check=True).stdout
     assert text.splitlines()[0].startswith("replay error: not available: nothing was simulated")
     assert "0.0%" not in text and "(+" not in text
-    from tracekit.viz.report import build_report_data
+    from tracekit.workflows import report_data as build_report_data
 
     report = build_report_data(tmp_path / "run")
     assert "Links" not in report["tabs"] and "Replay" in report["tabs"]

@@ -7,10 +7,10 @@ import polars as pl
 import pytest
 
 from tracekit.ingest import ingest
-from tracekit.replay.engine import replay_run
 from tracekit.store import Run
 from tracekit.synth import make_run_tables, write_kineto
 from tracekit.telemetry.synth import write_switch_telemetry
+from tracekit.workflows import replay as replay_run
 
 BACKGROUND = {"node003": 2e9}  # bytes/s each way on node003's HCA cable: north-south load
 

@@ -83,8 +83,7 @@ def two_of_128(tmp_path_factory: pytest.TempPathFactory) -> Pipeline:
 @pytest.fixture(scope="session")
 def synth_whatif(synth: Pipeline) -> tuple[Any, dict[str, Any]]:
     """`tracekit.whatif` on the bundled 16-rank sample, and the report data built with it."""
-    from tracekit.viz.report import build_report_data
-    from tracekit.whatif import whatif
+    from tracekit import workflows
 
-    result = whatif(synth.run.path, WHATIF_SCENARIOS, topology=WHATIF_TOPOLOGY)
-    return result, build_report_data(synth.run, analysis=synth.analysis, replay=synth.replay, whatif=result)
+    result = workflows.whatif(synth.run.path, WHATIF_SCENARIOS, topology=WHATIF_TOPOLOGY)
+    return result, workflows.report_data(synth.run, analysis=synth.analysis, replay=synth.replay, whatif=result)

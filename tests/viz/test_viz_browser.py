@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from viz_runs import HOSTILE
 
-from tracekit.viz.report import write_report
+from tracekit.workflows import report as write_report
 
 pytestmark = pytest.mark.browser
 

@@ -165,7 +165,7 @@ def test_replay_quotes_the_analysis_step_time_when_events_carry_no_step(one_of_e
     replay printed a traced step of 84.5 ms against the analysis' 87.4 ms."""
     import polars as pl
 
-    from tracekit.replay.engine import replay_run
+    from tracekit.workflows import replay as replay_run
 
     want = {str(s): ns for s, ns in pl.from_arrow(one_of_eight.analysis.step_times).select("step", "step_ns")
             .iter_rows()}
@@ -208,7 +208,7 @@ def test_stall_table_is_one_row_per_cascade(synth) -> None:
 def test_replay_of_a_partial_run_says_so(one_of_eight) -> None:
     """Regression: rank 0 of an 8-rank job replayed with error 0.0% and the same step on every
     topology, without a word that 7 of its 8 ranks were absent."""
-    from tracekit.replay.engine import replay_run
+    from tracekit.workflows import replay as replay_run
 
     res = replay_run(one_of_eight.run.path, ["single-switch", "fat-tree:nic_gbps=100,oversub=4"])
     partial = [f for f in res.findings if f.kind == "replay_caution" and f.data.get("reason") == "partial_run"]
@@ -220,7 +220,8 @@ def test_replay_baseline_far_from_the_trace_is_a_caution(two_of_128) -> None:
     """Regression: a baseline replay +29% off the traced step came with no caution. On the real 2-rank
     HTA trace the replay of step 551 is more than 5% off: the Replay tab and the Summary say it. (The
     gloo sample showed it before; a CPU/gloo run is no longer replayed on a GPU fabric.)"""
-    from tracekit.replay.engine import CAUTION_STEP, replay_run
+    from tracekit.replay.engine import CAUTION_STEP
+    from tracekit.workflows import replay as replay_run
 
     replay = replay_run(two_of_128.run.path, GLOO_TOPOLOGIES, write=False)
     base = replay.results[0]

@@ -9,9 +9,10 @@ from typing import Any
 
 from tracekit.analysis import AnalysisResult, analyze
 from tracekit.ingest import ingest
-from tracekit.replay.engine import ReplayResult, replay_run
+from tracekit.replay.engine import ReplayResult
 from tracekit.store import Run
-from tracekit.viz.report import build_report_data
+from tracekit.workflows import replay as replay_run
+from tracekit.workflows import report_data as build_report_data
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"

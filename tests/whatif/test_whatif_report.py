@@ -8,8 +8,8 @@ import pytest
 
 from tracekit.synth import SynthSpec, make_run_tables, write_run
 from tracekit.viz import data as D
-from tracekit.viz.report import write_report
-from tracekit.whatif import whatif
+from tracekit.workflows import report as write_report
+from tracekit.workflows import whatif
 
 HOSTILE = "<img src=x onerror=window.__pwned=1>"
 SPEC = SynthSpec(hosts=2, gpus_per_host=4, pp=2, ep=4, steps=1, straggler_rank=None)

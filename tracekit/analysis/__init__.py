@@ -7,6 +7,7 @@ findings in words. See docs/analysis.md.
 
 from __future__ import annotations
 
+from tracekit.analysis._frames import frame
 from tracekit.analysis.classify import classify, parse_dims
 from tracekit.analysis.clocks import align_clocks
 from tracekit.analysis.core import AnalysisResult, analyze, prepare
@@ -14,6 +15,6 @@ from tracekit.analysis.findings import fmt_ns
 from tracekit.analysis.matching import match_collectives
 
 __all__ = [
-    "AnalysisResult", "align_clocks", "analyze", "classify", "fmt_ns", "match_collectives",
+    "AnalysisResult", "align_clocks", "analyze", "classify", "fmt_ns", "frame", "match_collectives",
     "parse_dims", "prepare",
 ]

@@ -1,4 +1,4 @@
-"""The front door: `prepare` (match, align, classify) and `analyze` (everything, with findings)."""
+"""The analysis: `prepare` (match, align, classify) and `analyze` (everything, with findings)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,8 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
-    `write=True`, the prepared tables and results/analysis.json are written into the run.
+    `write=True`, the prepared tables are written back into the run (results/analysis.json is
+    the front door's, `tracekit.workflows.analyze`).
     A run directory's events are read per rank partition (`tracekit.analysis.partitioned`), so
     memory is bounded by the largest partition, not the run; `executor` "ray" or
     "ray://HOST:PORT" maps those partitions over Ray tasks. `partitioned=False` loads every
@@ -222,8 +223,6 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     from tracekit.analysis.findings import findings
 
     result.findings = findings(result)
-    if run is not None and write:
-        run.write_json("analysis", result.to_json())
     return result
 
 

@@ -113,21 +113,20 @@ def open_run_arg(path: Any) -> Any:
     `tracekit replay` uses for the same path, with a note on stderr saying where."""
     from pathlib import Path
 
+    from tracekit import workflows
     from tracekit.errors import TracekitError
-    from tracekit.ingest import open_run
+    from tracekit.ingest import is_run_dir
 
     if not Path(path).exists():
         raise TracekitError(f"{path}: no such file or directory (so not a tracekit run directory, nor traces)")
-    from tracekit.store import MARKER, Run
-
-    if Run.is_run(path) or (Path(path) / MARKER).exists():
-        return Run(path)  # a run directory: its own error (a malformed manifest, say) as is
+    if is_run_dir([path]):
+        return workflows.open(path)  # a run directory: its own error (a malformed manifest, say) as is
     try:
-        run, ingested = open_run([path])
+        got = workflows.opened([path])
     except TracekitError as exc:
         raise TracekitError(f"{path}: not a tracekit run directory, and ingesting it as traces failed ({exc}); "
                             "run `tracekit ingest PATH -o RUN` to see what was read") from exc
-    if ingested:
-        click.echo(term(f"note: {path} is not a run directory: ingested into {run.path} (the run `tracekit "
+    if got.ingested:
+        click.echo(term(f"note: {path} is not a run directory: ingested into {got.run.path} (the run `tracekit "
                         "replay` keeps for these traces; later commands on them reuse it)"), err=True)
-    return run
+    return got.run

@@ -35,10 +35,10 @@ def diff(a: str, b: str, as_json: bool, top: int, topology: str | None, report_p
     A and B are run directories or raw traces (ingested first, as `replay` does). Mismatched runs
     (world size, steps, groups, missing ranks) are matched where possible and said.
     """
-    from tracekit.diff import diff_runs
+    from tracekit import workflows
     from tracekit.results import dumps
 
-    result = diff_runs(a, b, topology=topology)
+    result = workflows.diff(a, b, topology=topology)
     if as_json:
         click.echo(dumps(result))
     else:

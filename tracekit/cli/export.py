@@ -23,11 +23,11 @@ def export(run: Path, chrome: Path, no_flows: bool, no_stalls: bool, no_replay: 
     arrows, stalls as slices, and replayed timelines as extra processes. RUN|PATH is a run
     directory, or a trace file or folder, ingested first into the run `tracekit replay` keeps for it
     (with the timelines a replay stored there)."""
-    from tracekit.export import export_chrome
+    from tracekit import workflows
     from tracekit.results import dumps
 
-    summary = export_chrome(open_run_arg(run), chrome, flows=not no_flows, stalls=not no_stalls,
-                            include_replay=not no_replay)
+    summary = workflows.export(open_run_arg(run), chrome, flows=not no_flows, stalls=not no_stalls,
+                               include_replay=not no_replay)
     if as_json:
         click.echo(dumps(summary, sort_keys=True))
         return

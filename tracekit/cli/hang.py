@@ -15,7 +15,8 @@ from tracekit.cli._common import json_option, unsaved_note, user_errors
 @click.argument("paths", nargs=-1, required=True)
 @json_option
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Ingest raw dumps into this run directory (kept and reused) instead of a temporary one.")
+              help="Ingest raw dumps into this run directory instead of the cache `tracekit replay` keeps for "
+                   "the same paths (both kept and reused).")
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Rank for a dump whose content and file name name none.")
 @click.option("--no-write", is_flag=True, help="Do not save results/hang.json in the run directory.")
@@ -29,16 +30,16 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
     per communicator, and the NCCL warnings and watchdog timeouts of the ranks involved are shown.
     A hang is a finding, not an error: the exit code is 0.
     """
-    from tracekit.hang import hang_from_paths, hang_from_run
+    from tracekit import workflows
     from tracekit.store import Run
 
     if len(paths) == 1 and Run.is_run(paths[0]):
         r = Run(paths[0])
         r.require_data()
-        result = hang_from_run(r, write=not no_write)
+        result = workflows.hang(r, write=not no_write)
         unsaved_note(r)
     else:
-        result = hang_from_paths(list(paths), out=out, rank=rank, write=not no_write)
+        result = workflows.hang(list(paths), out=out, rank=rank, write=not no_write)
     if as_json:
         click.echo(result.dumps())
         return

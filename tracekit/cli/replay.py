@@ -48,10 +48,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     from tracekit._progress import status
 
     status("replay: loading libraries")
-    from tracekit.errors import TracekitError
+    from tracekit import workflows
     from tracekit.present import printable, replay_comparison
-    from tracekit.replay.engine import baseline_of, open_run, replay_run
-    from tracekit.replay.engine import calibration_from as load_calibration
 
     if not topologies and baseline is None:
         raise click.UsageError("give at least one --topology")
@@ -61,23 +59,18 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
         return
     if not paths:
         raise click.UsageError("give a run directory or trace paths (or --nccl-tests FILE)")
-    run = open_run(list(paths), cache=cache)
+    run = workflows.open(list(paths), cache=cache)
     run.require_data()
     from tracekit.microbench import replay_hint
 
     hint = replay_hint(run, topologies[0] if topologies else str(baseline))
     if hint is not None:
         raise click.ClickException(hint)
-    options: dict = {}
-    notes = []
-    if calibration_from is not None:
-        base = baseline_of(topologies, baseline)
-        saved = load_calibration(calibration_from, base, algo=algo)
-        options = {"efficiency": saved.efficiency, "terms": saved.terms, "calibrated_on": saved.name}
-        if saved.topology is not None and saved.topology != str(base):
-            notes.append(f"note: the calibration was fitted on {saved.topology}, applied to baseline {base}")
-    result = replay_run(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
-                        merge=merge, **options)
+    saved = (workflows.calibration(calibration_from, topologies, baseline=baseline, algo=algo)
+             if calibration_from is not None else None)
+    notes = [f"note: {saved.note}"] if saved is not None and saved.note else []
+    result = workflows.replay(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
+                              merge=merge, calibration=saved)
     unsaved_note(run)
     if as_json:
         click.echo(result.dumps())
@@ -92,13 +85,9 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
         if result.results:
             _physics_notes(topologies)
     if report_path is not None:
-        try:
-            from tracekit.viz.report import write_report
-        except ImportError as exc:
-            raise TracekitError("--report needs tracekit.viz.report, which is not available") from exc
         status(f"replay: writing the report to {report_path}")
-        info = write_report(run, report_path, replay=result)
-        click.echo(f"report: {getattr(info, 'path', report_path)}")
+        info = workflows.report(run, report_path, replay=result)
+        click.echo(f"report: {info.path}")
 
 
 def _physics_notes(topologies: tuple[str, ...]) -> None:
@@ -112,10 +101,10 @@ def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_jso
                 report_path: Path | None) -> None:
     import json
 
+    from tracekit import workflows
     from tracekit.present import nccl_tests_lines
-    from tracekit.replay.validate import nccl_tests_report
 
-    report = nccl_tests_report(path, topology, cache=cache, algo=algo)
+    report = workflows.nccl_tests(path, topology, cache=cache, algo=algo)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -26,11 +26,11 @@ def report(run_dir: Path, out: Path, cdn: bool) -> None:
     RUN|PATH is a run directory, or a trace file or folder, ingested first into the run `tracekit
     replay` keeps for it.
     """
-    from tracekit.viz.report import write_report
+    from tracekit import workflows
 
     run = open_run_arg(run_dir)
     run.require_data()
-    info = write_report(run, out, cdn=cdn)
+    info = workflows.report(run, out, cdn=cdn)
     click.echo(f"wrote {info.path} ({_size(info.size_bytes)}; tabs: {', '.join(info.tabs)})")
     if info.merged_full_view or info.merged_intervals:
         click.echo(f"{info.raw_intervals:,} intervals: {info.merged_full_view:,} merged into busy bars at full view, "

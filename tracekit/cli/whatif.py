@@ -42,23 +42,17 @@ def whatif(run: str, scenarios: tuple[str, ...], topology: str, expert_loads: Pa
     """Replay RUN (a run directory or raw traces) changed by each SCENARIO and compare step time,
     exposed communication per dim, EP load and inter-host bytes with the baseline replay of the
     unchanged run on the same topology (model vs model, never vs the trace)."""
-    from tracekit.errors import TracekitError
+    from tracekit import workflows
     from tracekit.present import whatif_comparison
-    from tracekit.replay import open_run
     from tracekit.whatif import parse_scenario, read_expert_loads, read_expert_map
-    from tracekit.whatif import whatif as run_whatif
 
     parsed = [parse_scenario(s) for s in scenarios]
     if (expert_loads is None) != (expert_map is None):
         raise click.UsageError("--expert-loads and --expert-map go together")
     loads = read_expert_loads(expert_loads, read_expert_map(expert_map)) if expert_loads and expert_map else None
-    source = open_run([run], cache=cache)
-    result = run_whatif(source, parsed, topology=topology, expert_loads=loads)
+    source = workflows.open([run], cache=cache)
+    result = workflows.whatif(source, parsed, topology=topology, expert_loads=loads)
     click.echo(result.dumps()) if as_json else echo("\n".join(whatif_comparison(result)))
     if report_path is not None:
-        try:
-            from tracekit.viz.report import write_report
-        except ImportError as exc:
-            raise TracekitError("--report needs tracekit.viz.report, which is not available") from exc
-        info = write_report(source, report_path, whatif=result)
-        click.echo(f"report: {getattr(info, 'path', report_path)}")
+        info = workflows.report(source, report_path, whatif=result)
+        click.echo(f"report: {info.path}")

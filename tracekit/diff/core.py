@@ -59,25 +59,20 @@ def _analysis(source: RunSource) -> tuple[AnalysisResult, Run | None, Mapping[st
         return source, None, None
     if isinstance(source, Mapping):
         return analyze(source, write=False), None, source
-    run = source if isinstance(source, Run) else _open(source)
+    run = source if isinstance(source, Run) else Run(source)
     run.require_data()
     return analyze(run, write=False), run, None
 
 
-def _open(path: str | os.PathLike[str]) -> Run:
-    if not os.path.exists(path):
-        raise TracekitError(f"{os.fspath(path)}: no such run directory or trace")
-    from tracekit.replay.engine import open_run
-
-    return open_run([path])
-
-
-def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> RunDiff:
-    """Compare run B against run A (each a run directory, raw trace path, dict of tables, or an
-    `AnalysisResult`): the verdict, the decomposed step-time change, buckets, ranks, setup.
+def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None,
+              names: tuple[str, str] | None = None) -> RunDiff:
+    """Compare run B against run A (each a run directory, dict of tables, or an `AnalysisResult`;
+    `tracekit.workflows.diff` opens raw traces first): the verdict, the decomposed step-time
+    change, buckets, ranks, setup. `names` name the two runs (default: their paths).
 
     With `topology` (the network A ran on), both runs are also replayed on it with A's
     calibration, to split the change into network and job (`tracekit.diff.network`)."""
+    name_a, name_b = names if names is not None else (source_name(a), source_name(b))
     ra, run_a, tabs_a = _analysis(a)
     rb, run_b, tabs_b = _analysis(b)
     matching, pairs, rb, b_steps = match_runs(ra, rb)
@@ -96,8 +91,8 @@ def diff_runs(a: RunSource, b: RunSource, *, topology: str | None = None) -> Run
                                 "not analysis results")
         from tracekit.diff.network import network_or_job
 
-        network = network_or_job(src_a, src_b, topology, steps, b_steps, name_a=_name(a))
-    out = RunDiff(a=_name(a), b=_name(b), verdict="", matching=matching, decomposition=deco,
+        network = network_or_job(src_a, src_b, topology, steps, b_steps, name_a=name_a)
+    out = RunDiff(a=name_a, b=name_b, verdict="", matching=matching, decomposition=deco,
                   waits=wait_shifts(ra, rb, steps, rank_map, host_b),
                   buckets=bucket_changes(inst_a, inst_b, matching.groups, steps, deco.step_a_ns),
                   ranks=rank_shifts(ra, rb, steps, rank_map, host_b, deco.step_a_ns),
@@ -171,7 +166,7 @@ def _caution(m: Matching) -> str:
     return "; caution: " + "; ".join(n.split(";")[0] for n in said[:2])
 
 
-def _name(source: RunSource) -> str:
+def source_name(source: RunSource) -> str:
     if isinstance(source, Run):
         return str(source.path)
     if isinstance(source, str | os.PathLike):

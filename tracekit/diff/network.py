@@ -55,17 +55,15 @@ def _replay(source: Source, topology: str, fit: ReplayResult | None = None,
     both its one-factor efficiencies and its two-term fits)."""
     options = {} if fit is None else {"efficiency": dict(fit.efficiency), "terms": dict(fit.terms),
                                       "calibrated_on": calibrated_on}
-    if isinstance(source, Run):
-        from tracekit.replay.engine import replay_run
-
-        return replay_run(source, [topology], write=False, **options)
     from tracekit.analysis import prepare
     from tracekit.replay.engine import replay
 
     tables = dict(prepare(source, write=False))
     for name in ("channels", "topology_nodes", "topology_links"):
-        if name not in tables and source.get(name) is not None:
-            tables[name] = source[name]
+        if name not in tables:
+            table = (source.table(name) if source.has(name) else None) if isinstance(source, Run) else source.get(name)
+            if table is not None:
+                tables[name] = table
     return replay(tables, [topology], **options)
 
 

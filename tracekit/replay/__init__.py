@@ -13,9 +13,7 @@ from tracekit.replay.engine import (
     TopologyResult,
     dependency_edges,
     identity,
-    open_run,
     replay,
-    replay_run,
 )
 from tracekit.replay.topology import (
     Topology,
@@ -30,6 +28,5 @@ from tracekit.replay.topology import (
 
 __all__ = [
     "Identity", "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
-    "build", "dependency_edges", "describe", "identity", "open_run", "parse_spec", "presets", "replay",
-    "replay_run", "sized",
+    "build", "dependency_edges", "describe", "identity", "parse_spec", "presets", "replay", "sized",
 ]

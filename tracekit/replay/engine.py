@@ -1346,63 +1346,29 @@ def _link_outputs(topo: Topology, cable_win: np.ndarray, cable_bytes: np.ndarray
 
 
 # ------------------------------------------------------------------------------------------
-# Runs and raw traces
+# What a replay leaves in a run (written by `tracekit.workflows.replay`)
 
 
-def open_run(paths: Sequence[str | os.PathLike[str]], *, cache: str | os.PathLike[str] | None = None) -> Run:
-    """A run directory as is, or raw trace paths ingested into a cache directory (the one rule:
-    `tracekit.ingest.open_run`)."""
-    from tracekit.ingest import open_run as ingest_open_run
+def with_replayed(link_samples: pa.Table, result: ReplayResult) -> pa.Table:
+    """A run's `link_samples` with the rows of earlier replays (origin "replay:...") replaced by
+    this replay's."""
+    old = link_samples
+    if old.num_rows:
+        origin = pa.compute.cast(old.column("origin"), pa.string())
+        keep = pa.compute.invert(pa.compute.fill_null(pa.compute.starts_with(origin, "replay:"), False))
+        old = old.filter(keep)
+    replayed = [result.link_samples()] if result.results else []
+    return pa.concat_tables([schema.conform("link_samples", old), *replayed], promote_options="permissive")
 
-    return ingest_open_run(paths, cache=cache)[0]
 
-
-def replay_run(run: Run | str | os.PathLike[str], topologies: Sequence[str | TopologySpec], *,
-               baseline: str | TopologySpec | None = None, write: bool = True, **options: Any) -> ReplayResult:
-    """Prepare a run (match, align, classify), replay it, and store results/replay.json and the
-    replayed link samples next to any telemetry. The run's validity (missing ranks, unknown
-    hosts, mixed jobs) comes first among the result's cautions."""
-    from tracekit.analysis import prepare
-
-    run = run if isinstance(run, Run) else Run(run)
-    status("matching collectives, aligning clocks")
-    tables = dict(prepare(run, write=write))
-    for name in ("channels", "topology_nodes", "topology_links"):
-        if name not in tables and run.has(name):
-            tables[name] = run.table(name)
-    result = replay(tables, topologies, baseline=baseline, **options)
-    from tracekit.validity import replay_cautions, run_validity
-
-    result.findings[:0] = replay_cautions(run_validity(run))
-    if write:
-        from tracekit.export import write_replay_timelines
-
-        run.write_json("replay", result.to_json())
-        if result.errors is not None and result.errors.calibrated_on is None:
-            run.write_json("calibration", {
-                "run": str(run.path), "topology": result.baseline, "efficiency": dict(result.efficiency),
-                "terms": {g: t.to_dict() for g, t in result.terms.items()},
-                "split": result.errors.split, "tracekit_version": __version__})
-        write_replay_timelines(run, result)
-        old = run.table("link_samples")
-        if old.num_rows:
-            origin = pa.compute.cast(old.column("origin"), pa.string())
-            keep = pa.compute.invert(pa.compute.fill_null(pa.compute.starts_with(origin, "replay:"), False))
-            old = old.filter(keep)
-        replayed = [result.link_samples()] if result.results else []
-        merged = pa.concat_tables([schema.conform("link_samples", old), *replayed], promote_options="permissive")
-        run.write_table("link_samples", merged)
-    if run.has("counters") and result.results:
-        from tracekit.telemetry.compare import compare_links, compare_run
-
-        baseline_name = result.baseline
-        if write:
-            result.telemetry = compare_run(run, topology=baseline_name)
-        else:
-            merged = pa.concat_tables([schema.conform("link_samples", run.table("link_samples")),
-                                       result.link_samples()], promote_options="permissive")
-            result.telemetry = compare_links(merged, topology=baseline_name)
-    return result
+def calibration_document(result: ReplayResult, run_name: str) -> dict[str, Any] | None:
+    """results/calibration.json of a replay fitted on its own run (None when it applied another
+    run's calibration, or had nothing to fit): what `read_calibration` reads back."""
+    if result.errors is None or result.errors.calibrated_on is not None:
+        return None
+    return {"run": run_name, "topology": result.baseline, "efficiency": dict(result.efficiency),
+            "terms": {g: t.to_dict() for g, t in result.terms.items()},
+            "split": result.errors.split, "tracekit_version": __version__}
 
 
 @dataclass(frozen=True)
@@ -1416,41 +1382,49 @@ class SavedCalibration:
     topology: str | None
     terms: dict[str, TwoTerms] = field(default_factory=dict)
 
+    def options(self) -> dict[str, Any]:
+        """The `replay` keywords that apply this calibration (its error then out of sample)."""
+        return {"efficiency": self.efficiency, "terms": self.terms, "calibrated_on": self.name}
 
-def calibration_from(source: str | os.PathLike[str], baseline: str | TopologySpec, *,
-                     algo: str = "auto") -> SavedCalibration:
-    """The calibration of another run: a JSON file written by `tracekit replay`
-    (`RUN/results/calibration.json`, or a `replay.json`), or a run directory / trace paths,
-    replayed on `baseline` to fit it (nothing is written to that run; trace paths are ingested into
-    their own temporary cache)."""
-    path = Path(source)
-    if path.is_file() and path.suffix == ".json":
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ReplayError(f"{path}: not a calibration file ({exc})") from None
-        eff = doc.get("efficiency") if isinstance(doc, dict) else None
-        raw_terms = doc.get("terms") if isinstance(doc, dict) else None
-        if eff is None and isinstance(doc, dict):
-            eff = (doc.get("calibration") or {}).get("efficiency")
-            raw_terms = (doc.get("calibration") or {}).get("terms")
-            topo = (doc.get("topologies") or [None])[0]
-        else:
-            topo = doc.get("topology") if isinstance(doc, dict) else None
-        if not isinstance(eff, dict) or not eff:
-            raise ReplayError(f"{path}: no fitted efficiency in it (write one with tracekit replay)")
-        try:
-            eff = {str(k): float(v) for k, v in eff.items()}
-        except (TypeError, ValueError):
-            raise ReplayError(f"{path}: efficiency values must be numbers") from None
-        try:
-            terms = {str(g): TwoTerms.from_dict(t) for g, t in (raw_terms or {}).items()}
-        except (TypeError, ValueError, KeyError, AttributeError):
-            raise ReplayError(f"{path}: two-term calibration values must be numbers") from None
-        name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)
-        return SavedCalibration(eff, name, topo, terms)
-    other = open_run([str(source)])
-    fitted = replay_run(other, [baseline], write=False, algo=algo)
+    def mismatch(self, baseline: str | TopologySpec) -> str | None:
+        """What to say when it was fitted on another network than the `baseline` it is applied to."""
+        if self.topology is not None and self.topology != str(baseline):
+            return f"the calibration was fitted on {self.topology}, applied to baseline {baseline}"
+        return None
+
+
+def read_calibration(path: str | os.PathLike[str]) -> SavedCalibration:
+    """The calibration in a JSON file written by `tracekit replay` (`RUN/results/calibration.json`,
+    or a `replay.json`)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReplayError(f"{path}: not a calibration file ({exc})") from None
+    eff = doc.get("efficiency") if isinstance(doc, dict) else None
+    raw_terms = doc.get("terms") if isinstance(doc, dict) else None
+    if eff is None and isinstance(doc, dict):
+        eff = (doc.get("calibration") or {}).get("efficiency")
+        raw_terms = (doc.get("calibration") or {}).get("terms")
+        topo = (doc.get("topologies") or [None])[0]
+    else:
+        topo = doc.get("topology") if isinstance(doc, dict) else None
+    if not isinstance(eff, dict) or not eff:
+        raise ReplayError(f"{path}: no fitted efficiency in it (write one with tracekit replay)")
+    try:
+        eff = {str(k): float(v) for k, v in eff.items()}
+    except (TypeError, ValueError):
+        raise ReplayError(f"{path}: efficiency values must be numbers") from None
+    try:
+        terms = {str(g): TwoTerms.from_dict(t) for g, t in (raw_terms or {}).items()}
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise ReplayError(f"{path}: two-term calibration values must be numbers") from None
+    name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)
+    return SavedCalibration(eff, name, topo, terms)
+
+
+def fitted_calibration(fitted: ReplayResult, name: str) -> SavedCalibration:
+    """The calibration a replay fitted on its baseline, to apply to another run."""
     if fitted.errors is None or not fitted.efficiency:
-        raise ReplayError(f"{source}: nothing to calibrate on (no collective with traffic)")
-    return SavedCalibration(dict(fitted.efficiency), str(source), fitted.baseline, dict(fitted.terms))
+        raise ReplayError(f"{name}: nothing to calibrate on (no collective with traffic)")
+    return SavedCalibration(dict(fitted.efficiency), name, fitted.baseline, dict(fitted.terms))

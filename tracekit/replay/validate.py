@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.errors import InputError, TracekitError
+from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.replay import hardware
 from tracekit.replay.decompose import Instance, decompose_plan
@@ -241,18 +241,6 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def replay_nccl_tests(path: str | os.PathLike[str], topology: str | TopologySpec, *,
-                      cache: str | os.PathLike[str] | None = None, algo: str = "auto") -> list[MicrobenchRow]:
-    """`replay_microbench` on an nccl-tests output file (or a run directory holding its
-    `microbench` table), ingested like any trace."""
-    from tracekit.replay.engine import open_run  # engine imports this package's decompose
-
-    run = open_run([path], cache=cache)
-    if not run.has("microbench"):
-        raise InputError(path, "no nccl-tests rows were read (the run has no microbench table)")
-    return replay_microbench(run.table("microbench"), topology, algo=algo)
-
-
 # ------------------------------------------------------------------------------------------
 # Health of a measured run: one verdict per nccl-tests table, and the error by file, op and band
 
@@ -375,13 +363,14 @@ def microbench_report(rows: Sequence[MicrobenchRow], topology: str, *, path: str
                             bands=tuple(error_bands(rows)), findings=tuple(findings), profiles=profiles)
 
 
-def nccl_tests_report(path: str | os.PathLike[str], topology: str, *, cache: str | os.PathLike[str] | None = None,
+def nccl_tests_report(microbench: pa.Table, topology: str, *, path: str | os.PathLike[str] = "",
                       algo: str = "auto") -> MicrobenchReport:
-    """An nccl-tests output file, or a folder of them, replayed on `topology`: `microbench_report`
-    plus the physics caps that bind on the topology."""
+    """The rows of a `microbench` table (an nccl-tests output file, or a folder of them, at
+    `path`) replayed on `topology`: `microbench_report` plus the physics caps that bind on the
+    topology (`tracekit.workflows.nccl_tests` reads the table from the files)."""
     from tracekit.replay.topology import physics_caps
 
-    rows = replay_nccl_tests(path, topology, cache=cache, algo=algo)
+    rows = replay_microbench(microbench, topology, algo=algo)
     spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
     return microbench_report(rows, topology, path=os.fspath(path), findings=physics_caps(spec))
 

@@ -33,24 +33,20 @@ Link identity (`link`, `link_end`): a user link map first, then ibnetdiscover (b
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute
-import pyarrow.parquet as pq
 
 from tracekit import schema
-from tracekit.atomic import atomic_write_text, atomic_write_with
 from tracekit.finding import Finding
 from tracekit.results import Result, to_builtins
-from tracekit.store import Run, claim_results, parquet_options
+from tracekit.store import Run
 from tracekit.telemetry import _kernels as _k
 
 ORIGIN = "telemetry"
@@ -136,25 +132,6 @@ class LinkSummary:
                 "rx_bytes": self.rx_bytes, "flagged_windows": self.flagged_windows,
                 "flagged": [{"ts_ns": f.ts_ns, "interval_ns": f.interval_ns, "reasons": list(f.reasons)}
                             for f in self.flagged]}
-
-
-@dataclass(frozen=True)
-class Fabric:
-    """The observed fabric of a run (from ibnetdiscover and link maps): `topology_nodes` and
-    `topology_links` rows, ready for building a replay topology."""
-
-    nodes: pa.Table
-    links: pa.Table
-
-    @property
-    def empty(self) -> bool:
-        return self.links.num_rows == 0
-
-
-def observed_fabric(run: Run | str | os.PathLike[str]) -> Fabric:
-    """The fabric tables a run's ibnetdiscover / link-map sources gave (empty tables if none)."""
-    run = run if isinstance(run, Run) else Run(run)
-    return Fabric(run.table("topology_nodes"), run.table("topology_links"))
 
 
 # ------------------------------------------------------------------------------------------
@@ -517,20 +494,7 @@ def oriented(link_samples: pa.Table) -> pa.Table:
 
 
 # ------------------------------------------------------------------------------------------
-# Runs
-
-
-def rate_run(run: Run | str | os.PathLike[str], *, write: bool = True, gap_factor: float = 1.5) -> TelemetryRates:
-    """Rate a run's counters against its fabric; with `write`, replace the run's telemetry
-    `link_samples` (replayed rows are kept) and store the accounting in results/telemetry.json."""
-    run = run if isinstance(run, Run) else Run(run)
-    if not run.has("counters"):
-        return TelemetryRates(schema.empty("link_samples"), RateStats())
-    result = rate_counters(run.table("counters"), run.table("topology_nodes"), run.table("topology_links"),
-                           gap_factor=gap_factor)
-    if write:
-        store_rates(run.path, result, generation=run.generation)
-    return result
+# Rated samples (ingest commits them)
 
 
 def with_rates(link_samples: pa.Table, rates: TelemetryRates) -> pa.Table:
@@ -546,25 +510,6 @@ def rates_doc(rates: TelemetryRates) -> dict[str, Any]:
     """results/telemetry.json: accounting and per-link summaries."""
     return {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
             "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
-
-
-def store_rates(run_dir: str | os.PathLike[str], rates: TelemetryRates, *, generation: str | None = None) -> int:
-    """Replace the telemetry rows of RUN/link_samples.parquet (replayed rows stay) and write
-    RUN/results/telemetry.json (accounting and per-link summaries) for the run's `generation`
-    (default: the current one). Returns the table's rows."""
-    run_dir = Path(run_dir)
-    generation = generation if generation is not None else Run(run_dir).generation
-    path = run_dir / "link_samples.parquet"
-    old = schema.conform("link_samples", pq.read_table(path)) if path.is_file() else schema.empty("link_samples")
-    merged = with_rates(old, rates)
-    if merged.num_rows:
-        atomic_write_with(path, lambda tmp: pq.write_table(merged, tmp, **parquet_options(merged.schema)))
-    else:
-        path.unlink(missing_ok=True)
-    doc = rates_doc(rates)
-    out = claim_results(run_dir, generation) / "telemetry.json"
-    atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True))
-    return merged.num_rows
 
 
 def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,

@@ -207,16 +207,6 @@ def compare_links(link_samples: pa.Table, *, topology: str | None = None) -> Tel
     return TelemetryComparison(name, pa.table(cols, schema=WINDOW_SCHEMA), agreements, notes)
 
 
-def compare_run(run: Run | str | os.PathLike[str], *, topology: str | None = None,
-                write: bool = True) -> TelemetryComparison:
-    """`compare_links` on a run's `link_samples`; with `write`, stored as results/links.json."""
-    run = run if isinstance(run, Run) else Run(run)
-    result = compare_links(run.table("link_samples"), topology=topology)
-    if write:
-        run.write_json("links", result.to_json())
-    return result
-
-
 def load_comparison(run: Run | str | os.PathLike[str]) -> TelemetryComparison | None:
     """The stored comparison of a run (results/links.json), or None."""
     run = run if isinstance(run, Run) else Run(run)

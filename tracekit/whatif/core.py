@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,6 @@ from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
 from tracekit.replay.engine import InstanceReplay
 from tracekit.results import Result, to_builtins
-from tracekit.store import Run
 
 DEFAULT_TOPOLOGY = "rail-optimized"
 COMPARISON = ("each scenario is replayed and compared with the baseline replay of the unchanged run on "
@@ -217,21 +215,16 @@ class Baseline:
             placement_after=placement, notes=list(self.notes))
 
 
-def load_tables(source: Run | str | os.PathLike[str] | Mapping[str, pa.Table]) -> dict[str, pa.Table]:
-    """A run directory prepared (matched, aligned, classified), or prepared tables as they are."""
-    from tracekit.analysis import prepare
-
-    if isinstance(source, Mapping):
-        return dict(source)
-    run = source if isinstance(source, Run) else Run(source)
-    tables = dict(prepare(run, write=False))
-    for name in ("channels", "link_samples"):
-        if name not in tables and run.has(name):
-            tables[name] = run.table(name)
-    return tables
+def load_tables(source: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+    """Prepared tables (matched, aligned, classified) as they are; a run directory's come from
+    the front door (`tracekit.workflows.whatif`)."""
+    if not isinstance(source, Mapping):
+        raise TypeError(f"what-ifs take prepared tables, not {type(source).__name__}: "
+                        "use tracekit.workflows.whatif for a run")
+    return dict(source)
 
 
-def make_baseline(source: Run | str | os.PathLike[str] | Mapping[str, pa.Table], topology: str = DEFAULT_TOPOLOGY,
+def make_baseline(source: Mapping[str, pa.Table], topology: str = DEFAULT_TOPOLOGY,
                   **options: Any) -> Baseline:
     """Replay the unchanged run on `topology` (`options` go to `tracekit.replay.replay`)."""
     tables = load_tables(source)

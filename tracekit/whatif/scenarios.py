@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +11,6 @@ import pyarrow as pa
 
 from tracekit._progress import muted, status
 from tracekit.replay.backend import cpu_backend
-from tracekit.store import Run
 from tracekit.whatif.core import (
     DEFAULT_TOPOLOGY,
     Baseline,
@@ -100,12 +98,13 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
     return storage_traffic(base, sc)
 
 
-def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios: Sequence[Scenario | str], *,
+def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], *,
            topology: str = DEFAULT_TOPOLOGY, expert_loads: Any = None, **replay_options: Any) -> WhatIfResult:
     """Replay the run on `topology` (the baseline), then each scenario against it.
 
-    `source` is a run directory or prepared tables; `expert_loads` (`ExpertLoads`) feeds EPLB with
-    per-expert token counts; `replay_options` go to `tracekit.replay.replay`.
+    `source` is the prepared tables (`tracekit.workflows.whatif` gives a run's); `expert_loads`
+    (`ExpertLoads`) feeds EPLB with per-expert token counts; `replay_options` go to
+    `tracekit.replay.replay`.
     """
     parsed = [parse_scenario(s) if isinstance(s, str) else s for s in scenarios]
     if not parsed:

@@ -88,7 +88,7 @@ def test_progress_says_the_baseline_once_then_each_scenario(run_dir):
     import io
 
     from tracekit import _progress
-    from tracekit.whatif import whatif
+    from tracekit.workflows import whatif
 
     out = io.StringIO()
     _progress.enable(out)
