@@ -1,5 +1,6 @@
-"""The kernel, routing (fat-tree and graph) and flow hash twin tests once more with numba off: the kernels are plain Python that
-runs as written (an index or typing slip that compiled code hides shows up here)."""
+"""The kernel, routing (fat-tree and graph) and flow hash twin tests once more with numba off: the
+kernels are plain Python that runs as written (an index or typing slip that compiled code hides
+shows up here)."""
 
 import os
 import subprocess
