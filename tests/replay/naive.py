@@ -184,6 +184,41 @@ def route_fat_tree_naive(t, mode: int, src: int, dst: int, channel: int, fhash: 
     return [*path, int(t.leaf_nic_down[nd, plane]), int(t.pcie_down[nd])]
 
 
+def route_graph_naive(t, src: int, dst: int, fhash: int) -> list[int] | None:
+    """Resources of one GPU -> GPU flow on graph tables `t` (a `GraphTables`): NVLink inside a host,
+    else its NIC's PCIe link, then at each node the next hop picked by `flow_hash_naive(fhash, hop,
+    node, 0)` among the neighbours (in adjacency order) one hop nearer the destination's NIC through
+    switches (hops by a breadth-first search of our own, not the tables' `dist`), then the
+    destination's PCIe link. None when the NICs are not connected."""
+    if src == dst:
+        return []
+    if t.gpu_host[src] == t.gpu_host[dst]:
+        return [int(t.nvl_up[src]), int(t.nvl_down[dst])]
+    target = int(t.gpu_nic[dst])
+    hops = {target: 0}
+    todo = [target]
+    for u in todo:  # grows while it is read: a queue
+        if u != target and not t.transit[u]:
+            continue  # a host's NIC is an end, never a way through
+        for v in t.adj_node[t.adj_ptr[u]:t.adj_ptr[u + 1]].tolist():
+            if v not in hops:
+                hops[v] = hops[u] + 1
+                todo.append(v)
+    u = int(t.gpu_nic[src])
+    if u not in hops:
+        return None
+    path = [int(t.pcie_up[src])]
+    hop = 0
+    while u != target:
+        nearer = [(int(t.adj_node[e]), int(t.adj_res[e])) for e in range(t.adj_ptr[u], t.adj_ptr[u + 1])
+                  if hops.get(int(t.adj_node[e])) == hops[u] - 1
+                  and (t.transit[t.adj_node[e]] or t.adj_node[e] == target)]
+        u, r = nearer[flow_hash_naive(fhash, hop, u, 0) % len(nearer)]
+        path.append(r)
+        hop += 1
+    return [*path, int(t.pcie_down[dst])]
+
+
 def nccl_btree_children_naive(m: int) -> dict[int, list[int]]:
     """Children of every node of NCCL's binary tree over m nodes, built top-down (the direction
     trees.cc computes `down0`/`down1`): the root 0 has one child, the highest power of two below m;

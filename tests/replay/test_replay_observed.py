@@ -5,6 +5,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from naive import flow_hash_naive, route_graph_naive
 
 from tracekit.ingest import ingest
 from tracekit.replay import _kernels
@@ -110,6 +113,49 @@ def test_every_flow_takes_a_shortest_path_and_ecmp_uses_every_spine(tmp_path):
     assert {s[1] for s in seen} == {"spine0", "spine1", "spine2"}
     again = route(topo, Flows.from_lists(src, dst, np.ones(n), channel=np.arange(n)))
     assert (again[1] == ids).all()  # deterministic
+
+
+FABRICS = {  # (hosts, HCAs per host, hosts per leaf, spines), GPUs per host
+    "two leaves, three spines": ((4, 1, 2, 3), 2),
+    "rails, one spine": ((6, 2, 3, 1), 4),
+    "one host per leaf": ((5, 2, 1, 2), 3),
+}
+
+
+@pytest.fixture(scope="module")
+def observed_fabrics(tmp_path_factory):
+    out = {}
+    for name, ((hosts, nics, per_leaf, spines), gpus) in FABRICS.items():
+        fab = SynthFabric(tuple(f"n{i}" for i in range(hosts)), nics=nics, hosts_per_leaf=per_leaf, spines=spines)
+        nodes, links = _fabric(tmp_path_factory.mktemp("fabric"), ibnetdiscover_text(fab))
+        out[name] = build_observed(nodes, links, list(fab.hosts), gpus)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(FABRICS)), st.data())
+def test_graph_router_matches_its_naive_twin(observed_fabrics, fabric, data):
+    topo = observed_fabrics[fabric]
+    n = data.draw(st.integers(1, 12))
+    gpu = st.integers(0, topo.n_gpus - 1)
+    src, dst = data.draw(st.lists(gpu, min_size=n, max_size=n)), data.draw(st.lists(gpu, min_size=n, max_size=n))
+    channel = data.draw(st.lists(st.integers(0, 63), min_size=n, max_size=n))
+    key = data.draw(st.lists(st.integers(0, 10_000), min_size=n, max_size=n))
+    flows = Flows.from_lists(src, dst, np.ones(n), channel=channel, key=key)
+    ip, ids = route(topo, flows)
+    t = topo.route.tables
+    for f in range(n):
+        fhash = flow_hash_naive(src[f], dst[f], channel[f], key[f])
+        assert ids[ip[f]:ip[f + 1]].tolist() == route_graph_naive(t, src[f], dst[f], fhash)
+
+
+def test_graph_router_and_its_twin_agree_on_a_fabric_in_two_parts(tmp_path):
+    lines = _cable(_ca(10, 1, "a mlx5_0"), _sw(1, 1, "leaf0")) + _cable(_ca(11, 1, "b mlx5_0"), _sw(2, 1, "leaf1"))
+    nodes, links = _fabric(tmp_path, "\n".join(lines) + "\n")
+    topo = build_observed(nodes, links, ["a", "b"], 1)
+    assert route_graph_naive(topo.route.tables, 0, 1, flow_hash_naive(0, 1, 0, 0)) is None
+    with pytest.raises(ObservedFabricError, match="no path from a"):
+        route(topo, Flows.from_lists([0], [1], [1.0]))
 
 
 def test_same_leaf_and_same_host_paths(tmp_path):
