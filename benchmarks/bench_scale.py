@@ -4,10 +4,11 @@
 Each size runs in its own process (so each peak RSS is that size's own): it loads the sample
 (ingest cached in --cache), replays the baseline on `rail-optimized:nic_gbps=400,gpus=4` (hosts of
 four GPUs, as traced), then the scale
-scenario, and reports the scenario's wall time, the part spent in the flow simulator, its flows,
-and the process's peak RSS. The growth exponent is the least-squares slope of log time (and log
-RSS) on log simulated GPUs (`_growth.growth_exponent`; 1 is linear). The machine is shared:
-compare exponents and ratios measured in one run, never absolute times across runs.
+scenario, and reports the scenario's CPU time (and wall time), the part spent in the flow
+simulator, its flows, and the process's peak RSS. The growth exponent is the least-squares slope
+of log CPU time (and log RSS) on log simulated GPUs (`_growth.growth_exponent`; 1 is linear). The
+machine is shared: compare exponents and ratios measured in one run, never absolute times across
+runs.
 
     python benchmarks/bench_scale.py [--gpus 1024,4096,16384] [--cache DIR]
 """
@@ -47,22 +48,23 @@ def one(gpus: int, cache: str) -> dict[str, float]:
     kernel = _kernels.simulate_flows
 
     def timed(*args, **kwargs):
-        t = time.perf_counter()
+        t = time.process_time()
         out = kernel(*args, **kwargs)
-        sim[0] += time.perf_counter() - t
+        sim[0] += time.process_time() - t
         return out
 
     from tracekit.replay import simulate
 
     simulate._kernels.simulate_flows = timed
     rss_before = peak_rss_mb()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     result = run_scenario(base, f"scale:dp={gpus // traced}")
-    wall = time.perf_counter() - t
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     step = sum(result.step_ns.values()) / len(result.step_ns)
     base_step = sum(result.baseline_step_ns.values()) / len(result.baseline_step_ns)
-    return {"gpus": result.simulated_gpus, "wall_s": wall, "sim_s": sim[0], "flows": result.details["flows"],
-            "rss_mb": peak_rss_mb(), "rss_before_mb": rss_before, "step_ms": step / 1e6, "baseline_ms": base_step / 1e6}
+    return {"gpus": result.simulated_gpus, "wall_s": wall, "cpu_s": cpu, "sim_s": sim[0],
+            "flows": result.details["flows"], "rss_mb": peak_rss_mb(), "rss_before_mb": rss_before,
+            "step_ms": step / 1e6, "baseline_ms": base_step / 1e6}
 
 
 def main() -> None:
@@ -81,12 +83,12 @@ def main() -> None:
                              capture_output=True, text=True).stdout
         row = json.loads(out.strip().splitlines()[-1])
         rows.append(row)
-        print(f"{row['gpus']:>6} GPUs  {row['flows']:>10,} flows  scale {row['wall_s']:7.1f} s "
-              f"(simulator {row['sim_s']:6.1f} s)  peak RSS {row['rss_mb']:7.0f} MB "
+        print(f"{row['gpus']:>6} GPUs  {row['flows']:>10,} flows  scale {row['cpu_s']:7.1f} s CPU "
+              f"({row['wall_s']:.1f} s wall; simulator {row['sim_s']:6.1f} s CPU)  peak RSS {row['rss_mb']:7.0f} MB "
               f"(baseline loaded: {row['rss_before_mb']:.0f} MB)  step {row['step_ms']:.3f} ms "
               f"(traced size {row['baseline_ms']:.3f} ms)", flush=True)
     gpus = [r["gpus"] for r in rows]
-    for name, key in (("scale time", "wall_s"), ("simulator time", "sim_s"), ("flows", "flows"),
+    for name, key in (("scale CPU time", "cpu_s"), ("simulator CPU time", "sim_s"), ("flows", "flows"),
                       ("peak RSS", "rss_mb")):
         exp = growth_exponent(gpus, [r[key] for r in rows])
         print(f"growth exponent of {name} in simulated GPUs: {exp:.2f}" if exp is not None else

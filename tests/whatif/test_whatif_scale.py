@@ -110,3 +110,44 @@ def test_json_reports_simulated_gpus(runs, tmp_path):
                                "ep_imbalance", "inter_host_bytes", "checkpoint_ns", "simulated_gpus"]
     assert scale["simulated_gpus"] == 16 and scale["kind"] == "scale"
     assert "simulated_gpus" not in eplb
+
+
+def test_report_plots_step_time_against_gpus(runs, tmp_path):
+    """The What-if tab's scale points are the results' own figures (the baseline at the traced
+    size first, then by GPUs), and the written tab has the plot."""
+    from tracekit.viz import data as D
+    from tracekit.viz.report import write_report
+    from tracekit.whatif import whatif
+
+    small = runs[2]
+    result = whatif(small.tables, ["scale:dp=4", "scale:dp=2", "eplb:redundant=2"], topology=TOPOLOGY)
+    points = D.whatif_data(result)["scale"]
+    assert [(p["scenario"], p["gpus"]) for p in points] == [("baseline", 8), ("scale:dp=2", 16), ("scale:dp=4", 32)]
+    by_name = {s.scenario: s for s in result.scenarios}
+    assert points[2]["step_ms"] == pytest.approx(_mean(by_name["scale:dp=4"].step_ns) / 1e6)
+    assert points[0]["step_ms"] == pytest.approx(_mean(result.baseline_step_ns) / 1e6)
+    tables, truth = make_run_tables(SMALL)
+    run = write_run(tables, tmp_path / "run", truth=truth)
+    html = write_report(run, tmp_path / "report.html", whatif=result).path.read_text()
+    assert "Step time against GPUs (scale scenarios)" in html
+    assert D.whatif_data(whatif(small.tables, ["eplb:redundant=2"], topology=TOPOLOGY))["scale"] == []
+
+
+def test_readme_scale_block_is_the_real_output():
+    """The README's scale and routing table is what its command prints, line for line."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    text = (root / "README.md").read_text()
+    start = text.index("```sh\ntracekit whatif sample_traces/synth_moe_16rank scale:")
+    command = text[start + 6:text.index("```", start + 6)].replace("\\\n", " ").split()
+    args = [str(root / a) if a.startswith("sample_traces/") else a for a in command[1:]]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    got = [line.rstrip() for line in result.stdout.splitlines()]
+    first = text.index("```\nwhat-if on ", start) + 4
+    block = text[first:text.index("```", first)].rstrip("\n").splitlines()
+    assert len(block) == 9 and got[:len(block)] == block
+    assert "  simulated GPUs: 256 (16 copies of the traced 16) on 64 hosts of 4, 2 switch tiers, 133,744 flows" in got
+    assert "  EP bytes across nodes: 0.80 -> 0.81 GB (each token's experts on at most 1 node)" in got
+    assert "  EP all-to-all per instance (mean): 0.135 ms -> 0.160 ms" in got

@@ -47,7 +47,15 @@ from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.observed import build_observed, is_observed, observed_spec
 from tracekit.replay.replicate import Replication, replicated_plan
 from tracekit.replay.rounds import Rounds
-from tracekit.replay.simulate import Flows, connection_weights, resource_bytes, route, simulate, to_cables
+from tracekit.replay.simulate import (
+    Flows,
+    SimResult,
+    connection_weights,
+    resource_bytes,
+    route,
+    simulate,
+    to_cables,
+)
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import (
     Topology,
@@ -788,7 +796,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
     times still define dependencies and slack. `replication` replays the run's ranks as copies
     on every topology (`tracekit.replay.replicate`: the scale what-if); `link_windows` bounds the
-    windows of the link samples (fewer cost less: a scale what-if needs only its times)."""
+    windows of the link samples (0: none, and no last simulation to make them; a scale what-if
+    needs only its times)."""
     # a trace names its GPU but not whether NCCL had NVLS (driver, fabric manager, NCCL_NVLS_ENABLE):
     # the profile's rates apply, NVLS stays as the spec says
     device = traced_device(tables)
@@ -808,8 +817,9 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
 
     status(f"replaying {len(prep.instances)} collective instance(s) on {names[0]} (baseline)")
     base_net = _Net(prep, base_spec, algo, storage, replication=replication)
-    n_windows = window_count(base_net.topology.cap.size, link_windows or 2 * N_WINDOWS + 1)
-    window_ns = max(1000.0, math.ceil(float(prep.end.max()) / ((n_windows - 1) // 2 or 1)))
+    n_windows = 0 if link_windows == 0 else window_count(base_net.topology.cap.size,
+                                                         link_windows or 2 * N_WINDOWS + 1)
+    window_ns = max(1000.0, math.ceil(float(prep.end.max()) / max(1, (n_windows - 1) // 2)))
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
     latency, transfer = base_net.terms(raw)
     modelled = latency + transfer
@@ -1123,7 +1133,9 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         swings = (np.zeros(len(prep.instances)), np.zeros(len(prep.instances)))
     horizon = float(np.nanmax(end)) if end.size else 1.0
     span = max(horizon, float(np.nanmax(finish, initial=0.0)))
-    if out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
+    if n_windows == 0:  # no link windows wanted: the last round's finishes are the result
+        out = SimResult(finish, np.zeros((net.topology.cap.size, 0)), window_ns, 0.0)
+    elif out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
         if span >= n_windows * window_ns:
             wanted = window_count(net.topology.cap.size, min(N_WINDOWS + 1, n_windows))
             window_ns = max(1000.0, math.ceil(span / (wanted - 1)))

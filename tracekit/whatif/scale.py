@@ -21,8 +21,9 @@ from tracekit.replay.replicate import Replication, ReplicationError
 from tracekit.replay.topology import TopologyError, leaves_per_plane
 from tracekit.whatif.core import Baseline, ScenarioResult, WhatIfError
 
-#: Link windows of a scale replay: its link samples are not shown, and windows cost time per flow.
-LINK_WINDOWS = 3
+#: Link windows of a scale replay: none (its link samples are not shown, and windows cost a last
+#: simulation of every flow and time per flow in each).
+LINK_WINDOWS = 0
 ASSUMPTIONS = ("weak scaling: per-rank compute, micro-batches and gradient bytes per rank as traced; only the "
                "communication is re-simulated at the new size",
                "copies run in lockstep: each collective takes as long as its slowest copy, and the traced ranks' "
@@ -89,9 +90,8 @@ def scale(base: Baseline, *, dp: int | None = None, ep: int | None = None, hosts
                       "gpus_per_host": grown.gpus, "tiers": grown.tiers, "dp_groups": sorted(dp_groups),
                       "ep_size": {"before": ep_before, "after": ep or ep_before}, "flows": after.n_flows}
     result.notes += [
-        f"{copies} copies of the traced {traced_gpus} ranks: {traced_gpus * copies} simulated GPUs on "
-        f"{grown.hosts} hosts of {grown.gpus} GPUs ({grown.kind}, {grown.tiers} tiers, leaf oversubscription "
-        f"{grown.oversub:g}:1)", *ASSUMPTIONS, *grow_notes,
+        f"topology {grown.kind} grown to {grown.hosts} hosts (leaf oversubscription {grown.oversub:g}:1 as given)",
+        *ASSUMPTIONS, *grow_notes,
         "DP all-reduces span every copy (the gradient bytes per rank as traced); PP and TP calls repeat in each "
         "copy; inter-host bytes count every copy's"]
     if ep:
