@@ -63,6 +63,19 @@ def test_a_copy_that_splits_an_nvlink_domain_is_decomposed_copy_by_copy():
     assert _flow_set(plan.flows) == _flow_set(naive.flows)
 
 
+def test_in_network_reduction_is_decomposed_copy_by_copy():
+    """SHARP flows name leaves and pods, which a translation by GPUs does not move: a repeated
+    all-reduce over 2 hosts on CollNet is decomposed in each copy."""
+    topo = build(parse_spec("fat-tree:gpus=1,hosts=8,leaf_radix=4,tiers=3,sharp=true"))
+    insts = [Instance(key=0, op="all_reduce", ranks=[0, 1, 2, 3], nbytes=4e6, group="t")]
+    plan = replicated_plan(insts, Replication(copies=2, ranks_per_copy=4), {r: r for r in range(4)}, topo,
+                           algo="collnet_chain")
+    naive = decompose_plan([insts[0], _shifted(insts[0], 1, 4)], topo, {r: r for r in range(8)},
+                           algo="collnet_chain")
+    assert 3 in plan.flows.mode.tolist()  # SPINE_UP: the copies reduce at the spines
+    assert _flow_set(plan.flows) == _flow_set(naive.flows)
+
+
 def test_too_few_hosts_for_the_copies_is_an_error():
     topo = build(parse_spec("rail-optimized:gpus=4,hosts=2"))
     with pytest.raises(ReplicationError, match="need 4 hosts"):
