@@ -491,6 +491,15 @@ def whatif_comparison(result: WhatIfResult) -> list[str]:
             for host in after.hosts:
                 lines.append(f"  {host}: ranks {' '.join(r for _, r in sorted(by_host.get(host, [])))} (by GPU)")
         details = s.details or {}
+        if s.simulated_gpus is not None:
+            copies = f"{details['copies']} cop{'ies' if details['copies'] != 1 else 'y'}"
+            lines.append(f"  simulated GPUs: {s.simulated_gpus} ({copies} of the traced {details['traced_gpus']}) on "
+                         f"{details['hosts']} hosts of {details['gpus_per_host']}, "
+                         f"{details['tiers']} switch tiers, {details['flows']:,} flows")
+        if "cross_node_bytes" in details:
+            cross, m = details["cross_node_bytes"], details["nodes"]
+            lines.append(f"  EP bytes across nodes: {fmt_gb(cross['before'])} -> {fmt_gb(cross['after'])} GB "
+                         f"(each token's experts on at most {m} node{'s' if m != 1 else ''})")
         if "replays" in details:
             moved = details["moved_ranks"]
             kept = f"moved {moved} ranks" if moved else "kept the traced placement"

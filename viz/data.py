@@ -828,8 +828,22 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
             "cautions": [str(f.text) for f in result.cautions if f.severity == "warning"],
             "names": names, "labels": labels, "step_ms": step_ms,
             "exposed_ms": exposed, "dims": dims, "traffic_gb": traffic, "traffic_dims": traffic_dims,
-            "ep": ep, "grids": grids, "storage": storage,
+            "ep": ep, "grids": grids, "storage": storage, "scale": _scale_points(result, scen),
             "notes": {name: [str(n) for n in s.notes] for name, s in scen.items()}}
+
+
+def _scale_points(result: WhatIfResult, scen: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Step time (ms, mean over steps) against simulated GPUs: the traced size (the baseline) and
+    each scale scenario, by GPUs; empty without a scale scenario."""
+    points = [{"scenario": name, "gpus": int(s.simulated_gpus),
+               "step_ms": float(np.mean(list(s.step_ns.values()))) / 1e6} for name, s in scen.items()
+              if s.simulated_gpus is not None and s.step_ns]
+    if not points:
+        return []
+    traced = int((next(s for s in scen.values() if s.simulated_gpus is not None).details or {}).get("traced_gpus", 0))
+    base = {"scenario": "baseline", "gpus": traced,
+            "step_ms": float(np.mean(list(result.baseline_step_ns.values()))) / 1e6}
+    return sorted([base, *points], key=lambda p: (p["gpus"], p["scenario"] != "baseline"))
 
 
 def _grid(placement: Placement) -> dict[str, Any]:

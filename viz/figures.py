@@ -408,6 +408,22 @@ def _bars(title: str, labels: Sequence[str], names: Sequence[str], values: Seque
     return p
 
 
+def _scale_plot(points: Sequence[Mapping[str, Any]], *, width: int) -> Any:
+    """Step time against simulated GPUs (log 2 axis): the baseline at the traced size (gray), then
+    each scale scenario."""
+    p = figure(width=width, height=320, x_axis_type="log", title="Step time against GPUs (scale scenarios)",
+               x_axis_label="simulated GPUs", y_axis_label="step (ms, mean over steps)", tools="save,hover",
+               toolbar_location="right", tooltips=[("scenario", "@scenario"), ("GPUs", "@gpus"),
+                                                   ("step", "@step_ms{0,0.000} ms")])
+    style(p)
+    src = ColumnDataSource({"gpus": [int(x["gpus"]) for x in points], "step_ms": [x["step_ms"] for x in points],
+                            "scenario": [str(x["scenario"]) for x in points],
+                            "color": ["#9A9A9A" if x["scenario"] == "baseline" else "#0072B2" for x in points]})
+    p.line("gpus", "step_ms", source=src, color="#0072B2", line_width=2)
+    p.scatter("gpus", "step_ms", source=src, color="color", size=9)
+    return p
+
+
 def _stacked(title: str, labels: Sequence[str], names: Sequence[str], per_name: Mapping[str, Mapping[str, float]],
              keys: Sequence[str], unit: str, *, width: int) -> Any:
     """Horizontal bars stacked by dim, the baseline on top."""
@@ -489,6 +505,8 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                         row(_bars("Step time (mean over steps)", labels, names, wd["step_ms"], "ms", width=bar_w),
                             _stacked("Exposed communication per step", labels, names, wd["exposed_ms"], wd["dims"],
                                      "ms", width=bar_w))]
+    if wd.get("scale"):
+        parts.append(_scale_plot(wd["scale"], width=bar_w))
     if wd["traffic_dims"]:
         parts.append(_stacked("Inter-host traffic by dim", labels, names, wd["traffic_gb"], wd["traffic_dims"],
                               "GB leaving hosts through their NICs, over the run", width=bar_w))

@@ -1,5 +1,5 @@
-"""`tracekit whatif`: replay a run changed by scenarios (EPLB, placement, checkpoint traffic) and
-compare each with the baseline replay."""
+"""`tracekit whatif`: replay a run changed by scenarios (EPLB, placement, checkpoint traffic, scale,
+node-limited routing) and compare each with the baseline replay."""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ Scenarios (each compared with the baseline replay on the same --topology):
       put the ranks on other hosts (FILE: CSV/JSON rank,host[,gpu]).
   checkpoint:bytes_per_rank=B[,every=S,at=start|end|F,via=frontend|backend,storage=N]
   dataload:bytes_per_rank=B[,every=S,at=...,via=...,storage=N]
-      north-south traffic between every rank and storage nodes."""
+      north-south traffic between every rank and storage nodes.
+  scale:dp=K|hosts=H[,ep=E]
+      the job with K copies of its ranks (DP x K, or H hosts), EP degree E,
+      on the topology grown with it (weak scaling: compute as traced).
+  routing:nodes=M
+      node-limited routing: each token's experts on at most M nodes."""
 
 
 @click.command(epilog=SCENARIO_HELP)

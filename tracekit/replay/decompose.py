@@ -118,13 +118,15 @@ def channel_ring(gpus: np.ndarray, gpus_per_host: int, channel: int, ports_per_g
     order, and inside each host the GPUs rotated to start at the one whose NIC the channel uses
     (NIC slot `channel // ports_per_gpu`), so the ring enters and leaves each host on that rail."""
     order = hierarchical_ring(gpus)
+    if not order.size:
+        return order
     hosts = gpus[order] // gpus_per_host
-    parts = []
-    for h in np.unique(hosts):
-        members = order[hosts == h]
-        shift = (channel // ports_per_gpu) % members.size
-        parts.append(np.roll(members, -shift))
-    return np.concatenate(parts) if parts else order
+    first = np.flatnonzero(np.r_[True, hosts[1:] != hosts[:-1]])  # hosts are contiguous in ring order
+    size = np.diff(np.r_[first, order.size])
+    start = np.repeat(first, size)
+    shift = np.repeat((channel // ports_per_gpu) % size, size)
+    within = np.arange(order.size) - start
+    return order[start + (within + shift) % np.repeat(size, size)]
 
 
 def decompose(instances: Sequence[Instance], topology: Topology, gpu_of_rank: Mapping[int, int] | np.ndarray,
@@ -392,10 +394,9 @@ def _all_to_all(acc: _Acc, inst: Instance, ranks: list[int], gpus: np.ndarray, s
 
 def _host_chains(gpus: np.ndarray, per_host: int, channel: int, ports: int) -> list[np.ndarray]:
     """Per host (in order), its participating GPUs starting at the channel's NIC slot."""
-    order = channel_ring(gpus, per_host, channel, ports)
-    ordered = gpus[order]
+    ordered = gpus[channel_ring(gpus, per_host, channel, ports)]
     hosts = ordered // per_host
-    return [ordered[hosts == h] for h in dict.fromkeys(hosts.tolist())]
+    return np.split(ordered, np.flatnonzero(hosts[1:] != hosts[:-1]) + 1) if ordered.size else []
 
 
 def btree_parent(pos: int, m: int) -> int | None:

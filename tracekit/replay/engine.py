@@ -45,8 +45,17 @@ from tracekit.replay.calibration import (
 )
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.observed import build_observed, is_observed, observed_spec
+from tracekit.replay.replicate import Replication, replicated_plan
 from tracekit.replay.rounds import Rounds
-from tracekit.replay.simulate import Flows, connection_weights, resource_bytes, route, simulate, to_cables
+from tracekit.replay.simulate import (
+    Flows,
+    SimResult,
+    connection_weights,
+    resource_bytes,
+    route,
+    simulate,
+    to_cables,
+)
 from tracekit.replay.storage import STORAGE_DIM, StorageFlows, route_storage
 from tracekit.replay.topology import (
     Topology,
@@ -655,7 +664,7 @@ class _Net:
     """One topology with the run's flows decomposed and routed (release times set per call)."""
 
     def __init__(self, prep: _Prepared, spec: TopologySpec, algo: str, storage: StorageFlows | None = None,
-                 baseline: _Net | None = None) -> None:
+                 baseline: _Net | None = None, replication: Replication | None = None) -> None:
         if is_observed(spec):
             self.topology: Topology = build_observed(*prep.ib_fabric, prep.host_names, prep.gpus_per_host, spec=spec)
             gmap = {r: h * prep.gpus_per_host + local for r, (h, local) in prep.placement.items()}
@@ -674,8 +683,12 @@ class _Net:
                  for k, i in enumerate(prep.instances)]
         fab = prep.fabric
         traced_on = (baseline.topology, baseline.gmap) if baseline is not None else None
-        plan = decompose_plan(insts, self.topology, gmap, rings=fab.rings, channels=fab.channels, hops=fab.hops,
-                              algo=algo, traced_on=traced_on)
+        if replication is not None:
+            plan = replicated_plan(insts, replication, gmap, self.topology, rings=fab.rings, channels=fab.channels,
+                                   hops=fab.hops, algo=algo)
+        else:
+            plan = decompose_plan(insts, self.topology, gmap, rings=fab.rings, channels=fab.channels,
+                                  hops=fab.hops, algo=algo, traced_on=traced_on)
         self.plans = plan.plans
         self.flows: Flows = plan.flows
         self.fill = plan.fill  # pipeline fill of trees and chains
@@ -766,7 +779,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
            merge: float = 0.0, efficiency: Mapping[str, float] | None = None,
            terms: Mapping[str, TwoTerms] | None = None,
            placement: Mapping[int, tuple[int, int]] | None = None, storage: StorageFlows | None = None,
-           calibrated_on: str | None = None) -> ReplayResult:
+           calibrated_on: str | None = None, replication: Replication | None = None,
+           link_windows: int | None = None) -> ReplayResult:
     """Replay the run's communication on each topology; the baseline (default: the first
     topology) is the observed network, on which the per-(op, size) efficiency is fitted and the
     replay error measured.
@@ -780,7 +794,10 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     the run `efficiency` was fitted on when it is another run of the same job (`tracekit replay
     --calibration-from`): the error is then reported as out of sample. An optional
     `events.replay_dur_ns` column gives an event the duration it is replayed with; its traced
-    times still define dependencies and slack."""
+    times still define dependencies and slack. `replication` replays the run's ranks as copies
+    on every topology (`tracekit.replay.replicate`: the scale what-if); `link_windows` bounds the
+    windows of the link samples (0: none, and no last simulation to make them; a scale what-if
+    needs only its times)."""
     # a trace names its GPU but not whether NCCL had NVLS (driver, fabric manager, NCCL_NVLS_ENABLE):
     # the profile's rates apply, NVLS stays as the spec says
     device = traced_device(tables)
@@ -799,9 +816,10 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     identity = _identity(prep)
 
     status(f"replaying {len(prep.instances)} collective instance(s) on {names[0]} (baseline)")
-    base_net = _Net(prep, base_spec, algo, storage)
-    window_ns = max(1000.0, math.ceil(float(prep.end.max()) / N_WINDOWS))
-    n_windows = 2 * N_WINDOWS + 1
+    base_net = _Net(prep, base_spec, algo, storage, replication=replication)
+    n_windows = 0 if link_windows == 0 else window_count(base_net.topology.cap.size,
+                                                         link_windows or 2 * N_WINDOWS + 1)
+    window_ns = max(1000.0, math.ceil(float(prep.end.max()) / max(1, (n_windows - 1) // 2)))
     raw, raw_out = base_net.run(traced_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
     latency, transfer = base_net.terms(raw)
     modelled = latency + transfer
@@ -821,7 +839,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     for name, spec in zip(names, ordered, strict=False):
         if spec is not base_spec:
             status(f"replaying on {name}")
-        net = base_net if spec is base_spec else _Net(prep, spec, algo, storage, baseline=base_net)
+        net = base_net if spec is base_spec else _Net(prep, spec, algo, storage, baseline=base_net,
+                                                      replication=replication)
         first = (raw, raw_out) if net is base_net else None
         results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
                                    n_windows, first))
@@ -1114,9 +1133,12 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
         swings = (np.zeros(len(prep.instances)), np.zeros(len(prep.instances)))
     horizon = float(np.nanmax(end)) if end.size else 1.0
     span = max(horizon, float(np.nanmax(finish, initial=0.0)))
-    if out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
+    if n_windows == 0:  # no link windows wanted: the last round's finishes are the result
+        out = SimResult(finish, np.zeros((net.topology.cap.size, 0)), window_ns, 0.0)
+    elif out is None or span >= n_windows * window_ns:  # the link windows of the last round's releases
         if span >= n_windows * window_ns:
-            window_ns = max(1000.0, math.ceil(span / N_WINDOWS))
+            wanted = window_count(net.topology.cap.size, min(N_WINDOWS + 1, n_windows))
+            window_ns = max(1000.0, math.ceil(span / (wanted - 1)))
             n_windows = math.ceil(span / window_ns) + 1
         _, out = net.run(inst_start, n_windows=n_windows, window_ns=window_ns, merge=merge)
         span = max(horizon, float(np.nanmax(out.finish, initial=0.0)))
@@ -1152,6 +1174,17 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                                 converged=moves[-1] <= tolerance, moves_ns=tuple(moves), cycle=period,
                                 cycle_from=cycle_from,
                                 **_oscillating(prep, *swings, tolerance if moves[-1] > tolerance else math.inf)))
+
+
+#: The link windows' cells (resources x windows) a replay may hold: a topology of many resources
+#: (a scale what-if) gets fewer windows, not more memory.
+MAX_WINDOW_CELLS = 4_000_000
+
+
+def window_count(n_resources: int, wanted: int) -> int:
+    """Link windows for a topology of `n_resources`: `wanted`, or fewer (at least 3) within
+    MAX_WINDOW_CELLS."""
+    return int(max(3, min(wanted, MAX_WINDOW_CELLS // max(n_resources, 1))))
 
 
 #: Rounds of damped iteration allowed after a limit cycle is found, and the smallest step.

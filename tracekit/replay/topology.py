@@ -430,6 +430,22 @@ class _Builder:
         return 2 * i, 2 * i + 1
 
 
+def _hosts_per_leaf(spec: TopologySpec) -> int:
+    """Hosts under one leaf (one rail's leaf of a rail-optimized fabric)."""
+    hosts = spec.hosts or 1
+    if spec.kind == "single-switch":
+        return hosts
+    if spec.kind == "fat-tree":
+        return max(1, (spec.leaf_radix // 2) // (spec.gpus * spec.nics_per_gpu))
+    return max(1, spec.leaf_radix // 2)
+
+
+def leaves_per_plane(spec: TopologySpec) -> int:
+    """Leaf switches per plane the spec builds (one host when it gives none)."""
+    groups = math.ceil((spec.hosts or 1) / _hosts_per_leaf(spec))
+    return groups * (spec.gpus * spec.nics_per_gpu if spec.kind == "rail-optimized" else 1)
+
+
 def build(spec: TopologySpec) -> Topology:
     """Build nodes, links, resources and routing arrays for a spec (which must give hosts)."""
     validate(spec)
@@ -469,28 +485,22 @@ def build(spec: TopologySpec) -> Topology:
         pcie_up[n], pcie_down[n] = b.cable(gpu_names[g], name, spec.pcie_gbps, 0, "pcie", -1, "pcie")
 
     rails = g_per_host * k
-    if spec.kind == "single-switch":
-        hosts_per_leaf, leaf_groups = hosts, 1
-    elif spec.kind == "fat-tree":
-        hosts_per_leaf = max(1, (spec.leaf_radix // 2) // rails)
-        leaf_groups = math.ceil(hosts / hosts_per_leaf)
-    else:
-        hosts_per_leaf = max(1, spec.leaf_radix // 2)
-        leaf_groups = math.ceil(hosts / hosts_per_leaf)
+    hosts_per_leaf = _hosts_per_leaf(spec)
+    leaf_groups = math.ceil(hosts / hosts_per_leaf)
     rail_leaves = spec.kind == "rail-optimized"
-    leaves_per_plane = leaf_groups * (rails if rail_leaves else 1)
-    n_leaves = leaves_per_plane * planes
+    n_leaves_plane = leaves_per_plane(spec)
+    n_leaves = n_leaves_plane * planes
     nic_gbps = spec.nic_gbps / planes
     nic_leaf = np.empty((n_nics, planes), np.int64)
     nic_leaf_up = np.empty((n_nics, planes), np.int64)
     leaf_nic_down = np.empty((n_nics, planes), np.int64)
-    leaf_names = [b.node(f"p{p}/leaf{i}", "leaf") for p in range(planes) for i in range(leaves_per_plane)]
+    leaf_names = [b.node(f"p{p}/leaf{i}", "leaf") for p in range(planes) for i in range(n_leaves_plane)]
     for n in range(n_nics):
         g, j = divmod(n, k)
         h, local = divmod(g, g_per_host)
         group = h // hosts_per_leaf
         for p in range(planes):
-            leaf = p * leaves_per_plane + (group * rails + local * k + j if rail_leaves else group)
+            leaf = p * n_leaves_plane + (group * rails + local * k + j if rail_leaves else group)
             nic_leaf[n, p] = leaf
             nic_leaf_up[n, p], leaf_nic_down[n, p] = b.cable(
                 nic_names[n], leaf_names[leaf], nic_gbps, spec.latency_ns, net_medium, p, "nic-leaf")
@@ -500,16 +510,16 @@ def build(spec: TopologySpec) -> Topology:
     down_ports = (attached * rails if not rail_leaves else attached) if spec.kind != "single-switch" else 0
     up_ports = down_ports / spec.oversub if down_ports else 0.0
     leaf_up_gbps = up_ports * nic_gbps
-    use_spines = spec.tiers >= 2 and leaves_per_plane > 1
+    use_spines = spec.tiers >= 2 and n_leaves_plane > 1
     if use_spines:
-        pod_leaves = leaves_per_plane if spec.tiers == 2 else max(1, spec.leaf_radix // 2)
-        pods_per_plane = math.ceil(leaves_per_plane / pod_leaves)
+        pod_leaves = n_leaves_plane if spec.tiers == 2 else max(1, spec.leaf_radix // 2)
+        pods_per_plane = math.ceil(n_leaves_plane / pod_leaves)
         spine_down_radix = spec.leaf_radix if spec.tiers == 2 else spec.leaf_radix // 2
-        n_sp = max(1, math.ceil(min(pod_leaves, leaves_per_plane) * up_ports / spine_down_radix))
+        n_sp = max(1, math.ceil(min(pod_leaves, n_leaves_plane) * up_ports / spine_down_radix))
     else:
-        pod_leaves, pods_per_plane, n_sp = max(1, leaves_per_plane), 1, 1
+        pod_leaves, pods_per_plane, n_sp = max(1, n_leaves_plane), 1, 1
     n_pods = pods_per_plane * planes
-    leaf_pod = np.array([(i // leaves_per_plane) * pods_per_plane + (i % leaves_per_plane) // pod_leaves
+    leaf_pod = np.array([(i // n_leaves_plane) * pods_per_plane + (i % n_leaves_plane) // pod_leaves
                          for i in range(n_leaves)], np.int64)
     leaf_spine_up = np.full((n_leaves, n_sp), -1, np.int64)
     spine_leaf_down = np.full((n_leaves, n_sp), -1, np.int64)
@@ -544,20 +554,23 @@ def build(spec: TopologySpec) -> Topology:
             leaf_up_agg[leaf] = agg(list(leaf_spine_up[leaf]))
             leaf_down_agg[leaf] = agg(list(spine_leaf_down[leaf]))
         if spec.tiers == 3 and pods_per_plane > 1:
-            leaves_in_pod = min(pod_leaves, leaves_per_plane)
+            leaves_in_pod = min(pod_leaves, n_leaves_plane)
             spine_up_gbps = leaves_in_pod * bundle_gbps / spec.core_oversub
             spine_up_ports = spine_up_gbps / nic_gbps
-            n_core = max(1, math.ceil(pods_per_plane * n_sp * spine_up_ports / spec.leaf_radix))
-            spine_core_up = np.full((n_pods, n_sp, n_core), -1, np.int64)
-            core_spine_down = np.full((n_pods, n_sp, n_core), -1, np.int64)
+            # as in a k-ary fat-tree, spine s of every pod joins core group s only (one cable per
+            # uplink port, a core per port): the cables grow with the pods, not with their square
+            per_group = max(1, math.ceil(spine_up_ports))
+            n_core = n_sp * per_group
+            spine_core_up = np.full((n_pods, n_sp, per_group), -1, np.int64)
+            core_spine_down = np.full((n_pods, n_sp, per_group), -1, np.int64)
             cores = {(p, c): b.node(f"p{p}/core{c}", "core") for p in range(planes) for c in range(n_core)}
             for pod in range(n_pods):
                 p = pod // pods_per_plane
                 for s in range(n_sp):
-                    for c in range(n_core):
+                    for c in range(per_group):
                         spine_core_up[pod, s, c], core_spine_down[pod, s, c] = b.cable(
-                            spine_names[pod, s], cores[p, c], spine_up_gbps / n_core, spec.latency_ns,
-                            net_medium, p, "spine-core", max(1, math.ceil(spine_up_ports / n_core)))
+                            spine_names[pod, s], cores[p, s * per_group + c], spine_up_gbps / per_group,
+                            spec.latency_ns, net_medium, p, "spine-core")
                 pod_up_agg[pod] = agg([int(x) for x in spine_core_up[pod].ravel()])
                 pod_down_agg[pod] = agg([int(x) for x in core_spine_down[pod].ravel()])
 

@@ -117,6 +117,7 @@ class ScenarioResult:
     placement_after: Placement | None = None
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    simulated_gpus: int | None = None  # scale: the GPUs replayed (the baseline's are the traced ones)
 
     @property
     def step_change(self) -> Change:
@@ -132,6 +133,7 @@ class ScenarioResult:
             "ep_imbalance": to_builtins(self.ep_imbalance) if self.ep_imbalance else None,
             "inter_host_bytes": {"before": dict(self.inter_host_before), "after": dict(self.inter_host_after)},
             "checkpoint_ns": self.checkpoint_ns,
+            **({"simulated_gpus": self.simulated_gpus} if self.simulated_gpus is not None else {}),
             "kind": self.kind,
             "a2a_ns": to_builtins(self.a2a_ns) if self.a2a_ns else None,
             "ep_load": to_builtins(self.ep_load) if self.ep_load is not None else None,

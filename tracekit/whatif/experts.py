@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,15 +298,25 @@ def rewrite_all_to_all(tables: Mapping[str, pa.Table], pairs: pl.DataFrame, plan
                        ) -> pa.Table:
     """The collectives table with every EP all-to-all's splits and byte counts rewritten for the
     plans (instances of groups without a plan are left as they are)."""
+    fractions = {g: p.fraction() for g, p in plans.items()}
+    return rewrite_matrices(tables, pairs, lambda group, _members, d: d @ fractions[group] if group in fractions
+                            else None)
+
+
+def rewrite_matrices(tables: Mapping[str, pa.Table], pairs: pl.DataFrame,
+                     change: Callable[[str, tuple[int, ...], np.ndarray], np.ndarray | None]) -> pa.Table:
+    """The collectives table with every EP all-to-all rewritten by `change(group, members, D)`,
+    which takes the instance's matrix in dispatch orientation (rows send tokens, columns hold
+    experts; a combine's is its transpose) and gives the new one, or None to keep it."""
     members = _members(pairs, tables)
     mats = _matrices(pairs, members)
-    fractions = {g: p.fraction() for g, p in plans.items()}
     rows: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for instance, (group, m) in mats.items():
-        f = fractions.get(group)
-        if f is None:
+        dispatch = expert_axis_is_receiver(m)
+        changed = change(group, members[group], m if dispatch else m.T)
+        if changed is None:
             continue
-        new = _integral(m @ f) if expert_axis_is_receiver(m) else _integral(m.T @ f).T
+        new = _integral(changed) if dispatch else _integral(changed).T
         for i, r in enumerate(members[group]):
             rows[instance, r] = ([int(x) for x in new[i]], [int(x) for x in new[:, i]])
     coll = schema.conform("collectives", tables["collectives"])

@@ -25,8 +25,9 @@ from tracekit.whatif.core import (
 )
 from tracekit.whatif.experts import ep_bytes_missing
 
-KINDS = ("eplb", "placement", "checkpoint", "dataload")
+KINDS = ("eplb", "placement", "checkpoint", "dataload", "scale", "routing")
 EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
+SCALE_FIELDS = ("dp", "ep", "hosts")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,14 @@ def parse_scenario(text: str) -> Scenario:
         if "replays" in params:
             as_int(kind, "replays", params["replays"], minimum=1)
         return Scenario(kind, raw, params, target=target)
+    if kind in ("scale", "routing"):
+        known = SCALE_FIELDS if kind == "scale" else ("nodes",)
+        params = parse_params(kind, rest, known)
+        if not params or (kind == "routing" and "nodes" not in params):
+            raise WhatIfError(f"{kind}: give {' or '.join(f'{k}=N' for k in known)}")
+        for key, value in params.items():
+            as_int(kind, key, value, minimum=1)
+        return Scenario(kind, raw, params)
     from tracekit.whatif.storage import parse_storage_params
 
     return Scenario(kind, raw, parse_storage_params(kind, rest))
@@ -71,7 +80,7 @@ def parse_scenario(text: str) -> Scenario:
 #: Scenarios that change only the run's collectives (their sizes or their ranks' places): with no
 #: collective simulated in the baseline they would replay the baseline again (EPLB given expert
 #: loads derives its own traffic, and runs).
-COLLECTIVE_ONLY = ("eplb", "placement")
+COLLECTIVE_ONLY = ("eplb", "placement", "scale", "routing")
 NOTHING_SIMULATED = ("not replayed: the baseline simulated no collective (see the not_simulated caution), so "
                      "this scenario, which changes only collectives, would repeat it")
 
@@ -93,6 +102,14 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
         from tracekit.whatif.placement import AUTO_REPLAYS, placement
 
         return placement(base, sc.target or "", max_replays=int(p.get("replays", AUTO_REPLAYS)), scenario=sc.text)
+    if sc.kind == "scale":
+        from tracekit.whatif.scale import scale
+
+        return scale(base, **{k: int(v) for k, v in p.items()}, scenario=sc.text)
+    if sc.kind == "routing":
+        from tracekit.whatif.routing import node_limited
+
+        return node_limited(base, nodes=int(p["nodes"]), scenario=sc.text)
     from tracekit.whatif.storage import storage_traffic
 
     return storage_traffic(base, sc)
@@ -118,7 +135,7 @@ def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], 
     results, skipped = [], []
     for k, s in enumerate(parsed, 1):
         if base.replay.errors is None and s.kind in COLLECTIVE_ONLY and not (s.kind == "eplb" and expert_loads):
-            missing = ep_bytes_missing(tables) if s.kind == "eplb" else None
+            missing = ep_bytes_missing(tables) if s.kind in ("eplb", "routing") else None
             reason = f"not replayed: {missing}" if missing else NOTHING_SIMULATED
             skipped.append(SkippedScenario(scenario=s.text, reason=reason))
             continue
