@@ -238,7 +238,7 @@ def _layout(spec: SynthSpec) -> dict[str, Any]:
             flows[(a, b, "F")] = flows[(b, a, "B")] = g
             flows[(b, a, "F")] = add(f"pp_group_{b}_{a}_fwd", "PP", [a, b])
             flows[(a, b, "B")] = add(f"pp_group_{a}_{b}_bwd", "PP", [a, b])
-        if spec.schedule == "interleaved-1f1b" and spec.pp > 1:
+        if spec.schedule == "interleaved-1f1b" and spec.pp > 2:
             for i in range(spec.tp * spec.dp):
                 last, first = (spec.pp - 1) * spec.tp * spec.dp + i, i
                 flows[(last, first, "F")] = add(f"pp_group_{last}_{first}_fwd", "PP", [first, last])
@@ -427,28 +427,33 @@ class _Builder:
         spec = self.spec
         p = plan(spec.schedule, spec.pp, spec.micro_batches, spec.pp_chunks)
         share = 1.0 / spec.pp_chunks
-        sent: dict[tuple, int] = {}
+        made: dict[tuple, int] = {}
         for s in range(spec.pp):
             for slot in p.slots[s]:
-                for chunk in slot.chunks:
-                    route = p.routes[chunk.mb]
-                    pos = p.position(s, chunk)
-                    forward = chunk.kind == "F"
-                    if chunk.kind == WEIGHT_GRAD:
-                        self._weight_block(stages[s], step, chunk.mb, share)
-                        continue
-                    src = pos - 1 if forward else pos + 1
-                    dst = pos + 1 if forward else pos - 1
-                    kind = "F" if forward else "B"
-                    if 0 <= src < len(route) and route[src][0] != s:
-                        self._pp_transfer(stages, route[src][0], s, kind, (kind, chunk.mb, src), step, act_bytes, sent,
-                                   receiving=True)
-                    half = 0.5 if chunk.kind == INPUT_GRAD else 1.0
-                    self._stage_block(stages[s], step, "fwd" if forward else "bwd", chunk.mb, share=share * half,
-                                      tag=f"_c{chunk.chunk}")
-                    if 0 <= dst < len(route) and route[dst][0] != s:
-                        self._pp_transfer(stages, s, route[dst][0], kind, (kind, chunk.mb, pos), step, act_bytes, sent,
-                                   receiving=False)
+                sends = []
+                for stage_io in (True, False):
+                    for chunk in slot.chunks:
+                        if chunk.kind == WEIGHT_GRAD:
+                            if not stage_io:
+                                self._weight_block(stages[s], step, chunk.mb, share)
+                            continue
+                        route = p.routes[chunk.mb]
+                        pos = p.position(s, chunk)
+                        forward = chunk.kind == "F"
+                        kind = "F" if forward else "B"
+                        src, dst = (pos - 1, pos + 1) if forward else (pos + 1, pos - 1)
+                        if stage_io:  # a slot receives every input first (DualPipe's pair posts both)
+                            if 0 <= src < len(route) and route[src][0] != s:
+                                self._pp_transfer(stages, route[src][0], s, kind, (kind, chunk.mb, src), step,
+                                                  act_bytes, made, receiving=True)
+                            continue
+                        half = 0.5 if chunk.kind == INPUT_GRAD else 1.0
+                        self._stage_block(stages[s], step, "fwd" if forward else "bwd", chunk.mb,
+                                          share=share * half, tag=f"_c{chunk.chunk}")
+                        if 0 <= dst < len(route) and route[dst][0] != s:
+                            sends.append((s, route[dst][0], kind, (kind, chunk.mb, pos)))
+                for src_s, dst_s, kind, tag in sends:
+                    self._pp_transfer(stages, src_s, dst_s, kind, tag, step, act_bytes, made, receiving=False)
 
     def _pp_transfer(self, stages: list[list[int]], src_s: int, dst_s: int, kind: str, tag: tuple, step: int,
               nbytes: int, made: dict[tuple, int], *, receiving: bool) -> None:
