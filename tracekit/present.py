@@ -16,6 +16,7 @@ from tracekit.results import Result
 
 if TYPE_CHECKING:
     from tracekit.analysis.core import AnalysisResult
+    from tracekit.analysis.schedule import TracedSchedule
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
     from tracekit.replay.validate import BenchTable, MicrobenchReport
@@ -444,3 +445,14 @@ def group_rows(result: AnalysisResult) -> tuple[list[GroupRow], int]:
             for g in groups.with_columns(pl.col(pl.Categorical).cast(pl.String)).iter_rows(named=True)]
     used = sorted((r for r in rows if r.calls), key=lambda r: -r.calls)
     return used, len(rows) - len(used)
+
+
+def schedule_line(schedule: TracedSchedule) -> str:
+    """One line naming the traced pipeline schedule (or saying what was seen when it has no name)."""
+    if not schedule.recognised:
+        return printable(f"Pipeline schedule: unrecognised ({schedule.stages} stages); seen {schedule.seen}")
+    chunks = f", {schedule.chunks} chunks per stage" if (schedule.chunks or 1) > 1 else ""
+    also = f" (the trace fits {', '.join(schedule.also)} as well)" if schedule.also else ""
+    step = "" if schedule.step is None else f" in step {schedule.step}"
+    return (f"Pipeline schedule: {schedule.name}, {schedule.stages} stages, {schedule.microbatches} micro-batches"
+            f"{chunks}{also}, read from the PP transfers and the compute between them{step}.")

@@ -164,6 +164,15 @@ def read_schedule(tables: Mapping[str, Any], *, step: int | None = None) -> Trac
     chains = pp_chains(coll)
     if not chains:
         return None
+    got = _read(tables, coll, chains, step)
+    if got.name == "dualpipe" and any(c[0] > c[-1] for c in chains):
+        # both ends of a DualPipe pipeline start alike: number every pipeline from its lower rank
+        got = _read(tables, coll, [c if c[0] < c[-1] else c[::-1] for c in chains], step)
+    return got
+
+
+def _read(tables: Mapping[str, Any], coll: pl.DataFrame, chains: list[list[int]], step: int | None
+          ) -> TracedSchedule:
     stages = max(len(c) for c in chains)
     chain = next(c for c in chains if len(c) == stages)
     stage_of = {r: i for c in chains if len(c) == stages for i, r in enumerate(c)}
@@ -176,7 +185,7 @@ def read_schedule(tables: Mapping[str, Any], *, step: int | None = None) -> Trac
         step = full[0] if full else (steps[0] if steps else None)
     if step is not None:
         pp = pp.filter(pl.col("step") == step)
-    ev = frame(tables.get("events"), "events").filter(pl.col("rank").is_in(chain))
+    ev = _events_of(tables.get("events"), chain)
     compute, issued = _compute_and_launches(ev, coll)
     local = {r: i for i, r in enumerate(chain)}
     traced = [_tokens(r, local, pp, compute, issued) for r in chain]
@@ -207,7 +216,7 @@ def read_schedule(tables: Mapping[str, Any], *, step: int | None = None) -> Trac
 def _tokens(rank: int, local: Mapping[int, int], pp: pl.DataFrame, compute: pl.DataFrame,
             issued: Mapping[tuple[int, int], int]) -> _Stage:
     """A stage's tokens in program order: by the CPU launch of each kernel when the trace links
-    kernels to their launches (`issued`: (rank, coll_id or -1 - event row) -> launch time),
+    kernels to their launches (`issued`: (rank, coll_id) -> launch time),
     else a receive at its end and a send at the end of the compute before it."""
     me = local[rank]
     mine = pp.filter(pl.col("rank") == rank).sort("ts_ns")
@@ -253,6 +262,15 @@ def _tokens(rank: int, local: Mapping[int, int], pp: pl.DataFrame, compute: pl.D
             tok = COMPUTE
         out.tokens.append(tok)
     return out
+
+
+def _events_of(source: Any, ranks: list[int]) -> pl.DataFrame:
+    """The events of `ranks` (a lazy scan of a run's events reads only theirs)."""
+    if source is None:
+        return frame(None, "events")
+    if isinstance(source, pl.LazyFrame):
+        return frame(source.filter(pl.col("rank").is_in(ranks)).collect().to_arrow(), "events")
+    return frame(source, "events").filter(pl.col("rank").is_in(ranks))
 
 
 def _compute_and_launches(ev: pl.DataFrame, coll: pl.DataFrame) -> tuple[pl.DataFrame, dict[tuple[int, int], int]]:

@@ -54,7 +54,7 @@ def _print(result: Any, top: int) -> None:
     from tracekit._text import fmt_bytes, fmt_ns, fmt_pct, fmt_rate
     from tracekit.analysis.steps import STEP_TIME
     from tracekit.cli._common import console as make_console
-    from tracekit.present import group_rows, root_cause_rows, straggler_rows
+    from tracekit.present import group_rows, root_cause_rows, schedule_line, straggler_rows
 
     console = make_console()
     doc = result.to_json()
@@ -115,6 +115,10 @@ def _print(result: Any, top: int) -> None:
         for e in doc["ep"][:top]],
         caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
                 "received per rank; inter-host: '-' when hosts are unknown.")
+    sched = result.pp_schedule
+    if sched is not None:
+        console.print()
+        console.print(schedule_line(sched))
     by_instance = [b for b in doc["bandwidth"] if b["basis"] == "instance"]
     show("Bandwidth (median per group and op)", ["group", "op", "dim", "n", "size", "busbw"], [
         [str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
