@@ -19,7 +19,11 @@ Scenarios (each compared with the baseline replay on the same --topology):
       put the ranks on other hosts (FILE: CSV/JSON rank,host[,gpu]).
   checkpoint:bytes_per_rank=B[,every=S,at=start|end|F,via=frontend|backend,storage=N]
   dataload:bytes_per_rank=B[,every=S,at=...,via=...,storage=N]
-      north-south traffic between every rank and storage nodes."""
+      north-south traffic between every rank and storage nodes.
+  schedule:gpipe|1f1b|interleaved-1f1b|zb-h1|dualpipe|dualpipev[,microbatches=M,chunks=V,sm_share=S]
+      rebuild each PP stage's chunk order for that pipeline schedule from the
+      traced chunks; sm_share: the SMs DualPipe's overlapped communication
+      takes (default 20/132, DeepSeek-V3's)."""
 
 
 @click.command(epilog=SCENARIO_HELP)

@@ -27,7 +27,7 @@ from tracekit.whatif.core import (
 )
 from tracekit.whatif.experts import ep_bytes_missing
 
-KINDS = ("eplb", "placement", "checkpoint", "dataload")
+KINDS = ("eplb", "placement", "checkpoint", "dataload", "schedule")
 EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
 
 
@@ -65,6 +65,11 @@ def parse_scenario(text: str) -> Scenario:
         if "replays" in params:
             as_int(kind, "replays", params["replays"], minimum=1)
         return Scenario(kind, raw, params, target=target)
+    if kind == "schedule":
+        from tracekit.whatif.schedule import parse as parse_schedule
+
+        name, params = parse_schedule(rest)
+        return Scenario(kind, raw, params, target=name)
     from tracekit.whatif.storage import parse_storage_params
 
     return Scenario(kind, raw, parse_storage_params(kind, rest))
@@ -95,6 +100,12 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
         from tracekit.whatif.placement import AUTO_REPLAYS, placement
 
         return placement(base, sc.target or "", max_replays=int(p.get("replays", AUTO_REPLAYS)), scenario=sc.text)
+    if sc.kind == "schedule":
+        from tracekit.whatif.schedule import DEFAULT_SM_SHARE, schedule_whatif
+
+        return schedule_whatif(base, sc.target or "", microbatches=int(p["microbatches"]) if "microbatches" in p
+                               else None, chunks=int(p["chunks"]) if "chunks" in p else None,
+                               sm_share=float(p.get("sm_share", DEFAULT_SM_SHARE)), scenario=sc.text)
     from tracekit.whatif.storage import storage_traffic
 
     return storage_traffic(base, sc)
@@ -126,7 +137,7 @@ def whatif(source: Run | str | os.PathLike[str] | dict[str, pa.Table], scenarios
         status(f"scenario {k}/{len(parsed)}: {s.text}")
         with muted():
             result = run_scenario(base, s, expert_loads=expert_loads)
-        if base.replay.errors is None:
+        if base.replay.errors is None and s.kind != "schedule":
             result.notes.append(NO_COLLECTIVE_TO_SLOW)
         results.append(result)
     return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
