@@ -49,7 +49,8 @@ ASSUMPTIONS = (
     "chunks rebuilt from the traced schedule: compute per chunk kind as traced, the model cut evenly along the new "
     "schedule's route; EP/TP communication inside chunks and PP transfers at their baseline-replay times (the new "
     "order's own contention is not replayed); the step outside the pipeline (DP all-reduce, optimizer, host time) "
-    "as in the baseline replay; other micro-batch counts cut the same batch (per micro-batch times scale by traced/new)")
+    "as in the baseline replay; other micro-batch counts cut the same batch (per micro-batch times scale by "
+    "traced/new)")
 
 
 class PlacedChunk(Result, frozen=True, kw_only=True):
