@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tracekit.replay.engine import ReplayResult
     from tracekit.replay.validate import BenchTable, MicrobenchReport
     from tracekit.whatif.core import WhatIfResult
+    from tracekit.whatif.schedule import PipelineRun, ScheduleOutcome
 
 
 def printable(text: str) -> str:
@@ -368,6 +369,8 @@ def whatif_comparison(result: WhatIfResult) -> list[str]:
         lines.append(f"{s.scenario}:")
         if s.a2a_ns:
             lines.append(f"  EP all-to-all per instance (mean): {fmt_ms(s.a2a_ns.before)} -> {fmt_ms(s.a2a_ns.after)}")
+        if s.schedule is not None:
+            lines += schedule_lines(s.schedule)
         if s.slowed is not None:
             worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
             lines.append(f"  collectives slowed: {len(s.slowed)}" + (
@@ -456,3 +459,19 @@ def schedule_line(schedule: TracedSchedule) -> str:
     step = "" if schedule.step is None else f" in step {schedule.step}"
     return (f"Pipeline schedule: {schedule.name}, {schedule.stages} stages, {schedule.microbatches} micro-batches"
             f"{chunks}{also}, read from the PP transfers and the compute between them{step}.")
+
+
+def schedule_lines(outcome: ScheduleOutcome) -> list[str]:
+    """A schedule scenario's pipeline against the traced one's: span and bubble per stage."""
+    base, new = outcome.baseline, outcome.scenario
+
+    def shape(run: PipelineRun) -> str:
+        chunks = f", {run.chunks} chunks" if run.chunks > 1 else ""
+        return f"{run.name} ({run.stages} stages, {run.microbatches} micro-batches{chunks})"
+
+    return [f"  pipeline: {shape(base)} as traced -> {shape(new)}; span {fmt_ms(base.span_ns)} -> "
+            f"{fmt_ms(new.span_ns)}{fmt_delta(new.span_ns, base.span_ns)}",
+            "  bubble per stage: " + ", ".join(f"{i}: {fmt_ms(b)} -> {fmt_ms(a)}" for i, (b, a) in
+                                               enumerate(zip(base.bubble_ns, new.bubble_ns, strict=True))),
+            *([f"  communication's share of the SMs in DualPipe's pairs: {outcome.sm_share:.3f}"]
+              if new.name.startswith("dualpipe") else [])]
