@@ -105,3 +105,11 @@ def test_unknown_and_impossible_schedules_say_why() -> None:
 def test_order_positions_follow_routes() -> None:
     p = plan("dualpipev", 2, 4)
     assert p.position(0, Chunk("F", 0, 1)) == 3 and p.position(1, Chunk("F", 0, 1)) == 2
+
+
+def test_where_the_formulas_stop_holding() -> None:
+    """docs/whatif.md: ZB-H1 with fewer than 2 PP micro-batches, and DualPipe when W != B/2."""
+    zb = simulate(plan("zb-h1", 4, 4), uniform_costs(F, B, W))
+    assert set(zb.bubble_ns) == {4000} and closed_form_bubble("zb-h1", 4, F, B, W) == 3000
+    dp = simulate(plan("dualpipe", 4, 8), uniform_costs(F, B, 800))
+    assert set(dp.bubble_ns) == {2400} and closed_form_bubble("dualpipe", 4, F, B, 800) == 2600
