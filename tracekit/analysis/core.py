@@ -214,7 +214,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     stage = pp.pp_stages(inst, grp)
     from tracekit.analysis.schedule import read_schedule
 
-    pp_schedule = read_schedule({"collectives": coll, "events": events, "step_windows": windows})
+    pp_schedule = read_schedule({"collectives": coll, "events": events, "step_windows": windows, "ranks": t["ranks"]})
     result = AnalysisResult(
         ranks=t["ranks"], groups=t["groups"], collectives=t["collectives"], mismatches=extra["mismatches"],
         steps=table(windows), per_rank_step=table(wide), per_rank_step_dim=table(long),

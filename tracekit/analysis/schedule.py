@@ -54,6 +54,17 @@ class StageCosts(Result, frozen=True, kw_only=True):
     measured: tuple[str, ...]  # kinds measured apart; the others split by DEFAULT_RATIO
 
 
+class TracedBlock(Result, frozen=True, kw_only=True):
+    """One compute block between two transfers of a stage, on the run's common clock, and the
+    chunks the named schedule runs in it ("F0+B0"; "compute" when unrecognised)."""
+
+    stage: int
+    rank: int
+    start_ns: int
+    end_ns: int
+    chunks: str
+
+
 class TracedSchedule(Result, frozen=True, kw_only=True):
     """The pipeline schedule read from the trace (see the module doc).
 
@@ -71,6 +82,7 @@ class TracedSchedule(Result, frozen=True, kw_only=True):
     also: tuple[str, ...] = ()
     tokens: tuple[tuple[str, ...], ...] = ()
     costs: tuple[StageCosts, ...] = ()
+    blocks: tuple[TracedBlock, ...] = ()  # the traced compute blocks of the first pipeline, for the Gantt
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "stages": self.stages, "microbatches": self.microbatches, "chunks": self.chunks}
@@ -84,9 +96,9 @@ class TracedSchedule(Result, frozen=True, kw_only=True):
 class _Stage:
     rank: int
     tokens: list[str] = field(default_factory=list)
-    blocks: list[tuple[float, float]] = field(default_factory=list)  # compute block windows, by token order
+    blocks: list[tuple[int, int]] = field(default_factory=list)  # compute block windows (ns), by token order
     busy: list[float] = field(default_factory=list)  # each block's compute (union of its intervals)
-    first_mark: float | None = None  # the first transfer's mark: the end of the compute before it
+    first_mark: int | None = None  # the first transfer's mark: the end of the compute before it
 
     def without_blocks_below(self, threshold: float) -> _Stage:
         """The tokens with compute blocks shorter than `threshold` left out (buffer allocations
@@ -199,9 +211,11 @@ def _read(tables: Mapping[str, Any], coll: pl.DataFrame, chains: list[list[int]]
         expected = tuple(tuple(t for t, _ in _canonical_blocks(_expected(candidate, d))) for d in range(stages))
         if expected == tokens:
             matches.append(candidate)
+    offsets = _offsets(tables.get("ranks"))
     if not matches:
         return TracedSchedule(name=UNRECOGNISED, stages=stages, microbatches=None, chunks=None, step=step,
-                              stage_ranks=stage_ranks, seen=seen, tokens=tokens)
+                              stage_ranks=stage_ranks, seen=seen, tokens=tokens,
+                              blocks=_traced_blocks(traced, chain, offsets, None))
     best = matches[0]
     also = tuple(dict.fromkeys(m.name for m in matches[1:] if m.name != best.name))
     raw = tables.get("step_windows")
@@ -210,7 +224,8 @@ def _read(tables: Mapping[str, Any], coll: pl.DataFrame, chains: list[list[int]]
                   for d in range(stages))
     return TracedSchedule(name=best.name, stages=stages, microbatches=best.microbatches,
                           chunks=1 if best.name.startswith("dualpipe") else best.chunks, step=step,
-                          stage_ranks=stage_ranks, seen=seen, also=also, tokens=tokens, costs=costs)
+                          stage_ranks=stage_ranks, seen=seen, also=also, tokens=tokens, costs=costs,
+                          blocks=_traced_blocks(traced, chain, offsets, best))
 
 
 def _tokens(rank: int, local: Mapping[int, int], pp: pl.DataFrame, compute: pl.DataFrame,
@@ -221,20 +236,21 @@ def _tokens(rank: int, local: Mapping[int, int], pp: pl.DataFrame, compute: pl.D
     me = local[rank]
     mine = pp.filter(pl.col("rank") == rank).sort("ts_ns")
     blocks = compute.filter(pl.col("rank") == rank).sort("s")
-    starts = blocks.get_column("s").to_numpy().astype(float)
-    ends = blocks.get_column("e").to_numpy().astype(float)
-    launch = blocks.get_column("issued").to_numpy().astype(float) if "issued" in blocks.columns else starts
-    by_launch = bool(issued) and not np.isnan(launch).any()
-    marks: list[tuple[float, int, str]] = []
+    starts = blocks.get_column("s").to_numpy().astype(np.int64)  # epoch ns: integers (a float64 is 256 ns coarse)
+    ends = blocks.get_column("e").to_numpy().astype(np.int64)
+    linked = "issued" in blocks.columns and blocks.get_column("issued").null_count() == 0
+    launch = blocks.get_column("issued").to_numpy().astype(np.int64) if linked else starts
+    by_launch = bool(issued) and linked
+    marks: list[tuple[int, int, str]] = []
     for op, peer, ts, dur, cid in mine.select("op", "peer", "ts_ns", "dur_ns", "coll_id").iter_rows():
         where = _direction(me, local[peer], len(local))
         if by_launch and (rank, cid) in issued:
-            marks.append((float(issued[(rank, cid)]), 0, f"{op[0]}{where}"))
+            marks.append((int(issued[(rank, cid)]), 0, f"{op[0]}{where}"))
         elif op == "recv":
-            marks.append((float(ts + dur), 0, f"r{where}"))
+            marks.append((int(ts + dur), 0, f"r{where}"))
         else:
             before = ends[ends <= ts]
-            marks.append((float(before.max()) if before.size else float(ts), 0, f"s{where}"))
+            marks.append((int(before.max()) if before.size else int(ts), 0, f"s{where}"))
     out = _Stage(rank)
     if not marks:
         return out
@@ -242,26 +258,47 @@ def _tokens(rank: int, local: Mapping[int, int], pp: pl.DataFrame, compute: pl.D
     first = mine.row(0, named=True)
     if first["op"] == "send":
         done = ends[ends <= first["ts_ns"]]
-        out.first_mark = float(done.max()) if done.size else float(first["ts_ns"])
+        out.first_mark = int(done.max()) if done.size else int(first["ts_ns"])
     order = launch if by_launch else starts
     inside = np.flatnonzero((order >= lo) & (order < hi))
     for i in inside:
-        marks.append((float(order[i]), 1, f"{COMPUTE}{i}"))
-    reach = -np.inf
+        marks.append((int(order[i]), 1, f"{COMPUTE}{i}"))
+    reach = int(np.iinfo(np.int64).min)
     for _, _, tok in sorted(marks):
         if tok.startswith(COMPUTE):
             i = int(tok[1:])
-            gained = max(float(ends[i]) - max(float(starts[i]), reach), 0.0)
-            reach = max(reach, float(ends[i]))
+            gained = float(max(int(ends[i]) - max(int(starts[i]), reach), 0))
+            reach = max(reach, int(ends[i]))
             if out.tokens and out.tokens[-1] == COMPUTE:
-                out.blocks[-1] = (out.blocks[-1][0], max(out.blocks[-1][1], float(ends[i])))
+                out.blocks[-1] = (out.blocks[-1][0], max(out.blocks[-1][1], int(ends[i])))
                 out.busy[-1] += gained
                 continue
-            out.blocks.append((float(starts[i]), float(ends[i])))
+            out.blocks.append((int(starts[i]), int(ends[i])))
             out.busy.append(gained)
             tok = COMPUTE
         out.tokens.append(tok)
     return out
+
+
+def _offsets(ranks: Any) -> dict[int, int]:
+    if ranks is None:
+        return {}
+    df = frame(ranks, "ranks")
+    return {int(r): int(o or 0) for r, o in df.select("rank", "clock_offset_ns").iter_rows()}
+
+
+def _traced_blocks(traced: Sequence[_Stage], chain: Sequence[int], offsets: Mapping[int, int],
+                   named: Plan | None) -> tuple[TracedBlock, ...]:
+    out = []
+    for d, (stage, rank) in enumerate(zip(traced, chain, strict=True)):
+        labels = (["+".join(f"{c.kind}{c.mb}" for c in chunks)
+                   for tok, chunks in _canonical_blocks(_expected(named, d)) if tok == COMPUTE]
+                  if named is not None else [])
+        off = offsets.get(rank, 0)
+        for k, (lo, hi) in enumerate(stage.blocks):
+            out.append(TracedBlock(stage=d, rank=rank, start_ns=lo + off, end_ns=hi + off,
+                                   chunks=labels[k] if k < len(labels) else "compute"))
+    return tuple(out)
 
 
 def _events_of(source: Any, ranks: list[int]) -> pl.DataFrame:
@@ -287,7 +324,7 @@ def _compute_and_launches(ev: pl.DataFrame, coll: pl.DataFrame) -> tuple[pl.Data
     if gpu.height and runtime.height:
         linked = (gpu.join(runtime, on=["rank", "correlation"], how="left")
                   .select(pl.col("rank").cast(pl.Int32), pl.col("ts_ns").alias("s"),
-                          (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("issued").cast(pl.Float64)))
+                          (pl.col("ts_ns") + pl.col("dur_ns")).alias("e"), pl.col("issued").cast(pl.Int64)))
         calls = (ev.filter(pl.col("coll_id").is_not_null() & pl.col("correlation").is_not_null())
                  .join(runtime, on=["rank", "correlation"]).select("rank", "coll_id", "issued"))
         if linked.get_column("issued").null_count() == 0:
@@ -384,15 +421,15 @@ def _describe(tokens: Sequence[Sequence[str]]) -> str:
     return "; ".join(parts)
 
 
-def _step_start(windows: pl.DataFrame | None, rank: int, step: int | None) -> float | None:
+def _step_start(windows: pl.DataFrame | None, rank: int, step: int | None) -> int | None:
     if windows is None or step is None or windows.height == 0:
         return None
     row = windows.filter((pl.col("rank") == rank) & (pl.col("step") == step))
-    return float(row.get_column("start_ns")[0]) if row.height else None
+    return int(row.get_column("start_ns")[0]) if row.height else None
 
 
 def _stage_costs(p: Plan, device: int, traced: _Stage, coll: pl.DataFrame, compute: pl.DataFrame,
-                 rank: int, step_start: float | None) -> StageCosts:
+                 rank: int, step_start: int | None) -> StageCosts:
     """Per chunk kind, the mean compute and in-chunk communication (EP, TP) of one stage, by
     least squares over its compute blocks (a block holds the chunks run between two transfers)."""
     kinds = sorted({c.kind for slot in p.slots[device] for c in slot.chunks})
@@ -430,14 +467,14 @@ def _leading_chunks(p: Plan, device: int) -> tuple[Any, ...]:
     return out
 
 
-def _union(iv: pl.DataFrame, lo: float, hi: float) -> float:
-    total, reach = 0.0, lo
+def _union(iv: pl.DataFrame, lo: int, hi: int) -> float:
+    total, reach = 0, lo
     for s, e in iv.select("s", "e").iter_rows():
-        s, e = max(float(s), reach), min(float(e), hi)
+        s, e = max(int(s), reach), min(int(e), hi)
         if e > s:
             total += e - s
             reach = e
-    return total
+    return float(total)
 
 
 def _solve(kinds: Sequence[str], a: list[list[int]], y: list[float]) -> tuple[dict[str, float], tuple[str, ...]]:
