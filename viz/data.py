@@ -859,3 +859,32 @@ def pipeline_gantt(run: PipelineRun, title: str) -> dict[str, Any]:
             "chunk": [p.chunks for p in placed], "exposed_ms": [p.exposed_ns / 1e6 for p in placed],
             "stages": [f"stage {i}" for i in range(run.stages)], "span_ms": run.span_ns / 1e6,
             "bubble_ms": [b / 1e6 for b in run.bubble_ns], "truncated": len(run.placed) > len(placed)}
+
+
+def traced_pipeline_gantt(analysis: AnalysisResult) -> dict[str, Any] | None:
+    """The traced schedule's compute blocks (`AnalysisResult.pp_schedule.blocks`) as Gantt bars in
+    the shape of `pipeline_gantt`, ms from the first block; each stage's bubble is the analysis'
+    `pp_bubbles` figure for that stage's rank and step (idle plus receive waits in its window)."""
+    sched = analysis.pp_schedule
+    if sched is None or not sched.blocks:
+        return None
+    blocks = sched.blocks[:MAX_GANTT_CHUNKS]
+    t0 = min(b.start_ns for b in blocks)
+    rank_of = {b.stage: b.rank for b in blocks}
+    bubbles = pl.from_arrow(analysis.pp_bubbles)
+    assert isinstance(bubbles, pl.DataFrame)
+    bubble = {}
+    for stage, rank in rank_of.items():
+        row = bubbles.filter((pl.col("rank") == rank) & (pl.col("step") == sched.step)) if bubbles.height else bubbles
+        bubble[stage] = float(row.get_column("bubble_ns")[0]) / 1e6 if row.height else float("nan")
+    name = sched.name if sched.recognised else "unrecognised schedule"
+    shape = f"{sched.microbatches} micro-batches" if sched.microbatches else "chunks not named"
+    return {"title": f"as traced in step {sched.step}: {name} ({sched.stages} stages, {shape})",
+            "stage": [f"stage {b.stage}" for b in blocks], "left_ms": [(b.start_ns - t0) / 1e6 for b in blocks],
+            "right_ms": [(b.end_ns - t0) / 1e6 for b in blocks],
+            "kind": ["C" if "+" in b.chunks else b.chunks.rstrip("0123456789") or "C" for b in blocks],
+            "chunk": [b.chunks for b in blocks], "exposed_ms": [float("nan")] * len(blocks),
+            "stages": [f"stage {i}" for i in range(sched.stages)],
+            "span_ms": max(b.end_ns for b in blocks) / 1e6 - t0 / 1e6,
+            "bubble_ms": [bubble.get(i, float("nan")) for i in range(sched.stages)],
+            "truncated": len(sched.blocks) > len(blocks)}

@@ -540,7 +540,16 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     return column(*parts)
 
 
-GANTT_COLORS = {"F": "#0072B2", "B": "#009E73", "Bi": "#56B4E9", "W": "#E69F00", "FB": "#CC79A7"}
+def traced_pipeline(g: Mapping[str, Any], *, width: int) -> LayoutDOM:
+    """The traced pipeline schedule as a Gantt chart (`viz.data.traced_pipeline_gantt`)."""
+    head = html_div("<h3>Pipeline schedule</h3><p class='muted'>Each bar is a stage's compute between two of its "
+                    "PP transfers, labelled with the chunks the named schedule runs there (the compute before the "
+                    "first transfer and after the last is left out); the bubble at the right is the analysis' "
+                    "(idle plus receive waits in the stage's step window).</p>", width=width)
+    return column(head, _gantt(g, width=width, span_ms=g["span_ms"]))
+
+
+GANTT_COLORS = {"F": "#0072B2", "B": "#009E73", "Bi": "#56B4E9", "W": "#E69F00", "FB": "#CC79A7", "C": "#9A9A9A"}
 
 
 def _gantt(g: Mapping[str, Any], *, width: int, span_ms: float) -> Any:

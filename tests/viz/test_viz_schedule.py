@@ -44,3 +44,25 @@ def test_bubble_labels_are_the_ones_the_cli_prints(schedule_whatif) -> None:
     assert len(bubbles) == 4  # two scenarios, two stages
     for before, after in bubbles:
         assert f"bubble {before.split(': ')[1]}" in labels and f"bubble {after}" in labels
+
+
+def test_traced_gantt_draws_the_analysis() -> None:
+    import polars as pl
+
+    from tracekit.analysis import analyze
+
+    tables, _ = make_run_tables(schedule="zb-h1", pp=2, micro_batches=4, hosts=2, gpus_per_host=4, ep=2, steps=2,
+                                straggler_rank=None)
+    result = analyze(tables)
+    g = D.traced_pipeline_gantt(result)
+    sched = result.pp_schedule
+    assert g is not None and sched is not None and g["title"].startswith("as traced in step 0: zb-h1 (2 stages")
+    assert g["chunk"] == [b.chunks for b in sched.blocks] and "W0" in " ".join(g["chunk"])
+    bubbles = pl.from_arrow(result.pp_bubbles).filter(pl.col("step") == sched.step)
+    for stage, ranks in enumerate(sched.stage_ranks):
+        rank = next(b.rank for b in sched.blocks if b.stage == stage)
+        assert rank in ranks
+        assert g["bubble_ms"][stage] == bubbles.filter(pl.col("rank") == rank).get_column("bubble_ns")[0] / 1e6
+    lay = figures.traced_pipeline(g, width=1000)
+    labels = {str(x).strip() for src in lay.select({"type": ColumnDataSource}) for x in src.data.get("label", [])}
+    assert {f"bubble {b:.3f} ms" for b in g["bubble_ms"]} <= labels
