@@ -22,6 +22,7 @@ import polars as pl
 
 from tracekit.analysis import breakdown
 from tracekit.analysis._frames import frame
+from tracekit.analysis.pp import pp_chains
 from tracekit.pipeline import (
     BACKWARD,
     FORWARD,
@@ -123,48 +124,15 @@ class _Stage:
         return out
 
 
-def pp_chains(coll: pl.DataFrame) -> list[list[int]]:
-    """The ranks of each pipeline, stage 0 first. Pairs of ranks that exchange PP transfers are
-    joined in the order of their first transfer, skipping a pair that would close a ring (the
-    wrap-around of interleaved 1F1B, which comes last); each chain starts at the end that sends
-    first (ties: the lower rank)."""
+def pp_transfers(coll: pl.DataFrame, offsets: Mapping[int, int]) -> pl.DataFrame:
+    """Every PP send/recv call as a transfer: src, dst, t (its start on the common clock)."""
     pp = coll.filter((pl.col("dim") == "PP") & pl.col("peer").is_not_null() & pl.col("op").is_in(["send", "recv"])
                      & pl.col("ts_ns").is_not_null())
-    if pp.height == 0:
-        return []
-    firsts = (pp.with_columns(pl.min_horizontal("rank", "peer").alias("a"),
-                              pl.max_horizontal("rank", "peer").alias("b"))
-              .group_by("a", "b").agg(pl.col("ts_ns").min().alias("t")).sort("t", "a", "b"))
-    parent: dict[int, int] = {}
-
-    def root(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    nbrs: dict[int, list[int]] = {}
-    for a, b, _ in firsts.iter_rows():
-        ra, rb = root(a), root(b)
-        if ra == rb or len(nbrs.get(a, [])) >= 2 or len(nbrs.get(b, [])) >= 2:
-            continue
-        parent[ra] = rb
-        nbrs.setdefault(a, []).append(b)
-        nbrs.setdefault(b, []).append(a)
-    first_send = dict(pp.filter(pl.col("op") == "send").group_by("rank").agg(pl.col("ts_ns").min()).iter_rows())
-    chains, done = [], set()
-    for start in sorted(nbrs, key=lambda r: (first_send.get(r, np.inf), r)):
-        if start in done or len(nbrs[start]) != 1:
-            continue
-        chain, prev = [start], None
-        while True:
-            nxt = [n for n in nbrs[chain[-1]] if n != prev]
-            if not nxt:
-                break
-            prev = chain[-1]
-            chain.append(nxt[0])
-        done.update(chain)
-        chains.append(chain)
-    return sorted(chains, key=lambda c: min(c))
+    off = pl.col("rank").replace_strict(dict(offsets), default=0, return_dtype=pl.Int64) if offsets else pl.lit(0)
+    send = pl.col("op") == "send"
+    return pp.select(pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer")).cast(pl.Int64).alias("src"),
+                     pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank")).cast(pl.Int64).alias("dst"),
+                     (pl.col("ts_ns") + off).alias("t"))
 
 
 def read_schedule(tables: Mapping[str, Any], *, step: int | None = None) -> TracedSchedule | None:
@@ -173,14 +141,10 @@ def read_schedule(tables: Mapping[str, Any], *, step: int | None = None) -> Trac
     coll = frame(tables.get("collectives"), "collectives")
     if coll.height == 0 or "dim" not in coll.columns:
         return None
-    chains = pp_chains(coll)
+    chains = pp_chains(pp_transfers(coll, _offsets(tables.get("ranks"))))
     if not chains:
         return None
-    got = _read(tables, coll, chains, step)
-    if got.name == "dualpipe" and any(c[0] > c[-1] for c in chains):
-        # both ends of a DualPipe pipeline start alike: number every pipeline from its lower rank
-        got = _read(tables, coll, [c if c[0] < c[-1] else c[::-1] for c in chains], step)
-    return got
+    return _read(tables, coll, chains, step)
 
 
 def _read(tables: Mapping[str, Any], coll: pl.DataFrame, chains: list[list[int]], step: int | None
