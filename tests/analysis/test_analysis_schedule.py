@@ -83,3 +83,12 @@ def test_bundled_samples(tmp_path: Path, sample: str, expected: dict) -> None:
     assert result.to_json()["pp_schedule"] == expected
     if sample == "gloo_moe_8rank":  # one micro-batch: GPipe and 1F1B leave the same trace
         assert result.pp_schedule is not None and "1f1b" in result.pp_schedule.also
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved-1f1b", "dualpipe"])
+def test_pipeline_stages_follow_the_chain(name: str) -> None:
+    """One rule for stages (`pp.pp_chains`): interleaved 1F1B's last-to-first hop closes no ring, and
+    DualPipe's two ends, which start alike, are numbered from the lower rank."""
+    tables = _run(name, 4, 8, 2 if name == "interleaved-1f1b" else 1)
+    doc = analyze(strip_derived(tables)).to_json()
+    assert doc["pp_stages"] == {str(r): r // 2 for r in range(8)}
