@@ -67,7 +67,7 @@ def pp_chains(transfers: pl.DataFrame) -> list[list[int]]:
             chain.append(nxt[0])
         done.update(chain)
         first, last = starts_with_send.get(chain[0], False), starts_with_send.get(chain[-1], False)
-        if (last and not first) or (first == last and chain[-1] < chain[0]):
+        if last and not first:  # walked from its lower-rank end, kept when both ends start alike
             chain.reverse()
         chains.append(chain)
     return sorted(chains, key=lambda c: min(c))
