@@ -92,3 +92,17 @@ def test_pipeline_stages_follow_the_chain(name: str) -> None:
     tables = _run(name, 4, 8, 2 if name == "interleaved-1f1b" else 1)
     doc = analyze(strip_derived(tables)).to_json()
     assert doc["pp_stages"] == {str(r): r // 2 for r in range(8)}
+
+
+def test_pp_chains_by_hand() -> None:
+    import polars as pl
+
+    from tracekit.analysis.pp import pp_chains
+
+    def chains(*transfers: tuple[int, int, int]) -> list[list[int]]:
+        return pp_chains(pl.DataFrame(transfers, schema=["src", "dst", "t"], orient="row"))
+
+    assert chains((2, 1, 10), (1, 0, 20), (0, 1, 30), (1, 2, 40)) == [[2, 1, 0]]  # rank 2 is stage 0
+    assert chains((0, 1, 10), (1, 2, 20), (2, 0, 30), (0, 1, 40)) == [[0, 1, 2]]  # the wrap-around closes no ring
+    assert chains((0, 1, 10), (2, 1, 10), (1, 2, 20), (1, 0, 20)) == [[0, 1, 2]]  # both ends start alike
+    assert chains((5, 7, 10), (4, 6, 10)) == [[4, 6], [5, 7]]
