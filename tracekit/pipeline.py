@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tracekit.errors import TracekitError
 
@@ -62,7 +63,12 @@ class Plan:
     routes: tuple[tuple[tuple[int, int], ...], ...]
 
     def position(self, device: int, chunk: Chunk) -> int:
-        return self.routes[chunk.mb].index((device, chunk.chunk))
+        """Where on its micro-batch's route `chunk` runs on `device`."""
+        return self._positions[self.routes[chunk.mb]][(device, chunk.chunk)]
+
+    @cached_property
+    def _positions(self) -> dict[tuple[tuple[int, int], ...], dict[tuple[int, int], int]]:
+        return {route: {place: i for i, place in enumerate(route)} for route in set(self.routes)}
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ COMPUTE = "C"
 #: (the convention of DualPipe's figure and of Megatron-LM's cost model: B = 2F, W = B/2).
 DEFAULT_RATIO = {FORWARD: 1.0, BACKWARD: 2.0, INPUT_GRAD: 1.0, WEIGHT_GRAD: 1.0}
 MAX_CHUNKS = 4
+#: Plans of more chunks than this (micro-batches x stages x chunks) are not compared with the trace.
+MAX_PLAN_CHUNKS = 200_000
 #: A compute block below this share of the pipeline's largest is no chunk (a buffer allocation).
 NEGLIGIBLE_BLOCK = 0.01
 
@@ -369,6 +371,8 @@ def _candidates(stages: int, sends_01: int) -> list[Plan]:
         chunk_options = range(2, MAX_CHUNKS + 1) if name == "interleaved-1f1b" else (1,)
         for m in counts:
             for v in chunk_options:
+                if m * stages * v > MAX_PLAN_CHUNKS:
+                    continue
                 try:
                     out.append(plan(name, stages, m, v))
                 except ScheduleError:
