@@ -16,10 +16,12 @@ from tracekit.results import Result
 
 if TYPE_CHECKING:
     from tracekit.analysis.core import AnalysisResult
+    from tracekit.analysis.schedule import TracedSchedule
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
     from tracekit.replay.validate import BenchTable, MicrobenchReport
     from tracekit.whatif.core import WhatIfResult
+    from tracekit.whatif.schedule import PipelineRun, ScheduleOutcome
 
 
 def printable(text: str) -> str:
@@ -141,6 +143,7 @@ class AnalysisView(Result, frozen=True, kw_only=True):
     steps: str | None
     tables: list[TableView]
     alignment: str | None
+    pipeline: str | None = None
 
 
 def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
@@ -223,7 +226,8 @@ def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
     alignment = None if not result.collectives.num_rows else (
         f"clock alignment: {a.method}; {a.instances_used} instances, residual median "
         f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, max {fmt_ns(a.residual_ns['max'])}")
-    return AnalysisView(findings=findings, steps=step_line, tables=tables, alignment=alignment)
+    pipeline = None if result.pp_schedule is None else schedule_line(result.pp_schedule)
+    return AnalysisView(findings=findings, steps=step_line, tables=tables, alignment=alignment, pipeline=pipeline)
 
 
 def _num(x: float | None, digits: int) -> str:
@@ -478,6 +482,8 @@ def whatif_comparison(result: WhatIfResult) -> list[str]:
         lines.append(f"{s.scenario}:")
         if s.a2a_ns:
             lines.append(f"  EP all-to-all per instance (mean): {fmt_ms(s.a2a_ns.before)} -> {fmt_ms(s.a2a_ns.after)}")
+        if s.schedule is not None:
+            lines += schedule_lines(s.schedule)
         if s.slowed is not None:
             worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
             lines.append(f"  collectives slowed: {len(s.slowed)}" + (
@@ -564,3 +570,30 @@ def group_rows(result: AnalysisResult) -> tuple[list[GroupRow], int]:
             for g in groups.with_columns(pl.col(pl.Categorical).cast(pl.String)).iter_rows(named=True)]
     used = sorted((r for r in rows if r.calls), key=lambda r: -r.calls)
     return used, len(rows) - len(used)
+
+
+def schedule_line(schedule: TracedSchedule) -> str:
+    """One line naming the traced pipeline schedule (or saying what was seen when it has no name)."""
+    if not schedule.recognised:
+        return printable(f"Pipeline schedule: unrecognised ({schedule.stages} stages); seen {schedule.seen}")
+    chunks = f", {schedule.chunks} chunks per stage" if (schedule.chunks or 1) > 1 else ""
+    also = f" (the trace fits {', '.join(schedule.also)} as well)" if schedule.also else ""
+    step = "" if schedule.step is None else f" in step {schedule.step}"
+    return (f"Pipeline schedule: {schedule.name}, {schedule.stages} stages, {schedule.microbatches} micro-batches"
+            f"{chunks}{also}, read from the PP transfers and the compute between them{step}.")
+
+
+def schedule_lines(outcome: ScheduleOutcome) -> list[str]:
+    """A schedule scenario's pipeline against the traced one's: span and bubble per stage."""
+    base, new = outcome.baseline, outcome.scenario
+
+    def shape(run: PipelineRun) -> str:
+        chunks = f", {run.chunks} chunks" if run.chunks > 1 else ""
+        return f"{run.name} ({run.stages} stages, {run.microbatches} micro-batches{chunks})"
+
+    return [f"  pipeline: {shape(base)} as traced -> {shape(new)}; span {fmt_ms(base.span_ns)} -> "
+            f"{fmt_ms(new.span_ns)}{fmt_delta(new.span_ns, base.span_ns)}",
+            "  bubble per stage: " + ", ".join(f"{i}: {fmt_ms(b)} -> {fmt_ms(a)}" for i, (b, a) in
+                                               enumerate(zip(base.bubble_ns, new.bubble_ns, strict=True))),
+            *([f"  communication's share of the SMs in DualPipe's pairs: {outcome.sm_share:.3f}"]
+              if new.name.startswith("dualpipe") else [])]

@@ -98,7 +98,9 @@ class SynthSpec:
     across hosts (default: one per member of the largest host share, so every NIC carries one; fewer
     put a member's NIC under more of them) and, when set, a `channels` table saying so;
     `launch_events=False` leaves the CPU runtime calls and `cuda_sync` records out of the tables
-    (the timing is the same)."""
+    (the timing is the same); `schedule` the pipeline schedule (`tracekit.pipeline.SCHEDULES`; the
+    default GPipe order is the original generator's) with `pp_chunks` model chunks per stage for
+    interleaved 1F1B."""
 
     hosts: int = 2
     gpus_per_host: int = 4
@@ -128,6 +130,8 @@ class SynthSpec:
     slow_stage: int | None = None
     slow_stage_factor: float = 1.5
     ring_channels: int | None = None
+    schedule: str = "gpipe"
+    pp_chunks: int = 1
 
     @property
     def world(self) -> int:
@@ -156,6 +160,13 @@ class SynthSpec:
             raise TracekitError(f"synth: ring_channels {self.ring_channels} must be at least 1")
         if self.slow_nic_factor < 1:
             raise TracekitError(f"synth: slow_nic_factor {self.slow_nic_factor} must be at least 1")
+        if self.schedule != "gpipe" or self.pp_chunks != 1:
+            from tracekit.pipeline import ScheduleError, plan
+
+            try:
+                plan(self.schedule, self.pp, self.micro_batches, self.pp_chunks)
+            except ScheduleError as exc:
+                raise TracekitError(f"synth: {exc}") from None
 
 
 @dataclass
@@ -221,8 +232,19 @@ def _layout(spec: SynthSpec) -> dict[str, Any]:
             a = pp_i * spec.tp * spec.dp + i
             b = a + spec.tp * spec.dp
             pp_pair[(a, b)] = add(f"pp_group_{a}_{b}", "PP", [a, b])
+    flows: dict[tuple[int, int, str], str] = {}
+    if spec.schedule != "gpipe" or spec.pp_chunks != 1:
+        for (a, b), g in list(pp_pair.items()):
+            flows[(a, b, "F")] = flows[(b, a, "B")] = g
+            flows[(b, a, "F")] = add(f"pp_group_{b}_{a}_fwd", "PP", [a, b])
+            flows[(a, b, "B")] = add(f"pp_group_{a}_{b}_bwd", "PP", [a, b])
+        if spec.schedule == "interleaved-1f1b" and spec.pp > 2:
+            for i in range(spec.tp * spec.dp):
+                last, first = (spec.pp - 1) * spec.tp * spec.dp + i, i
+                flows[(last, first, "F")] = add(f"pp_group_{last}_{first}_fwd", "PP", [first, last])
+                flows[(first, last, "B")] = add(f"pp_group_{first}_{last}_bwd", "PP", [first, last])
     return {"coords": coords, "groups": groups, "dp_group": dp_group, "ep_group": ep_group,
-            "tp_group": tp_group, "pp_pair": pp_pair}
+            "tp_group": tp_group, "pp_pair": pp_pair, "pp_flow": flows}
 
 
 class _Links:
@@ -366,6 +388,7 @@ class _Builder:
         spec, coords = self.spec, self.layout["coords"]
         stages = [[r for r in range(spec.world) if coords[r]["pp"] == s] for s in range(spec.pp)]
         act_bytes = spec.tokens // spec.micro_batches * spec.hidden * DTYPE_BYTES // max(spec.tp, 1)
+        scheduled = spec.schedule != "gpipe" or spec.pp_chunks != 1
         for step in range(spec.steps):
             for r in range(spec.world):
                 self.programs[r].append(("step_begin", step))
@@ -373,7 +396,7 @@ class _Builder:
                     self.programs[r].append(("gap", spec.straggler_delay_ns))
                 else:
                     self.programs[r].append(("gap", int(self.rng.integers(20_000, 200_000))))
-            for phase in ("fwd", "bwd"):
+            for phase in () if scheduled else ("fwd", "bwd"):
                 order = range(spec.micro_batches) if phase == "fwd" else reversed(range(spec.micro_batches))
                 for mb in order:
                     stage_order = range(spec.pp) if phase == "fwd" else reversed(range(spec.pp))
@@ -383,6 +406,8 @@ class _Builder:
                             for r in stages[s]:
                                 self._p2p(stages[src_s][stages[s].index(r)], r, act_bytes, step)
                         self._stage_block(stages[s], step, phase, mb)
+            if scheduled:
+                self._scheduled_step(stages, step, act_bytes)
             for s in range(spec.pp):
                 self._dp_buckets(stages[s], step)
             for r in range(spec.world):
@@ -391,6 +416,65 @@ class _Builder:
                 self.compute(r, "optimizer_step", 400_000)
                 self.programs[r].append(("host_sync",))
                 self.programs[r].append(("step_end", step))
+
+    def _scheduled_step(self, stages: list[list[int]], step: int, act_bytes: int) -> None:
+        """One step's chunks in the order `spec.schedule` gives each stage (`tracekit.pipeline`):
+        a chunk receives its input from the stage before it on its route (non-blocking sends, one
+        stream and one process group per pair, kind and direction, as batched p2p avoids the
+        deadlocks of blocking ones), computes (EP and TP inside), and sends its output on."""
+        from tracekit.pipeline import INPUT_GRAD, WEIGHT_GRAD, plan
+
+        spec = self.spec
+        p = plan(spec.schedule, spec.pp, spec.micro_batches, spec.pp_chunks)
+        share = 1.0 / spec.pp_chunks
+        made: dict[tuple, int] = {}
+        for s in range(spec.pp):
+            for slot in p.slots[s]:
+                sends = []
+                for stage_io in (True, False):
+                    for chunk in slot.chunks:
+                        if chunk.kind == WEIGHT_GRAD:
+                            if not stage_io:
+                                self._weight_block(stages[s], step, chunk.mb, share)
+                            continue
+                        route = p.routes[chunk.mb]
+                        pos = p.position(s, chunk)
+                        forward = chunk.kind == "F"
+                        kind = "F" if forward else "B"
+                        src, dst = (pos - 1, pos + 1) if forward else (pos + 1, pos - 1)
+                        if stage_io:  # a slot receives every input first (DualPipe's pair posts both)
+                            if 0 <= src < len(route) and route[src][0] != s:
+                                self._pp_transfer(stages, route[src][0], s, kind, (kind, chunk.mb, src), step,
+                                                  act_bytes, made, receiving=True)
+                            continue
+                        half = 0.5 if chunk.kind == INPUT_GRAD else 1.0
+                        self._stage_block(stages[s], step, "fwd" if forward else "bwd", chunk.mb,
+                                          share=share * half, tag=f"_c{chunk.chunk}")
+                        if 0 <= dst < len(route) and route[dst][0] != s:
+                            sends.append((s, route[dst][0], kind, (kind, chunk.mb, pos)))
+                for src_s, dst_s, kind, tag in sends:
+                    self._pp_transfer(stages, src_s, dst_s, kind, tag, step, act_bytes, made, receiving=False)
+
+    def _pp_transfer(self, stages: list[list[int]], src_s: int, dst_s: int, kind: str, tag: tuple, step: int,
+              nbytes: int, made: dict[tuple, int], *, receiving: bool) -> None:
+        """One side of a pipeline transfer (the instance is made by whichever side comes first)."""
+        for i, (src, dst) in enumerate(zip(stages[src_s], stages[dst_s], strict=True)):
+            key = made.get((*tag, i))
+            if key is None:
+                group = self.layout["pp_flow"][(src, dst, kind)]
+                key = self.instance(group, "send", "PP", {src: nbytes, dst: nbytes}, "ncclDevKernel_SendRecv", step,
+                                    loads=self.links.p2p(src, dst, nbytes), n_steps=1, peers={src: dst, dst: src},
+                                    members=(src, dst))
+                made[(*tag, i)] = key
+            rank = dst if receiving else src
+            stream = f"stream{26 + 4 * (kind == 'B') + 2 * (dst_s < src_s) + receiving}"
+            self.programs[rank].append(("coll", key, receiving, stream))
+
+    def _weight_block(self, stage_ranks: list[int], step: int, mb: int, share: float) -> None:
+        """A weight-gradient chunk (zero-bubble schedules): the backward's other half, no communication."""
+        for layer in range(self.spec.layers_per_stage):
+            for r in stage_ranks:
+                self.compute(r, f"wgrad_l{layer}", int(250_000 * share))
 
     def _p2p(self, src: int, dst: int, nbytes: int, step: int) -> None:
         a, b = sorted((src, dst))
@@ -401,12 +485,15 @@ class _Builder:
         for r in (src, dst):
             self.programs[r].append(("coll", key, True, PP_STREAM))
 
-    def _stage_block(self, stage_ranks: list[int], step: int, phase: str, mb: int) -> None:
+    def _stage_block(self, stage_ranks: list[int], step: int, phase: str, mb: int, *, share: float = 1.0,
+                     tag: str = "") -> None:
         spec = self.spec
-        scale = 1 if phase == "fwd" else 2
+        scale: float = 1 if phase == "fwd" else 2
+        if share != 1.0:
+            scale *= share
         for layer in range(spec.layers_per_stage):
             for r in stage_ranks:
-                self.compute(r, f"{phase}_attn_l{layer}", 300_000 * scale)
+                self.compute(r, f"{phase}_attn_l{layer}", int(300_000 * scale))
             if spec.tp > 1:
                 for tp_members in {self.layout["tp_group"][r] for r in stage_ranks}:
                     members = self.group_members[tp_members]
@@ -425,14 +512,14 @@ class _Builder:
             for ranks in ep_groups.values():
                 for r in ranks:
                     self.programs[r].append(("host_sync",))  # the token counts, read on the CPU
-                received.update(self.all_to_all(ranks, step, f"{phase}_mb{mb}_l{layer}_dispatch"))
+                received.update(self.all_to_all(ranks, step, f"{phase}_mb{mb}{tag}_l{layer}_dispatch"))
             for r in stage_ranks:
                 rows = received.get(r, spec.tokens // spec.micro_batches * spec.hidden * DTYPE_BYTES)
                 self.compute(r, f"{phase}_expert_l{layer}", int(200_000 * scale * rows
                                                                / (spec.tokens // spec.micro_batches
                                                                   * spec.hidden * DTYPE_BYTES) + 50_000))
             for ranks in ep_groups.values():
-                self.all_to_all(ranks, step, f"{phase}_mb{mb}_l{layer}_combine")
+                self.all_to_all(ranks, step, f"{phase}_mb{mb}{tag}_l{layer}_combine")
 
     def _dp_buckets(self, stage_ranks: list[int], step: int) -> None:
         """Gradient buckets become ready during the backward pass (as in DDP), so each all-reduce is
@@ -808,8 +895,10 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         ranks = next(t["ranks"] for t in builder.ep_traffic if t["group"] == group)
         hot[group] = {"ranks": ranks, "hot_rank": ranks[int(np.argmax(recv))],
                       "hot_share": float(recv.max() / recv.sum())}
+    defaults = SynthSpec()
     return {
-        "spec": asdict(spec),
+        "spec": {k: v for k, v in asdict(spec).items()
+                 if k not in ("schedule", "pp_chunks") or v != getattr(defaults, k)},
         "clock_offset_ns": {str(r): v for r, v in offset.items()},
         "straggler": None if spec.straggler_rank is None else {
             "rank": spec.straggler_rank, "step": spec.straggler_step, "delay_ns": spec.straggler_delay_ns},

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tracekit.replay.engine import ReplayResult
     from tracekit.replay.validate import MicrobenchReport
     from tracekit.whatif.core import Placement, WhatIfResult
+    from tracekit.whatif.schedule import PipelineRun
 
 __all__ = ["DIM_COLORS", "DIM_LABELS", "DIM_ORDER", "Merge", "TimelineData", "bytes_unit", "coverage",
            "ep_data", "fmt_bytes", "fmt_ns", "hang_data", "level_for", "link_data", "merge_short",
@@ -822,7 +823,11 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
                                 "scenario_ms": worst.scenario_ns / 1e6},
                             "other_traffic": list((s.details or {}).get("other_traffic") or [])})
     labels = ["baseline"] + [f"{i}. {lab}" for i, lab in enumerate(scenario_labels(names[1:]), 1)]
-    return {"topology": str(result.topology), "comparison": str(result.comparison),
+    gantt = [{"scenario": name, "runs": [pipeline_gantt(s.schedule.baseline, "as traced (rebuilt)"),
+                                         pipeline_gantt(s.schedule.scenario, "scenario")],
+              "sm_share": s.schedule.sm_share}
+             for name, s in scen.items() if s.schedule is not None]
+    return {"topology": str(result.topology), "comparison": str(result.comparison), "gantt": gantt,
             "replay_error": ({"median": result.replay_error.median, "p90": result.replay_error.p90}
                              if result.replay_error is not None else {}),
             "cautions": [str(f.text) for f in result.cautions if f.severity == "warning"],
@@ -851,3 +856,49 @@ def _grid(placement: Placement) -> dict[str, Any]:
     cells = sorted((h, g, r) for r, (h, g) in placement.slots.items())
     return {"hosts": [str(h)[:MAX_NAME_CHARS] for h in placement.hosts], "gpus": placement.gpus_per_host,
             "host": [c[0] for c in cells], "gpu": [c[1] for c in cells], "rank": [c[2] for c in cells]}
+
+
+#: Chunks drawn per pipeline Gantt chart at most (the rest are left out, and the chart says so).
+MAX_GANTT_CHUNKS = 4000
+
+
+def pipeline_gantt(run: PipelineRun, title: str) -> dict[str, Any]:
+    """One placed pipeline (`tracekit.whatif.schedule.PipelineRun`) as bars: per chunk its stage,
+    start and end (ms), kind and label; per stage the bubble the result states."""
+    placed = run.placed[:MAX_GANTT_CHUNKS]
+    chunks = f", {run.chunks} chunks" if run.chunks > 1 else ""
+    return {"title": f"{title}: {run.name} ({run.stages} stages, {run.microbatches} micro-batches{chunks})",
+            "stage": [f"stage {p.stage}" for p in placed], "left_ms": [p.start_ns / 1e6 for p in placed],
+            "right_ms": [p.end_ns / 1e6 for p in placed], "kind": [p.kind for p in placed],
+            "chunk": [p.chunks for p in placed], "exposed_ms": [p.exposed_ns / 1e6 for p in placed],
+            "stages": [f"stage {i}" for i in range(run.stages)], "span_ms": run.span_ns / 1e6,
+            "bubble_ms": [b / 1e6 for b in run.bubble_ns], "truncated": len(run.placed) > len(placed)}
+
+
+def traced_pipeline_gantt(analysis: AnalysisResult) -> dict[str, Any] | None:
+    """The traced schedule's compute blocks (`AnalysisResult.pp_schedule.blocks`) as Gantt bars in
+    the shape of `pipeline_gantt`, ms from the first block; each stage's bubble is the analysis'
+    `pp_bubbles` figure for that stage's rank and step (idle plus receive waits in its window)."""
+    sched = analysis.pp_schedule
+    if sched is None or not sched.blocks:
+        return None
+    blocks = sched.blocks[:MAX_GANTT_CHUNKS]
+    t0 = min(b.start_ns for b in blocks)
+    rank_of = {b.stage: b.rank for b in blocks}
+    bubbles = pl.from_arrow(analysis.pp_bubbles)
+    assert isinstance(bubbles, pl.DataFrame)
+    bubble = {}
+    for stage, rank in rank_of.items():
+        row = bubbles.filter((pl.col("rank") == rank) & (pl.col("step") == sched.step)) if bubbles.height else bubbles
+        bubble[stage] = float(row.get_column("bubble_ns")[0]) / 1e6 if row.height else float("nan")
+    name = sched.name if sched.recognised else "unrecognised schedule"
+    shape = f"{sched.microbatches} micro-batches" if sched.microbatches else "chunks not named"
+    return {"title": f"as traced in step {sched.step}: {name} ({sched.stages} stages, {shape})",
+            "stage": [f"stage {b.stage}" for b in blocks], "left_ms": [(b.start_ns - t0) / 1e6 for b in blocks],
+            "right_ms": [(b.end_ns - t0) / 1e6 for b in blocks],
+            "kind": ["C" if "+" in b.chunks else b.chunks.rstrip("0123456789") or "C" for b in blocks],
+            "chunk": [b.chunks for b in blocks], "exposed_ms": [float("nan")] * len(blocks),
+            "stages": [f"stage {i}" for i in range(sched.stages)],
+            "span_ms": max(b.end_ns for b in blocks) / 1e6 - t0 / 1e6,
+            "bubble_ms": [bubble.get(i, float("nan")) for i in range(sched.stages)],
+            "truncated": len(sched.blocks) > len(blocks)}

@@ -526,6 +526,16 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
                               "Each cell is a GPU, labelled with the rank on it; orange: a rank on another host "
                               "or GPU than traced.</p>", width=width))
         parts.append(row(_placement_grid(g["before"], "traced", set()), _placement_grid(g["after"], "scenario", moved)))
+    for g in wd.get("gantt") or []:
+        share = (f" DualPipe's paired chunks overlap one's communication with the other's compute; the communication "
+                 f"takes {g['sm_share']:.3f} of the SMs while it runs." if any(
+                     "dualpipe" in r["title"] for r in g["runs"]) else "")
+        parts.append(html_div(f"<h3>{_esc(g['scenario'])}: pipeline schedule</h3><p class='muted'>Each bar is a "
+                              "chunk (F forward, B backward, Bi input gradient, W weight gradient, FB a forward and "
+                              "a backward run together); the red band behind is the stage's bubble (idle, waiting "
+                              f"for another stage), summed at the right.{share}</p>", width=width))
+        longest = max(r["span_ms"] for r in g["runs"])
+        parts.append(column(*(_gantt(r, width=width, span_ms=longest) for r in g["runs"])))
     rows = []
     for st in wd["storage"]:
         worst = st["worst"]
@@ -546,6 +556,45 @@ def whatif_figures(wd: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     if notes:
         parts.append(html_div(f"<h3>Assumptions</h3><ul>{notes}</ul>", width=width))
     return column(*parts)
+
+
+def traced_pipeline(g: Mapping[str, Any], *, width: int) -> LayoutDOM:
+    """The traced pipeline schedule as a Gantt chart (`viz.data.traced_pipeline_gantt`)."""
+    head = html_div("<h3>Pipeline schedule</h3><p class='muted'>Each bar is a stage's compute between two of its "
+                    "PP transfers, labelled with the chunks the named schedule runs there (the compute before the "
+                    "first transfer and after the last is left out); the bubble at the right is the analysis' "
+                    "(idle plus receive waits in the stage's step window).</p>", width=width)
+    return column(head, _gantt(g, width=width, span_ms=g["span_ms"]))
+
+
+GANTT_COLORS = {"F": "#0072B2", "B": "#009E73", "Bi": "#56B4E9", "W": "#E69F00", "FB": "#CC79A7", "C": "#9A9A9A"}
+
+
+def _gantt(g: Mapping[str, Any], *, width: int, span_ms: float) -> Any:
+    """One pipeline as a Gantt chart from `viz.data.pipeline_gantt`: a row per stage, a bar per
+    chunk, the stage's span behind in red (what the chunks leave uncovered is the bubble); the x
+    axis runs to `span_ms`, so the charts of one scenario compare."""
+    stages = list(g["stages"])
+    p = figure(width=width, height=60 + 28 * len(stages), y_range=FactorRange(*reversed(stages)),
+               title=g["title"] + (" (first chunks only)" if g["truncated"] else ""), x_axis_label="ms",
+               x_range=Range1d(0, span_ms * 1.18 or 1.0), tools="xpan,xwheel_zoom,reset,save",
+               toolbar_location="right")
+    style(p)
+    p.ygrid.grid_line_color = None
+    band = ColumnDataSource({"stage": stages, "span": [g["span_ms"]] * len(stages),
+                             "label": [f" bubble {b:.3f} ms" for b in g["bubble_ms"]]})
+    p.hbar(y="stage", left=0, right="span", height=0.8, source=band, fill_color="#F4A6A6", line_color=None)
+    p.text(x="span", y="stage", text="label", source=band, text_align="left", text_baseline="middle",
+           text_font_size="9pt")
+    src = ColumnDataSource({"stage": list(g["stage"]), "left": list(g["left_ms"]), "right": list(g["right_ms"]),
+                            "kind": list(g["kind"]), "chunk": list(g["chunk"]), "exposed": list(g["exposed_ms"]),
+                            "color": [GANTT_COLORS.get(k, "#9A9A9A") for k in g["kind"]]})
+    bars = p.hbar(y="stage", left="left", right="right", height=0.8, source=src, fill_color="color",
+                  line_color="white", line_width=0.5)
+    p.add_tools(HoverTool(renderers=[bars], tooltips=[("chunk", "@chunk"), ("stage", "@stage"),
+                                                      ("ms", "@left{0.000} - @right{0.000}"),
+                                                      ("exposed comm", "@exposed{0.000} ms")]))
+    return p
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,6 +110,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
         "microbench": bench,
         "telemetry": telemetry_summary(run),
         "timeline": None if td.empty else td,
+        "pipeline": D.traced_pipeline_gantt(analysis),
         "overlap": D.overlap_data(analysis, td.rows["order"]),
         "ep": D.ep_data(analysis),
         "links": links,
@@ -214,6 +215,8 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
             child = html_div(summary_html(data), width=width)
         elif tab == "Timeline":
             child, _ = timeline_figure(data["timeline"], width=width)
+            if data.get("pipeline"):
+                child = column(child, figures.traced_pipeline(data["pipeline"], width=width))
         elif tab == "Overlap":
             child = figures.overlap_figure(data["overlap"], width=width)
         elif tab == "EP":

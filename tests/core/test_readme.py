@@ -147,3 +147,36 @@ def test_replay_prose_figures_are_the_real_ones(tmp_path):
     step = [np.mean(list(r["step_ns"].values())) for r in doc["results"]]
     dp = [r["exposed_ns"]["DP"] for r in doc["results"]]
     assert f"exposed time ({dp[1] / dp[0] - 1:+.1%}) and the step ({step[1] / step[0] - 1:+.1%})" in text
+
+
+def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
+    """The schedule what-ifs the README shows: its table and pipeline lines are what its command
+    prints, in order, and the prose's figures are theirs."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```sh\ntracekit whatif sample_traces/synth_moe_16rank schedule:")
+    command = text[start + 6:text.index("```", start + 6)].replace("\\\n", " ").split()
+    args = [str(ROOT / a) if a.startswith("sample_traces/") else a for a in command[1:]]
+    got = [line.rstrip() for line in _run([*args, "--cache", str(tmp_path / "c")]).splitlines()]
+    first = text.index("```\nwhat-if on ", start) + 4
+    block = [line for line in text[first:text.index("```", first)].rstrip("\n").splitlines() if line]
+    assert len(block) == 12 + 7 * 3 + 3  # the table, each scenario's name, pipeline and bubble lines, 3 SM shares
+    at = 0
+    for line in block:
+        at = got.index(line, at) + 1
+    bubbles, name = {}, None
+    for line in block[12:]:
+        if line.endswith(":"):
+            name = line
+        elif line.startswith("  bubble per stage:"):
+            bubbles[name] = [tuple(map(float, b)) for b in re.findall(r"\d: ([\d.]+) ms -> ([\d.]+) ms", line)]
+    assert all(b == a for b, a in bubbles["schedule:1f1b:"])  # 2 micro-batches: GPipe's bubble
+    halved = [a / b for b, a in bubbles["schedule:1f1b,microbatches=4:"]]
+    again = [i / h for (_, i), (_, h) in zip(bubbles["schedule:interleaved-1f1b,microbatches=4:"],
+                                             bubbles["schedule:1f1b,microbatches=4:"], strict=True)]
+    assert all(0.45 < x < 0.55 for x in halved + again)
+    assert all(a < 0.2 for _, a in bubbles["schedule:dualpipe,microbatches=4:"])
+    step = {line.split()[0]: float(line.split()[1]) for line in block[5:12]}
+    change = 1 - step["schedule:dualpipe,microbatches=4,sm_share=0"] / step["schedule:dualpipe,microbatches=4"]
+    assert f"(`sm_share=0`) moves the step by {change:.1%}" in " ".join(text.split())

@@ -215,3 +215,14 @@ def test_ring_channels_concentrate_the_all_reduce_on_fewer_nics():
         return co["dur_ns"].median()
 
     assert dp(one) > 2 * dp(four)  # one NIC per host carries the whole ring instead of four
+
+
+def test_schedules_are_stated_in_the_truth_and_checked():
+    _, default = make_run_tables(steps=1)
+    assert "schedule" not in default["spec"] and "pp_chunks" not in default["spec"]  # default output unchanged
+    _, truth = make_run_tables(schedule="interleaved-1f1b", pp_chunks=2, micro_batches=4, steps=1)
+    assert (truth["spec"]["schedule"], truth["spec"]["pp_chunks"]) == ("interleaved-1f1b", 2)
+    with pytest.raises(TracekitError, match=r"synth: dualpipe: needs .* at least twice the stages"):
+        make_run_tables(schedule="dualpipe", micro_batches=2, steps=1)
+    with pytest.raises(TracekitError, match="unknown schedule 'pipedream'"):
+        make_run_tables(schedule="pipedream", steps=1)

@@ -26,6 +26,7 @@ from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
 
 if TYPE_CHECKING:
+    from tracekit.analysis.schedule import TracedSchedule
     from tracekit.hang import HangResult
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
@@ -118,6 +119,7 @@ class AnalysisResult:
     hang: HangResult | None = None  # when the run holds sequence numbers worth checking
     microbench: list[MicrobenchRun] = field(default_factory=list)  # nccl-tests tables in the run
     kernel_bandwidth: pa.Table = field(default_factory=lambda: pa.table({}))  # see stalls.kernel_bandwidth
+    pp_schedule: TracedSchedule | None = None  # the pipeline schedule read from the PP transfers
     findings: list[Finding] = field(default_factory=list)
     top: int = 10
 
@@ -183,12 +185,14 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         windows: pl.DataFrame = extra["windows"]
         wide, long = breakdown.per_rank_step(ev, coll, windows, compute=compute)
         compute_iv = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, coll), compute=compute)
+        events: pl.DataFrame | pl.LazyFrame | None = ev
     else:
         from tracekit.analysis import partitioned as by_partition
 
         t, extra = by_partition.prepared(run, exe, dims=dims, write=write, compute=compute)
         coll, windows, wide, long = extra["collectives"], extra["windows"], extra["wide"], extra["long"]
         compute_iv = extra["compute"]
+        events = run.scan("events") if run.has("events") else None  # read_schedule loads the pipeline's ranks
     rk = frame(t["ranks"], "ranks")
     grp = frame(t["groups"], "groups")
     parts = stalls.participants(coll, rk)
@@ -209,6 +213,9 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     ep_inst, ep_groups, ep_traffic = ep.ep_summary(pairs, rk)
     bubbles = pp.pp_bubbles(parts, inst, grp, wide)
     stage = pp.pp_stages(inst, grp)
+    from tracekit.analysis.schedule import read_schedule
+
+    pp_schedule = read_schedule({"collectives": coll, "events": events, "step_windows": windows, "ranks": t["ranks"]})
     result = AnalysisResult(
         ranks=t["ranks"], groups=t["groups"], collectives=t["collectives"], mismatches=extra["mismatches"],
         steps=table(windows), per_rank_step=table(wide), per_rank_step_dim=table(long),
@@ -219,6 +226,7 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         pp_stages=pa.table({"rank": pa.array(list(stage), pa.int32()),
                             "stage": pa.array(list(stage.values()), pa.int32())}),
         kernel_bandwidth=table(kernel_bw), hang=_hang(run, source), microbench=_microbench(run, source), top=top,
+        pp_schedule=pp_schedule,
     )
     from tracekit.analysis.findings import findings
 
@@ -326,6 +334,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
         "ep": _pl(r.ep_groups).to_dicts(),
         "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
+        "pp_schedule": r.pp_schedule.to_json() if r.pp_schedule is not None else None,
         "bandwidth": bandwidth,
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
         "hang": r.hang.to_json() if r.hang is not None else None,

@@ -8,33 +8,69 @@ import polars as pl
 def pp_stages(inst: pl.DataFrame, groups: pl.DataFrame) -> dict[int, int]:
     """Stage index of every rank that takes part in PP.
 
-    A PP group of more than two ranks lists its stages in order. Pairs are oriented by the
-    direction of their first transfer (the forward pass sends first), and a stage is the length
-    of the longest chain of oriented pairs leading to the rank.
+    A PP group of more than two ranks lists its stages in order. Ranks joined by PP transfers in
+    pairs form chains (`pp_chains`), and a rank's stage is its place in its chain.
     """
     stage: dict[int, int] = {}
     pp_groups = groups.filter(pl.col("dims").list.contains("PP") & (pl.col("size") > 2))
     for ranks in pp_groups.get_column("ranks").to_list():
         for i, r in enumerate(ranks or []):
             stage[r] = max(stage.get(r, 0), i)
-    p2p = (inst.filter((pl.col("dim") == "PP") & pl.col("src").is_not_null() & pl.col("dst").is_not_null())
-           .sort("first_arrival_ns", "instance"))
-    edges: dict[frozenset[int], tuple[int, int]] = {}
-    for a, b in p2p.select("src", "dst").iter_rows():
-        edges.setdefault(frozenset((a, b)), (a, b))
-    nodes = {r for e in edges.values() for r in e}
-    depth = {r: stage.get(r, 0) for r in nodes}
-    for _ in range(len(nodes)):
-        changed = False
-        for a, b in edges.values():
-            if depth[b] < depth[a] + 1 and b not in stage:
-                depth[b] = depth[a] + 1
-                changed = True
-        if not changed:
-            break
-    else:
-        depth = {r: stage.get(r, 0) for r in nodes}
+    p2p = inst.filter((pl.col("dim") == "PP") & pl.col("src").is_not_null() & pl.col("dst").is_not_null()
+                      & pl.col("first_arrival_ns").is_not_null())
+    transfers = p2p.select(pl.col("src").cast(pl.Int64), pl.col("dst").cast(pl.Int64),
+                           pl.col("first_arrival_ns").alias("t"))
+    depth = {r: i for chain in pp_chains(transfers) for i, r in enumerate(chain)}
     return {**depth, **stage}
+
+
+def pp_chains(transfers: pl.DataFrame) -> list[list[int]]:
+    """The ranks of each pipeline, stage 0 first, from its PP transfers (src, dst, t on the common
+    clock). Pairs are joined in the order of their first transfer, skipping one that would close a
+    ring (interleaved 1F1B's last-to-first hop comes last) or give a rank a third neighbour. A chain
+    starts at the end whose first transfer is a send (the last stage's is a receive); when both
+    ends or neither start so (DualPipe feeds both ends at once), at its lower rank."""
+    if transfers.height == 0:
+        return []
+    firsts = (transfers.with_columns(pl.min_horizontal("src", "dst").alias("a"),
+                                     pl.max_horizontal("src", "dst").alias("b"))
+              .group_by("a", "b").agg(pl.col("t").min()).sort("t", "a", "b"))
+    parent: dict[int, int] = {}
+
+    def root(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    nbrs: dict[int, list[int]] = {}
+    for a, b, _ in firsts.iter_rows():
+        ra, rb = root(a), root(b)
+        if ra == rb or len(nbrs.get(a, [])) >= 2 or len(nbrs.get(b, [])) >= 2:
+            continue
+        parent[ra] = rb
+        nbrs.setdefault(a, []).append(b)
+        nbrs.setdefault(b, []).append(a)
+    sends = pl.concat([transfers.select(pl.col("src").alias("rank"), "t", pl.lit(True).alias("send")),
+                       transfers.select(pl.col("dst").alias("rank"), "t", pl.lit(False).alias("send"))])
+    starts_with_send = dict(sends.sort("t", "send", descending=[False, True]).group_by("rank", maintain_order=True)
+                            .agg(pl.col("send").first()).iter_rows())
+    chains, done = [], set()
+    for end in sorted(nbrs):
+        if end in done or len(nbrs[end]) != 1:
+            continue
+        chain, prev = [end], None
+        while True:
+            nxt = [n for n in nbrs[chain[-1]] if n != prev]
+            if not nxt:
+                break
+            prev = chain[-1]
+            chain.append(nxt[0])
+        done.update(chain)
+        first, last = starts_with_send.get(chain[0], False), starts_with_send.get(chain[-1], False)
+        if last and not first:  # walked from its lower-rank end, kept when both ends start alike
+            chain.reverse()
+        chains.append(chain)
+    return sorted(chains, key=lambda c: min(c))
 
 
 def pp_bubbles(parts: pl.DataFrame, inst: pl.DataFrame, groups: pl.DataFrame,

@@ -59,6 +59,9 @@ def _print(result: Any, top: int) -> None:
     if view.steps:
         console.print()
         console.print(view.steps)
+    if view.pipeline:
+        console.print()
+        console.print(view.pipeline)
     for table in view.tables:
         if not table.rows:
             continue

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tracekit.cli._common import user_errors
+from tracekit.pipeline import SCHEDULES
 
 
 @click.command()
@@ -38,6 +40,10 @@ from tracekit.cli._common import user_errors
               help="Gradient all-reduce buckets per step and stage.")
 @click.option("--hot-expert-share", "hot_expert_share", type=click.FloatRange(0, 1), default=0.7, show_default=True,
               help="Share of the tokens routed to each EP group's hot expert (EP skew).")
+@click.option("--schedule", type=click.Choice(SCHEDULES), default="gpipe", show_default=True,
+              help="Pipeline schedule: each stage's order of forward, backward and weight-gradient chunks.")
+@click.option("--pp-chunks", "pp_chunks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per stage (interleaved-1f1b).")
 @click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
               help="Write a run directory, or one Kineto Chrome trace per rank.")
 @click.option("--telemetry", is_flag=True,
@@ -49,7 +55,7 @@ from tracekit.cli._common import user_errors
               help="Telemetry scrape interval (default: the run's span / 8).")
 @user_errors
 def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, slow_stage: str | None, telemetry: bool,
-          background: tuple[str, ...], scrape_ms: int | None, **params: int) -> None:
+          background: tuple[str, ...], scrape_ms: int | None, **params: Any) -> None:
     """Make a synthetic DP x PP x EP run (with clock skew, a straggler and EP skew) and its truth.json."""
     from tracekit.errors import TracekitError
     from tracekit.synth import make_run_tables, write_kineto, write_run

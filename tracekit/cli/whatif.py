@@ -24,7 +24,11 @@ Scenarios (each compared with the baseline replay on the same --topology):
       the job with K copies of its ranks (DP x K, or H hosts), EP degree E,
       on the topology grown with it (weak scaling: compute as traced).
   routing:nodes=M
-      node-limited routing: each token's experts on at most M nodes."""
+      node-limited routing: each token's experts on at most M nodes.
+  schedule:gpipe|1f1b|interleaved-1f1b|zb-h1|dualpipe|dualpipev[,microbatches=M,chunks=V,sm_share=S]
+      rebuild each PP stage's chunk order for that pipeline schedule from the
+      traced chunks; sm_share: the SMs DualPipe's overlapped communication
+      takes (default 20/132, DeepSeek-V3's)."""
 
 
 @click.command(epilog=SCENARIO_HELP)

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -26,6 +26,9 @@ from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
 from tracekit.replay.engine import InstanceReplay
 from tracekit.results import Result, to_builtins
+
+if TYPE_CHECKING:
+    from tracekit.whatif.schedule import ScheduleOutcome
 
 DEFAULT_TOPOLOGY = "rail-optimized"
 COMPARISON = ("each scenario is replayed and compared with the baseline replay of the unchanged run on "
@@ -115,6 +118,7 @@ class ScenarioResult:
     slowed: list[Slowdown] | None = None
     placement_before: Placement | None = None
     placement_after: Placement | None = None
+    schedule: ScheduleOutcome | None = None  # schedule scenarios: both pipelines placed in time
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     simulated_gpus: int | None = None  # scale: the GPUs replayed (the baseline's are the traced ones)
@@ -141,6 +145,7 @@ class ScenarioResult:
             "placement": ({"before": self.placement_before.to_json(), "after": self.placement_after.to_json()}
                           if self.placement_before and self.placement_after else None),
             "details": self.details or None,
+            "schedule": to_builtins(self.schedule) if self.schedule is not None else None,
             "notes": list(self.notes),
         }
         return doc

@@ -25,7 +25,7 @@ from tracekit.whatif.core import (
 )
 from tracekit.whatif.experts import ep_bytes_missing
 
-KINDS = ("eplb", "placement", "checkpoint", "dataload", "scale", "routing")
+KINDS = ("eplb", "placement", "checkpoint", "dataload", "scale", "routing", "schedule")
 EPLB_FIELDS = ("redundant", "groups", "nodes", "experts", "compute")
 SCALE_FIELDS = ("dp", "ep", "hosts")
 
@@ -72,6 +72,11 @@ def parse_scenario(text: str) -> Scenario:
         for key, value in params.items():
             as_int(kind, key, value, minimum=1)
         return Scenario(kind, raw, params)
+    if kind == "schedule":
+        from tracekit.whatif.schedule import parse as parse_schedule
+
+        name, params = parse_schedule(rest)
+        return Scenario(kind, raw, params, target=name)
     from tracekit.whatif.storage import parse_storage_params
 
     return Scenario(kind, raw, parse_storage_params(kind, rest))
@@ -110,6 +115,12 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
         from tracekit.whatif.routing import node_limited
 
         return node_limited(base, nodes=int(p["nodes"]), scenario=sc.text)
+    if sc.kind == "schedule":
+        from tracekit.whatif.schedule import DEFAULT_SM_SHARE, schedule_whatif
+
+        return schedule_whatif(base, sc.target or "", microbatches=int(p["microbatches"]) if "microbatches" in p
+                               else None, chunks=int(p["chunks"]) if "chunks" in p else None,
+                               sm_share=float(p.get("sm_share", DEFAULT_SM_SHARE)), scenario=sc.text)
     from tracekit.whatif.storage import storage_traffic
 
     return storage_traffic(base, sc)
@@ -142,7 +153,7 @@ def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], 
         status(f"scenario {k}/{len(parsed)}: {s.text}")
         with muted():
             result = run_scenario(base, s, expert_loads=expert_loads)
-        if base.replay.errors is None:
+        if base.replay.errors is None and s.kind != "schedule":
             result.notes.append(NO_COLLECTIVE_TO_SLOW)
         results.append(result)
     return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),

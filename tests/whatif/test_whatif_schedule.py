@@ -1,0 +1,102 @@
+"""The schedule what-if: rebuilding the traced schedule gives the baseline replay; other schedules
+move the step by the pipeline's change; DualPipe's pairs hide the all-to-all that fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracekit.pipeline import SCHEDULES
+from tracekit.synth import make_run_tables
+from tracekit.whatif import WhatIfError, whatif
+from tracekit.whatif.scenarios import parse_scenario
+
+
+def _tables(name: str, *, pp: int = 2, m: int = 4, v: int = 1, **extra):
+    tables, _ = make_run_tables(schedule=name, pp=pp, pp_chunks=v, micro_batches=m, hosts=2, gpus_per_host=4, ep=2,
+                                steps=2, straggler_rank=None, **extra)
+    return tables
+
+
+@pytest.fixture(scope="module")
+def one_f_one_b():
+    return whatif(_tables("1f1b"), [f"schedule:{s}" for s in SCHEDULES]
+                  + ["schedule:dualpipe,sm_share=0", "schedule:dualpipe,sm_share=0.5", "schedule:1f1b,microbatches=8"])
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_rebuilding_the_traced_schedule_is_the_baseline(name: str) -> None:
+    v = 2 if name == "interleaved-1f1b" else 1
+    result = whatif(_tables(name, v=v), [f"schedule:{name}"])
+    s = result.scenarios[0]
+    assert s.step_ns == result.baseline_step_ns
+    assert s.exposed_ns == result.baseline_exposed_ns
+    assert s.schedule is not None
+    assert s.schedule.scenario.bubble_ns == s.schedule.baseline.bubble_ns
+    assert s.schedule.scenario.placed == s.schedule.baseline.placed
+    assert s.details["traced_schedule"]["name"] == name
+
+
+def test_other_schedules_move_the_step_by_the_pipeline_span(one_f_one_b) -> None:
+    base = one_f_one_b.baseline_step_ns
+    by_name = {s.scenario: s for s in one_f_one_b.scenarios}
+    for s in one_f_one_b.scenarios:
+        span = s.schedule.scenario.span_ns - s.schedule.baseline.span_ns
+        assert all(s.step_ns[k] == round(base[k] + span) for k in base), s.scenario
+    assert by_name["schedule:1f1b"].step_ns == base
+    bubble = {k: max(s.schedule.scenario.bubble_ns) for k, s in by_name.items()}
+    assert bubble["schedule:interleaved-1f1b"] < bubble["schedule:1f1b"]  # v=2 halves the (PP-1)(F+B) part
+    assert bubble["schedule:zb-h1"] < bubble["schedule:1f1b"]
+    assert bubble["schedule:dualpipe"] < bubble["schedule:zb-h1"]  # PP=2: (PP/2-1) = 0, transfers left
+
+
+def test_dualpipe_pairs_hide_the_all_to_all_the_share_of_sms_taken_shows(one_f_one_b) -> None:
+    by_name = {s.scenario: s for s in one_f_one_b.scenarios}
+    free, half = by_name["schedule:dualpipe,sm_share=0"], by_name["schedule:dualpipe,sm_share=0.5"]
+    zb = by_name["schedule:zb-h1"]  # the same split chunks, none paired
+    pairs = [p for p in free.schedule.scenario.placed if p.kind == "FB"]
+    assert pairs and all(p.exposed_ns == 0 for p in pairs)  # an all-to-all under its pair's compute
+    assert all(p.exposed_ns > 0 for p in half.schedule.scenario.placed if p.kind == "FB")
+    assert free.exposed_ns["EP"] < zb.exposed_ns["EP"] <= one_f_one_b.baseline_exposed_ns["EP"]
+    assert free.step_ns["0"] < half.step_ns["0"]
+
+
+def test_more_micro_batches_cut_the_same_batch(one_f_one_b) -> None:
+    s = next(x for x in one_f_one_b.scenarios if x.scenario == "schedule:1f1b,microbatches=8")
+    busy = [s.schedule.baseline.span_ns - b for b in s.schedule.baseline.bubble_ns]
+    busy_after = [s.schedule.scenario.span_ns - b for b in s.schedule.scenario.bubble_ns]
+    assert busy_after == pytest.approx(busy, rel=1e-9)  # the same work per stage
+    assert max(s.schedule.scenario.bubble_ns) < max(s.schedule.baseline.bubble_ns)
+
+
+def test_json_carries_both_pipelines(one_f_one_b) -> None:
+    doc = one_f_one_b.to_json()["scenarios"][0]
+    assert doc["kind"] == "schedule" and doc["details"]["schedule"]["name"] == "gpipe"
+    assert doc["details"]["traced_schedule"] == {"name": "1f1b", "stages": 2, "microbatches": 4, "chunks": 1}
+    placed = doc["schedule"]["scenario"]["placed"][0]
+    assert set(placed) == {"stage", "chunks", "kind", "start_ns", "end_ns", "exposed_ns"}
+    assert doc["schedule"]["sm_share"] == pytest.approx(20 / 132)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("schedule:pipedream", "unknown schedule 'pipedream'"),
+    ("schedule:1f1b,chunks=x", "expects an integer"),
+    ("schedule:1f1b,sm_share=1.5", "sm_share"),
+    ("schedule:1f1b,depth=2", "unknown field 'depth'"),
+])
+def test_bad_fields_are_named(text: str, message: str) -> None:
+    with pytest.raises(WhatIfError, match=message):
+        parse_scenario(text)
+
+
+def test_schedules_that_do_not_fit_say_why() -> None:
+    tables = _tables("1f1b")
+    with pytest.raises(WhatIfError, match="twice the stages"):
+        whatif(tables, ["schedule:dualpipe,microbatches=2"])
+    with pytest.raises(WhatIfError, match="chunks' applies to interleaved-1f1b"):
+        whatif(tables, ["schedule:zb-h1,chunks=2"])
+
+
+def test_a_run_without_a_pipeline_says_so() -> None:
+    tables, _ = make_run_tables(pp=1, hosts=1, gpus_per_host=4, ep=2, steps=1, straggler_rank=None)
+    with pytest.raises(WhatIfError, match="no pipeline"):
+        whatif(tables, ["schedule:1f1b"])

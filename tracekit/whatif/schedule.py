@@ -1,0 +1,269 @@
+"""Schedule what-if (`schedule:NAME[,microbatches=M,chunks=v,sm_share=s]`): rebuild each stage's
+order of chunks for another pipeline schedule and compare its step with the traced schedule's.
+
+The traced chunks (`tracekit.analysis.schedule`) give each stage's compute per chunk kind as
+traced and the EP/TP communication inside its chunks, which is rescaled per dim to its time in
+the baseline replay on the topology; a PP transfer takes its pair's median replayed time. The
+model is cut evenly along each schedule's route (an interleaved or V-shape chunk holds its share
+of a traced stage's layers; DualPipe's second chunk on a device is the mirrored stage's). Both
+the traced schedule and the new one are placed by `tracekit.pipeline.simulate` with these same
+costs; the scenario's step is the baseline replay's step moved by the difference of the two
+pipeline spans, so the part of the step outside the pipeline (gradient all-reduce, optimizer,
+host time) stays as replayed, and rebuilding the traced schedule gives the baseline exactly.
+DualPipe's paired forward and backward overlap one chunk's communication with the other's
+compute, the communication taking `sm_share` of the SMs while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import median
+
+import polars as pl
+
+from tracekit.analysis._frames import frame
+from tracekit.analysis.schedule import DEFAULT_RATIO, StageCosts, TracedSchedule, read_schedule
+from tracekit.pipeline import (
+    BACKWARD,
+    FORWARD,
+    INPUT_GRAD,
+    SCHEDULES,
+    SPLIT_BACKWARD,
+    WEIGHT_GRAD,
+    Chunk,
+    ChunkCost,
+    Plan,
+    ScheduleError,
+    Simulation,
+    plan,
+    simulate,
+)
+from tracekit.results import Result
+from tracekit.whatif.core import Baseline, ScenarioResult, WhatIfError
+
+FIELDS = ("microbatches", "chunks", "sm_share")
+#: DeepSeek-V3 (arXiv 2412.19437, section 3.2.2): 20 of the H800's 132 SMs run the all-to-alls.
+DEFAULT_SM_SHARE = 20 / 132
+ASSUMPTIONS = (
+    "chunks rebuilt from the traced schedule: compute per chunk kind as traced, the model cut evenly along the new "
+    "schedule's route; EP/TP communication inside chunks and PP transfers at their baseline-replay times (the new "
+    "order's own contention is not replayed); the step outside the pipeline (DP all-reduce, optimizer, host time) "
+    "as in the baseline replay; other micro-batch counts cut the same batch (per micro-batch times scale by "
+    "traced/new)")
+
+
+class PlacedChunk(Result, frozen=True, kw_only=True):
+    """One slot of a Gantt chart: a device (stage) runs `chunks` (e.g. "F3", or "F3+B1" paired) from start to end."""
+
+    stage: int
+    chunks: str
+    kind: str  # F, B, Bi, W, or FB for a DualPipe pair
+    start_ns: float
+    end_ns: float
+    exposed_ns: float
+
+
+class PipelineRun(Result, frozen=True, kw_only=True):
+    """One schedule placed in time: its name, shape, pipeline span and per-stage bubble, and its chunks."""
+
+    name: str
+    stages: int
+    microbatches: int
+    chunks: int
+    span_ns: float
+    bubble_ns: tuple[float, ...]
+    exposed_ns: dict[str, float]
+    placed: tuple[PlacedChunk, ...]
+
+
+class ScheduleOutcome(Result, frozen=True, kw_only=True):
+    """The traced schedule rebuilt (baseline) and the new one, with the same chunk costs."""
+
+    baseline: PipelineRun
+    scenario: PipelineRun
+    sm_share: float
+    traced_step: int | None
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Chunk costs per route position of the traced plan, and transfer times per device pair."""
+
+    traced: TracedSchedule
+    traced_plan: Plan
+    comm_scale: Mapping[tuple[int, str], float]  # (stage, dim) -> replayed / traced
+    transfer_ns: Mapping[tuple[int, int], float]
+    default_transfer_ns: float
+
+
+def parse(rest: str) -> tuple[str, dict[str, str]]:
+    """`NAME[,key=value...]` of a schedule scenario."""
+    from tracekit.whatif.core import as_int, parse_params
+
+    name, _, options = rest.partition(",")
+    name = name.strip()
+    if name not in SCHEDULES:
+        raise WhatIfError(f"schedule: unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
+    params = parse_params("schedule", options, FIELDS)
+    for key in ("microbatches", "chunks"):
+        if key in params:
+            as_int("schedule", key, params[key], minimum=1)
+    if "sm_share" in params:
+        share = _as_share(params["sm_share"])
+        params["sm_share"] = str(share)
+    return name, params
+
+
+def _as_share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share < 1.0:
+        raise WhatIfError(f"schedule: field 'sm_share' expects a share of the SMs in [0, 1), got {text!r}")
+    return share
+
+
+def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = None, chunks: int | None = None,
+                    sm_share: float = DEFAULT_SM_SHARE, scenario: str | None = None) -> ScenarioResult:
+    """Replay the run's pipeline under schedule `name` (see the module doc)."""
+    text = scenario or f"schedule:{name}"
+    traced = read_schedule(base.tables)
+    if traced is None:
+        raise WhatIfError("schedule: the run has no pipeline (no PP send/recv between stages)")
+    if not traced.recognised or traced.microbatches is None:
+        raise WhatIfError(f"schedule: the traced schedule is unrecognised, so its chunks cannot be rebuilt; seen "
+                          f"{traced.seen[:400]}")
+    traced_plan = plan(traced.name, traced.stages, traced.microbatches,
+                       2 if traced.name.startswith("dualpipe") else traced.chunks or 1)
+    m = microbatches or traced.microbatches
+    if chunks is not None and chunks != 1 and name != "interleaved-1f1b":
+        raise WhatIfError(f"schedule: field 'chunks' applies to interleaved-1f1b, not {name}")
+    v = chunks or ((traced.chunks or 2) if traced.name == name else 2) if name == "interleaved-1f1b" else 1
+    try:
+        target = plan(name, traced.stages, m, v)
+    except ScheduleError as exc:
+        raise WhatIfError(f"schedule: {exc}") from None
+    costs = _costs(base, traced, traced_plan)
+    before = _run(traced_plan, costs, sm_share)
+    after = _run(target, costs, sm_share)
+    delta = after.span_ns - before.span_ns
+    result = base.compare(text, "schedule", base.result)
+    result.step_ns = {k: round(v + delta) for k, v in base.result.step_ns.items()}
+    dims = sorted(set(before.exposed_ns) | set(after.exposed_ns) | set(base.result.exposed_ns))
+    moved = {d: (after.exposed_ns.get(d, 0.0) - before.exposed_ns.get(d, 0.0)) / traced.stages for d in dims}
+    result.exposed_ns = {d: max(round(base.result.exposed_ns.get(d, 0) + moved[d]), 0) for d in dims}
+    result.schedule = ScheduleOutcome(baseline=_summary(before), scenario=_summary(after), sm_share=sm_share,
+                                      traced_step=traced.step)
+    result.details = {"traced_schedule": traced.to_json(),
+                      "schedule": {"name": name, "stages": traced.stages, "microbatches": m, "chunks": v},
+                      "sm_share": sm_share}
+    result.notes.append(ASSUMPTIONS)
+    if traced.name not in SPLIT_BACKWARD and name in SPLIT_BACKWARD:
+        result.notes.append("the trace does not split the backward: its weight-gradient part is taken as half of "
+                            "it (B = 2F, W = B/2, DualPipe's and Megatron-LM's convention)")
+    unmeasured = [c.stage for c in traced.costs if not c.measured]
+    if unmeasured:
+        result.notes.append(f"stage(s) {unmeasured}: forward and backward were not traced apart; their compute "
+                            f"is split as B = 2F")
+    return result
+
+
+def _costs(base: Baseline, traced: TracedSchedule, traced_plan: Plan) -> _Costs:
+    coll = frame(base.tables["collectives"], "collectives")
+    if traced.step is not None and "step" in coll.columns:
+        coll = coll.filter(pl.col("step") == traced.step)
+    replayed = {(i.group, i.seq): (i.traced_ns, i.replayed_ns) for i in base.result.instances}
+    scale: dict[tuple[int, str], float] = {}
+    for c in traced.costs:
+        mine = coll.filter((pl.col("rank") == c.rank) & pl.col("dim").is_in(["EP", "TP"]))
+        for dim in sorted(set(mine.get_column("dim").to_list())):
+            pairs = [replayed[k] for k in mine.filter(pl.col("dim") == dim).select("group", "seq").iter_rows()
+                     if k in replayed]
+            was, now = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+            scale[(c.stage, dim)] = now / was if was > 0 else 1.0
+    stage_of = {r: s for s, ranks in enumerate(traced.stage_ranks) for r in ranks}
+    times: dict[tuple[int, int], list[float]] = {}
+    pp = coll.filter((pl.col("dim") == "PP") & (pl.col("op") == "send") & pl.col("peer").is_not_null())
+    for rank, peer, group, seq in pp.select("rank", "peer", "group", "seq").iter_rows():
+        if rank in stage_of and peer in stage_of and (group, seq) in replayed:
+            times.setdefault((stage_of[rank], stage_of[peer]), []).append(float(replayed[(group, seq)][1]))
+    transfer = {k: median(v) for k, v in times.items()}
+    everything = [t for v in times.values() for t in v]
+    return _Costs(traced, traced_plan, scale, transfer, median(everything) if everything else 0.0)
+
+
+def _run(p: Plan, costs: _Costs, sm_share: float) -> Simulation:
+    """`p` placed in time; with other micro-batch counts than traced, the same batch is cut into
+    them, so a micro-batch's compute, communication and transfers scale by traced / new count."""
+    per_position = _position_costs(costs)
+    n_traced = len(per_position)
+    size = costs.traced_plan.microbatches / p.microbatches
+
+    def cost(device: int, chunk: Chunk) -> ChunkCost:
+        route = p.routes[chunk.mb]
+        pos = p.position(device, chunk)
+        lo, hi = pos / len(route), (pos + 1) / len(route)
+        compute = 0.0
+        comm: dict[str, float] = {}
+        for j in range(n_traced):
+            share = max(0.0, min(hi, (j + 1) / n_traced) - max(lo, j / n_traced)) * n_traced
+            if share <= 0:
+                continue
+            c_compute, c_comm = _kind_cost(per_position[j], chunk.kind)
+            compute += share * c_compute
+            for dim, t in c_comm.items():
+                comm[dim] = comm.get(dim, 0.0) + share * t
+        return ChunkCost(compute * size, {dim: t * size for dim, t in comm.items()})
+
+    def transfer(a: int, b: int, chunk: Chunk) -> float:
+        return costs.transfer_ns.get((a, b), costs.default_transfer_ns) * size
+
+    return simulate(p, cost, transfer=transfer, sm_share=sm_share)
+
+
+def _position_costs(costs: _Costs) -> list[tuple[StageCosts, Mapping[str, float]]]:
+    """Per route position of the traced plan: its device's chunk costs and the replayed/traced
+    scale of each dim's communication there."""
+    out = []
+    for device, _ in costs.traced_plan.routes[0]:
+        c = costs.traced.costs[device]
+        dims = {dim for per_kind in c.comm_ns.values() for dim in per_kind}
+        out.append((c, {dim: costs.comm_scale.get((device, dim), 1.0) for dim in dims}))
+    return out
+
+
+def _kind_cost(entry: tuple[StageCosts, Mapping[str, float]], kind: str) -> tuple[float, dict[str, float]]:
+    """A chunk kind's compute and comm at one traced position, converting between a split and a full backward."""
+    c, scale = entry
+    have = c.compute_ns
+
+    def comm_of(k: str) -> dict[str, float]:
+        return {d: t * scale.get(d, 1.0) for d, t in c.comm_ns.get(k, {}).items()}
+
+    if kind in have:
+        comm = comm_of(kind)
+        return have[kind], comm
+    if kind == BACKWARD:  # a full backward from a split one
+        return have.get(INPUT_GRAD, 0.0) + have.get(WEIGHT_GRAD, 0.0), comm_of(INPUT_GRAD)
+    full = have.get(BACKWARD, 0.0)
+    w = full * DEFAULT_RATIO[WEIGHT_GRAD] / DEFAULT_RATIO[BACKWARD]
+    if kind == WEIGHT_GRAD:
+        return w, {}
+    if kind == INPUT_GRAD:
+        return full - w, comm_of(BACKWARD)
+    return have.get(FORWARD, 0.0), comm_of(FORWARD)
+
+
+def _summary(sim: Simulation) -> PipelineRun:
+    placed = []
+    for x in sim.placed:
+        label = "+".join(f"{c.kind}{c.mb}" for c in x.chunks)
+        kind = "FB" if len(x.chunks) == 2 else x.chunks[0].kind
+        placed.append(PlacedChunk(stage=x.device, chunks=label, kind=kind, start_ns=x.start_ns, end_ns=x.end_ns,
+                                  exposed_ns=float(sum(x.exposed_ns.values()))))
+    p = sim.plan
+    return PipelineRun(name=p.name, stages=p.stages, microbatches=p.microbatches,
+                       chunks=p.chunks if p.name == "interleaved-1f1b" else 1, span_ns=sim.span_ns,
+                       bubble_ns=sim.bubble_ns, exposed_ns=dict(sim.exposed_ns), placed=tuple(placed))
