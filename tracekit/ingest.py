@@ -351,6 +351,33 @@ def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceRep
                                            "it is the only one given: taken as rank 0 (--rank sets it)"]
 
 
+def read_rank_map(path: str | os.PathLike[str]) -> dict[tuple[str | None, int, int], int]:
+    """A `--rank-map` CSV (header `host,pid,device,rank`; an empty host matches any) as
+    {(host, pid, device): rank}; a bad line is an InputError naming it."""
+    import csv
+
+    out: dict[tuple[str | None, int, int], int] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(path, f"cannot read the rank map ({exc})") from exc
+    if not rows or [c.strip() for c in rows[0]] != ["host", "pid", "device", "rank"]:
+        raise InputError(path, "a rank map starts with the header host,pid,device,rank")
+    for n, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            host, pid, device, rank = row
+            key = (host.strip() or None, int(pid), int(device))
+            out[key] = int(rank)
+        except ValueError as exc:
+            raise InputError(path, f"line {n}: expected host,pid,device,rank with integers ({exc})") from exc
+        if not (0 <= out[key] < 1 << 18 and key[1] >= 0 and key[2] >= 0):
+            raise InputError(path, f"line {n}: pid, device and rank must be non-negative (rank < 262144)")
+    return out
+
+
 def _nsys_ranks_from_logs(reports: list[SourceReport], todo: list[tuple[SourceReport, str]], run_dir: Path,
                           rank: int | None, rank_map: Mapping[tuple[str | None, int, int], int] | None,
                           stale: Mapping[str, list[Path]]) -> None:
