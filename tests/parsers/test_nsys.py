@@ -403,3 +403,29 @@ def test_twin_tables_keep_the_synth_run(small):
     launched = pl.from_arrow(small["events"]).filter(pl.col("kind") == "comm").height
     inits = sum(1 + sum(r in g["ranks"] for g in small["groups"].to_pylist()) for r in range(4))
     assert added == launched + inits
+
+
+@pytest.mark.parametrize(("op", "kernel"), [("all_gather", "ncclDevKernel_AllGather_RING_LL"),
+                                            ("reduce_scatter", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")])
+def test_gather_and_scatter_sizes_from_the_message_size(tmp_path, small, op, kernel):
+    """NCCL's message size is the send buffer of an AllGather and the receive buffer of a
+    ReduceScatter (collectives.cc): the other side is nranks times it."""
+    coll = pl.from_arrow(small["collectives"])
+    ar = pl.col("op") == "all_reduce"
+    shard = pl.col("in_bytes") // pl.col("nranks")
+    gather, scatter = ar & (op == "all_gather"), ar & (op == "reduce_scatter")
+    coll = coll.with_columns(pl.when(ar).then(pl.lit(op)).otherwise(pl.col("op").cast(pl.Utf8)).alias("op"),
+                             pl.when(gather).then(shard).otherwise(pl.col("in_bytes")).alias("in_bytes"),
+                             pl.when(scatter).then(shard).otherwise(pl.col("out_bytes")).alias("out_bytes"))
+    ids = set(coll.filter(pl.col("op") == op)["coll_id"])
+    ev = pl.from_arrow(small["events"]).with_columns(
+        pl.when(pl.col("coll_id").is_in(ids)).then(pl.lit(kernel)).otherwise(pl.col("name").cast(pl.Utf8))
+        .alias("name"))
+    tables = {**small, "collectives": schema.conform("collectives", coll.to_arrow()),
+              "events": schema.conform("events", ev.to_arrow())}
+    _, t = parse(write_nsys(tables, tmp_path / "n")[0], tmp_path / "run")
+    got = _str(pl.from_arrow(t["collectives"])).filter(pl.col("op") == op)
+    want = coll.filter((pl.col("op") == op) & (pl.col("rank") < 2)).sort("rank", "ts_ns")
+    assert got.height == want.height == 8
+    assert got.sort("rank", "ts_ns").select("in_bytes", "out_bytes").equals(want.select("in_bytes", "out_bytes"))
+    assert set(got["dtype"]) == ({None} if op == "all_gather" else {"BFloat16"})  # 2.19+ AllGather names no dtype
