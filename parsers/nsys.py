@@ -75,7 +75,10 @@ KERNEL_DTYPES = {
     "u32": "UInt32", "uint32_t": "UInt32", "i64": "Long", "int64_t": "Long", "u64": "UInt64",
     "uint64_t": "UInt64", "f8e4m3": "Float8_e4m3fn", "f8e5m2": "Float8_e5m2",
 }
-_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1, "Int": 4, "UInt32": 4,
+#: The dtype a call's args carry when no kernel names one: bytes counted as 1-byte elements, the
+#: dtype stored as null (kernel_dtype only gives c10 names, never this one).
+_BYTES_CARRIER = "uint8"
+_DTYPE_BYTES = {_BYTES_CARRIER: 1, "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1, "Int": 4, "UInt32": 4,
                 "Long": 8, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 _KERNEL_DTYPE = re.compile(r"_(" + "|".join(sorted(map(re.escape, KERNEL_DTYPES), key=len, reverse=True))
                            + r")(?=[_(]|$)")
@@ -630,8 +633,7 @@ class _Sink:
             data = {**data, "source_format": [FORMAT], "bus_id": pa.array([self.bus], pa.string())}
         elif name == "collectives":
             data = {**data, "source": [FORMAT] * len(data["coll_id"]),
-                    "dtype": [None if op in ("send", "recv") else d  # NCCL names no p2p dtype
-                              for op, d in zip(data["op"], data["dtype"].to_pylist(), strict=True)]}
+                    "dtype": [None if d == _BYTES_CARRIER else d for d in data["dtype"].to_pylist()]}
             local = data["peer"].to_pylist()
             data["peer_local"] = pa.array(local, pa.int32())
             data["peer"] = pa.nulls(len(local), pa.int32())
@@ -848,8 +850,7 @@ class _Feed:
             if dtype:
                 break
             j += 1
-        if coll in ("send", "recv"):
-            dtype = dtype or "Byte"
+        dtype = dtype or _BYTES_CARRIER  # 2.19+ AllGather/Broadcast and p2p kernels name no dtype
         nbytes = pl.get("bytes")
         width = _DTYPE_BYTES.get(dtype or "")
         if nbytes is not None and width and nbytes % width == 0:
