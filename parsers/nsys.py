@@ -78,8 +78,8 @@ KERNEL_DTYPES = {
 #: The dtype a call's args carry when no kernel names one: bytes counted as 1-byte elements, the
 #: dtype stored as null (kernel_dtype only gives c10 names, never this one).
 _BYTES_CARRIER = "uint8"
-_DTYPE_BYTES = {_BYTES_CARRIER: 1, "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1, "Int": 4, "UInt32": 4,
-                "Long": 8, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+_DTYPE_BYTES = {_BYTES_CARRIER: 1, "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1,
+                "Int": 4, "UInt32": 4, "Long": 8, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 _KERNEL_DTYPE = re.compile(r"_(" + "|".join(sorted(map(re.escape, KERNEL_DTYPES), key=len, reverse=True))
                            + r")(?=[_(]|$)")
 #: The error of a report whose processes carry no NCCL rank (no payloads, no rank map).
