@@ -814,7 +814,8 @@ class _Feed:
             out: dict[int, list[Any]] = defaultdict(list)
             for i, et in enumerate(b["eventType"]):
                 if et not in rng:
-                    self.stats.skip("nvtx_mark" if et == nv.types["NvtxMark"] else "nvtx_other")
+                    self.stats.skip("nvtx_mark" if et == nv.types["NvtxMark"] else
+                                    "nvtx_domain" if et == nv.types["NvtxDomainCreate"] else "nvtx_other")
                     continue
                 start, end, gtid = b["start"][i], b["end"][i], b["globalTid"][i]
                 r = self._thread_rank(gtid)

@@ -145,3 +145,21 @@ def test_replay_prose_figures_are_the_real_ones(tmp_path):
     step = [np.mean(list(r["step_ns"].values())) for r in doc["results"]]
     dp = [r["exposed_ns"]["DP"] for r in doc["results"]]
     assert f"exposed time ({dp[1] / dp[0] - 1:+.1%}) and the step ({step[1] / step[0] - 1:+.1%})" in text
+
+
+def test_nsight_example_output_is_the_real_output(tmp_path, monkeypatch):
+    """The README's Nsight Systems commands print the block it shows, line for line."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Nsight Systems reports"):]
+    commands = _block_after(section, "A synthetic job written as")
+    monkeypatch.chdir(tmp_path)
+    out: list[str] = []
+    for command in commands:
+        res = CliRunner().invoke(main, command.split()[1:])
+        assert res.exit_code == 0, res.output
+        out = res.output.rstrip("\n").splitlines()
+    assert [line.rstrip() for line in out] == _block_after(section, "prints")
