@@ -672,11 +672,11 @@ def _write_rank_maps(sink: SourceSink, ps: _Parse, world: str | None) -> None:
     })
 
 
-def _us(ns: int) -> bytes:
+def _us(ns: int) -> msgspec.Raw:
     """ns as the exact decimal microseconds a Chrome trace would hold."""
-    sign = b"-" if ns < 0 else b""
-    q, r = divmod(abs(ns), 1000)
-    return b"%s%d.%03d" % (sign, q, r)
+    if ns >= 0:
+        return _RAW(b"%d.%03d" % divmod(ns, 1000))
+    return _RAW(b"-%d.%03d" % divmod(-ns, 1000))
 
 
 class _Feed:
@@ -748,11 +748,17 @@ class _Feed:
                 cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
             cat = CATEGORY[table]
             comm = ps.comm_re.search
+            is_comm: dict[str, bool] = {}
+            rank_of: dict[tuple[Any, Any], int | None] = {}
             for b in ps.src.batches(table, cols):
                 out: dict[int, list[Any]] = defaultdict(list)
                 kinds = b.get("copyKind") or b.get("syncType")
+                gpids, devices = b["globalPid"], b["deviceId"]
                 for i, start in enumerate(b["start"]):
-                    r = self._rank_of(_pid(b["globalPid"][i]), b["deviceId"][i])
+                    key = (gpids[i], devices[i])
+                    r = rank_of.get(key, -1)
+                    if r == -1:
+                        r = rank_of[key] = self._rank_of(_pid(key[0]), key[1])
                     end = b["end"][i]
                     if r is None or type(start) is not int or type(end) is not int:
                         self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
@@ -761,7 +767,10 @@ class _Feed:
                     if table == KERNEL:
                         name = ps.string(b[name_col][i]) if name_col else None
                         name = name or "unknown kernel"
-                        if corr is not None and comm(name) is not None:
+                        c = is_comm.get(name)
+                        if c is None:
+                            c = is_comm[name] = comm(name) is not None
+                        if c and corr is not None:
                             ps.comm_kernels[corr] = name
                     elif table == MEMCPY:
                         name = _MEMCPY_NAMES.get(kinds[i] if kinds else None, "Memcpy")
@@ -775,14 +784,15 @@ class _Feed:
                         j = bisect_right(rec, (corr, -1)) - 1 if rec else -1
                         if rec and j >= 0:  # the event's last record before this wait
                             args.wait_corr, args.wait_on_stream = rec[j]
-                    out[r].append(kineto.XEvent(cat=cat, name=name, pid=b["deviceId"][i], tid=b["streamId"][i],
-                                                ts=_RAW(_us(start)), dur=_RAW(_us(end - start)), args=args))
+                    out[r].append(kineto.XEvent(cat=cat, name=name, pid=devices[i], tid=b["streamId"][i],
+                                                ts=_us(start), dur=_us(end - start), args=args))
                 self._push(out)
 
     def runtime(self) -> None:
         ps = self.ps
         if not ps.src.has(RUNTIME, "start", "end", "globalTid", "correlationId", "nameId"):
             return
+        cats: dict[str, str] = {}
         for b in ps.src.batches(RUNTIME, ("start", "end", "globalTid", "correlationId", "nameId")):
             out: dict[int, list[Any]] = defaultdict(list)
             for i, start in enumerate(b["start"]):
@@ -793,12 +803,15 @@ class _Feed:
                     continue
                 name = ps.string(b["nameId"][i]) or "unknown call"
                 corr = b["correlationId"][i]
-                k = ps.comm_kernels.get(corr)
+                k = ps.comm_kernels.pop(corr, None)
                 if k is not None:
                     ps.launches[gtid].append((start, k))
-                cat = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
-                out[r].append(kineto.XEvent(cat=cat, name=name, pid=_pid(gtid), tid=_tid(gtid), ts=_RAW(_us(start)),
-                                            dur=_RAW(_us(end - start)),
+                cat = cats.get(name)
+                if cat is None:
+                    cat = cats[name] = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") \
+                        else "cuda_runtime"
+                out[r].append(kineto.XEvent(cat=cat, name=name, pid=_pid(gtid), tid=_tid(gtid), ts=_us(start),
+                                            dur=_us(end - start),
                                             args=kineto.Args(correlation=corr)))
             self._push(out)
         for v in ps.launches.values():
@@ -828,7 +841,7 @@ class _Feed:
                 if coll is not None:
                     args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
                 out[r].append(kineto.XEvent(cat="user_annotation", name=name, pid=_pid(gtid), tid=_tid(gtid),
-                                            ts=_RAW(_us(start)), dur=_RAW(_us(end - start)), args=args))
+                                            ts=_us(start), dur=_us(end - start), args=args))
             self._push(out)
 
     def _call_args(self, coll: str, pl: dict[str, int], gtid: int, start: int, end: int,
