@@ -803,7 +803,7 @@ class _Feed:
                     continue
                 name = ps.string(b["nameId"][i]) or "unknown call"
                 corr = b["correlationId"][i]
-                k = ps.comm_kernels.pop(corr, None)
+                k = ps.comm_kernels.get(corr)
                 if k is not None:
                     ps.launches[gtid].append((start, k))
                 cat = cats.get(name)
