@@ -30,7 +30,8 @@ import pyarrow as pa
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
 from tracekit.parsers._kineto_calls import kernel_op
-from tracekit.parsers._limits import MAX_DEPTH, checked_int, json_depth
+from tracekit.parsers._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
+from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nsys"
@@ -459,7 +460,7 @@ class _Parse:
                 proc = next((p for p in cands if p.device == pl.get("device")), None)
                 if proc is None and len(cands) == 1:
                     proc = cands[0]
-                if proc is not None and pl["rank"] < pl["nranks"]:
+                if proc is not None and pl["rank"] < pl["nranks"] <= MAX_WORLD_SIZE:
                     start = b["start"][i] if type(b["start"][i]) is int else 0
                     proc.comms[pl["comm"]] = _Comm(pl["comm"], pl["nranks"], pl["rank"], start)
 
@@ -504,20 +505,23 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         raise InputError(path, "an old Nsight Systems report (.qdrep, before 2021.4): export it with the "
                                f"release that wrote it: nsys export --type sqlite -o {p.with_suffix('.sqlite').name} "
                                f"{p.name}")
-    if p.suffix == ".nsys-rep" or (p.is_file() and not _is_sqlite(p) and p.stem != "StringIds"):
+    if p.suffix == ".nsys-rep":
         return _from_report(path, sink, rank, rank_map)
+    directory = p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES
+    if not directory:
+        with open(p, "rb") as f:
+            head = f.read(16)
+        if head[:2] == b"\x1f\x8b":
+            raise InputError(path, "a gzip-compressed file: SQLite cannot read it compressed; gunzip it first")
+        if head != SQLITE_MAGIC:
+            raise InputError(path, "not an Nsight Systems export: no SQLite header (and not a .nsys-rep, .qdrep "
+                                   "or the StringIds file of a directory export)")
     with kineto._gc_paused():
-        src: _Source = _ArrowDir(str(p.parent)) if p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES \
-            else _SQLite(path)
+        src: _Source = _ArrowDir(str(p.parent)) if directory else _SQLite(path)
         try:
             return _parse(path, src, sink, rank, rank_map)
         finally:
             src.close()
-
-
-def _is_sqlite(p: Path) -> bool:
-    with open(p, "rb") as f:
-        return f.read(16) == SQLITE_MAGIC
 
 
 def export_command(report: str) -> list[str]:
@@ -645,9 +649,16 @@ def _write_rank_maps(sink: SourceSink, ps: _Parse, world: str | None) -> None:
     report knows): the ingest merge joins them across reports and resolves p2p peers with them."""
     maps: dict[int, list[int | None]] = {}
     sizes: dict[int, int] = {}
+    budget = MAX_RANK_MAP_ENTRIES
     for pr in ps.procs.values():
         for c in pr.comms.values():
-            m = maps.setdefault(c.comm, [None] * min(c.nranks, 1 << 18))
+            if c.comm not in maps:
+                if c.nranks > budget:
+                    ps.stats.warnings.append(f"communicator {group_name(c.comm)}: no rank map (the report's "
+                                             f"communicators add up to more than {MAX_RANK_MAP_ENTRIES:,} ranks)")
+                    continue
+                budget -= c.nranks
+            m = maps.setdefault(c.comm, [None] * c.nranks)
             sizes[c.comm] = c.nranks
             if c.rank < len(m):
                 m[c.rank] = pr.rank
