@@ -41,17 +41,17 @@ def make_db(folder: Path) -> Path:
     return write_nsys(tables, folder)[0]
 
 
-def grow(path: Path, mb: int) -> int:
+def grow(path: Path, mb: int) -> float:
     """Repeat the report's timeline until the file is about `mb` MB; return the copies."""
     db = sqlite3.connect(path)
     span = db.execute("SELECT max(end) + 1000 FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     corr = max(db.execute(f"SELECT coalesce(max(correlationId), 0) + 1 FROM {t}").fetchone()[0]
                for t in GROWN if t != "NVTX_EVENTS")
     cols = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in GROWN}
-    base = {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in GROWN}
     copies = 1
     while path.stat().st_size < mb << 20:
-        step = copies  # double each round: copy k of the rows made so far
+        step = copies  # double each round (the last one copies only the share still missing)
+        share = min(1.0, ((mb << 20) - path.stat().st_size) / path.stat().st_size)
         for t in GROWN:
             sel = []
             for c in cols[t]:
@@ -61,12 +61,17 @@ def grow(path: Path, mb: int) -> int:
                     sel.append(f"{c} + {corr * step}")
                 else:
                     sel.append(c)
-            where = "WHERE eventType IN (59, 60) AND start > 1000000" if t == "NVTX_EVENTS" else ""
-            db.execute(f"INSERT INTO {t} ({', '.join(cols[t])}) SELECT {', '.join(sel)} FROM {t} {where}")
+            where = ["eventType IN (59, 60) AND start > 1000000"] if t == "NVTX_EVENTS" else []
+            if share < 1.0:  # the first `share` of the timeline made so far (in time, or in correlation ids)
+                key, length = ("start", span * copies) if "start" in cols[t] else ("correlationId", corr * copies)
+                where.append(f"{key} < (SELECT min({key}) + {share} * {length} FROM {t})")
+            cond = f"WHERE {' AND '.join(where)}" if where else ""
+            db.execute(f"INSERT INTO {t} ({', '.join(cols[t])}) SELECT {', '.join(sel)} FROM {t} {cond}")
         db.commit()
+        if share < 1.0:
+            return copies + share
         copies *= 2
     db.close()
-    del base
     return copies
 
 
