@@ -20,6 +20,7 @@ import tempfile
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,28 +217,19 @@ def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
     p = Path(path)
     if head.startswith(SQLITE_MAGIC):
         try:
-            with _closing_sqlite(p) as db:
+            with closing(sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)) as db:
                 names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         except sqlite3.Error:
             return True
         return is_nsight_tables(names)
     if p.suffix in (".nsys-rep", ".qdrep"):
         return True
-    if p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES and (head.startswith(b"PAR1")
-                                                                     or head.startswith(b"ARROW1")):
-        return is_nsight_tables([f.stem for f in p.parent.iterdir() if f.suffix in _ArrowDir.SUFFIXES])
+    if p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES and head.startswith((b"PAR1", b"ARROW1")):
+        try:
+            return is_nsight_tables([f.stem for f in p.parent.iterdir() if f.suffix in _ArrowDir.SUFFIXES])
+        except OSError:
+            return False
     return False
-
-
-class _closing_sqlite:
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.db
-
-    def __exit__(self, *exc: object) -> None:
-        self.db.close()
 
 
 # -- identity ------------------------------------------------------------------------------------
@@ -333,11 +325,12 @@ class _Nvtx:
     json: str | None
     json_id: str | None
     domain: str | None
-    end_tid: bool
     types: dict[str, int]
 
 
 class _Parse:
+    """One export's strings, metadata, NVTX columns and (process, device) ranks."""
+
     def __init__(self, path: str, src: _Source, sink: SourceSink, rank: int | None,
                  rank_map: Mapping[tuple[str | None, int, int], int] | None, stats: SourceStats) -> None:
         self.path, self.src, self.sink, self.stats = path, src, sink, stats
@@ -402,8 +395,7 @@ class _Parse:
         return _Nvtx(text="text" if "text" in cols else None, text_id="textId" if "textId" in cols else None,
                      json="jsonText" if "jsonText" in cols else None,
                      json_id="jsonTextId" if "jsonTextId" in cols else None,
-                     domain="domainId" if "domainId" in cols else None, end_tid="endGlobalTid" in cols,
-                     types=types)
+                     domain="domainId" if "domainId" in cols else None, types=types)
 
     def nvtx_batches(self, nv: _Nvtx) -> Iterator[dict[str, list[Any]]]:
         cols = ["start", "end", "eventType", "globalTid"] + [c for c in (nv.text, nv.text_id, nv.json, nv.json_id,

@@ -266,6 +266,8 @@ def test_directory_exports_read_like_the_sqlite(tmp_path, small, suffix):
     _, b = parse(folder / f"StringIds{suffix}", tmp_path / "b")
     for name in ("events", "collectives", "groups"):
         assert pl.from_arrow(a[name]).equals(pl.from_arrow(b[name])), name
+    report = ingest([folder], tmp_path / "run")  # the directory is one source; its other tables are parts of it
+    assert [(Path(r.path).name, r.ranks) for r in report.sources] == [(f"StringIds{suffix}", [0, 1])]
 
 
 def test_detection_by_content(tmp_path, small):
