@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 FORMAT = "kineto"
-PARSER_VERSION = "3"  # 3: DeepEP's get_dispatch_layout is compute, not an EP all-to-all
+PARSER_VERSION = "4"  # 4: NCCL's own NVTX API ranges (`ncclAllReduce`, ...) are call markers
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
 DEFAULT_COMM_PATTERNS: tuple[str, ...] = (
