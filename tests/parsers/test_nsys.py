@@ -431,3 +431,16 @@ def test_gather_and_scatter_sizes_from_the_message_size(tmp_path, small, op, ker
     assert got.height == want.height == 8
     assert got.sort("rank", "ts_ns").select("in_bytes", "out_bytes").equals(want.select("in_bytes", "out_bytes"))
     assert set(got["dtype"]) == ({None} if op == "all_gather" else {"BFloat16"})  # 2.19+ AllGather names no dtype
+
+
+def test_gzipped_or_headerless_files_are_refused(tmp_path, small):
+    import gzip
+
+    path = write_nsys(small, tmp_path / "n")[0]
+    packed = tmp_path / "report.sqlite.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert detect.detect_format(packed) == detect.NSYS  # detection reads through gzip; SQLite cannot
+    assert "gunzip it first" in _one_line_error(packed, tmp_path / "a")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00" * 64)
+    assert "no SQLite header" in _one_line_error(junk, tmp_path / "b")
