@@ -575,6 +575,8 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         feed.activities()
         feed.runtime()
         feed.nvtx(nv)
+        ps.comm_kernels.clear()  # only the NVTX pass needs the launches; the Kineto pass 2 comes next
+        ps.launches.clear()
         results = []
         for pr in procs:
             p1 = passes[pr.rank]  # type: ignore[index]
