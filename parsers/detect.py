@@ -21,21 +21,24 @@ UFM = "ufm_telemetry"
 SYSFS_IB = "sysfs_ib"
 IBNETDISCOVER = "ibnetdiscover"
 LINK_MAP = "link_map"
+NSYS = "nsys"
 
 #: Telemetry and fabric formats (sources with no rank): parser modules under parsers/telemetry/.
 TELEMETRY_FORMATS = (PROMETHEUS, PROMETHEUS_JSON, GNMIC, PERFQUERY, UFM, SYSFS_IB, IBNETDISCOVER, LINK_MAP)
 #: Every format name tracekit knows.
-FORMATS = (KINETO, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, NCCL_PROFILER, *TELEMETRY_FORMATS)
+FORMATS = (KINETO, NSYS, NCCL_LOG, FLIGHT_RECORDER, NCCL_INSPECTOR, NCCL_TESTS, NCCL_PROFILER, *TELEMETRY_FORMATS)
 #: Formats that can be ingested today: format -> parser module (with `parse` and PARSER_VERSION).
-PARSERS = {KINETO: "tracekit.parsers.kineto", FLIGHT_RECORDER: "tracekit.parsers.flight_recorder",
-           NCCL_TESTS: "tracekit.parsers.nccl_tests", NCCL_LOG: "tracekit.parsers.nccl_log",
+PARSERS = {KINETO: "tracekit.parsers.kineto", NSYS: "tracekit.parsers.nsys",
+           FLIGHT_RECORDER: "tracekit.parsers.flight_recorder", NCCL_TESTS: "tracekit.parsers.nccl_tests",
+           NCCL_LOG: "tracekit.parsers.nccl_log",
            NCCL_INSPECTOR: "tracekit.parsers.nccl_inspector", NCCL_PROFILER: "tracekit.parsers.nccl_profiler",
            **{fmt: f"tracekit.parsers.telemetry.{fmt}" for fmt in TELEMETRY_FORMATS}}
 
 #: How each format is called in messages, traces first, then telemetry.
 DESCRIPTIONS = {
-    KINETO: "Kineto traces", FLIGHT_RECORDER: "Flight Recorder dumps", NCCL_LOG: "NCCL logs",
-    NCCL_INSPECTOR: "NCCL Inspector", NCCL_PROFILER: "profiler-plugin files", NCCL_TESTS: "nccl-tests output",
+    KINETO: "Kineto traces", NSYS: "Nsight Systems exports", FLIGHT_RECORDER: "Flight Recorder dumps",
+    NCCL_LOG: "NCCL logs", NCCL_INSPECTOR: "NCCL Inspector", NCCL_PROFILER: "profiler-plugin files",
+    NCCL_TESTS: "nccl-tests output",
     PROMETHEUS: "Prometheus text", PROMETHEUS_JSON: "Prometheus query_range JSON", GNMIC: "gnmic output",
     PERFQUERY: "perfquery -x", UFM: "UFM telemetry JSON", SYSFS_IB: "sysfs InfiniBand counters",
     IBNETDISCOVER: "ibnetdiscover -p", LINK_MAP: "link maps",
@@ -95,4 +98,8 @@ def detect_format(path: str | os.PathLike[str]) -> str | None:
         head = peek(path, PEEK_BYTES)
     except OSError:
         return None
+    from tracekit.parsers import nsys
+
+    if nsys.sniff_path(path, head):
+        return NSYS
     return detect_bytes(head)

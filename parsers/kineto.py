@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 FORMAT = "kineto"
-PARSER_VERSION = "3"  # 3: DeepEP's get_dispatch_layout is compute, not an EP all-to-all
+PARSER_VERSION = "4"  # 4: NCCL's own NVTX API ranges (`ncclAllReduce`, ...) are call markers
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
 DEFAULT_COMM_PATTERNS: tuple[str, ...] = (
@@ -220,6 +220,7 @@ class _Pass1:
 
     def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
         self.spool_path = spool
+        self.spool_memory = SPOOL_MEMORY
         self.spilled = False
         self._held: list[pa.Table] = []
         self._held_bytes = 0
@@ -479,7 +480,7 @@ class _Pass1:
     def _write(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        if not self.spilled and self._held_bytes + table.nbytes <= SPOOL_MEMORY:
+        if not self.spilled and self._held_bytes + table.nbytes <= self.spool_memory:
             self._held.append(table)
             self._held_bytes += table.nbytes
         else:
@@ -507,8 +508,13 @@ def _first_int(values: list[Any], candidates: np.ndarray, kind: str) -> int | No
     return None
 
 
+#: NCCL's own NVTX ranges around its API calls (Nsight Systems reports): call markers like `nccl:<op>`.
+NCCL_API_RANGE = re.compile(r"^nccl(?:AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|Send|Recv|AllToAll|"
+                            r"Gather|Scatter)$")
+
+
 def _marker_class(name: str) -> int:
-    if name == "record_param_comms" or name.startswith(("nccl:", "gloo:", "c10d::")):
+    if name == "record_param_comms" or name.startswith(("nccl:", "gloo:", "c10d::")) or NCCL_API_RANGE.match(name):
         return 1
     if name.startswith("ProfilerStep#") and _STEP.match(name):
         return 2

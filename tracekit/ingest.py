@@ -205,10 +205,13 @@ def _parser_version(fmt: str) -> str:
     return module.PARSER_VERSION if module is not None else "0"
 
 
-def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | None) -> str:
+def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | None,
+                rank_map: Mapping[tuple[str | None, int, int], int] | None = None) -> str:
     comm = list(patterns) if patterns is not None and fmt == detect.KINETO else None
+    extra = {"rank_map": sorted(map(list, ((h or "", p, d, r) for (h, p, d), r in rank_map.items())))} \
+        if rank_map else {}
     opts = json.dumps({"sha": sha, "fmt": fmt, "v": _parser_version(fmt), "rank": rank,
-                       "comm": comm,
+                       "comm": comm, **extra,
                        "schema": schema.SCHEMA_VERSION}, sort_keys=True)
     return hashlib.sha256(opts.encode()).hexdigest()[:20]
 
@@ -241,7 +244,8 @@ def _event_parts_by_source(run_dir: Path) -> dict[str, list[Path]]:
 
 def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
                patterns: Sequence[str] | None, stale: Sequence[Path] | None = None, *,
-               keep: tuple[str, ...] = ()) -> dict[str, Any]:
+               keep: tuple[str, ...] = (),
+               rank_map: Mapping[tuple[str | None, int, int], int] | None = None) -> dict[str, Any]:
     """Parse one source into its parts (runs in a worker process); never raises. `stale` lists
     event files a previous parse of this source left (None: look for them); the tables in
     `keep` stay in memory for a merge in this process (`store.take_written`)."""
@@ -256,6 +260,8 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
         try:
             if fmt == detect.KINETO:
                 res = module.parse(path, sink, rank=rank, comm_patterns=patterns)
+            elif fmt == detect.NSYS:
+                res = module.parse(path, sink, rank=rank, rank_map=rank_map)
             else:
                 res = module.parse(path, sink, rank=rank)
         finally:
@@ -348,6 +354,64 @@ def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceRep
                                            "it is the only one given: taken as rank 0 (--rank sets it)"]
 
 
+def read_rank_map(path: str | os.PathLike[str]) -> dict[tuple[str | None, int, int], int]:
+    """A `--rank-map` CSV (header `host,pid,device,rank`; an empty host matches any) as
+    {(host, pid, device): rank}; a bad line is an InputError naming it."""
+    import csv
+
+    out: dict[tuple[str | None, int, int], int] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(path, f"cannot read the rank map ({exc})") from exc
+    if not rows or [c.strip() for c in rows[0]] != ["host", "pid", "device", "rank"]:
+        raise InputError(path, "a rank map starts with the header host,pid,device,rank")
+    for n, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        try:
+            host, pid, device, rank = row
+            key = (host.strip() or None, int(pid), int(device))
+            out[key] = int(rank)
+        except ValueError as exc:
+            raise InputError(path, f"line {n}: expected host,pid,device,rank with integers ({exc})") from exc
+        if not (0 <= out[key] < 1 << 18 and key[1] >= 0 and key[2] >= 0):
+            raise InputError(path, f"line {n}: pid, device and rank must be non-negative (rank < 262144)")
+    return out
+
+
+def _nsys_ranks_from_logs(reports: list[SourceReport], todo: list[tuple[SourceReport, str]], run_dir: Path,
+                          rank: int | None, rank_map: Mapping[tuple[str | None, int, int], int] | None,
+                          stale: Mapping[str, list[Path]]) -> None:
+    """Nsight reports whose NVTX ranges name no rank (NCCL before 2.19) get their ranks from the
+    run's NCCL logs, joined by (host, pid, device), and from `--rank-map`: parsed again with them."""
+    from tracekit.parsers.nsys import NO_RANK
+
+    waiting = [(rep, fmt) for rep, fmt in todo if fmt == detect.NSYS and rep.error and NO_RANK in rep.error]
+    if not waiting:
+        return
+    known: dict[tuple[str | None, int, int], int] = {}
+    for rep in reports:
+        if rep.ok and rep.key and rep.format == detect.NCCL_LOG:
+            t = _read_part(run_dir, rep.key, "ranks")
+            for row in (t.select(["rank", "host", "pid", "local_device"]).to_pylist() if t is not None else []):
+                if None not in (row["rank"], row["pid"], row["local_device"]):
+                    known.setdefault((row["host"], row["pid"], row["local_device"]), row["rank"])
+    known.update(rank_map or {})
+    if not known:
+        return
+    for rep, fmt in waiting:
+        refused, key = rep.error, rep.key
+        rep.key = _source_key(rep.sha256 or "", fmt, rank, None, known)
+        _apply(rep, _parse_one(rep.path, str(run_dir), rep.key, fmt, rank, None, stale.get(rep.key, []),
+                               rank_map=known))
+        if not rep.ok:
+            rep.key = key
+            if NO_RANK in (rep.error or ""):
+                rep.error = refused
+
+
 def _apply(report: SourceReport, record: dict[str, Any]) -> None:
     if record.get("fatal"):
         raise RunError(f"{record.get('error')}; nothing was committed, the run directory is as it was")
@@ -392,6 +456,7 @@ def _discard_new_run(run_dir: Path) -> None:
 def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
            jobs: int | None = None, rank: int | None = None,
            comm_patterns: Sequence[str] | None = None,
+           rank_map: Mapping[tuple[str | None, int, int], int] | None = None,
            progress: ProgressFn | None = None, allow_mixed: bool = False,
            executor: str | Executor | None = None, lock_wait_s: float = 0.0) -> IngestReport:
     """Ingest trace files, directories and globs into the run directory `out` (waiting up to
@@ -417,7 +482,7 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
         recover(run_dir)
         try:
             return _ingest_locked(paths, run_dir, jobs=jobs, rank=rank, comm_patterns=comm_patterns,
-                                  progress=progress, allow_mixed=allow_mixed, exe=exe)
+                                  progress=progress, allow_mixed=allow_mixed, exe=exe, rank_map=rank_map)
         except OSError as exc:
             raise os_error(exc) from exc
         finally:
@@ -426,7 +491,8 @@ def ingest(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
 
 def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jobs: int | None, rank: int | None,
                    comm_patterns: Sequence[str] | None, progress: ProgressFn | None,
-                   allow_mixed: bool, exe: Any) -> IngestReport:
+                   allow_mixed: bool, exe: Any,
+                   rank_map: Mapping[tuple[str | None, int, int], int] | None = None) -> IngestReport:
     new_run = not (run_dir / MANIFEST).is_file()
     if comm_patterns is not None:
         from tracekit.parsers.kineto import compile_patterns
@@ -514,6 +580,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
                 if progress is not None:
                     progress(rep, done, total)
     _lone_trace_as_rank0(reports, todo, run_dir, rank, comm_patterns, stale)
+    _nsys_ranks_from_logs(reports, todo, run_dir, rank, rank_map, stale)
     keep = {r.key for r in reports if r.ok and r.key}
     reports.sort(key=lambda r: r.path)
     report = IngestReport(run_dir=run_dir, sources=reports, ignored=ignored)
@@ -554,8 +621,8 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
 
 
 #: Which source describes a rank's collectives and events when several do: lower wins.
-FORMAT_PRIORITY = {detect.KINETO: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2, detect.NCCL_INSPECTOR: 3,
-                   detect.NCCL_PROFILER: 4}
+FORMAT_PRIORITY = {detect.KINETO: 0, detect.NSYS: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2,
+                   detect.NCCL_INSPECTOR: 3, detect.NCCL_PROFILER: 4}
 #: Formats whose files are snapshots of the same history (keep one per rank), not windows of it.
 SNAPSHOT_FORMATS = {detect.FLIGHT_RECORDER}
 PER_RANK_TABLES = ("ranks", "collectives", "channels")
@@ -1006,7 +1073,7 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     from tracekit import fabric
 
     logs = [s for s in sources if s.format == detect.NCCL_LOG]
-    if not logs:
+    if not logs and not any(s.format == detect.NSYS for s in sources):  # only these map comm-local peers
         return None
     maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
     if "groups" in tables and "world" in tables["groups"].column_names:

@@ -1071,8 +1071,9 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
                     "Group size": c["nranks"], "dtype": "BFloat16", "In split size": in_split,
                     "Out split size": out_split, "Process Group Name": c["group"],
                     "Process Group Description": g["desc"], "Process Group Ranks": str(g["ranks"]),
-                    "Seq": c["seq"],
                 })
+                if c["seq_explicit"] is not False:
+                    args["Seq"] = c["seq"]
                 if c["op"] == "send":
                     args["Dst Rank"] = c["peer"]
                 elif c["op"] == "recv":

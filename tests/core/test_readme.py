@@ -180,3 +180,21 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
     step = {line.split()[0]: float(line.split()[1]) for line in block[5:12]}
     change = 1 - step["schedule:dualpipe,microbatches=4,sm_share=0"] / step["schedule:dualpipe,microbatches=4"]
     assert f"(`sm_share=0`) moves the step by {change:.1%}" in " ".join(text.split())
+
+
+def test_nsight_example_output_is_the_real_output(tmp_path, monkeypatch):
+    """The README's Nsight Systems commands print the block it shows, line for line."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Nsight Systems reports"):]
+    commands = _block_after(section, "A synthetic job written as")
+    monkeypatch.chdir(tmp_path)
+    out: list[str] = []
+    for command in commands:
+        res = CliRunner().invoke(main, command.split()[1:])
+        assert res.exit_code == 0, res.output
+        out = res.output.rstrip("\n").splitlines()
+    assert [line.rstrip() for line in out] == _block_after(section, "prints")

@@ -58,7 +58,8 @@ MAX_CASE = 4 << 20
 HUGE = [2**63, 2**63 - 1, -(2**63) - 1, 2**64, 10**30, -(10**30), 2**31, -1, -(2**31) - 1, 10**400]
 ODD = [None, True, "", "x" * 5000, [], {}, [1, 2], {"a": 1}, 1.5, -0.0, "NaN", "\u202e\x1b]0;x\x07"]
 ROUTINE_SKIPS = {"metadata", "flow", "instant", "counter", "async", "begin_end", "object", "sample", "mark",
-                 "clock_sync", "no_category", "unknown_category", "cpu_op", "python_function"}
+                 "clock_sync", "no_category", "unknown_category", "cpu_op", "python_function", "nvtx_domain",
+                 "nvtx_mark"}
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Seed:
     name: str
     data: bytes  # decompressed content
     gz: bool
-    encoding: str  # json | pickle | text
+    encoding: str  # json | pickle | text | sqlite
 
 
 @dataclass
@@ -102,6 +103,8 @@ def parsers() -> dict[str, Any]:
 
 
 def _encoding(data: bytes) -> str:
+    if data.startswith(b"SQLite format 3\x00"):
+        return "sqlite"
     head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if data[:1] == b"\x80" or data[:2] in (b"(l", b"(d", b"}q", b"]q"):
         return "pickle"
@@ -128,7 +131,7 @@ def _excerpt(data: bytes, encoding: str) -> bytes:
             if len(out) <= 4 * SEED_MAX:
                 return out
         return data[:SEED_MAX]
-    if encoding == "pickle":
+    if encoding in ("pickle", "sqlite"):
         return data
     return b"\n".join(data[:SEED_MAX].split(b"\n")[:-1]) + b"\n"
 
@@ -227,12 +230,69 @@ def _builtin_seeds(fmt: str) -> list[Seed]:
         return [Seed(fmt, "switch.prom", ("\n".join(lines) + "\n").encode(), False, "text")]
     if fmt == "nccl_log":
         return [Seed(fmt, "nccl_2.29.log", _made_nccl_log(), False, "text")]
+    if fmt == "nsys":
+        return [Seed(fmt, f"nsys_{release}_{nccl}.sqlite", _made_nsys(release, nccl), False, "sqlite")
+                for release, nccl in (("2024.5", "2.27"), ("2024.5", "2.21"), ("2020.3", "2.18"))]
     if fmt == "kineto":
         doc = {"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": [
             {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
              "ts": 10.5, "dur": 3, "args": {"correlation": 5, "stream": 7}}]}
         return [Seed(fmt, "builtin", json.dumps(doc).encode(), False, "json")]
     return []
+
+
+def _made_nsys(release: str, nccl: str) -> bytes:
+    """A one-host, two-GPU Nsight Systems SQLite export (tracekit.synth_nsys)."""
+    import tempfile
+
+    from tracekit.synth import make_run_tables
+    from tracekit.synth_nsys import write_nsys
+
+    tables, _ = make_run_tables(hosts=1, gpus_per_host=2, pp=2, ep=1, steps=1, micro_batches=1,
+                                layers_per_stage=1, kernels_per_block=1, seed=5)
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_nsys(tables, tmp, release=release, nccl=nccl)[0].read_bytes()
+
+
+def mutate_sqlite(data: bytes, rnd: random.Random) -> bytes:
+    """Row and schema mutations of an SQLite file (in memory): odd values in a column (huge,
+    negative, NULL, text, floats, garbage JSON), rows deleted or duplicated, a table or column
+    dropped, an end before its start."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    try:
+        db.deserialize(data)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        if not tables:
+            return data
+        t = rnd.choice(tables)
+        cols = [r[1] for r in db.execute(f'PRAGMA table_info("{t}")')]
+        r = rnd.random()
+        if r < 0.45 and cols:
+            c = rnd.choice(cols)
+            v = rnd.choice(HUGE + ODD + [0, -5, 2**40, "{\"NCCL communicator ID\": -1, \"Rank\": 999999}",
+                                          '{"Rank": "x", "No. of ranks": 1e400}', "[" * 80])
+            v = json.dumps(v) if isinstance(v, (list, dict)) else v
+            v = str(v) if isinstance(v, int) and not -(2**63) <= v < 2**63 else v
+            where = "" if rnd.random() < 0.3 else f" WHERE rowid % {rnd.randint(2, 7)} = 0"
+            db.execute(f'UPDATE "{t}" SET "{c}" = ?{where}', (v,))
+        elif r < 0.55 and "start" in cols and "end" in cols:
+            db.execute(f'UPDATE "{t}" SET "end" = "start" - {rnd.choice([1, 10**9, 2**62])} WHERE rowid % 3 = 0')
+        elif r < 0.7:
+            db.execute(f'DELETE FROM "{t}" WHERE rowid % {rnd.randint(1, 4)} = 0')
+        elif r < 0.8:
+            db.execute(f'INSERT INTO "{t}" SELECT * FROM "{t}"')
+        elif r < 0.9:
+            db.execute(f'DROP TABLE "{t}"')
+        elif len(cols) > 1:
+            db.execute(f'ALTER TABLE "{t}" DROP COLUMN "{rnd.choice(cols)}"')
+        db.commit()
+        return db.serialize()
+    except sqlite3.Error:
+        return data
+    finally:
+        db.close()
 
 
 def _made_nccl_log() -> bytes:
@@ -424,6 +484,8 @@ def make_case(seed: Seed, rnd: random.Random) -> tuple[bytes, bool]:
             data = _json_encode(tree) if seed.encoding == "json" else _pickle_encode(tree)
         elif seed.encoding == "text" and r < 0.6:
             data = mutate_lines(data, rnd)
+        elif seed.encoding == "sqlite" and r < 0.75:
+            data = mutate_sqlite(data, rnd)
         else:
             data = mutate_bytes(data, rnd)
         if len(data) > MAX_CASE:  # mutations compound (a line x 2000, then x 100): keep cases small

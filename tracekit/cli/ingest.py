@@ -20,6 +20,9 @@ safe_console = console
               help="Parallel parser processes (default: min(CPUs, files)).")
 @click.option("--rank", type=click.IntRange(min=0), default=None,
               help="Rank for traces whose distributedInfo has none (else taken from the file name).")
+@click.option("--rank-map", "rank_map", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="CSV of host,pid,device,rank: ranks for Nsight reports whose NCCL ranges carry none (NCCL < 2.19) "
+                   "and that no NCCL log of the run describes.")
 @click.option("--comm-pattern", "comm_patterns", multiple=True, metavar="REGEX",
               help="Regex marking a GPU kernel as communication (repeatable; replaces the defaults).")
 @click.option("--allow-mixed", is_flag=True,
@@ -29,7 +32,7 @@ safe_console = console
 @json_option
 @executor_options
 @user_errors
-def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None,
+def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None, rank_map: Path | None,
            comm_patterns: tuple[str, ...], allow_mixed: bool, quiet: bool, as_json: bool, executor: str,
            task_memory: str | None) -> None:
     """Ingest trace files, directories and globs (format detected by content) into OUT.
@@ -43,10 +46,12 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
     from tracekit._text import term
     from tracekit.executors import parse_executor
     from tracekit.ingest import ingest as run_ingest
+    from tracekit.ingest import read_rank_map
 
     err = console(stderr=True)
     patterns = list(comm_patterns) if comm_patterns else None
     options = {"jobs": jobs, "rank": rank, "comm_patterns": patterns, "allow_mixed": allow_mixed,
+               "rank_map": read_rank_map(rank_map) if rank_map is not None else None,
                "executor": parse_executor(executor, task_memory=task_memory)}
     if quiet or as_json or not err.is_terminal:
         report = run_ingest(paths, out, **options)

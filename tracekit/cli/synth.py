@@ -44,8 +44,9 @@ from tracekit.pipeline import SCHEDULES
               help="Pipeline schedule: each stage's order of forward, backward and weight-gradient chunks.")
 @click.option("--pp-chunks", "pp_chunks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model chunks per stage (interleaved-1f1b).")
-@click.option("--format", "fmt", type=click.Choice(["run", "kineto"]), default="run", show_default=True,
-              help="Write a run directory, or one Kineto Chrome trace per rank.")
+@click.option("--format", "fmt", type=click.Choice(["run", "kineto", "nsys"]), default="run", show_default=True,
+              help="Write a run directory, one Kineto Chrome trace per rank, or one Nsight Systems SQLite export "
+                   "per host (NCCL 2.27 NVTX payloads; see tracekit.synth_nsys).")
 @click.option("--telemetry", is_flag=True,
               help="Also write the fabric (ibnetdiscover -p) and leaf-switch counters (Prometheus text) "
                    "consistent with the run (with --format kineto; see tracekit.telemetry.synth).")
@@ -100,6 +101,13 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, slow_s
                 raise click.UsageError(str(exc)) from None
             click.echo(f"wrote {made.fabric_path.name} and {made.prom_path.name} "
                        f"({len(made.scrape_ns)} scrapes, {len(made.tx_bytes)} HCA ports)")
+    elif fmt == "nsys":
+        from tracekit.synth_nsys import write_nsys
+
+        paths = write_nsys(tables, out)
+        (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+        click.echo(f"wrote {len(paths)} Nsight Systems exports ({tables['ranks'].num_rows} ranks, "
+                   f"{tables['collectives'].num_rows} collective calls) and truth.json to {out}")
     else:
         write_run(tables, out, truth=truth)
         click.echo(f"wrote run {out}: {tables['ranks'].num_rows} ranks, {tables['events'].num_rows} events, "

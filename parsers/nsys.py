@@ -1,0 +1,893 @@
+"""Nsight Systems exports (SQLite, or the Parquet/Arrow directory of one) -> the Kineto tables.
+
+An Nsight report holds every process and GPU of one node. Each (process, device) pair becomes a
+rank; its rows are read table by table in batches (`BATCH_ROWS`, never the whole database) and fed,
+as the Chrome-trace events Kineto would have written for them, to the Kineto parser's two passes
+(`kineto._Pass1` / `kineto._pass2`), so kernels, launches, steps and collectives follow one set of
+rules whichever profiler wrote them. NCCL's NVTX ranges (`ncclAllReduce`, ...) are the call
+markers; on NCCL 2.19+ their payloads give the communicator, the message size and (through
+`ncclCommInitRank*`) each process's comm rank and size. Release differences: docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from tracekit.errors import InputError
+from tracekit.parsers import kineto
+from tracekit.parsers._kineto_calls import kernel_op
+from tracekit.parsers._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
+from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
+from tracekit.store import ParseResult, SourceSink, SourceStats
+
+FORMAT = "nsys"
+PARSER_VERSION = "1"
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Rows fetched per query batch: memory per batch is bounded by this, never by the database.
+BATCH_ROWS = 50_000
+#: Most strings of a StringIds table held (a report's names; beyond this the export is refused).
+MAX_STRINGS = 20_000_000
+#: Largest NVTX payload (JSON text) decoded, in bytes.
+MAX_PAYLOAD_BYTES = 1 << 16
+#: Tables whose presence makes an SQLite database (or a directory of table files) an Nsight export.
+MARKER_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
+                 "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME")
+KERNEL, RUNTIME, MEMCPY, MEMSET, SYNC, CUDA_EVENT = (
+    f"CUPTI_ACTIVITY_KIND_{k}" for k in ("KERNEL", "RUNTIME", "MEMCPY", "MEMSET", "SYNCHRONIZATION", "CUDA_EVENT"))
+ACTIVITY_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC)
+#: NVTX event types of exports without ENUM_NSYS_EVENT_TYPE (releases before it was exported).
+NVTX_TYPES = {"NvtxMark": 34, "NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
+#: The Kineto category each Nsight table's rows get (so the kinds and lanes come out the same).
+CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy", MEMSET: "gpu_memset", SYNC: "cuda_sync"}
+SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+#: NCCL API range -> the collective name Kineto's args would give.
+NCCL_CALLS = {"ncclAllReduce": "allreduce", "ncclAllGather": "allgather", "ncclReduceScatter": "reduce_scatter",
+              "ncclBroadcast": "broadcast", "ncclReduce": "reduce", "ncclSend": "send", "ncclRecv": "recv",
+              "ncclAllToAll": "all_to_all", "ncclGather": "gather", "ncclScatter": "scatter"}
+NCCL_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitRankScalable", "ncclCommSplit",
+              "ncclCommShrink")
+#: NCCL's payload entries (src/include/nvtx_payload_schemas.h), by schema entry name and by field.
+PAYLOAD_KEYS = {
+    "ncclcommunicatorid": "comm", "comm": "comm", "newcomm": "comm", "commhash": "comm",
+    "messagesize[bytes]": "bytes", "bytes": "bytes",
+    "rank": "rank", "myrank": "rank", "no.ofranks": "nranks", "nranks": "nranks",
+    "cudadevice": "device", "cudadev": "device", "peerrank": "peer", "peer": "peer", "root": "root",
+}
+#: NCCL kernel dtype suffixes (2.19+ short names, 2.18 and older C types) -> the c10 names Kineto uses.
+KERNEL_DTYPES = {
+    "f32": "Float", "float": "Float", "f16": "Half", "half": "Half", "bf16": "BFloat16",
+    "__nv_bfloat16": "BFloat16", "bfloat16": "BFloat16", "f64": "Double", "double": "Double",
+    "i8": "Char", "int8_t": "Char", "u8": "Byte", "uint8_t": "Byte", "i32": "Int", "int32_t": "Int",
+    "u32": "UInt32", "uint32_t": "UInt32", "i64": "Long", "int64_t": "Long", "u64": "UInt64",
+    "uint64_t": "UInt64", "f8e4m3": "Float8_e4m3fn", "f8e5m2": "Float8_e5m2",
+}
+#: The dtype a call's args carry when no kernel names one: bytes counted as 1-byte elements, the
+#: dtype stored as null (kernel_dtype only gives c10 names, never this one).
+_BYTES_CARRIER = "uint8"
+_DTYPE_BYTES = {_BYTES_CARRIER: 1, "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1,
+                "Int": 4, "UInt32": 4, "Long": 8, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+_KERNEL_DTYPE = re.compile(r"_(" + "|".join(sorted(map(re.escape, KERNEL_DTYPES), key=len, reverse=True))
+                           + r")(?=[_(]|$)")
+#: The error of a report whose processes carry no NCCL rank (no payloads, no rank map).
+NO_RANK = "no rank: the report's NCCL NVTX ranges carry no comm rank (NCCL before 2.19, or nvtx not traced)"
+_RAW = msgspec.Raw
+
+
+def kernel_dtype(name: str) -> str | None:
+    """The c10 dtype a collective NCCL kernel's name shows (`..._Sum_bf16_RING_LL` -> BFloat16)."""
+    if kernel_op(name)[0] in ("send", "recv", "other"):
+        return None
+    m = _KERNEL_DTYPE.search(name.split("(", 1)[0])
+    return KERNEL_DTYPES[m.group(1)] if m else None
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+class _Source:
+    """The tables of one export, read in batches of columns (dict of column -> list)."""
+
+    tables: dict[str, list[str]]
+
+    def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        raise NotImplementedError
+
+    def has(self, table: str, *columns: str) -> bool:
+        return table in self.tables and all(c in self.tables[table] for c in columns)
+
+    def close(self) -> None:
+        pass
+
+
+class _SQLite(_Source):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
+            names = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
+            self.tables = {n: [r[1] for r in self.db.execute(f'PRAGMA table_info("{_ident(n)}")')] for n in names}
+        except sqlite3.Error as exc:
+            raise _db_error(path, exc) from exc
+
+    def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        cols = ", ".join(f'"{_ident(c)}"' for c in columns)
+        try:
+            cur = self.db.execute(f'SELECT {cols} FROM "{_ident(table)}"')
+            while True:
+                rows = cur.fetchmany(BATCH_ROWS)
+                if not rows:
+                    return
+                yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _ArrowDir(_Source):
+    """`nsys export --type parquetdir|arrowdir`: one file per table, named after it."""
+
+    SUFFIXES = (".parquet", ".arrow", ".feather")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files: dict[str, Path] = {}
+        self.tables = {}
+        for f in sorted(Path(path).iterdir()):
+            if f.suffix in self.SUFFIXES and f.is_file() and not f.is_symlink():
+                try:
+                    self.tables[f.stem] = list(self._schema(f).names)
+                except (pa.ArrowException, OSError) as exc:
+                    raise InputError(f, f"unreadable {f.suffix[1:]} table of an Nsight export: {exc}") from exc
+                self.files[f.stem] = f
+
+    @staticmethod
+    def _schema(f: Path) -> pa.Schema:
+        if f.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_schema(f)
+        import pyarrow.ipc as ipc
+
+        with pa.memory_map(str(f)) as src:
+            return ipc.open_file(src).schema
+
+    def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        f = self.files[table]
+        try:
+            if f.suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                for b in pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=list(columns)):
+                    yield {c: b.column(c).to_pylist() for c in columns}
+                return
+            import pyarrow.ipc as ipc
+
+            with pa.memory_map(str(f)) as src:
+                reader = ipc.open_file(src)
+                for i in range(reader.num_record_batches):
+                    b = reader.get_batch(i).select(list(columns))
+                    for off in range(0, b.num_rows, BATCH_ROWS):
+                        part = b.slice(off, BATCH_ROWS)
+                        yield {c: part.column(c).to_pylist() for c in columns}
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f, f"unreadable table of an Nsight export: {exc}") from exc
+
+
+def _ident(name: str) -> str:
+    return name.replace('"', '""')
+
+
+def _db_error(path: str, exc: sqlite3.Error) -> InputError:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return InputError(path, "the SQLite database is locked by another process (is nsys still exporting it?)")
+    if "malformed" in text or "not a database" in text or "file is encrypted" in text or "disk I/O" in text:
+        return InputError(path, f"truncated or corrupt SQLite database ({text})")
+    return InputError(path, f"cannot read the SQLite database ({text})")
+
+
+def is_nsight_tables(names: Sequence[str]) -> bool:
+    """Whether a set of table names is an Nsight export's: StringIds plus one of its own tables."""
+    s = set(names)
+    return "StringIds" in s and any(t in s for t in MARKER_TABLES)
+
+
+def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
+    """An Nsight export by content: an SQLite file with Nsight's tables (an unreadable one too, so
+    that its parse says what is wrong), a `.nsys-rep`/`.qdrep` report (refused or converted by
+    `parse`), or the StringIds table file of a Parquet/Arrow directory export."""
+    p = Path(path)
+    if head.startswith(SQLITE_MAGIC):
+        try:
+            with closing(sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)) as db:
+                names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        except sqlite3.Error:
+            return True
+        return is_nsight_tables(names)
+    if p.suffix in (".nsys-rep", ".qdrep"):
+        return True
+    if p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES and head.startswith((b"PAR1", b"ARROW1")):
+        try:
+            return is_nsight_tables([f.stem for f in p.parent.iterdir() if f.suffix in _ArrowDir.SUFFIXES])
+        except OSError:
+            return False
+    return False
+
+
+# -- identity ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Comm:
+    comm: int
+    nranks: int
+    rank: int
+    start: int = 0
+
+
+@dataclass
+class _Proc:
+    """One (process, device) of the report: a rank once its global rank is known."""
+
+    pid: int
+    device: int
+    comms: dict[int, _Comm] = field(default_factory=dict)
+    rank: int | None = None
+
+
+def _pid(gpid: Any) -> int | None:
+    return (gpid >> 24) & 0xFFFFFF if type(gpid) is int else None
+
+
+def _tid(gtid: Any) -> int | None:
+    return gtid & 0xFFFFFF if type(gtid) is int else None
+
+
+def payload(text: Any) -> dict[str, int]:
+    """NCCL's NVTX payload (JSON as Nsight exports it) as {comm, bytes, rank, nranks, device,
+    peer, root}: keys matched by NCCL's schema entry names or struct fields, nested objects
+    flattened; anything else (or a payload too large or too deep) gives {}."""
+    if not isinstance(text, (str, bytes)) or not text or len(text) > MAX_PAYLOAD_BYTES:
+        return {}
+    raw = text.encode() if isinstance(text, str) else text
+    if json_depth(raw) > MAX_DEPTH:
+        return {}
+    try:
+        doc = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    out: dict[str, int] = {}
+    todo = [doc]
+    while todo:
+        d = todo.pop()
+        if isinstance(d, list):
+            todo.extend(d[:64])
+            continue
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if isinstance(v, (dict, list)):
+                todo.append(v)
+                continue
+            key = PAYLOAD_KEYS.get(str(k).replace(" ", "").replace("_", "").lower())
+            if key is None or key in out:
+                continue
+            n = _as_int(v)
+            if n is not None:
+                out[key] = n
+    return out
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            v = int(s, 16) if s.lower().startswith("0x") else int(s)
+        except ValueError:
+            return None
+    return v if type(v) is int and 0 <= v < 2**64 else None
+
+
+def group_name(comm: int) -> str:
+    """The group of a communicator: its commHash as NCCL logs print it (`commId 0x...`)."""
+    return f"0x{comm & (2**64 - 1):016x}"
+
+
+# -- the parse -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Nvtx:
+    """The NVTX columns this export has, and its event-type numbers."""
+
+    text: str | None
+    text_id: str | None
+    json: str | None
+    json_id: str | None
+    domain: str | None
+    types: dict[str, int]
+
+
+class _Parse:
+    """One export's strings, metadata, NVTX columns and (process, device) ranks."""
+
+    def __init__(self, path: str, src: _Source, sink: SourceSink, rank: int | None,
+                 rank_map: Mapping[tuple[str | None, int, int], int] | None, stats: SourceStats) -> None:
+        self.path, self.src, self.sink, self.stats = path, src, sink, stats
+        self.rank_arg, self.rank_map = rank, rank_map or {}
+        self.strings: dict[int, str] = {}
+        self.procs: dict[tuple[int, int], _Proc] = {}
+        self.comm_kernels: dict[int, str] = {}  # correlation -> comm kernel name
+        self.launches: dict[int, list[tuple[int, str]]] = defaultdict(list)  # gtid -> [(start, kernel)]
+        self.comm_re = kineto.compile_patterns(None)
+
+    # strings, meta, processes ------------------------------------------------------------------
+    def read_strings(self) -> None:
+        if not self.src.has("StringIds", "id", "value"):
+            raise InputError(self.path, "an Nsight export without its StringIds table (truncated export?)")
+        for b in self.src.batches("StringIds", ("id", "value")):
+            for i, v in zip(b["id"], b["value"], strict=True):
+                if type(i) is int and isinstance(v, str):
+                    self.strings[i] = v
+            if len(self.strings) > MAX_STRINGS:
+                raise InputError(self.path, f"more than {MAX_STRINGS:,} strings in StringIds; refused")
+
+    def string(self, v: Any) -> str | None:
+        return self.strings.get(v) if type(v) is int else (v if isinstance(v, str) else None)
+
+    def meta(self) -> tuple[int, str | None, dict[int, tuple[str | None, str | None]]]:
+        base = 0
+        if self.src.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+            for b in self.src.batches("TARGET_INFO_SESSION_START_TIME", ("utcEpochNs",)):
+                v = checked_int(b["utcEpochNs"][0], "time_ns") if b["utcEpochNs"] else None
+                base = v or 0
+                break
+        else:
+            self.stats.warnings.append("no TARGET_INFO_SESSION_START_TIME (an old Nsight release): times are "
+                                       "relative to the session start, not the epoch")
+        host = None
+        if self.src.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
+            for b in self.src.batches("TARGET_INFO_SYSTEM_ENV", ("name", "value")):
+                for n, v in zip(b["name"], b["value"], strict=True):
+                    n, v = self.string(n), self.string(v)
+                    if n is not None and n.lower() in ("hostname", "host name") and v:
+                        host = v
+        gpus: dict[int, tuple[str | None, str | None]] = {}
+        if self.src.has("TARGET_INFO_GPU", "id", "name"):
+            cols = ("id", "name") + (("busLocation",) if self.src.has("TARGET_INFO_GPU", "busLocation") else ())
+            for b in self.src.batches("TARGET_INFO_GPU", cols):
+                for i, row in enumerate(b["id"]):
+                    if type(row) is int:
+                        gpus[row] = (self.string(b["name"][i]), self.string(b["busLocation"][i])
+                                     if "busLocation" in b else None)
+        return base, host, gpus
+
+    def nvtx_columns(self) -> _Nvtx | None:
+        if not self.src.has("NVTX_EVENTS", "start", "end", "eventType", "globalTid"):
+            return None
+        cols = self.src.tables["NVTX_EVENTS"]
+        types = dict(NVTX_TYPES)
+        if self.src.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
+            for b in self.src.batches("ENUM_NSYS_EVENT_TYPE", ("id", "name")):
+                for i, n in zip(b["id"], b["name"], strict=True):
+                    if n in NVTX_TYPES and type(i) is int:
+                        types[n] = i
+        return _Nvtx(text="text" if "text" in cols else None, text_id="textId" if "textId" in cols else None,
+                     json="jsonText" if "jsonText" in cols else None,
+                     json_id="jsonTextId" if "jsonTextId" in cols else None,
+                     domain="domainId" if "domainId" in cols else None, types=types)
+
+    def nvtx_batches(self, nv: _Nvtx) -> Iterator[dict[str, list[Any]]]:
+        cols = ["start", "end", "eventType", "globalTid"] + [c for c in (nv.text, nv.text_id, nv.json, nv.json_id,
+                                                                          nv.domain) if c]
+        yield from self.src.batches("NVTX_EVENTS", cols)
+
+    def nvtx_text(self, b: dict[str, list[Any]], i: int, nv: _Nvtx) -> str | None:
+        t = b[nv.text][i] if nv.text else None
+        if not t and nv.text_id:
+            t = self.string(b[nv.text_id][i])
+        return t if isinstance(t, str) else None
+
+    def nvtx_payload(self, b: dict[str, list[Any]], i: int, nv: _Nvtx) -> dict[str, int]:
+        j = b[nv.json][i] if nv.json else None
+        if not j and nv.json_id:
+            j = self.string(b[nv.json_id][i])
+        return payload(j)
+
+    def devices(self) -> None:
+        """Every (process, device) with GPU work: the report's would-be ranks."""
+        for table in ACTIVITY_TABLES:
+            if not self.src.has(table, "deviceId", "globalPid"):
+                continue
+            for b in self.src.batches(table, ("globalPid", "deviceId")):
+                for key in set(zip(b["globalPid"], b["deviceId"], strict=True)):
+                    pid = _pid(key[0])
+                    if pid is not None and type(key[1]) is int and (pid, key[1]) not in self.procs:
+                        self.procs[(pid, key[1])] = _Proc(pid, key[1])
+        if not self.procs:
+            if not any(self.src.has(t) for t in ACTIVITY_TABLES):
+                raise InputError(self.path, "no CUDA trace in this report (profile with nsys --trace=cuda,nvtx)")
+            raise InputError(self.path, "the report's CUDA tables have no GPU activity with a process and device")
+
+    def comms(self, nv: _Nvtx | None) -> None:
+        """Comm memberships from `ncclCommInit*` payloads, per (process, CUDA device)."""
+        if nv is None:
+            return
+        by_pid: dict[int, list[_Proc]] = defaultdict(list)
+        for p in self.procs.values():
+            by_pid[p.pid].append(p)
+        rng = {nv.types["NvtxPushPopRange"], nv.types["NvtxStartEndRange"]}
+        for b in self.nvtx_batches(nv):
+            for i, et in enumerate(b["eventType"]):
+                if et not in rng:
+                    continue
+                name = self.nvtx_text(b, i, nv)
+                if name not in NCCL_INITS:
+                    continue
+                pl = self.nvtx_payload(b, i, nv)
+                pid = _pid(b["globalTid"][i])
+                if "comm" not in pl or "rank" not in pl or "nranks" not in pl or pid not in by_pid:
+                    continue
+                cands = by_pid[pid]
+                proc = next((p for p in cands if p.device == pl.get("device")), None)
+                if proc is None and len(cands) == 1:
+                    proc = cands[0]
+                if proc is not None and pl["rank"] < pl["nranks"] <= MAX_WORLD_SIZE:
+                    start = b["start"][i] if type(b["start"][i]) is int else 0
+                    proc.comms[pl["comm"]] = _Comm(pl["comm"], pl["nranks"], pl["rank"], start)
+
+    def assign_ranks(self, host: str | None) -> str | None:
+        """Global ranks: the world communicator's comm rank (the largest communicator), else the
+        rank map (host, pid, device), else --rank for a report of one GPU. Returns the world's group."""
+        world = None
+        first: dict[int, tuple[int, int]] = {}  # comm -> (nranks, earliest init)
+        for p in self.procs.values():
+            for c in p.comms.values():
+                n, t = first.get(c.comm, (c.nranks, c.start))
+                first[c.comm] = (max(n, c.nranks), min(t, c.start))
+        if first:  # the largest communicator; of equal ones the first made (subgroups are split from it)
+            world = min(first, key=lambda k: (-first[k][0], first[k][1], k))
+        for p in self.procs.values():
+            if world is not None and world in p.comms:
+                p.rank = p.comms[world].rank
+            else:
+                p.rank = self.rank_map.get((host, p.pid, p.device), self.rank_map.get((None, p.pid, p.device)))
+        missing = [p for p in self.procs.values() if p.rank is None]
+        if missing and self.rank_arg is not None and len(self.procs) == 1:
+            missing[0].rank = self.rank_arg
+            missing = []
+        if missing:
+            where = ", ".join(f"pid {p.pid} device {p.device}" for p in missing[:4])
+            raise InputError(self.path, f"{NO_RANK}; {where}: ingest it with the run's NCCL logs (NCCL_DEBUG=INFO), "
+                                        "or pass --rank-map (or --rank for a one-GPU report)")
+        ranks = Counter(p.rank for p in self.procs.values())
+        twice = [r for r, n in ranks.items() if n > 1]
+        if twice:
+            raise InputError(self.path, f"rank {twice[0]} given to two (process, device) pairs of the report")
+        return group_name(world) if world is not None else None
+
+
+def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None,
+          rank_map: Mapping[tuple[str | None, int, int], int] | None = None) -> ParseResult:
+    """Parse one Nsight Systems export into `sink` (one rank per process and GPU); raise
+    InputError when it cannot be used. A `.nsys-rep` is exported first when `nsys` is on PATH."""
+    path = os.fspath(path)
+    p = Path(path)
+    if p.suffix == ".qdrep":
+        raise InputError(path, "an old Nsight Systems report (.qdrep, before 2021.4): export it with the "
+                               f"release that wrote it: nsys export --type sqlite -o {p.with_suffix('.sqlite').name} "
+                               f"{p.name}")
+    if p.suffix == ".nsys-rep":
+        return _from_report(path, sink, rank, rank_map)
+    directory = p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES
+    if not directory:
+        with open(p, "rb") as f:
+            head = f.read(16)
+        if head[:2] == b"\x1f\x8b":
+            raise InputError(path, "a gzip-compressed file: SQLite cannot read it compressed; gunzip it first")
+        if head != SQLITE_MAGIC:
+            raise InputError(path, "not an Nsight Systems export: no SQLite header (and not a .nsys-rep, .qdrep "
+                                   "or the StringIds file of a directory export)")
+    with kineto._gc_paused():
+        src: _Source = _ArrowDir(str(p.parent)) if directory else _SQLite(path)
+        try:
+            return _parse(path, src, sink, rank, rank_map)
+        finally:
+            src.close()
+
+
+def export_command(report: str) -> list[str]:
+    """The `nsys export` call that turns a report into the SQLite tracekit reads."""
+    out = Path(report).with_suffix(".sqlite").name
+    return ["nsys", "export", "--type", "sqlite", "--output", out, report]
+
+
+def _from_report(path: str, sink: SourceSink, rank: int | None,
+                 rank_map: Mapping[tuple[str | None, int, int], int] | None) -> ParseResult:
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise InputError(path, "an Nsight Systems report: tracekit reads its SQLite export; nsys is not on PATH, "
+                               f"run: {' '.join(export_command(Path(path).name))}")
+    with tempfile.TemporaryDirectory(prefix="tracekit-nsys-") as tmp:
+        out = Path(tmp) / "report.sqlite"
+        cmd = [nsys, "export", "--type", "sqlite", "--output", str(out), "--force-overwrite", "true", path]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise InputError(path, f"nsys export failed ({exc})") from exc
+        if done.returncode != 0 or not out.is_file():
+            last = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            raise InputError(path, f"nsys export failed (exit {done.returncode}: {last[0][:200]})")
+        src = _SQLite(str(out))
+        try:
+            return _parse(path, src, sink, rank, rank_map)
+        finally:
+            src.close()
+
+
+def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
+           rank_map: Mapping[tuple[str | None, int, int], int] | None) -> ParseResult:
+    stats = SourceStats()
+    if not is_nsight_tables(list(src.tables)):
+        raise InputError(path, "an SQLite database, but not an Nsight Systems export (no StringIds and "
+                               "CUPTI_ACTIVITY_KIND_* / NVTX_EVENTS tables)")
+    ps = _Parse(path, src, sink, rank, rank_map, stats)
+    ps.read_strings()
+    base, host, gpus = ps.meta()
+    nv = ps.nvtx_columns()
+    ps.devices()
+    ps.comms(nv)
+    world = ps.assign_ranks(host)
+    procs = sorted(ps.procs.values(), key=lambda p: p.rank)  # type: ignore[arg-type, return-value]
+    by_pid: dict[int, list[_Proc]] = defaultdict(list)
+    for pr in procs:
+        by_pid[pr.pid].append(pr)
+    passes: dict[int, kineto._Pass1] = {}
+    spools: list[Path] = []
+    for pr in procs:
+        spool = sink.part_dir / f"_events_{pr.rank}.arrows"
+        spools.append(spool)
+        p1 = kineto._Pass1(spool, ps.comm_re, stats)
+        p1.spool_memory = max(8 << 20, kineto.SPOOL_MEMORY // len(procs))
+        passes[pr.rank] = p1  # type: ignore[index]
+    feed = _Feed(ps, passes, by_pid)
+    try:
+        feed.activities()
+        feed.runtime()
+        feed.nvtx(nv)
+        ps.comm_kernels.clear()  # only the NVTX pass needs the launches; the Kineto pass 2 comes next
+        ps.launches.clear()
+        results = []
+        for pr in procs:
+            p1 = passes[pr.rank]  # type: ignore[index]
+            p1.close()
+            name, bus = gpus.get(pr.device, (None, None))
+            ident = _identity(path, pr, p1, base, host, name, world, len(procs))
+            psink = _Sink(sink, pr, bus)
+            results.append(kineto._pass2(path, psink, p1, {}, ident, stats))  # type: ignore[arg-type]
+    finally:
+        for p1 in passes.values():
+            p1.close()
+        for s in spools:
+            s.unlink(missing_ok=True)
+    _write_rank_maps(sink, ps, world)
+    ranks = [r.rank for r in results if r.rank is not None]
+    lo = [r.ts_min_ns for r in results if r.ts_min_ns is not None]
+    hi = [r.ts_max_ns for r in results if r.ts_max_ns is not None]
+    return ParseResult(stats=stats, rank=ranks[0] if len(ranks) == 1 else None, ranks=ranks,
+                       events=sum(r.events for r in results), collectives=sum(r.collectives for r in results),
+                       groups=len({g for pr in procs for g in pr.comms}) or max((r.groups for r in results), default=0),
+                       steps=sorted({s for r in results for s in r.steps}), ts_min_ns=min(lo) if lo else None,
+                       ts_max_ns=max(hi) if hi else None)
+
+
+def _identity(path: str, pr: _Proc, p1: kineto._Pass1, base: int, host: str | None, device_name: str | None,
+              world: str | None, n_procs: int) -> kineto._Identity:
+    pg_config = []
+    for c in pr.comms.values():
+        pg_config.append({"pg_name": group_name(c.comm), "pg_size": c.nranks, "backend_config": "cuda:nccl",
+                          "ranks": [pr.rank]})
+    world_size = next((c.nranks for c in pr.comms.values() if group_name(c.comm) == world), None)
+    base_ns = kineto._base_ns(path, base, p1)
+    return kineto._Identity(rank=pr.rank, world_size=world_size, backend="nccl" if pr.comms else None,  # type: ignore[arg-type]
+                            nccl_version=None, host=host, pid=pr.pid, device=pr.device, device_name=device_name,
+                            base_ns=base_ns, pg_config=pg_config)
+
+
+class _Sink:
+    """The source's sink as one rank's `_pass2` writes into it: rows say `nsys`, p2p peers (NCCL's
+    comm-local `Peer rank`) move to `peer_local` and get their global rank where this report's
+    rank map of the group knows it."""
+
+    def __init__(self, sink: SourceSink, proc: _Proc, bus: str | None) -> None:
+        self.sink, self.proc, self.bus = sink, proc, bus
+        self.part_dir = sink.part_dir
+
+    def add_events(self, data: Any) -> None:
+        self.sink.add_events(data)
+
+    def add(self, name: str, data: dict[str, Any]) -> None:
+        if name == "ranks":
+            data = {**data, "source_format": [FORMAT], "bus_id": pa.array([self.bus], pa.string())}
+        elif name == "collectives":
+            data = {**data, "source": [FORMAT] * len(data["coll_id"]),
+                    "dtype": [None if d == _BYTES_CARRIER else d for d in data["dtype"].to_pylist()]}
+            local = data["peer"].to_pylist()
+            data["peer_local"] = pa.array(local, pa.int32())
+            data["peer"] = pa.nulls(len(local), pa.int32())
+        self.sink.add(name, data)
+
+
+def _write_rank_maps(sink: SourceSink, ps: _Parse, world: str | None) -> None:
+    """A groups row per communicator with its rank map (comm rank -> global rank, as far as this
+    report knows): the ingest merge joins them across reports and resolves p2p peers with them."""
+    maps: dict[int, list[int | None]] = {}
+    sizes: dict[int, int] = {}
+    budget = MAX_RANK_MAP_ENTRIES
+    for pr in ps.procs.values():
+        for c in pr.comms.values():
+            if c.comm not in maps:
+                if c.nranks > budget:
+                    ps.stats.warnings.append(f"communicator {group_name(c.comm)}: no rank map (the report's "
+                                             f"communicators add up to more than {MAX_RANK_MAP_ENTRIES:,} ranks)")
+                    continue
+                budget -= c.nranks
+            m = maps.setdefault(c.comm, [None] * c.nranks)
+            sizes[c.comm] = c.nranks
+            if c.rank < len(m):
+                m[c.rank] = pr.rank
+    if not maps:
+        return
+    names = sorted(maps)
+    rows = []
+    for c in names:
+        rm = maps[c]
+        if group_name(c) == world:
+            rm = list(range(len(rm)))
+        known = [r for r in rm if r is not None]
+        rows.append((group_name(c), rm, sorted(known), len(known) == len(rm)))
+    sink.add("groups", {
+        "group": [r[0] for r in rows], "desc": [None] * len(rows), "backend": ["nccl"] * len(rows),
+        "ranks": pa.array([r[2] for r in rows], pa.list_(pa.int32())),
+        "size": pa.array([sizes[c] for c in names], pa.int32()),
+        "dims": pa.array([[] for _ in rows], pa.list_(pa.string())),
+        "ranks_complete": [r[3] for r in rows],
+        "rank_map": pa.array([r[1] for r in rows], pa.list_(pa.int32())),
+        "world": [r[0] == world for r in rows],
+    })
+
+
+def _us(ns: int) -> msgspec.Raw:
+    """ns as the exact decimal microseconds a Chrome trace would hold."""
+    if ns >= 0:
+        return _RAW(b"%d.%03d" % divmod(ns, 1000))
+    return _RAW(b"-%d.%03d" % divmod(-ns, 1000))
+
+
+class _Feed:
+    """Rows of the export -> Kineto events of their rank's first pass, table by table."""
+
+    def __init__(self, ps: _Parse, passes: dict[int, kineto._Pass1], by_pid: dict[int, list[_Proc]]) -> None:
+        self.ps, self.passes, self.by_pid = ps, passes, by_pid
+        self.stats = ps.stats
+        self.thread_rank: dict[int, int | None] = {}
+
+    def _rank_of(self, pid: int | None, device: Any) -> int | None:
+        for pr in self.by_pid.get(pid, ()):  # type: ignore[arg-type]
+            if pr.device == device:
+                return pr.rank
+        return None
+
+    def _thread_rank(self, gtid: Any) -> int | None:
+        r = self.thread_rank.get(gtid, -1)
+        if r != -1:
+            return r
+        procs = self.by_pid.get(_pid(gtid), [])  # type: ignore[arg-type]
+        r = procs[0].rank if len(procs) >= 1 else None
+        self.thread_rank[gtid] = r
+        return r
+
+    def _push(self, out: dict[int, list[Any]]) -> None:
+        for r, events in out.items():
+            if events:
+                self.passes[r].add(events)
+
+    def event_records(self) -> dict[tuple[Any, Any], list[tuple[int, int]]]:
+        """CUDA event records (CUPTI_ACTIVITY_KIND_CUDA_EVENT, recent releases) by (process,
+        event id): (correlation, stream), for the stream a synchronization waits on."""
+        out: dict[tuple[Any, Any], list[tuple[int, int]]] = defaultdict(list)
+        cols = ("globalPid", "eventId", "correlationId", "streamId")
+        if not self.ps.src.has(CUDA_EVENT, *cols):
+            return out
+        for b in self.ps.src.batches(CUDA_EVENT, cols):
+            for g, e, c, st in zip(*(b[k] for k in cols), strict=True):
+                if type(c) is int and type(st) is int:
+                    out[(g, e)].append((c, st))
+        for v in out.values():
+            v.sort()
+        return out
+
+    def activities(self) -> None:
+        ps = self.ps
+        records = self.event_records()
+        for table in ACTIVITY_TABLES:
+            if not ps.src.has(table, "start", "end", "deviceId", "streamId", "globalPid"):
+                if table in ps.src.tables:
+                    n = sum(len(next(iter(b.values()))) for b in ps.src.batches(table, ps.src.tables[table][:1]))
+                    if n:
+                        self.stats.skip(f"{table.lower()}_without_device_columns", n)
+                continue
+            cols = ["start", "end", "deviceId", "streamId", "globalPid"]
+            has_corr = "correlationId" in ps.src.tables[table]
+            if has_corr:
+                cols.append("correlationId")
+            name_col = None
+            if table == KERNEL:
+                name_col = next((c for c in ("demangledName", "shortName", "mangledName", "name")
+                                 if c in ps.src.tables[table]), None)
+                if name_col:
+                    cols.append(name_col)
+            elif table == MEMCPY and "copyKind" in ps.src.tables[table]:
+                cols.append("copyKind")
+            elif table == SYNC:
+                cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
+            cat = CATEGORY[table]
+            comm = ps.comm_re.search
+            is_comm: dict[str, bool] = {}
+            rank_of: dict[tuple[Any, Any], int | None] = {}
+            for b in ps.src.batches(table, cols):
+                out: dict[int, list[Any]] = defaultdict(list)
+                kinds = b.get("copyKind") or b.get("syncType")
+                gpids, devices = b["globalPid"], b["deviceId"]
+                for i, start in enumerate(b["start"]):
+                    key = (gpids[i], devices[i])
+                    r = rank_of.get(key, -1)
+                    if r == -1:
+                        r = rank_of[key] = self._rank_of(_pid(key[0]), key[1])
+                    end = b["end"][i]
+                    if r is None or type(start) is not int or type(end) is not int:
+                        self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
+                        continue
+                    corr = b["correlationId"][i] if has_corr else None
+                    if table == KERNEL:
+                        name = ps.string(b[name_col][i]) if name_col else None
+                        name = name or "unknown kernel"
+                        c = is_comm.get(name)
+                        if c is None:
+                            c = is_comm[name] = comm(name) is not None
+                        if c and corr is not None:
+                            ps.comm_kernels[corr] = name
+                    elif table == MEMCPY:
+                        name = _MEMCPY_NAMES.get(kinds[i] if kinds else None, "Memcpy")
+                    elif table == MEMSET:
+                        name = "Memset (Device)"
+                    else:
+                        name = SYNC_NAMES.get(kinds[i] if kinds else None, "Synchronization")
+                    args = kineto.Args(correlation=corr, device=b["deviceId"][i])
+                    if table == SYNC and "eventId" in b and type(corr) is int:
+                        rec = records.get((b["globalPid"][i], b["eventId"][i]))
+                        j = bisect_right(rec, (corr, -1)) - 1 if rec else -1
+                        if rec and j >= 0:  # the event's last record before this wait
+                            args.wait_corr, args.wait_on_stream = rec[j]
+                    out[r].append(kineto.XEvent(cat=cat, name=name, pid=devices[i], tid=b["streamId"][i],
+                                                ts=_us(start), dur=_us(end - start), args=args))
+                self._push(out)
+
+    def runtime(self) -> None:
+        ps = self.ps
+        if not ps.src.has(RUNTIME, "start", "end", "globalTid", "correlationId", "nameId"):
+            return
+        cats: dict[str, str] = {}
+        for b in ps.src.batches(RUNTIME, ("start", "end", "globalTid", "correlationId", "nameId")):
+            out: dict[int, list[Any]] = defaultdict(list)
+            for i, start in enumerate(b["start"]):
+                gtid, end = b["globalTid"][i], b["end"][i]
+                r = self._thread_rank(gtid)
+                if r is None or type(start) is not int or type(end) is not int:
+                    self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
+                    continue
+                name = ps.string(b["nameId"][i]) or "unknown call"
+                corr = b["correlationId"][i]
+                k = ps.comm_kernels.get(corr)
+                if k is not None:
+                    ps.launches[gtid].append((start, k))
+                cat = cats.get(name)
+                if cat is None:
+                    cat = cats[name] = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") \
+                        else "cuda_runtime"
+                out[r].append(kineto.XEvent(cat=cat, name=name, pid=_pid(gtid), tid=_tid(gtid), ts=_us(start),
+                                            dur=_us(end - start),
+                                            args=kineto.Args(correlation=corr)))
+            self._push(out)
+        for v in ps.launches.values():
+            v.sort()
+
+    def nvtx(self, nv: _Nvtx | None) -> None:
+        ps = self.ps
+        if nv is None:
+            return
+        rng = {nv.types["NvtxPushPopRange"], nv.types["NvtxStartEndRange"]}
+        comm_nranks = {c.comm: c.nranks for pr in ps.procs.values() for c in pr.comms.values()}
+        for b in ps.nvtx_batches(nv):
+            out: dict[int, list[Any]] = defaultdict(list)
+            for i, et in enumerate(b["eventType"]):
+                if et not in rng:
+                    self.stats.skip("nvtx_mark" if et == nv.types["NvtxMark"] else
+                                    "nvtx_domain" if et == nv.types["NvtxDomainCreate"] else "nvtx_other")
+                    continue
+                start, end, gtid = b["start"][i], b["end"][i], b["globalTid"][i]
+                r = self._thread_rank(gtid)
+                if r is None or type(start) is not int or type(end) is not int:
+                    self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
+                    continue
+                name = ps.nvtx_text(b, i, nv) or ""
+                args = None
+                coll = NCCL_CALLS.get(name)
+                if coll is not None:
+                    args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
+                out[r].append(kineto.XEvent(cat="user_annotation", name=name, pid=_pid(gtid), tid=_tid(gtid),
+                                            ts=_us(start), dur=_us(end - start), args=args))
+            self._push(out)
+
+    def _call_args(self, coll: str, pl: dict[str, int], gtid: int, start: int, end: int,
+                   comm_nranks: dict[int, int]) -> kineto.Args:
+        """Kineto's collective args for an NCCL call range: op, group, size, bytes (NCCL's message
+        size, with the dtype of the kernel launched inside the range) and the comm-local peer."""
+        enc = msgspec.json.encode
+        fields: dict[str, Any] = {"coll": _RAW(enc(coll))}
+        comm = pl.get("comm")
+        nranks = comm_nranks.get(comm) if comm is not None else None
+        if comm is not None:
+            fields["pg_name"] = _RAW(enc(group_name(comm)))
+        if nranks is not None:
+            fields["group_size"] = _RAW(enc(nranks))
+        launched = self.ps.launches.get(gtid, [])
+        j = bisect_right(launched, (start, ""))
+        dtype = None
+        while j < len(launched) and launched[j][0] <= end:
+            dtype = kernel_dtype(launched[j][1])
+            if dtype:
+                break
+            j += 1
+        dtype = dtype or _BYTES_CARRIER  # 2.19+ AllGather/Broadcast and p2p kernels name no dtype
+        nbytes = pl.get("bytes")
+        width = _DTYPE_BYTES.get(dtype or "")
+        if nbytes is not None and width and nbytes % width == 0:
+            n = nbytes // width
+            n_in = n_out = n
+            if coll == "allgather" and nranks:
+                n_out = n * nranks
+            elif coll == "reduce_scatter" and nranks:
+                n_in = n * nranks
+            fields.update(dtype=_RAW(enc(dtype)), in_nelems=_RAW(enc(n_in)), out_nelems=_RAW(enc(n_out)))
+        elif nbytes is not None:
+            self.stats.drop("bytes")
+        peer = pl.get("peer")
+        if peer is not None and coll in ("send", "recv"):
+            fields["dst_rank" if coll == "send" else "src_rank"] = _RAW(enc(peer))
+        return kineto.Args(**fields)
+
+
+#: CUPTI memcpy kinds (CUpti_ActivityMemcpyKind) -> the names Kineto gives memcpy records.
+_MEMCPY_NAMES = {1: "Memcpy HtoD (Pageable -> Device)", 2: "Memcpy DtoH (Device -> Pageable)",
+                 8: "Memcpy DtoD (Device -> Device)", 10: "Memcpy PtoP (Device -> Device)"}

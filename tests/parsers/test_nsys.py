@@ -1,0 +1,446 @@
+"""Nsight Systems exports: SQLite files built from the exporter's documented schema of several
+releases (tracekit.synth_nsys), with NCCL kernels and NVTX ranges of NCCL 2.18, 2.21 and 2.27."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit import schema
+from tracekit.cli import main
+from tracekit.errors import InputError
+from tracekit.ingest import ingest
+from tracekit.parsers import detect, nsys
+from tracekit.store import Run, SourceSink
+from tracekit.synth import make_run_tables, write_kineto
+from tracekit.synth_nsys import RELEASES, comm_hash, nsys_twin, with_nccl_ranges, write_nsys
+
+SMALL = {"hosts": 2, "gpus_per_host": 2, "pp": 2, "ep": 1, "steps": 2, "seed": 3}
+TABLES = ("ranks", "groups", "collectives")
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_run_tables(**SMALL)[0]
+
+
+def parse(path: Path, out: Path, **kw) -> tuple[nsys.ParseResult, dict[str, pa.Table]]:
+    sink = SourceSink(out, "k")
+    try:
+        res = nsys.parse(path, sink, **kw)
+    finally:
+        sink.close()
+    tables = {}
+    for name in TABLES:
+        p = out / "sources" / "k" / f"{name}.parquet"
+        tables[name] = pq.read_table(p) if p.is_file() else schema.empty(name)
+    tables["events"] = pa.concat_tables([pq.read_table(p) for p in sorted((out / "events").glob("rank=*/k.parquet"))])
+    assert res.stats.balanced, res.stats.to_dict()
+    return res, tables
+
+
+def _str(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))
+
+
+# -- the round trip -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory, small):
+    """One synth run written as Kineto traces (one per rank) and as Nsight reports (one per host)."""
+    base = tmp_path_factory.mktemp("twins")
+    twin = nsys_twin(small)
+    write_kineto(twin, base / "kineto")
+    write_nsys(twin, base / "nsys")
+    rk = ingest([base / "kineto"], base / "rk")
+    rn = ingest([base / "nsys"], base / "rn")
+    assert not rk.failed and not rn.failed, [s.error for s in rk.failed + rn.failed]
+    return base, rk, rn
+
+
+def test_one_report_per_host_gives_a_rank_per_gpu(twins):
+    _, _, rn = twins
+    assert sorted(tuple(s.ranks) for s in rn.sources) == [(0, 1), (2, 3)]
+    assert all(s.format == detect.NSYS and s.read == s.stored + sum(s.skipped.values()) for s in rn.sources)
+
+
+def test_twins_give_the_same_events(twins):
+    base, _, _ = twins
+    cols = ["rank", "lane", "kind", "name", "ts_ns", "dur_ns", "step", "correlation", "cat", "sync_lane",
+            "sync_correlation"]
+    a, b = (_str(pl.from_arrow(Run(base / r).events())).select(cols).sort(cols) for r in ("rk", "rn"))
+    assert a.height > 900 and a.equals(b)
+
+
+def test_twins_give_the_same_collectives_groups_and_ranks(twins):
+    base, _, _ = twins
+    cols = ["rank", "group", "seq", "op", "in_bytes", "out_bytes", "nranks", "peer", "ts_ns", "dur_ns", "state",
+            "algo", "instance", "dim", "name", "lane", "step", "seq_explicit"]
+    ck, cn = (_str(pl.from_arrow(Run(base / r).table("collectives"))) for r in ("rk", "rn"))
+    assert ck.select(cols).sort(cols).equals(cn.select(cols).sort(cols))
+    # NCCL's payloads name no dtype for point-to-point calls; the collectives' come from the kernels
+    p2p = pl.col("op").is_in(["send", "recv"])
+    assert cn.filter(p2p)["dtype"].null_count() == cn.filter(p2p).height > 0
+    assert ck.filter(~p2p)["dtype"].to_list() == cn.filter(~p2p).sort(["rank", "ts_ns"])["dtype"].to_list()
+    gcols = ["group", "ranks", "size", "ranks_complete"]
+    gk, gn = (pl.from_arrow(Run(base / r).table("groups")).select(gcols) for r in ("rk", "rn"))
+    assert gk.equals(gn)
+    rcols = ["rank", "world_size", "host", "pid", "local_device", "device_name", "backend"]
+    assert (pl.from_arrow(Run(base / "rk").table("ranks")).select(rcols)
+            .equals(pl.from_arrow(Run(base / "rn").table("ranks")).select(rcols)))
+
+
+def _cli_json(args: list[str], run: Path) -> dict:
+    result = CliRunner().invoke(main, [args[0], str(run), "--json", *args[1:]])
+    assert result.exit_code == 0, result.output
+    text = result.output[result.output.index("{"):]
+    return json.loads(text.replace(str(run), "RUN"))
+
+
+def _drop(doc: dict) -> dict:
+    """What only one profiler records: the source files, and the bus ids Nsight has."""
+    doc.get("validity", {}).pop("jobs", None)
+    locations = doc.get("hang", {}).get("locations", {})
+    for loc in locations.values() if isinstance(locations, dict) else locations:
+        loc.pop("bus_id", None)
+    return doc
+
+
+def test_twins_give_the_same_analysis(twins):
+    base, _, _ = twins
+    a, b = (_drop(_cli_json(["analyze"], base / r)) for r in ("rk", "rn"))
+    assert a["stragglers"] and a == b
+
+
+def test_twins_give_the_same_replay(twins):
+    base, _, _ = twins
+    a, b = (_cli_json(["replay", "--topology", "rail-optimized:gpus=2"], base / r) for r in ("rk", "rn"))
+    assert a["results"][0]["instances"] and a == b
+
+
+# -- releases and NCCL eras -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nccl", ["2.21", "2.27"])
+def test_payload_eras_give_ranks_groups_and_bytes(tmp_path, small, nccl):
+    paths = write_nsys(small, tmp_path / "n", release="2024.5", nccl=nccl)
+    res, t = parse(paths[0], tmp_path / "run")
+    assert res.ranks == [0, 1]
+    coll = _str(pl.from_arrow(t["collectives"]))
+    want = _str(pl.from_arrow(small["collectives"])).filter(pl.col("rank").is_in([0, 1]))
+    assert coll.height == want.height
+    ar = coll.filter(pl.col("op") == "all_reduce")
+    assert ar["in_bytes"].to_list() == want.filter(pl.col("op") == "all_reduce").sort("ts_ns")["in_bytes"].to_list()
+    assert set(ar["dtype"]) == {"BFloat16"} and set(ar["algo"]) == {"RING|COLLNET_DIRECT|COLLNET_CHAIN|NVLS|NVLS_TREE"}
+    dp = next(g for g in small["groups"].to_pylist() if g["ranks"] == [0, 1])
+    assert set(ar["group"]) == {f"0x{comm_hash(dp['group']):016x}"}
+    sends = coll.filter(pl.col("op") == "send")
+    assert sends["peer"].null_count() == sends.height and set(sends["peer_local"]) == {1}  # global at the merge
+    rm = {g["group"]: g["rank_map"] for g in t["groups"].to_pylist() if g.get("rank_map")}
+    assert rm[f"0x{comm_hash(dp['group']):016x}"] == [0, 1]
+
+
+def test_nccl_2_18_has_no_payload_and_needs_a_rank(tmp_path, small):
+    paths = write_nsys(small, tmp_path / "n", release="2024.5", nccl="2.18")
+    with pytest.raises(InputError, match=r"no rank: .*--rank-map"):
+        parse(paths[0], tmp_path / "a")
+    res, t = parse(paths[0], tmp_path / "b", rank_map={("node000", 10_000, 0): 0, ("node000", 10_001, 1): 1})
+    assert res.ranks == [0, 1]
+    coll = _str(pl.from_arrow(t["collectives"]))
+    assert coll["name"].str.starts_with("ncclKernel_").all()
+    ar = coll.filter(pl.col("op") == "all_reduce")
+    assert ar.height == 8 and set(ar["algo"]) == {"RING"} and ar["in_bytes"].null_count() == ar.height
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_every_release_reads_the_same_gpu_work(tmp_path, small, release):
+    paths = write_nsys(small, tmp_path / "n", release=release, nccl="2.27")
+    rank_map = {("node000" if RELEASES[release]["system_env"] else None, 10_000 + r, r): r for r in (0, 1)}
+    res, t = parse(paths[0], tmp_path / "run", rank_map=rank_map)
+    ev = _str(pl.from_arrow(t["events"]))
+    want = _str(pl.from_arrow(small["events"])).filter(pl.col("rank").is_in([0, 1]))
+    gpu = ["compute", "comm", "sync"]
+    shift = 0 if RELEASES[release]["session_start"] else None
+    got = ev.filter(pl.col("kind").is_in(gpu)).select("rank", "name", "ts_ns", "dur_ns").sort("rank", "ts_ns")
+    exp = want.filter(pl.col("kind").is_in(gpu)).select("rank", "name", "ts_ns", "dur_ns").sort("rank", "ts_ns")
+    assert got["name"].to_list() == exp["name"].to_list() and got["dur_ns"].to_list() == exp["dur_ns"].to_list()
+    if shift is None:  # no session start: times relative to it (and a warning says so)
+        assert any("TARGET_INFO_SESSION_START_TIME" in w for w in res.stats.warnings)
+        assert (exp["ts_ns"] - got["ts_ns"]).n_unique() == 1
+    else:
+        assert got["ts_ns"].to_list() == exp["ts_ns"].to_list()
+    waits = ev.filter(pl.col("kind") == "sync")
+    assert waits["sync_lane"].null_count() == (0 if RELEASES[release]["cuda_event"] else waits.height)
+
+
+def test_event_type_numbers_come_from_the_enum_table(tmp_path, small):
+    """ENUM_NSYS_EVENT_TYPE, when exported, says which eventType a range is; nothing is assumed."""
+    path = write_nsys(small, tmp_path / "n", release="2024.5")[0]
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE NVTX_EVENTS SET eventType = 159 WHERE eventType = 59")
+        db.execute("UPDATE ENUM_NSYS_EVENT_TYPE SET id = 159 WHERE name = 'NvtxPushPopRange'")
+    res, t = parse(path, tmp_path / "run")
+    names = set(_str(pl.from_arrow(t["events"])).filter(pl.col("kind") == "annotation")["name"])
+    assert {"ProfilerStep#0", "ncclAllReduce"} <= names and res.ranks == [0, 1]
+
+
+def test_kernel_names_from_short_names_when_no_demangled_column(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n", release="2024.5")[0]
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN demangledName")
+    _, t = parse(path, tmp_path / "run")
+    comm = _str(pl.from_arrow(t["events"])).filter(pl.col("kind") == "comm")
+    assert comm.height == 24 and comm["name"].str.starts_with("ncclDevKernel_").all()
+
+
+@pytest.mark.parametrize(("name", "dtype"), [
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "BFloat16"),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "Float"),
+    ("ncclKernel_AllReduce_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, ncclWork*)", "BFloat16"),
+    ("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "Char"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", None),
+    ("ncclDevKernel_AllGather_RING_LL", None),
+])
+def test_kernel_dtype(name, dtype):
+    assert nsys.kernel_dtype(name) == dtype
+
+
+def test_payload_keys_by_schema_entry_or_field_name():
+    entry = {"NCCL communicator ID": 7, "Message size [bytes]": 64, "Peer rank": 1}
+    assert nsys.payload(json.dumps(entry)) == {"comm": 7, "bytes": 64, "peer": 1}
+    nested = {"NcclNvtxParamsCommInitRank": {"newcomm": "0x10", "nranks": 4, "myrank": 2, "cudaDev": 1}}
+    assert nsys.payload(json.dumps(nested)) == {"comm": 16, "nranks": 4, "rank": 2, "device": 1}
+    assert nsys.payload("[" * 200 + "]" * 200) == {} and nsys.payload("not json") == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=24), c, max_size=4),
+                    max_leaves=30))
+def test_payload_never_raises_and_keeps_only_known_unsigned_ints(doc):
+    out = nsys.payload(json.dumps(doc))
+    assert set(out) <= set(nsys.PAYLOAD_KEYS.values())
+    assert all(type(v) is int and 0 <= v < 2**64 for v in out.values())
+
+
+# -- directory exports, detection -------------------------------------------------------------------
+
+
+def _to_dir(db_path: Path, out: Path, suffix: str) -> Path:
+    """The SQLite export as `nsys export --type parquetdir|arrowdir` lays it out: a file per table."""
+    out.mkdir()
+    with sqlite3.connect(db_path) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            cur = db.execute(f"SELECT * FROM {table}")
+            cols = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+            t = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)}) if rows else \
+                pa.table({c: pa.nulls(0, pa.int64()) for c in cols})
+            if suffix == ".parquet":
+                pq.write_table(t, out / f"{table}.parquet")
+            else:
+                with pa.OSFile(str(out / f"{table}.arrow"), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+                    w.write_table(t)
+    return out
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_directory_exports_read_like_the_sqlite(tmp_path, small, suffix):
+    path = write_nsys(small, tmp_path / "n")[0]
+    folder = _to_dir(path, tmp_path / "dir", suffix)
+    assert detect.detect_format(folder / f"StringIds{suffix}") == detect.NSYS
+    assert detect.detect_format(folder / f"CUPTI_ACTIVITY_KIND_KERNEL{suffix}") is None  # a part of the export
+    _, a = parse(path, tmp_path / "a")
+    _, b = parse(folder / f"StringIds{suffix}", tmp_path / "b")
+    for name in ("events", "collectives", "groups"):
+        assert pl.from_arrow(a[name]).equals(pl.from_arrow(b[name])), name
+    report = ingest([folder], tmp_path / "run")  # the directory is one source; its other tables are parts of it
+    assert [(Path(r.path).name, r.ranks) for r in report.sources] == [(f"StringIds{suffix}", [0, 1])]
+
+
+def test_detection_by_content(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n")[0]
+    renamed = tmp_path / "profile.bin"
+    renamed.write_bytes(path.read_bytes())
+    assert detect.detect_format(renamed) == detect.NSYS
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x INT)")
+    assert detect.detect_format(other) is None
+    assert "Nsight Systems exports" in detect.supported_formats()
+
+
+# -- ranks from an NCCL log, or a rank map --------------------------------------------------------
+
+
+def test_ranks_from_the_runs_nccl_log(tmp_path, small):
+    """NCCL 2.18 reports have no comm rank: the NCCL log of the same run gives it, joined by (host,
+    pid, device)."""
+    from tests.parsers.nccl_eras import Job, job_log
+
+    job = Job("2.17", hosts=2, gpus=2)
+    ranks = small["ranks"].to_pylist()
+    for r in ranks:
+        r["host"], r["pid"] = job.host(r["rank"]), job.pid(r["rank"])
+    tables = {**small, "ranks": schema.conform("ranks", pa.Table.from_pylist(ranks))}
+    write_nsys(tables, tmp_path / "in", nccl="2.18")
+    (tmp_path / "in" / "nccl.log").write_text("\n".join(job_log(job)) + "\n")
+    report = ingest([tmp_path / "in"], tmp_path / "run")
+    reports = [s for s in report.sources if s.format == detect.NSYS]
+    assert not report.failed and sorted(tuple(s.ranks) for s in reports) == [(0, 1), (2, 3)]
+    run = Run(tmp_path / "run")
+    got = {r["rank"]: (r["host"], r["pid"]) for r in run.table("ranks").to_pylist()}
+    assert got == {r: (job.host(r), job.pid(r)) for r in range(4)}
+
+
+def test_rank_map_option(tmp_path, small):
+    write_nsys(small, tmp_path / "in", nccl="2.18")
+    rank_map = tmp_path / "ranks.csv"
+    rank_map.write_text("host,pid,device,rank\n" + "".join(
+        f"node{r // 2:03d},{10_000 + r},{r % 2},{r}\n" for r in range(4)))
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "in"), "-o", str(tmp_path / "run"), "-q",
+                                       "--rank-map", str(rank_map)])
+    assert result.exit_code == 0, result.output
+    assert sorted(Run(tmp_path / "run").table("ranks").column("rank").to_pylist()) == [0, 1, 2, 3]
+    result = CliRunner().invoke(main, ["ingest", str(tmp_path / "in"), "-o", str(tmp_path / "run2"), "-q"])
+    assert result.exit_code == 1 and "--rank-map" in result.output
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def _one_line_error(path: Path, out: Path) -> str:
+    with pytest.raises(InputError) as exc:
+        parse(path, out)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(str(path))
+    return msg
+
+
+def test_not_an_nsight_database(tmp_path):
+    path = tmp_path / "x.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE StringIds (id INT, value TEXT)")
+        db.execute("CREATE TABLE other (x INT)")
+    assert "not an Nsight Systems export" in _one_line_error(path, tmp_path / "run")
+
+
+def test_truncated_database(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n")[0]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    assert "truncated or corrupt" in _one_line_error(path, tmp_path / "run")
+    report = ingest([path], tmp_path / "ingested")
+    assert report.failed and not report.committed
+    assert not list((tmp_path / "ingested").glob("events/*/*"))
+    assert not (tmp_path / "ingested" / "manifest.json").exists()
+
+
+def test_locked_database(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n")[0]
+    holder = sqlite3.connect(path)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        assert "locked by another process" in _one_line_error(path, tmp_path / "run")
+    finally:
+        holder.rollback()
+        holder.close()
+
+
+def test_report_without_cuda_trace(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n")[0]
+    with sqlite3.connect(path) as db:
+        for t in ("KERNEL", "SYNCHRONIZATION", "MEMCPY", "CUDA_EVENT", "RUNTIME"):
+            db.execute(f"DROP TABLE CUPTI_ACTIVITY_KIND_{t}")
+    assert "no CUDA trace" in _one_line_error(path, tmp_path / "run")
+
+
+def test_qdrep_refused_with_the_command(tmp_path):
+    path = tmp_path / "old.qdrep"
+    path.write_bytes(b"\x00" * 64)
+    assert detect.detect_format(path) == detect.NSYS
+    msg = _one_line_error(path, tmp_path / "run")
+    assert ".qdrep" in msg and "nsys export --type sqlite -o old.sqlite old.qdrep" in msg
+
+
+def test_nsys_rep_without_nsys_names_the_command(tmp_path, monkeypatch):
+    path = tmp_path / "prof.nsys-rep"
+    path.write_bytes(b"\x00" * 64)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    msg = _one_line_error(path, tmp_path / "run")
+    assert "nsys export --type sqlite --output prof.sqlite prof.nsys-rep" in msg
+
+
+def test_nsys_rep_is_exported_when_nsys_is_on_path(tmp_path, small, monkeypatch):
+    sqlite_file = write_nsys(small, tmp_path / "n")[0]
+    path = tmp_path / "prof.nsys-rep"
+    path.write_bytes(b"\x00" * 64)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nsys"  # stands for `nsys export`: copies the SQLite export to --output
+    fake.write_text("#!/bin/sh\nwhile [ \"$1\" != \"--output\" ]; do shift; done\n"
+                    f"cp '{sqlite_file}' \"$2\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    res, _ = parse(path, tmp_path / "run")
+    assert res.ranks == [0, 1]
+
+
+def test_twin_tables_keep_the_synth_run(small):
+    """with_nccl_ranges only adds NCCL's API ranges, one per collective kernel launch plus the inits."""
+    twin = with_nccl_ranges(small)
+    added = twin["events"].num_rows - small["events"].num_rows
+    launched = pl.from_arrow(small["events"]).filter(pl.col("kind") == "comm").height
+    inits = sum(1 + sum(r in g["ranks"] for g in small["groups"].to_pylist()) for r in range(4))
+    assert added == launched + inits
+
+
+@pytest.mark.parametrize(("op", "kernel"), [("all_gather", "ncclDevKernel_AllGather_RING_LL"),
+                                            ("reduce_scatter", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")])
+def test_gather_and_scatter_sizes_from_the_message_size(tmp_path, small, op, kernel):
+    """NCCL's message size is the send buffer of an AllGather and the receive buffer of a
+    ReduceScatter (collectives.cc): the other side is nranks times it."""
+    coll = pl.from_arrow(small["collectives"])
+    ar = pl.col("op") == "all_reduce"
+    shard = pl.col("in_bytes") // pl.col("nranks")
+    gather, scatter = ar & (op == "all_gather"), ar & (op == "reduce_scatter")
+    coll = coll.with_columns(pl.when(ar).then(pl.lit(op)).otherwise(pl.col("op").cast(pl.Utf8)).alias("op"),
+                             pl.when(gather).then(shard).otherwise(pl.col("in_bytes")).alias("in_bytes"),
+                             pl.when(scatter).then(shard).otherwise(pl.col("out_bytes")).alias("out_bytes"))
+    ids = set(coll.filter(pl.col("op") == op)["coll_id"])
+    ev = pl.from_arrow(small["events"]).with_columns(
+        pl.when(pl.col("coll_id").is_in(ids)).then(pl.lit(kernel)).otherwise(pl.col("name").cast(pl.Utf8))
+        .alias("name"))
+    tables = {**small, "collectives": schema.conform("collectives", coll.to_arrow()),
+              "events": schema.conform("events", ev.to_arrow())}
+    _, t = parse(write_nsys(tables, tmp_path / "n")[0], tmp_path / "run")
+    got = _str(pl.from_arrow(t["collectives"])).filter(pl.col("op") == op)
+    want = coll.filter((pl.col("op") == op) & (pl.col("rank") < 2)).sort("rank", "ts_ns")
+    assert got.height == want.height == 8
+    assert got.sort("rank", "ts_ns").select("in_bytes", "out_bytes").equals(want.select("in_bytes", "out_bytes"))
+    assert set(got["dtype"]) == ({None} if op == "all_gather" else {"BFloat16"})  # 2.19+ AllGather names no dtype
+
+
+def test_gzipped_or_headerless_files_are_refused(tmp_path, small):
+    import gzip
+
+    path = write_nsys(small, tmp_path / "n")[0]
+    packed = tmp_path / "report.sqlite.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert detect.detect_format(packed) == detect.NSYS  # detection reads through gzip; SQLite cannot
+    assert "gunzip it first" in _one_line_error(packed, tmp_path / "a")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00" * 64)
+    assert "no SQLite header" in _one_line_error(junk, tmp_path / "b")
