@@ -161,12 +161,17 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
     got = [line.rstrip() for line in _run([*args, "--cache", str(tmp_path / "c")]).splitlines()]
     first = text.index("```\nwhat-if on ", start) + 4
     block = [line for line in text[first:text.index("```", first)].rstrip("\n").splitlines() if line]
-    assert len(block) == 12 + 7 * 3 + 3  # the table, each scenario's name, pipeline and bubble lines, 3 SM shares
+    table = next(i for i, line in enumerate(block) if line.endswith(":"))  # the table ends at the first scenario
+    scenarios = command[3:command.index("--topology")]
+    rows = block[table - len(scenarios):table]
+    assert [row.split()[0] for row in rows] == scenarios and block[table - len(scenarios) - 1].startswith("baseline")
+    # each scenario's name, pipeline and bubble lines, and the SM share of the 3 DualPipe ones
+    assert len(block) - table == 3 * len(scenarios) + 3
     at = 0
     for line in block:
         at = got.index(line, at) + 1
     bubbles, name = {}, None
-    for line in block[12:]:
+    for line in block[table:]:
         if line.endswith(":"):
             name = line
         elif line.startswith("  bubble per stage:"):
@@ -177,7 +182,7 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
                                              bubbles["schedule:1f1b,microbatches=4:"], strict=True)]
     assert all(0.45 < x < 0.55 for x in halved + again)
     assert all(a < 0.2 for _, a in bubbles["schedule:dualpipe,microbatches=4:"])
-    step = {line.split()[0]: float(line.split()[1]) for line in block[5:12]}
+    step = {row.split()[0]: float(row.split()[1]) for row in rows}
     change = 1 - step["schedule:dualpipe,microbatches=4,sm_share=0"] / step["schedule:dualpipe,microbatches=4"]
     assert f"(`sm_share=0`) moves the step by {change:.1%}" in " ".join(text.split())
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracekit import workflows
 from tracekit.synth import SynthSpec, make_run_tables, write_run
 from tracekit.whatif import WhatIfError, make_baseline, parse_scenario, run_scenario
 from tracekit.whatif.routing import cross_node_bytes, limit_nodes
@@ -54,8 +55,8 @@ def base(tmp_path_factory):
     """EP groups of 8 over 2 hosts of 4 (pp=1), the hot expert on rank 0 (host 0)."""
     spec = SynthSpec(hosts=2, gpus_per_host=4, pp=1, ep=8, steps=2, straggler_rank=None)
     tables, truth = make_run_tables(spec)
-    return make_baseline(write_run(tables, tmp_path_factory.mktemp("routing") / "run", truth=truth).path,
-                         "rail-optimized")
+    run = write_run(tables, tmp_path_factory.mktemp("routing") / "run", truth=truth)
+    return make_baseline(workflows.replay_tables(run), "rail-optimized")
 
 
 def test_one_node_pulls_the_remote_senders_onto_the_hot_node(base):

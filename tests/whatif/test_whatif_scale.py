@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tracekit import workflows
 from tracekit.cli import main
 from tracekit.replay import parse_spec
 from tracekit.replay.topology import leaves_per_plane
@@ -26,8 +27,8 @@ def runs(tmp_path_factory):
     out = {}
     for hosts in (2, 4):
         tables, truth = make_run_tables(SMALL, hosts=hosts)
-        out[hosts] = make_baseline(write_run(tables, tmp_path_factory.mktemp("scale") / f"h{hosts}", truth=truth).path,
-                                   TOPOLOGY)
+        run = write_run(tables, tmp_path_factory.mktemp("scale") / f"h{hosts}", truth=truth)
+        out[hosts] = make_baseline(workflows.replay_tables(run), TOPOLOGY)
     return out
 
 
@@ -116,7 +117,6 @@ def test_report_plots_step_time_against_gpus(runs, tmp_path):
     """The What-if tab's scale points are the results' own figures (the baseline at the traced
     size first, then by GPUs), and the written tab has the plot."""
     from tracekit.viz import data as D
-    from tracekit.viz.report import write_report
     from tracekit.whatif import whatif
 
     small = runs[2]
@@ -128,7 +128,7 @@ def test_report_plots_step_time_against_gpus(runs, tmp_path):
     assert points[0]["step_ms"] == pytest.approx(_mean(result.baseline_step_ns) / 1e6)
     tables, truth = make_run_tables(SMALL)
     run = write_run(tables, tmp_path / "run", truth=truth)
-    html = write_report(run, tmp_path / "report.html", whatif=result).path.read_text()
+    html = workflows.report(run, tmp_path / "report.html", whatif=result).path.read_text()
     assert "Step time against GPUs (scale scenarios)" in html
     assert D.whatif_data(whatif(small.tables, ["eplb:redundant=2"], topology=TOPOLOGY))["scale"] == []
 
@@ -147,7 +147,11 @@ def test_readme_scale_block_is_the_real_output():
     got = [line.rstrip() for line in result.stdout.splitlines()]
     first = text.index("```\nwhat-if on ", start) + 4
     block = text[first:text.index("```", first)].rstrip("\n").splitlines()
-    assert len(block) == 9 and got[:len(block)] == block
-    assert "  simulated GPUs: 256 (16 copies of the traced 16) on 64 hosts of 4, 2 switch tiers, 133,744 flows" in got
+    scenarios = command[3:command.index("--topology")]
+    assert all(any(line.startswith(f"{name} ") for line in block) for name in ["baseline", *scenarios])
+    assert got[:len(block)] == block
+    line = next(g for g in got if g.startswith("  simulated GPUs: 256 (16 copies of the traced 16) on 64 hosts of 4"))
+    flows = int(line.rsplit(", ", 1)[1].split()[0].replace(",", ""))
+    assert f"(256 simulated GPUs, {flows / 1000:.0f}k flows)" in " ".join(text.split())
     assert "  EP bytes across nodes: 0.80 -> 0.81 GB (each token's experts on at most 1 node)" in got
     assert "  EP all-to-all per instance (mean): 0.135 ms -> 0.160 ms" in got

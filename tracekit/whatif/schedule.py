@@ -22,7 +22,7 @@ from statistics import median
 
 import polars as pl
 
-from tracekit.analysis._frames import frame
+from tracekit.analysis import frame
 from tracekit.analysis.schedule import DEFAULT_RATIO, StageCosts, TracedSchedule, read_schedule
 from tracekit.pipeline import (
     BACKWARD,
