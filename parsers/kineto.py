@@ -187,7 +187,6 @@ _TB_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)
 
 
 _KINDS = ("compute", "comm", "memcpy", "memset", "cpu_op", "runtime", "annotation", "sync")
-_KINDS_ARR = pa.array(_KINDS, pa.string())
 _KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
 _COMPUTE, _COMM, _SYNC = _KIND_CODE["compute"], _KIND_CODE["comm"], _KIND_CODE["sync"]
 _D = pa.dictionary(pa.int32(), pa.string())
@@ -330,7 +329,8 @@ class _Pass1:
                 c = int(mask.sum())
                 if c:
                     self.stats.skip(reason, c)
-        kind_arr = pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0).astype(np.int32)), _KINDS_ARR)
+        kind_arr = pa.DictionaryArray.from_arrays(pa.array(np.maximum(kind, 0).astype(np.int32)),
+                                                    pa.array(_KINDS, pa.string()))
         table = pa.table({
             "lane": lane_arr, "kind": kind_arr,
             "name": name_arr, "cat": cat_arr, "ts": ts, "dur": dur, "correlation": corr,

@@ -86,6 +86,33 @@ def test_cache_hit_and_option_change(dlrm: list[Path], tmp_path: Path) -> None:
     assert fewer.sources[0].cached is False
 
 
+def test_unchanged_reingest_commits_nothing(dlrm: list[Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-ingesting what the run holds (a warm `tracekit replay`) reports the committed run as is,
+    without merging, checking or committing again; anything changed takes the full path."""
+    import tracekit.ingest as ingest_module
+
+    out = tmp_path / "run"
+    ingest(dlrm[:2], out)
+    first = ingest(dlrm[:2], out)  # the manifest now says every source was a cache hit
+    assert first.committed
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    full_merge = ingest_module._merge
+
+    def no_merge(*args, **kwargs):
+        raise AssertionError("merged again")
+
+    monkeypatch.setattr(ingest_module, "_merge", no_merge)
+    again = ingest(dlrm[:2], out)
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp and not again.committed
+    assert again.to_json() == first.to_json() and again.exit_code == 0
+    (out / "groups.parquet").unlink()  # a table gone: merged and committed again
+    with pytest.raises(AssertionError, match="merged again"):
+        ingest(dlrm[:2], out)
+    monkeypatch.setattr(ingest_module, "_merge", full_merge)
+    assert ingest(dlrm[:2], out).committed and Run(out).has("groups")
+
+
 def test_errors_are_per_source(dlrm: list[Path], tmp_path: Path) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
