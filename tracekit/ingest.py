@@ -623,8 +623,9 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
 PER_TABLE_CHOICE = ("channels",)
 
 
-#: Tables a parse in this process hands to the merge in memory (no read back of what it wrote).
-KEPT_IN_MEMORY = ("counters",)
+#: Tables a parse in this process hands to the run's check and the merge in memory (no read back of
+#: what it wrote).
+KEPT_IN_MEMORY = ("counters", "ranks", "groups")
 #: Tables that a single source's part gives unchanged: the merged file is a copy of the part
 #: (re-encoding millions of telemetry counters cost as much as parsing them).
 COPIED_WHEN_ONE_PART = ("counters",)
@@ -1267,20 +1268,15 @@ def cache_root() -> Path:
     """This user's private cache of runs ingested from raw traces: $TMPDIR/tracekit-replay-UID,
     mode 0700. Refused when it is a link, not a directory, someone else's, or open to others (in
     a shared temp dir anyone could have made it first, to read or plant runs)."""
-    import stat
     import tempfile
+
+    from tracekit._private_dir import private_dir
 
     root = Path(tempfile.gettempdir()) / f"tracekit-replay-{os.getuid()}"
     try:
-        os.mkdir(root, 0o700)
-    except FileExistsError:
-        pass
+        problem = private_dir(root)
     except OSError as exc:
         raise os_error(exc, str(root)) from exc
-    st = os.lstat(root)
-    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory" if not stat.S_ISDIR(
-        st.st_mode) else f"belongs to uid {st.st_uid}, not you" if st.st_uid != os.getuid() else
-        f"is open to other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o077 else None)
     if problem:
         raise TracekitError(f"{root}: the cache of ingested traces {problem}; refused (remove it, or set "
                             "TMPDIR to a directory of your own)")
