@@ -588,6 +588,8 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         if new_run:
             _discard_new_run(run_dir)
         return report
+    if not todo and not new_run and _unchanged(run_dir, report, rank=rank, comm_patterns=comm_patterns):
+        return report
     from tracekit.validity import check_run_dir
     report.validity = check_run_dir(run_dir, [r for r in reports if r.ok and r.key], allow_mixed=allow_mixed)
     copies: dict[str, Path] = {}
@@ -608,6 +610,41 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         text = json.dumps(telemetry, indent=1, sort_keys=True)
         atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
+
+
+def _unchanged(run_dir: Path, report: IngestReport, *, rank: int | None,
+               comm_patterns: Sequence[str] | None) -> bool:
+    """Whether the committed run is what this ingest would commit: the same sources (every one a
+    cache hit, as they were when it was committed), files ignored, options, schema and tracekit
+    version, of one job, with its tables in place. `report` then takes the committed tables,
+    warnings and validity, and the run is neither merged, checked nor committed again (a warm
+    `tracekit replay` re-opens its cache)."""
+    from tracekit import __version__
+    from tracekit.validity import RunValidity
+
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tables"), dict):
+        return False
+    validity = manifest.get("validity")
+    options = {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None}
+    sources = json.loads(json.dumps([s.to_dict() for s in report.sources]))
+    if (manifest.get("sources") != sources or manifest.get("ignored") != report.ignored
+            or manifest.get("options") != options or manifest.get("schema_version") != schema.SCHEMA_VERSION
+            or manifest.get("tracekit_version") != __version__ or manifest.get("generation") != _generation(
+                report, options) or not isinstance(validity, dict) or len(validity.get("jobs") or []) > 1):
+        return False
+    from tracekit.store import Run
+
+    run = Run(run_dir)
+    if not all(run.has(name) for name, rows in manifest["tables"].items() if rows):
+        return False
+    report.tables = dict(manifest["tables"])
+    report.warnings = list(manifest.get("warnings") or [])
+    report.validity = RunValidity.from_json(validity)
+    return True
 
 
 def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
@@ -656,8 +693,9 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
 PER_TABLE_CHOICE = ("channels",)
 
 
-#: Tables a parse in this process hands to the merge in memory (no read back of what it wrote).
-KEPT_IN_MEMORY = ("counters",)
+#: Tables a parse in this process hands to the run's check and the merge in memory (no read back of
+#: what it wrote).
+KEPT_IN_MEMORY = ("counters", "ranks", "groups")
 #: Tables that a single source's part gives unchanged: the merged file is a copy of the part
 #: (re-encoding millions of telemetry counters cost as much as parsing them).
 COPIED_WHEN_ONE_PART = ("counters",)
@@ -1300,20 +1338,15 @@ def cache_root() -> Path:
     """This user's private cache of runs ingested from raw traces: $TMPDIR/tracekit-replay-UID,
     mode 0700. Refused when it is a link, not a directory, someone else's, or open to others (in
     a shared temp dir anyone could have made it first, to read or plant runs)."""
-    import stat
     import tempfile
+
+    from tracekit._private_dir import private_dir
 
     root = Path(tempfile.gettempdir()) / f"tracekit-replay-{os.getuid()}"
     try:
-        os.mkdir(root, 0o700)
-    except FileExistsError:
-        pass
+        problem = private_dir(root)
     except OSError as exc:
         raise os_error(exc, str(root)) from exc
-    st = os.lstat(root)
-    problem = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory" if not stat.S_ISDIR(
-        st.st_mode) else f"belongs to uid {st.st_uid}, not you" if st.st_uid != os.getuid() else
-        f"is open to other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o077 else None)
     if problem:
         raise TracekitError(f"{root}: the cache of ingested traces {problem}; refused (remove it, or set "
                             "TMPDIR to a directory of your own)")

@@ -143,7 +143,14 @@ _WRITTEN: dict[str, tuple[tuple[int, int], pa.Table]] = {}
 
 def take_written(path: Path) -> pa.Table | None:
     """The table this process wrote to `path` (once), if the file is still the one it wrote."""
-    entry = _WRITTEN.pop(str(path), None)
+    table = peek_written(path)
+    _WRITTEN.pop(str(path), None)
+    return table
+
+
+def peek_written(path: Path) -> pa.Table | None:
+    """The table this process wrote to `path`, left for `take_written`, if the file is still the one it wrote."""
+    entry = _WRITTEN.get(str(path))
     if entry is None:
         return None
     try:

@@ -252,11 +252,14 @@ def check_run_dir(run_dir: str | os.PathLike[str], sources: Sequence[Any], *,
     `path`, `ranks`, `ts_min_ns`, `ts_max_ns`): the hook ingest calls before it merges."""
     import pyarrow.parquet as pq
 
-    from tracekit.store import part_path
+    from tracekit.store import part_path, peek_written
 
     def part(key: str, name: str) -> pa.Table | None:
         path = part_path(run_dir, key, name)
-        return pq.read_table(path) if path.is_file() else None
+        if not path.is_file():
+            return None
+        written = peek_written(path)  # a parse in this process kept it: no read back
+        return written if written is not None else pq.read_table(path)
 
     facts = []
     hosts: dict[int, str | None] = {}

@@ -9,6 +9,32 @@ from typing import Any
 from bokeh.models import CustomJSHover, Div
 from bokeh.plotting import figure
 
+
+def standalone_html(root: Any, *, cdn: bool, title: str) -> str:
+    """Bokeh's `file_html` of `root` (BokehJS inlined unless `cdn`) without its document validation,
+    a walk over every model that only logs and costs a fifth of the render; the tests check each
+    report's layout with `validation_issues` instead."""
+    from bokeh.embed import file_html
+    from bokeh.resources import CDN, INLINE
+    from bokeh.settings import settings
+
+    validate = settings.perform_document_validation
+    before = validate()
+    validate.set_value(False)
+    try:
+        return file_html(root, CDN if cdn else INLINE, title=title)
+    finally:
+        validate.set_value(before)
+
+
+def validation_issues(root: Any) -> list[str]:
+    """What Bokeh's document validation says of a layout: its errors and warnings, one line each."""
+    from bokeh.core.validation import check_integrity
+
+    issues = check_integrity(list(root.references()))
+    return [f"{i.code} {i.name}: {i.text}" for i in [*issues.error, *issues.warning]]
+
+
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 

@@ -104,12 +104,12 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> str:
 def write_diff_report(d: RunDiff, out_path: str | os.PathLike[str], *, cdn: bool = False,
                       width: int = WIDTH) -> Path:
     """A standalone HTML file with the Diff tab (assets inlined unless `cdn`)."""
-    from bokeh.embed import file_html
     from bokeh.models import TabPanel, Tabs
-    from bokeh.resources import CDN, INLINE
+
+    from tracekit.viz._bokeh import standalone_html
 
     root = Tabs(tabs=[TabPanel(child=diff_panel(diff_data(d), width=width), title="Diff")])
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, file_html(root, CDN if cdn else INLINE, title=f"tracekit diff: {d.a} -> {d.b}"))
+    atomic_write_text(out, standalone_html(root, cdn=cdn, title=f"tracekit diff: {d.a} -> {d.b}"))
     return out

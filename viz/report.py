@@ -199,10 +199,17 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
 
 def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> str:
     """The report's HTML text, from `build_report_data`'s output."""
-    from bokeh.embed import file_html
+    from tracekit.viz._bokeh import standalone_html
+
+    root = layout(data, width=width)
+    status("report: writing the HTML")
+    return standalone_html(root, cdn=cdn, title=data["title"])
+
+
+def layout(data: dict[str, Any], *, width: int = WIDTH) -> Any:
+    """The report's Bokeh layout (a header above one tab per part), from `build_report_data`'s output."""
     from bokeh.layouts import column
     from bokeh.models import TabPanel, Tabs
-    from bokeh.resources import CDN, INLINE
 
     from tracekit.viz import figures
     from tracekit.viz._bokeh import html_div, note_div
@@ -236,9 +243,7 @@ def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> st
         if caveat is not None:
             child = column(caveat, child)
         panels.append(TabPanel(child=child, title=tab))
-    root = column(html_div(header_html(data), width=width), Tabs(tabs=panels))
-    status("report: writing the HTML")
-    return file_html(root, CDN if cdn else INLINE, title=data["title"])
+    return column(html_div(header_html(data), width=width), Tabs(tabs=panels))
 
 
 def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[str], *,
@@ -266,17 +271,15 @@ def write_microbench_report(report: Any, out_path: str | os.PathLike[str], *, cd
                             width: int = WIDTH) -> ReportInfo:
     """Write a standalone HTML page drawing an nccl-tests replay (`validate.MicrobenchReport`):
     predicted against measured busbw per file, and each table's health."""
-    from bokeh.embed import file_html
-    from bokeh.resources import CDN, INLINE
-
     from tracekit.replay.validate import MicrobenchReport
+    from tracekit.viz._bokeh import standalone_html
     from tracekit.viz.figures import microbench_figures
 
     if not isinstance(report, MicrobenchReport):
         raise TypeError(f"report must be a MicrobenchReport, not {type(report).__name__}")
     data = D.microbench_data(report)
-    text = file_html(microbench_figures(data, width=width), CDN if cdn else INLINE,
-                     title=f"tracekit nccl-tests: {Path(report.path).name or report.path}")
+    text = standalone_html(microbench_figures(data, width=width), cdn=cdn,
+                           title=f"tracekit nccl-tests: {Path(report.path).name or report.path}")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)

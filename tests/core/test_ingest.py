@@ -86,6 +86,73 @@ def test_cache_hit_and_option_change(dlrm: list[Path], tmp_path: Path) -> None:
     assert fewer.sources[0].cached is False
 
 
+def test_unchanged_reingest_commits_nothing(dlrm: list[Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-ingesting what the run holds (a warm `tracekit replay`) reports the committed run as is,
+    without merging, checking or committing again; anything changed takes the full path."""
+    import tracekit.ingest as ingest_module
+
+    out = tmp_path / "run"
+    ingest(dlrm[:2], out)
+    first = ingest(dlrm[:2], out)  # the manifest now says every source was a cache hit
+    assert first.committed
+    stamp = (out / "manifest.json").stat().st_mtime_ns
+    full_merge = ingest_module._merge
+
+    def no_merge(*args, **kwargs):
+        raise AssertionError("merged again")
+
+    monkeypatch.setattr(ingest_module, "_merge", no_merge)
+    again = ingest(dlrm[:2], out)
+    assert (out / "manifest.json").stat().st_mtime_ns == stamp and not again.committed
+    assert again.to_json() == first.to_json() and again.exit_code == 0
+    (out / "groups.parquet").unlink()  # a table gone: merged and committed again
+    with pytest.raises(AssertionError, match="merged again"):
+        ingest(dlrm[:2], out)
+    monkeypatch.setattr(ingest_module, "_merge", full_merge)
+    assert ingest(dlrm[:2], out).committed and Run(out).has("groups")
+
+
+def test_the_runs_check_reads_nothing_back(dlrm: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sources' jobs are checked on the ranks and groups the parse just wrote, kept in memory;
+    the same check on parts read from disk (another process parsed them) gives the same validity."""
+    from tracekit.validity import check_run_dir
+
+    read: list[str] = []
+    full_read = pq.read_table
+
+    def spy(path, *args, **kwargs):
+        read.append(str(path))
+        return full_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    report = ingest(dlrm[:2], tmp_path / "run", jobs=1)
+    assert [p for p in read if "/sources/" in p] == []
+    on_disk = check_run_dir(tmp_path / "run", report.ingested)
+    assert len([p for p in read if "/sources/" in p]) == 4  # ranks and groups of two sources
+    assert on_disk.to_json() == report.validity.to_json()
+
+
+def test_one_event_writer_thread_for_every_file(dlrm: list[Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: each Kineto file made (and joined) a thread pool of its own, ~4 ms a file."""
+    import threading
+
+    from tracekit.store import SourceSink
+
+    writers: list[threading.Thread] = []
+    add_events = SourceSink.add_events
+
+    def spy(self, data):
+        writers.append(threading.current_thread())
+        return add_events(self, data)
+
+    monkeypatch.setattr(SourceSink, "add_events", spy)
+    ingest(dlrm[:3], tmp_path / "run", jobs=1)
+    assert len(writers) >= 3 and all(t is writers[0] for t in writers)
+    assert writers[0] is not threading.main_thread()
+
+
 def test_errors_are_per_source(dlrm: list[Path], tmp_path: Path) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()

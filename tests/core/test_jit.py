@@ -1,6 +1,8 @@
 import io
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -60,3 +62,42 @@ def test_the_cli_reports_compiles_on_the_process_stderr_only():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # the CLI turns compile reporting on without importing numba; the first kernel attaches it
     assert done.stdout.split() == ["0", "False", "True", "True", "False"]
+
+
+PROBE = ("import numpy as np; from tracekit import _jit; from tracekit.analysis._kernels import segment_median; "
+         "print(segment_median(np.array([3.0, 1.0, 2.0]), np.array([0, 3], np.int64)).tolist(), _jit._cache_problem())")
+
+
+def _probe(cache_home) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
+                          env={**env, "XDG_CACHE_HOME": str(cache_home)})
+    return done.stdout.split(None, 1)
+
+
+def test_kernels_are_cached_in_a_private_per_user_directory(tmp_path):
+    """Regression: the cache sat next to the source, where a shared install's other users write."""
+    import stat
+
+    root = tmp_path / "tracekit" / "numba"
+    beside_source = Path(_kernels_file()).parent / "__pycache__"
+    before = {p: p.stat().st_mtime_ns for p in beside_source.glob("*.nb[ic]")}
+    assert _probe(tmp_path) == ["[2.0]", "None\n"]
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700 and root.stat().st_uid == os.getuid()
+    assert any(p.name.startswith("_kernels.segment_median") for p in root.rglob("*.nbi"))
+    assert {p: p.stat().st_mtime_ns for p in beside_source.glob("*.nb[ic]")} == before
+
+
+def test_a_cache_directory_open_to_others_is_not_used(tmp_path):
+    root = tmp_path / "tracekit" / "numba"
+    root.mkdir(parents=True)
+    root.chmod(0o777)
+    result, problem = _probe(tmp_path)
+    assert result == "[2.0]" and "open to other users (mode 777)" in problem
+    assert list(root.iterdir()) == []
+
+
+def _kernels_file() -> str:
+    from tracekit.analysis import _kernels
+
+    return _kernels.__file__

@@ -242,3 +242,12 @@ def test_cpu_gloo_run_says_the_network_model_does_not_apply(gloo) -> None:
     assert cpu in gloo.data["summary"]["findings"]
     html = R.render(gloo.data)
     assert "CPU/gloo run" in html and "does not apply" in html
+
+
+def test_every_layout_passes_bokehs_validation(synth, gloo, type_mismatch) -> None:
+    """The HTML is written without Bokeh's document validation (a fifth of the render): the
+    layouts it would check are checked here, with the replay and hang tabs among them."""
+    from tracekit.viz._bokeh import validation_issues
+
+    for case in (synth, gloo, type_mismatch):
+        assert validation_issues(R.layout(case.data)) == []

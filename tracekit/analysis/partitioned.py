@@ -152,12 +152,9 @@ def _concat(frames: list[pl.DataFrame], schema: dict[str, Any]) -> pl.DataFrame:
 
 def _reduce(parts: list[tuple[pl.DataFrame, pl.DataFrame]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     if not parts:
-        return breakdown.per_rank_step(pl.DataFrame(schema=_EVENT_SCHEMA), pl.DataFrame(schema=_COLL_SCHEMA),
+        return breakdown.per_rank_step(frame(None, "events"), frame(None, "collectives"),
                                        pl.DataFrame(schema=steps.WINDOW_SCHEMA))
     wides = [w for w, _ in parts]
     longs = [g for _, g in parts if g.height] or [parts[0][1]]
     return pl.concat(wides, how="vertical_relaxed"), pl.concat(longs, how="vertical_relaxed")
 
-
-_EVENT_SCHEMA = frame(None, "events").schema
-_COLL_SCHEMA = frame(None, "collectives").schema

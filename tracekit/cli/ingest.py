@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from tracekit.cli._common import console, executor_options, json_option, user_errors
-from tracekit.store import Run
 
 safe_console = console
 
@@ -74,6 +73,7 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
         _print(report)
     if not report.ingested:
         from tracekit.parsers.detect import supported_formats
+        from tracekit.store import Run
 
         ignored = (f": {len(report.ignored)} file(s) found, none in a supported format ({supported_formats()})"
                    if report.ignored else ": no input files")

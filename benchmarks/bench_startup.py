@@ -1,0 +1,84 @@
+"""Benchmark what a user waits for: `tracekit --help`, `--version`, and the main job warm (the
+README's `tracekit replay` of the bundled sample on three topologies with `--report`, its ingest
+cache and numba kernels already made), against `python -c pass`, all in the same run.
+
+    python benchmarks/bench_startup.py                        # this interpreter's tracekit, 5 runs each
+    python benchmarks/bench_startup.py --python /tmp/base/bin/python --python /tmp/new/bin/python
+
+Each interpreter runs the commands in turn (interleaved, so load changes hit all alike) after one
+untimed warm-up; the table gives the median wall and CPU (user + system of the child) seconds, and
+each command's ratio to `python -c pass` of the same interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "sample_traces" / "synth_moe_16rank"
+TOPOLOGIES = ["rail-optimized:nic_gbps=400", "rail-optimized:nic_gbps=400,sharp=true",
+              "fat-tree:nic_gbps=100,oversub=4"]
+
+
+def commands(python: str, work: Path) -> dict[str, list[str]]:
+    """The timed commands for one interpreter; the main job writes into `work`."""
+    main_job = [python, "-m", "tracekit", "replay", str(SAMPLE), *[a for t in TOPOLOGIES for a in ("--topology", t)],
+                "--cache", str(work / "cache"), "--report", str(work / "report.html")]
+    return {"python -c pass": [python, "-c", "pass"],
+            "tracekit --version": [python, "-m", "tracekit", "--version"],
+            "tracekit --help": [python, "-m", "tracekit", "--help"],
+            "main job (warm)": main_job}
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of `argv`; a failing command stops the benchmark."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "TRACEKIT_NO_PROGRESS": "1"})
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--python", action="append", default=None,
+                    help="An interpreter whose tracekit to time (repeat to compare checkouts; default: this one).")
+    ap.add_argument("--repeat", type=int, default=5, help="Timed runs of each command (median shown).")
+    args = ap.parse_args()
+    pythons = args.python or [sys.executable]
+    with tempfile.TemporaryDirectory(prefix="tk-bench-startup-") as tmp:
+        plans = {}
+        for i, py in enumerate(pythons):
+            work = Path(tmp) / str(i)
+            work.mkdir()
+            plans[py] = commands(py, work)
+            for argv in plans[py].values():
+                timed(argv)  # warm-up: the ingest cache, numba's cache, the OS page cache
+        samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for _ in range(args.repeat):
+            for py, plan in plans.items():
+                for label, argv in plan.items():
+                    samples.setdefault((py, label), []).append(timed(argv))
+    print(f"{'interpreter':40s} {'command':20s} {'wall s':>8s} {'CPU s':>8s} {'CPU / pass':>10s}")
+    for py, plan in plans.items():
+        floor = statistics.median(c for _, c in samples[(py, "python -c pass")])
+        for label in plan:
+            wall = statistics.median(w for w, _ in samples[(py, label)])
+            cpu = statistics.median(c for _, c in samples[(py, label)])
+            print(f"{py[-40:]:40s} {label:20s} {wall:8.3f} {cpu:8.3f} {cpu / floor:10.1f}")
+    print(f"(median of {args.repeat}; load average {os.getloadavg()[0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
