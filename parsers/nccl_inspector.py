@@ -32,7 +32,7 @@ import msgspec
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._limits import checked_int
-from tracekit.parsers._lines import LineSource, line_batches
+from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_inspector"
@@ -96,8 +96,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 records.append((lineno, obj))
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
-    if info.truncated_gzip:
-        stats.warnings.append("truncated gzip stream: read up to the cut")
+    account(info, stats)
     if not records:
         raise InputError(where, "no NCCL Inspector records (header + coll_perf/p2p_perf)")
     return _Builder(where, sink, stats).run(records)

@@ -49,7 +49,7 @@ import pyarrow.ipc as ipc
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, out_of_range
-from tracekit.parsers._lines import LineSource, line_batches, strip_ansi
+from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -216,10 +216,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
             builder.lines(batch)
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
-    if info.truncated_gzip:
-        builder.stats.warnings.append("truncated gzip stream: read up to the cut")
-    if info.corrupt:
-        builder.stats.warnings.append(f"{info.corrupt}: read up to the damage")
+    account(info, builder.stats)
     return builder.finish()
 
 

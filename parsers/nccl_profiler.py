@@ -31,7 +31,7 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._lines import LineSource, line_batches
+from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_profiler"
@@ -124,6 +124,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                     stats.skip(f"{str(cat or 'other').lower()} event")
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+    account(info, stats)
     if open_ops:
         stats.warnings.append(f"{len(open_ops)} operations begun but not ended (file cut short): kept without "
                               "an end")

@@ -30,6 +30,7 @@ import yaml
 
 from tracekit.errors import InputError
 from tracekit.parsers import _yaml
+from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers.telemetry._common import decode_text, normal_port, port_owner, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -59,7 +60,7 @@ def sniff(head: bytes) -> bool:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    text = decode_text(read_bytes(where, stats), where)
+    text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
     rows = _rows(text, where)
     links: dict[str, dict[str, Any]] = {}
     nodes: dict[str, str | None] = {}
