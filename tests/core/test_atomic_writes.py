@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,22 @@ def test_full_tmpfs_during_export_and_report_leaves_no_temporary(gloo_run: Path,
             outputs.append(name)
             assert sorted(p.name for p in fs.iterdir()) == sorted(outputs)
             ballast.unlink()
+
+
+_DIRECT_WRITE = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*[\"'][wax]b?[\"']|\.write_(parquet|ipc|csv)\(\s*[\"'\w]"
+                           r"|pq\.write_table\(")
+
+
+def test_every_writer_goes_through_the_atomic_writer() -> None:
+    """No module of the package writes a file directly (a planted link would be followed, a full
+    disk would leave half a file): every output goes through tracekit/atomic.py (issue 22)."""
+    root = Path(__file__).resolve().parents[2]
+    direct = []
+    for path in sorted([*(root / "tracekit").rglob("*.py"), *(root / "parsers").rglob("*.py"),
+                        *(root / "viz").rglob("*.py")]):
+        if path.name == "atomic.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if _DIRECT_WRITE.search(line) and "atomic" not in line:
+                direct.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert not direct, "\n".join(direct)
