@@ -48,7 +48,7 @@ import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, out_of_range
+from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, in_range, out_of_range
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -1223,8 +1223,9 @@ class _Builder:
             if g is None or c.rank is None:
                 continue
             proc = self.procs.get((c.host, c.pid))
+            device = c.cuda_dev if c.cuda_dev is not None and in_range(c.cuda_dev, "int32") else None
             row = rows.setdefault(g, {
-                "rank": g, "world_size": world_size, "host": c.host, "pid": c.pid, "local_device": c.cuda_dev,
+                "rank": g, "world_size": world_size, "host": c.host, "pid": c.pid, "local_device": device,
                 "source_file": self.where, "source_format": FORMAT, "backend": "nccl",
                 "nccl_version": (proc.version if proc else None) or self.bare_version, "bus_id": None,
                 "nvml_device": None, "local_rank": None, "n_nodes": None, "net": proc.network if proc else None,
