@@ -4,6 +4,7 @@ Usage::
 
     nice -n 10 python benchmarks/fuzz.py [--cases 10000] [--formats kineto,flight_recorder]
                                          [--cli-every 50] [--seed 1] [--out fuzz_out]
+                                         [--class-share 0.3] [--run-cases 0]
 
 Each parser runs in its own spawned process on `--cases` mutated cases
 (mutators: tests/fuzz/fuzzing.py); every `--cli-every`-th case also goes through `tracekit
@@ -15,6 +16,14 @@ so the case that drives it is known: the worst case is reported, and when it cro
 --mem-limit it is minimised and written as OUT/<format>/memory.bin. For each distinct failure a
 minimised reproducer is written to OUT/<format>/<signature>.bin with the traceback next to it.
 Target (issue 14): 0 crashes, 0 hangs, peak RSS under 1 GiB for every parser.
+
+`--class-share` of the cases come from the hostile-class mutators of issue 22
+(`fuzzing.CLASSES`: duplicate keys, alias graphs, long single lines, pickle opcode storms, huge
+decimal numbers, control characters), each with its own oracle (both arrays of a duplicated key
+read, an over-long line counted); the row of each parser then tallies every class. `--run-cases`
+adds a `received_run` campaign: links planted at random entries of a small ingested run, then a
+random command (ingest merge, analyze, info, hang, export, report), which must change nothing
+outside the run and end with at most a one-line error.
 """
 
 from __future__ import annotations
@@ -64,7 +73,7 @@ class _Peak:
 
 
 def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, mem_limit: float,
-              q: Any) -> None:
+              q: Any, class_share: float = 0.0) -> None:
     mods = fuzzing.parsers()
     module = mods[fmt]
     seeds = fuzzing.load_seeds({fmt})[fmt]
@@ -73,6 +82,7 @@ def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, o
                "cli": {"cases": 0}, "seconds": 0.0, "peak_rss_mib": 0.0, "over_limit": 0, "reproducers": []})
         return
     tally = fuzzing.Tally()
+    by_class: dict[str, dict[str, int]] = {}
     rnd = random.Random(f"{seed}:{fmt}")
     cli = {"cases": 0, "crash": 0, "hang": 0}
     peak = _Peak(mem_limit)
@@ -80,17 +90,29 @@ def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, o
     shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix=f"fuzz-{fmt}-", dir=shm) as tmp:
         work = Path(tmp) / "w"
+        seed_reads: dict[str, int] = {}
         for s in seeds:  # warm-up without a deadline: numba kernels compile on first use
             raw = gzip.compress(s.data, mtime=0) if s.gz else s.data
-            fuzzing.run_case(fmt, module, raw, s.gz, work, timeout=3600, name=s.name)
+            fuzzing.run_case(fmt, module, raw, s.gz, work, timeout=3600, name=s.name,
+                             on_stats=lambda d, n=s.name: seed_reads.__setitem__(n, d["stats"].read))
         fuzzing.run_cli(seeds[0].data if not seeds[0].gz else gzip.compress(seeds[0].data, mtime=0), seeds[0].gz,
                         Path(tmp) / "cli", name=seeds[0].name)
         t0 = time.perf_counter()
         for i in range(cases):
-            s = rnd.choice(seeds)
-            case, gz = fuzzing.make_case(s, rnd)
+            picked = fuzzing.make_class_case(seeds, rnd) if class_share and rnd.random() < class_share else None
             peak.start()
-            outcome = fuzzing.run_case(fmt, module, case, gz, work, timeout=timeout, name=s.name)
+            if picked is not None:
+                cls, s, cc = picked
+                case, gz = fuzzing.case_bytes(cc), cc.gz
+                outcome = fuzzing.run_class_case(fmt, module, cc, work, timeout=timeout, name=s.name,
+                                                 seed_read=seed_reads.get(s.name))
+                row = by_class.setdefault(cls, dict.fromkeys(("cases", "ok", "salvage", "error", "crash", "hang"), 0))
+                row["cases"] += 1
+                row[outcome.kind] += 1
+            else:
+                s = rnd.choice(seeds)
+                case, gz = fuzzing.make_case(s, rnd)
+                outcome = fuzzing.run_case(fmt, module, case, gz, work, timeout=timeout, name=s.name)
             peak.stop(case, gz, s.name)
             tally.add(case if not gz else b"GZ" + case, outcome, s.name)
             if (i + 1) % 1000 == 0:
@@ -112,7 +134,36 @@ def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, o
     q.put({"format": fmt, "seed": seed, "seeds": len(seeds), "cases": tally.cases, **tally.counts, "cli": cli,
            "seconds": round(seconds, 1), "peak_rss_mib": round(peak.peak, 1), "over_limit": peak.over,
            "worst_case": {"peak_rss_mib": round(peak.worst[0], 1), "seed": peak.worst[3]} if peak.worst else None,
-           "reproducers": repro})
+           "classes": by_class, "reproducers": repro})
+
+
+def _run_campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, mem_limit: float,
+                  q: Any, class_share: float = 0.0) -> None:
+    """Received runs: links planted at random entries of a small ingested run, then a command."""
+    from tracekit.ingest import ingest
+
+    rnd = random.Random(f"{seed}:{fmt}")
+    tally = fuzzing.Tally()
+    traces = sorted(str(p) for p in (fuzzing.SAMPLES / "gloo_moe_8rank").glob("rank[0-3]*.json.gz"))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fuzz-run-") as tmp:
+        base = Path(tmp) / "base"
+        ingest(traces, base, jobs=1)
+        for i in range(cases):
+            outcome = fuzzing.run_run_case(base, traces, Path(tmp) / "w", rnd)
+            tally.add(outcome.detail.encode(), outcome, "gloo_moe_8rank")
+            if (i + 1) % 20 == 0:
+                print(f"  {fmt}: {i + 1:,} cases, {time.perf_counter() - t0:.0f} s, {tally.counts}", flush=True)
+    repro = []
+    for sig, (_, detail, _) in sorted(tally.failures.items()):
+        d = Path(out) / fmt
+        d.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.@-]+", "_", sig)[:80]
+        (d / f"{name}.txt").write_text(f"{sig}\n\n{detail}\n")
+        repro.append(str(d / f"{name}.txt"))
+    q.put({"format": fmt, "seed": seed, "seeds": 1, "cases": tally.cases, **tally.counts, "cli": {"cases": 0},
+           "seconds": round(time.perf_counter() - t0, 1), "peak_rss_mib": round(peak_rss_mb(), 1), "over_limit": 0,
+           "worst_case": None, "classes": {}, "reproducers": repro})
 
 
 def _write_memory_reproducer(fmt: str, module: Any, peak: _Peak, out: Path, work: Path, timeout: float) -> str:
@@ -167,9 +218,15 @@ def main() -> None:
     ap.add_argument("--out", default="fuzz_out")
     ap.add_argument("--workers", type=int, default=1, help="parsers fuzzed at once (one process each)")
     ap.add_argument("--mem-limit", type=float, default=1024.0, help="peak RSS (MiB) a case must stay under")
+    ap.add_argument("--class-share", type=float, default=0.3,
+                    help="share of cases made by the hostile-class mutators (issue 22; 0 for the older mix)")
+    ap.add_argument("--run-cases", type=int, default=0,
+                    help="received-run attacks (links planted in a run, then a command) in a process of their own")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f] or sorted(fuzzing.parsers())
+    if args.run_cases and "received_run" not in formats:
+        formats.append("received_run")
     ctx = mp.get_context("spawn")
     rows = []
     todo = list(formats)
@@ -179,8 +236,10 @@ def main() -> None:
             while todo and len(running) < max(1, args.workers):
                 fmt = todo.pop(0)
                 q = ctx.Queue()
-                p = ctx.Process(target=_campaign, args=(fmt, args.cases, args.seed, args.cli_every, args.timeout,
-                                                        args.out, args.mem_limit, q))
+                target = _run_campaign if fmt == "received_run" else _campaign
+                p = ctx.Process(target=target, args=(fmt, args.run_cases if fmt == "received_run" else args.cases,
+                                                     args.seed, args.cli_every, args.timeout, args.out, args.mem_limit,
+                                                     q, args.class_share))
                 p.start()
                 running[fmt] = (p, q)
             for fmt, (p, q) in list(running.items()):
@@ -220,6 +279,9 @@ def _line(r: dict[str, Any]) -> str:
             f"{r['seconds']:>7.1f} s  seed {r.get('seed', '?')}"
             + (f"\n  worst case: {r['worst_case']['peak_rss_mib']:.1f} MiB from {r['worst_case']['seed']}; "
                f"{r['over_limit']} cases over the limit" if r.get("worst_case") else "")
+            + "".join(f"\n  class {c:<15} cases {v['cases']:>5,}  ok {v['ok']:>5,}  salvages {v['salvage']:>5,}  "
+                      f"clean errors {v['error']:>5,}  crashes {v['crash']:>3}  hangs {v['hang']:>3}"
+                      for c, v in sorted(r.get("classes", {}).items()))
             + (f"\n  reproducers: {', '.join(r['reproducers'])}" if r["reproducers"] else ""))
 
 

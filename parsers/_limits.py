@@ -26,6 +26,9 @@ from typing import Any
 MAX_DEPTH = 64
 #: Largest single JSON value (one event, one top-level key) the stream reader will buffer.
 MAX_VALUE_BYTES = 64 << 20
+#: Longest line a line-oriented reader holds: longer ones are skipped (NCCL logs, nccl-tests,
+#: Inspector, profiler) or refused (telemetry text), never buffered whole.
+MAX_LINE_BYTES = 16 << 20
 #: Decompressed bytes allowed per compressed byte read (real Kineto traces: 7x to 22x).
 GZIP_MAX_RATIO = 250
 #: Decompressed bytes allowed whatever the ratio (small files may compress very well).

@@ -249,7 +249,9 @@ class ChromeTraceReader:
     """Stream one Chrome-trace JSON object.
 
     Iterating yields ("batch", decoded) for each verified batch of events and ("bad", raw) for
-    a value in the events array that does not decode (or nests deeper than `MAX_DEPTH`).
+    a value in the events array that does not decode (or nests deeper than `MAX_DEPTH`), for
+    every `traceEvents` array: a duplicated key is read too (`events_arrays` counts them), and
+    other keys given twice are named in `duplicate_keys` (the last value is kept).
     `decode_batch(b"[...]")` must raise on invalid input. After iteration, `metadata` holds the
     other top-level keys, `truncated_tail` the bytes of an incomplete ending, `finished` says
     whether the closing brace was seen and `oversized` whether a single value was larger than
@@ -273,6 +275,10 @@ class ChromeTraceReader:
         self.metadata: dict[str, Any] = {}
         self.bad_metadata: list[str] = []
         self.saw_events = False
+        #: `traceEvents` arrays met (a duplicated key is read too, not dropped)
+        self.events_arrays = 0
+        #: other top-level keys given more than once (the last value is kept)
+        self.duplicate_keys: list[str] = []
         self.events_closed = False
         self.finished = False
         self.oversized = False
@@ -386,9 +392,10 @@ class ChromeTraceReader:
                 continue
             if buf[colon] != 0x3A:
                 raise ChromeFormatError("malformed key at the top level of the JSON object")
-            if (buf[value_start] == 0x5B and buf[start:key_end] == b'"traceEvents"'
-                    and not self.saw_events):
+            if buf[value_start] == 0x5B and buf[start:key_end] == b'"traceEvents"':
                 self.saw_events = True
+                self.events_arrays += 1
+                self.events_closed = False
                 self.pos = value_start + 1
                 return "events"
             end, deepest = self._scan(buf, value_start)
@@ -404,6 +411,8 @@ class ChromeTraceReader:
                 key = msgspec.json.decode(buf[start:key_end])
             except (msgspec.DecodeError, RecursionError) as exc:
                 raise ChromeFormatError(f"malformed top-level key ({exc})") from exc
+            if key in self.metadata or key in self.bad_metadata:
+                self.duplicate_keys.append(str(key))
             if deepest > self.max_depth:
                 self.bad_metadata.append(str(key))
             else:

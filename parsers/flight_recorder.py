@@ -99,6 +99,12 @@ def rank_from_name(path: str | os.PathLike[str]) -> int | None:
 
 def load_dump(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> tuple[Any, str]:
     """The decoded dump (gunzipped when needed) and its encoding, "pickle" or "json"."""
+    dump, encoding, _ = _load_dump(path, max_bytes=max_bytes)
+    return dump, encoding
+
+
+def _load_dump(path: str | os.PathLike[str], *, max_bytes: int) -> tuple[Any, str, list[str]]:
+    """`load_dump` and the warnings about keys a JSON dump gives more than once."""
     where = os.fspath(path)
     buf = bytearray()
     try:
@@ -119,19 +125,71 @@ def load_dump(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES) -> tu
     if not data.strip():
         raise InputError(where, "empty file")
     if data[0] == 0x80:
-        return _unpickle.loads(data, path=where, max_bytes=max_bytes), "pickle"
+        return _unpickle.loads(data, path=where, max_bytes=max_bytes), "pickle", []
     text = data.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         if json_depth(text) > MAX_DEPTH:
             raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
+        dups = _DuplicateKeys()
         try:
-            return json.loads(text), "json"
+            doc = json.loads(text, object_pairs_hook=dups.hook)
+            return dups.merged(doc), "json", dups.warnings()
         except RecursionError as exc:
             raise InputError(where, "JSON nested too deeply") from exc
         except ValueError as exc:
             what = "truncated" if _looks_truncated(exc, len(text)) else "corrupt"
             raise InputError(where, f"{what} JSON ({exc})") from exc
-    return _unpickle.loads(data, path=where, max_bytes=max_bytes), "pickle"
+    return _unpickle.loads(data, path=where, max_bytes=max_bytes), "pickle", []
+
+
+class _DuplicateKeys:
+    """Keys a JSON object gives more than once (json keeps the last silently): the top level's
+    `entries` arrays are all read (concatenated), every other repeat is named in a warning."""
+
+    def __init__(self) -> None:
+        self.objects = 0
+        self.names: Counter[str] = Counter()
+        self.top: list[str] = []
+        self.arrays = 0
+        self._last: list[tuple[str, Any]] = []
+
+    def hook(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            self.objects += 1
+            self.names.update(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        self._last = pairs
+        return obj
+
+    def merged(self, doc: Any) -> Any:
+        """`doc` with the top level's repeated `entries` arrays joined; the top level's repeats
+        are then told apart from the entries' own."""
+        if not isinstance(doc, dict) or len(doc) == len(self._last):
+            return doc
+        self.objects -= 1
+        counts = Counter(k for k, _ in self._last)
+        for k, n in counts.items():
+            if n > 1:
+                self.names[k] -= 1
+        self.names = +self.names
+        arrays = [v for k, v in self._last if k == "entries"]
+        if len(arrays) > 1 and all(isinstance(a, list) for a in arrays):
+            self.arrays = len(arrays)
+            doc["entries"] = [e for a in arrays for e in a]
+        self.top = sorted(k for k, n in counts.items() if n > 1 and not (k == "entries" and self.arrays))
+        return doc
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.arrays:
+            out.append(f"{self.arrays} entries arrays (a duplicated key): the entries of all were read")
+        if self.top:
+            out.append(f"top-level keys given more than once, the last value kept: {self.top[:5]}")
+        if self.objects > 0:
+            what = "object" if self.objects == 1 else "objects"
+            out.append(f"{self.objects} {what} with keys given more than once, the last value kept "
+                       f"({sorted(self.names)[:5]})")
+        return out
 
 
 def _looks_truncated(exc: ValueError, n: int) -> bool:
@@ -143,7 +201,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
           max_bytes: int = MAX_BYTES) -> FlightRecorderResult:
     """Parse one Flight Recorder dump into `sink`; raise InputError when it cannot be used."""
     where = os.fspath(path)
-    dump, encoding = load_dump(where, max_bytes=max_bytes)
+    dump, encoding, warnings = _load_dump(where, max_bytes=max_bytes)
     if isinstance(dump, list):
         meta: dict[str, Any] = {}
         entries: Any = dump
@@ -167,7 +225,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                                 "number; pass --rank")
     if checked_int(r, "rank") is None:
         raise InputError(where, f"rank {r} out of range (0..{MAX_WORLD_SIZE - 1})")
-    return _Builder(where, sink, r, meta, encoding).run(entries)
+    builder = _Builder(where, sink, r, meta, encoding)
+    builder.stats.warnings.extend(warnings)
+    return builder.run(entries)
 
 
 # --------------------------------------------------------------------------------------------

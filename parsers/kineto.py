@@ -689,6 +689,12 @@ def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
         if stream.corrupt or stream.truncated_gzip or not reader.finished:
             raise InputError(path, "truncated or corrupt before any trace event")
         raise InputError(path, "not a Kineto trace: no traceEvents array")
+    if reader.events_arrays > 1:
+        stats.warnings.append(f"{reader.events_arrays} traceEvents arrays (a duplicated key): the events of all "
+                              "were read")
+    if reader.duplicate_keys:
+        stats.warnings.append(f"top-level keys given more than once, the last value kept: "
+                              f"{sorted(set(reader.duplicate_keys))[:5]}")
     if reader.bad_metadata:
         stats.warnings.append(f"undecodable top-level keys skipped: {sorted(reader.bad_metadata)[:5]}")
     cut = not reader.finished

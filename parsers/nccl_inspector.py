@@ -31,8 +31,8 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._limits import checked_int
-from tracekit.parsers._lines import LineSource, line_batches
+from tracekit.parsers._limits import MAX_WORLD_SIZE, checked_int, in_range, out_of_range
+from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_inspector"
@@ -62,8 +62,20 @@ def _norm_id(v: Any) -> str | None:
     return f"0x{n & (2**64 - 1):016x}"
 
 
-def _int(v: Any) -> int | None:
-    return checked_int(v, "id")
+def _int(v: Any, kind: str = "id") -> int | None:
+    return checked_int(v, kind)
+
+
+def _world(v: Any) -> int | None:
+    """A communicator size in 1..MAX_WORLD_SIZE (structures are sized by it), else None."""
+    n = checked_int(v, "count")
+    return n if n is not None and 1 <= n <= MAX_WORLD_SIZE else None
+
+
+def _us_as_ns(v: Any, kind: str = "time_ns") -> int | None:
+    """A time (or duration) in µs as ns, None when it or its ns value is out of range."""
+    us = checked_int(v, kind)
+    return us * 1000 if us is not None and in_range(us * 1000, kind) else None
 
 
 def _float(v: Any) -> float | None:
@@ -96,8 +108,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 records.append((lineno, obj))
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
-    if info.truncated_gzip:
-        stats.warnings.append("truncated gzip stream: read up to the cut")
+    account(info, stats)
     if not records:
         raise InputError(where, "no NCCL Inspector records (header + coll_perf/p2p_perf)")
     return _Builder(where, sink, stats).run(records)
@@ -116,9 +127,9 @@ class _Builder:
             gid = _norm_id(h.get("id"))
             if gid is None:
                 continue
-            c = comms.setdefault(gid, {"ranks": set(), "n_ranks": _int(h.get("n_ranks")), "name": h.get("comm_name"),
-                                       "nnodes": _int(h.get("nnodes"))})
-            r = _int(h.get("rank"))
+            c = comms.setdefault(gid, {"ranks": set(), "n_ranks": _world(h.get("n_ranks")), "name": h.get("comm_name"),
+                                       "nnodes": _int(h.get("nnodes"), "count")})
+            r = _int(h.get("rank"), "rank")
             if r is not None:
                 c["ranks"].add(r)
             host = host or meta.get("hostname")
@@ -135,7 +146,10 @@ class _Builder:
         for lineno, obj in records:
             h = obj["header"]
             gid = _norm_id(h.get("id"))
-            local = _int(h.get("rank"))
+            local = _int(h.get("rank"), "rank")
+            if gid is not None and local is None and h.get("rank") is not None:
+                stats.skip(out_of_range("rank"))
+                continue
             if gid is None or local is None:
                 stats.skip("record without communicator id or rank")
                 continue
@@ -151,22 +165,21 @@ class _Builder:
             pre = "p2p" if is_p2p else "coll"
             name = str(perf.get(pre) or "")
             op = _OPS.get(name, "other")
-            size = _int(perf.get(f"{pre}_msg_size_bytes"))
-            nranks = _int(h.get("n_ranks"))
+            size = _int(perf.get(f"{pre}_msg_size_bytes"), "size")
+            nranks = _world(h.get("n_ranks"))
             in_b, out_b = _nccl.bytes_of(op, size, 1, nranks)
             trace = perf.get("event_trace_ts") if isinstance(perf.get("event_trace_ts"), dict) else {}
-            start = _int(trace.get(f"{pre}_start_ts"))
+            start = _us_as_ns(trace.get(f"{pre}_start_ts"))
             kernels = trace.get("kernel_events") if isinstance(trace.get("kernel_events"), list) else []
-            k_starts = [t for k in kernels if isinstance(k, dict) and (t := _int(k.get("kernel_start_ts")))]
-            ts_us = min(k_starts) if k_starts else start
-            exec_us = _int(perf.get(f"{pre}_exec_time_us"))
+            k_starts = [t for k in kernels if isinstance(k, dict) and (t := _us_as_ns(k.get("kernel_start_ts")))]
+            ts_ns = min(k_starts) if k_starts else start
+            exec_ns = _us_as_ns(perf.get(f"{pre}_exec_time_us"), "duration_ns")
             key = (gid, is_p2p)
-            peer_local = _int(perf.get("p2p_peer")) if is_p2p else None
+            peer_local = _int(perf.get("p2p_peer"), "rank") if is_p2p else None
             rows.append({
                 "rank": g_rank, "group": gid, "seq": ordinal[key], "op": op, "in_bytes": in_b, "out_bytes": out_b,
                 "nranks": nranks, "peer": peer_local if gid == world else None, "peer_local": peer_local,
-                "ts_ns": ts_us * 1000 if ts_us is not None else None,
-                "dur_ns": exec_us * 1000 if exec_us is not None else None, "state": "completed",
+                "ts_ns": ts_ns, "dur_ns": exec_ns, "state": "completed",
                 "source": FORMAT, "seq_explicit": False, "name": name or None, "comm_rank": local,
                 "coll_sn": _int(perf.get(f"{pre}_sn")), "timing_source": perf.get(f"{pre}_timing_source"),
                 "algbw_gbs": _float(perf.get(f"{pre}_algobw_gbs")), "busbw_gbs": _float(perf.get(f"{pre}_busbw_gbs")),

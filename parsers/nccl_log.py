@@ -48,8 +48,8 @@ import pyarrow.ipc as ipc
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, out_of_range
-from tracekit.parsers._lines import LineSource, line_batches, strip_ansi
+from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, in_range, out_of_range
+from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -216,10 +216,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
             builder.lines(batch)
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
-    if info.truncated_gzip:
-        builder.stats.warnings.append("truncated gzip stream: read up to the cut")
-    if info.corrupt:
-        builder.stats.warnings.append(f"{info.corrupt}: read up to the damage")
+    account(info, builder.stats)
     return builder.finish()
 
 
@@ -1226,8 +1223,9 @@ class _Builder:
             if g is None or c.rank is None:
                 continue
             proc = self.procs.get((c.host, c.pid))
+            device = c.cuda_dev if c.cuda_dev is not None and in_range(c.cuda_dev, "int32") else None
             row = rows.setdefault(g, {
-                "rank": g, "world_size": world_size, "host": c.host, "pid": c.pid, "local_device": c.cuda_dev,
+                "rank": g, "world_size": world_size, "host": c.host, "pid": c.pid, "local_device": device,
                 "source_file": self.where, "source_format": FORMAT, "backend": "nccl",
                 "nccl_version": (proc.version if proc else None) or self.bare_version, "bus_id": None,
                 "nvml_device": None, "local_rank": None, "n_nodes": None, "net": proc.network if proc else None,

@@ -31,7 +31,8 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._lines import LineSource, line_batches
+from tracekit.parsers._limits import checked_int, out_of_range
+from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 FORMAT = "nccl_profiler"
@@ -124,6 +125,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                     stats.skip(f"{str(cat or 'other').lower()} event")
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+    account(info, stats)
     if open_ops:
         stats.warnings.append(f"{len(open_ops)} operations begun but not ended (file cut short): kept without "
                               "an end")
@@ -145,7 +147,13 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
     out = []
     for op in ops:
         a = op["args"]
-        rank = a.get("Rank") if isinstance(a.get("Rank"), int) else (int(name_rank.group(2)) if name_rank else None)
+        rank = checked_int(a.get("Rank") if isinstance(a.get("Rank"), int) else (
+            name_rank.group(2) if name_rank else None), "rank")
+        if rank is None and (isinstance(a.get("Rank"), int) or name_rank):
+            stats.read -= op["lines"]
+            stats.stored -= op["lines"]
+            stats.skip(out_of_range("rank"), op["lines"])
+            continue
         comm = a.get("CommHash")
         if comm is None and name_rank:
             comm = int(name_rank.group(1))
@@ -157,7 +165,7 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
         fname = str(op["name"] or "")
         kind = _nccl.op_of(fname)
         dname, width = _nccl.datatype(a.get("Datatype"))
-        count = a.get("Count") if isinstance(a.get("Count"), int) else None
+        count = checked_int(a.get("Count"), "size") if isinstance(a.get("Count"), int) else None
         in_b, out_b = _nccl.bytes_of(kind, count, width, None)
         # nranks is not in the trace: a per-rank count says nothing of the whole buffer
         times_in, times_out = _nccl.TIMES_NRANKS.get(kind, (False, False))
@@ -166,7 +174,7 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
         out.append({
             "rank": rank, "group": group, "seq": seq, "op": kind, "dtype": dname,
             "in_bytes": None if times_in else in_b, "out_bytes": None if times_out else out_b,
-            "peer_local": a.get("Peer") if op["cat"] == "P2P" else None,
+            "peer_local": checked_int(a.get("Peer"), "rank") if op["cat"] == "P2P" else None,
             "dur_ns": max(op["gpu"]) if op["gpu"] else None, "state": "completed" if op.get("end_ts") is not None
             else "started", "algo": a.get("Algorithm"), "proto": a.get("Protocol"), "source": FORMAT,
             "seq_explicit": op["cat"] == "COLL", "name": fname or None, "comm_rank": rank,

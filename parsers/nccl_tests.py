@@ -37,7 +37,7 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers._limits import checked_int, out_of_range
-from tracekit.parsers._lines import LineSource, line_batches, strip_ansi, text
+from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
 from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -489,7 +489,7 @@ def _parse_text(where: str, sink: SourceSink) -> NcclTestsResult:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
     rows = reader.close()
     stats.warnings.extend(reader.warnings)
-    _warn_stream(stats, info)
+    account(info, stats)
     if not rows:
         raise InputError(where, "no nccl-tests result rows")
     return _finish(where, sink, stats, rows)
@@ -504,13 +504,6 @@ def _count(stats: SourceStats, outcome: str | None) -> None:
         stats.skip("not nccl-tests output")
     else:
         stats.skip(outcome)
-
-
-def _warn_stream(stats: SourceStats, info: LineSource) -> None:
-    if info.truncated_gzip:
-        stats.warnings.append("truncated gzip stream: read up to the cut")
-    if info.corrupt:
-        stats.warnings.append(f"{info.corrupt}: read up to the damage")
 
 
 def _finish(where: str, sink: SourceSink, stats: SourceStats, rows: list[dict[str, Any]]) -> NcclTestsResult:

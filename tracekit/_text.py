@@ -17,6 +17,19 @@ def term(text: object) -> str:
     return _CONTROL.sub(_escape, s)
 
 
+#: Everything `term` escapes, and the characters that end or move within a line: newline, tab,
+#: carriage return and the Unicode line and paragraph separators.
+_LINE_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: object) -> str:
+    """`text` safe as one line of text output (a table cell, a finding, a `name: value` line):
+    like `term`, and newlines, tabs and line separators are shown escaped too (`\\x0a`), so a
+    name from a trace can neither start a line of its own nor break a table's columns."""
+    s = text if isinstance(text, str) else str(text)
+    return _LINE_CONTROL.sub(_escape, s)
+
+
 def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"

@@ -13,7 +13,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -94,6 +94,35 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[str], Any])
     with _staged(path) as (_, tmp):
         write(tmp)
     return path
+
+
+def atomic_write_all(writes: Mapping[Path, Callable[[str], Any]]) -> list[Path]:
+    """Write several files so that none is replaced unless every one was written: each goes to
+    its own exclusive temporary through `write(tmp_path)`, and the temporaries are renamed over
+    their destinations only once all are written and flushed, so a full disk at any of them
+    leaves every destination as it was (tables that must agree, such as analyze's three)."""
+    staged: list[tuple[int, str, Path]] = []
+    try:
+        for path, write in writes.items():
+            path = Path(path)
+            fd, tmp = _create(path)
+            staged.append((fd, tmp, path))
+            write(tmp)
+            _still_ours(fd, tmp)
+            os.fsync(fd)
+        for _, tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for _, tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        for fd, _, _ in staged:
+            os.close(fd)
+    for directory in {path.parent for _, _, path in staged}:
+        _fsync_dir(directory)
+    return [path for _, _, path in staged]
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8") -> Path:

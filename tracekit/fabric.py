@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracekit import schema
+from tracekit._text import one_line
 from tracekit.finding import Finding
 
 NCCL_LOG = "nccl_log"
@@ -395,7 +396,7 @@ def nccl_warnings(messages: pa.Table, *, per_rank: int = 1) -> list[Finding]:
             who = f"rank {rank}" if rank is not None else f"{m.get('host') or '?'}:{m.get('pid') or '?'}"
             more = f" ({len(rows)} in all)" if len(rows) > 1 else ""
             text = " ".join(str(m.get("message") or "").split())
-            text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)[:200]
+            text = one_line(text)[:200]
             out.append(Finding(kind="nccl_warn", severity="warning", ranks=() if rank is None else (rank,),
                                text=f"{who} logged {m.get('level')}{more}: {text}",
                                data={"ts_ns": m.get("ts_ns"), "line": m.get("line"), "host": m.get("host")}))

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tracekit._text import fmt_ranks
+from tracekit._text import fmt_ranks, one_line
 from tracekit.finding import Finding, texts
 from tracekit.results import Result, to_builtins
 
@@ -428,7 +428,7 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
 
 def _clip(text: Any, limit: int = 200) -> str:
     """One line of untrusted text, control characters escaped, cut to `limit` characters."""
-    s = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(text))
+    s = one_line(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 

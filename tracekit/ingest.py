@@ -437,7 +437,7 @@ def _prepare_out(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         marker = contained(out, out / MARKER)
         if not marker.exists():
-            marker.write_text("tracekit run directory\n")
+            atomic_write_text(marker, "tracekit run directory\n")
     except OSError as exc:
         raise os_error(exc, str(out)) from exc
 

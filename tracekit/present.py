@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracekit._text import fmt_ns
+from tracekit._text import fmt_ns, one_line
 from tracekit.results import Result
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 
 def printable(text: str) -> str:
-    """Trace strings on a terminal: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """A trace string inside one line of text output: control characters escaped."""
+    return one_line(text)
 
 
 def fmt_ms(ns: float) -> str:

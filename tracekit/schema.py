@@ -379,11 +379,20 @@ def _as_array(values: Iterable) -> pa.Array | pa.ChunkedArray:
     try:
         return pa.array(values)
     except OverflowError:  # an integer beyond int64 (a parser's unbounded number): null, counted by the sink
-        _OVERFLOWS[0] += sum(1 for v in values if type(v) is int and not -(2**63) <= v < 2**63)
-        return _as_array([None if type(v) is int and not -(2**63) <= v < 2**63 else v for v in values])
+        return pa.array([_without_overflow(v) for v in values])
     except UnicodeEncodeError:  # lone surrogates (from JSON "\ud800" escapes): not valid UTF-8
         return pa.array([v.encode("utf-8", "replace").decode("utf-8") if isinstance(v, str) else v
                          for v in values])
+
+
+def _without_overflow(v: object) -> object:
+    """`v` with every integer beyond int64 made null (and counted), inside lists too."""
+    if type(v) is int and not -(2**63) <= v < 2**63:
+        _OVERFLOWS[0] += 1
+        return None
+    if isinstance(v, list):
+        return [_without_overflow(x) for x in v]
+    return v
 
 
 def validate(name: str, table: pa.Table) -> list[str]:

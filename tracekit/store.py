@@ -46,7 +46,7 @@ import pyarrow.compute
 import pyarrow.parquet as pq
 
 from tracekit import schema
-from tracekit.atomic import atomic_write_with
+from tracekit.atomic import atomic_write_all, atomic_write_with
 from tracekit.errors import TracekitError
 from tracekit.manifest import check_manifest
 
@@ -361,9 +361,24 @@ def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
     return {"compression": "zstd", "use_dictionary": text, "write_statistics": stats}
 
 
+def _to_parquet(table: pa.Table, tmp: str | Path) -> None:
+    """How a small table is written, to the temporary file of an atomic writer."""
+    pq.write_table(table, tmp, row_group_size=max(1, table.num_rows), **parquet_options(table.schema))  # atomic tmp
+
+
 def write_parquet(table: pa.Table, path: Path, run_dir: Path | None = None) -> Path:
-    return atomic_write(path, lambda t: pq.write_table(table, t, row_group_size=max(1, table.num_rows),
-                                                       **parquet_options(table.schema)), run_dir)
+    return atomic_write(path, lambda t: _to_parquet(table, t), run_dir)
+
+
+def write_parquet_all(tables: Mapping[Path, pa.Table], run_dir: Path) -> list[Path]:
+    """Several tables written together (`atomic_write_all`): all are replaced, or none."""
+    for path in tables:
+        contained(run_dir, path.parent)
+    writes = {path: (lambda t, table=table: _to_parquet(table, t)) for path, table in tables.items()}
+    try:
+        return atomic_write_all(writes)
+    except OSError as exc:
+        raise os_error(exc, ", ".join(str(p) for p in tables)) from exc
 
 
 class RunLock:
@@ -702,7 +717,7 @@ class Run:
             recover(self.path)
             self._staged = False
             self.check_generation()
-            return [write_parquet(t, self.path / f"{name}.parquet", self.path) for name, t in conformed.items()]
+            return write_parquet_all({self.path / f"{name}.parquet": t for name, t in conformed.items()}, self.path)
 
         return self.save(", ".join(f"{name}.parquet" for name in conformed), write) or []
 

@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from tracekit import __version__, schema
+from tracekit.atomic import atomic_write_bytes, atomic_write_text
 from tracekit.errors import TracekitError
 from tracekit.parsers._kineto_calls import kernel_algo
 from tracekit.store import Run, RunLock, SourceSink, commit
@@ -956,7 +957,7 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
         commit(out, {name: schema.conform(name, t) for name, t in tables.items() if name != "events"}, manifest)
     run = Run(out)
     if truth is not None:
-        (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+        atomic_write_text(out / "truth.json", json.dumps(truth, indent=1, sort_keys=True))
     return run
 
 
@@ -1096,6 +1097,6 @@ def write_kineto(tables: dict[str, pa.Table], out: str | Path, *, gzip: bool = T
         }
         payload = json.dumps(doc).encode()
         path = out / f"rank{r}.pt.trace.json{'.gz' if gzip else ''}"
-        path.write_bytes(gz.compress(payload, compresslevel=5, mtime=0) if gzip else payload)
+        atomic_write_bytes(path, gz.compress(payload, compresslevel=5, mtime=0) if gzip else payload)
         paths.append(path)
     return paths

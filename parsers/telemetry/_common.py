@@ -152,16 +152,25 @@ class CounterBuffer:
 
 
 def read_bytes(path: str | os.PathLike[str], stats: SourceStats | None = None, *,
-               max_bytes: int = MAX_BYTES) -> bytes:
-    """The whole (gunzipped) file; a truncated gzip is salvaged with a warning."""
+               max_bytes: int = MAX_BYTES, max_line_bytes: int | None = None) -> bytes:
+    """The whole (gunzipped) file; a truncated gzip is salvaged with a warning. A line-oriented
+    format passes `max_line_bytes`: a line longer than that (a file with no newline) is refused
+    as soon as it is seen, not after the whole file is in memory."""
     where = os.fspath(path)
     buf = bytearray()
+    line = 0  # bytes since the last newline
     try:
         with ByteStream(where) as stream:
             for chunk in stream.chunks():
                 buf += chunk
                 if len(buf) > max_bytes:
                     raise InputError(where, f"larger than the {max_bytes}-byte limit")
+                if max_line_bytes is not None:
+                    nl = chunk.rfind(b"\n")
+                    line = line + len(chunk) if nl < 0 else len(chunk) - nl - 1
+                    if line > max_line_bytes:
+                        raise InputError(where, f"a line longer than {max_line_bytes:,} bytes (no newline after "
+                                                f"byte {len(buf) - line:,}): not a line-oriented text file")
             if stream.corrupt:
                 raise InputError(where, stream.corrupt)
             if stream.truncated_gzip and stats is not None:

@@ -30,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers.telemetry._common import decode_text, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -100,7 +101,7 @@ class _Fabric:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    text = decode_text(read_bytes(where, stats), where)
+    text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
     fabric = _Fabric()
     lines = text.splitlines()
     if any(_T_NODE.match(ln.strip()) for ln in lines[:4000]):

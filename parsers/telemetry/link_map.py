@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_DEPTH, json_depth
+from tracekit.parsers import _yaml
+from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers.telemetry._common import decode_text, normal_port, port_owner, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -48,14 +49,6 @@ def _csv_header(line: str) -> list[str] | None:
     return cols if set(cols) <= _FIELDS else None
 
 
-#: libyaml's safe loader when present: the pure-Python one takes tens of seconds on a few MB.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _max_indent(text: str) -> int:
-    return max((len(m.group()) for m in re.finditer(r"(?m)^[ \t]+", text)), default=0)
-
-
 def sniff(head: bytes) -> bool:
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     first_line = next((ln for ln in text.split(b"\n") if ln.strip() and not ln.startswith(b"#")), b"")
@@ -67,7 +60,7 @@ def sniff(head: bytes) -> bool:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    text = decode_text(read_bytes(where, stats), where)
+    text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
     rows = _rows(text, where)
     links: dict[str, dict[str, Any]] = {}
     nodes: dict[str, str | None] = {}
@@ -134,11 +127,10 @@ def _rows(text: str, where: str) -> list[dict[str, Any]]:
             return [{k: (v.strip() if isinstance(v, str) else v) for k, v in r.items() if k} for r in reader]
         except csv.Error as exc:
             raise InputError(where, f"malformed CSV link map ({exc})") from exc
-    # libyaml recurses (and can crash) on deeply nested input: refuse it first, in linear time
-    if json_depth(text) > MAX_DEPTH or _max_indent(text) > 8 * MAX_DEPTH:
-        raise InputError(where, f"YAML nested deeper than {MAX_DEPTH} levels")
     try:
-        doc = yaml.load(text, Loader=_YAML_LOADER)
+        doc = _yaml.load(text)
+    except _yaml.YAMLBudgetError as exc:
+        raise InputError(where, str(exc)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

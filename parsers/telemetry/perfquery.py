@@ -19,7 +19,7 @@ import os
 import re
 
 from tracekit.errors import InputError
-from tracekit.parsers._limits import checked_int, out_of_range
+from tracekit.parsers._limits import MAX_LINE_BYTES, checked_int, out_of_range
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -65,7 +65,7 @@ def spec_for(field: str, extended: bool) -> MetricSpec | None:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    text = decode_text(read_bytes(where, stats), where)
+    text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
     buf = CounterBuffer(sink, FORMAT, stats)
     ts: int | None = None
     block: tuple[str, str, bool] | None = None

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit.errors import InputError
+from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.telemetry import _kernels, families
 from tracekit.parsers.telemetry._common import SATURATION_CEILINGS, TS_MAX, TS_MIN, CounterBuffer
@@ -88,6 +89,8 @@ def _blocks(where: str, stats: SourceStats):
                         pending, size = [data[cut:]], len(data) - cut
                     else:
                         pending, size = [data], len(data)
+                    if size > MAX_LINE_BYTES:
+                        raise InputError(where, _too_long(size))
             if stream.corrupt:
                 raise InputError(where, stream.corrupt)
             if stream.truncated_gzip:
@@ -97,6 +100,11 @@ def _blocks(where: str, stats: SourceStats):
                 yield np.frombuffer(tail, np.uint8)
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+
+
+def _too_long(seen: int) -> str:
+    return (f"no newline in {seen:,} bytes, a line longer than the {MAX_LINE_BYTES:,}-byte limit: "
+            "not Prometheus text")
 
 
 def _plain_blocks(where: str):
@@ -117,6 +125,8 @@ def _plain_blocks(where: str):
                     return
                 cut = buf.rfind(b"\n", 0, filled) + 1 if got else filled
                 if cut == 0:
+                    if filled > MAX_LINE_BYTES:
+                        raise InputError(where, _too_long(filled))
                     bigger = bytearray(2 * len(buf))
                     bigger[:filled] = buf[:filled]
                     buf, view = bigger, memoryview(bigger)

@@ -18,7 +18,7 @@ import os
 import re
 
 from tracekit.errors import InputError
-from tracekit.parsers._limits import out_of_range
+from tracekit.parsers._limits import MAX_LINE_BYTES, out_of_range
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -56,7 +56,7 @@ def sniff(head: bytes) -> bool:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    text = decode_text(read_bytes(where, stats), where)
+    text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
     ts: int | None = None
     rows: list[tuple] = []
     for raw in text.splitlines():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tracekit._text import term
+from tracekit._text import one_line, term
 from tracekit.cli import main
 
 GLOO = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo_moe_8rank"
@@ -77,3 +77,44 @@ def test_error_messages_are_escaped(tmp_path: Path) -> None:
     assert res.exit_code == 1
     _assert_clean(res.stderr, "error")
     assert "\\x1b]0;pwned\\x07" in res.stderr
+
+
+LINE_BREAKS = "\nINJECTED line\tcell\r\u2028"
+
+
+@pytest.fixture(scope="module")
+def newline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gloo sample with line breaks and tabs in host, group and event names (issue 22)."""
+    tmp = tmp_path_factory.mktemp("nl")
+    src = tmp / "in"
+    src.mkdir()
+    for f in sorted(GLOO.glob("rank*.pt.trace.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        for g in doc["distributedInfo"]["pg_config"]:
+            g["pg_desc"] += LINE_BREAKS
+            g["pg_name"] += LINE_BREAKS
+        doc["hostname"] = doc["host_name"] = "node" + LINE_BREAKS
+        for e in doc["traceEvents"]:
+            if str(e.get("name", "")).startswith("nccl:"):
+                e["name"] += LINE_BREAKS
+        (src / f.name.replace(".gz", "")).write_text(json.dumps(doc))
+    run = tmp / "run"
+    res = CliRunner().invoke(main, ["ingest", str(src), "-o", str(run)])
+    assert res.exit_code in (0, 2), res.output
+    return run
+
+
+def test_one_line_escapes_line_breaks_and_tabs() -> None:
+    assert one_line("a\nb\tc\r\u2028d\x1b") == "a\\x0ab\\x09c\\x0d\\u2028d\\x1b"
+    assert one_line("é ✓ plain") == "é ✓ plain"
+
+
+@pytest.mark.parametrize("args", [["info"], ["analyze"], ["hang"]])
+def test_names_with_line_breaks_stay_on_their_line(newline_run: Path, args: list[str]) -> None:
+    """Tables, findings and `name: value` lines: a name can neither start a line nor split a cell."""
+    res = CliRunner().invoke(main, [*args, str(newline_run)])
+    assert res.exit_code == 0, res.output
+    out = res.stdout + res.stderr
+    assert not re.search(r"(?m)^\W*INJECTED", out), out[:3000]
+    assert "\t" not in out and "\u2028" not in out
+    _assert_clean(out, args[0])

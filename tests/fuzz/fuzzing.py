@@ -35,6 +35,7 @@ import math
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import sys
@@ -614,8 +615,10 @@ def _check_memory(sink: MemorySink) -> str | None:
 
 
 def run_case(fmt: str, module: Any, case: bytes, gz: bool, work: Path, *, timeout: float = 20.0,
-             check_tables: bool = True, name: str = "rank_3", memory: bool = True) -> Outcome:
-    """Parse one case with the library; classify the outcome."""
+             check_tables: bool = True, name: str = "rank_3", memory: bool = True,
+             on_stats: Callable[[dict[str, Any]], Any] | None = None) -> Outcome:
+    """Parse one case with the library; classify the outcome (`on_stats` gets {"stats": ...}
+    when the parse returned)."""
     from tracekit.errors import TracekitError
     from tracekit.store import SourceSink
 
@@ -652,6 +655,8 @@ def run_case(fmt: str, module: Any, case: bytes, gz: bool, work: Path, *, timeou
             raise
         return Outcome("crash", "".join(traceback.format_exception(exc))[-3000:], _signature(exc))
     st = res.stats
+    if on_stats is not None:
+        on_stats({"stats": st})
     if st.read != st.stored + sum(st.skipped.values()) or st.stored < 0:
         return Outcome("crash", f"accounting: {st.to_dict()}", "accounting")
     if check_tables:
@@ -691,6 +696,9 @@ def run_cli(case: bytes, gz: bool, work: Path, *, name: str = "rank_3") -> Outco
             return Outcome("crash", f"cli {args[0]}: {tb[-3000:]}", f"cli_{args[0]}:" + _signature(exc))
         if "Traceback" in res.output:
             return Outcome("crash", f"cli {args[0]} printed a traceback", f"cli_{args[0]}:traceback")
+        bad = check_text_output(res.output)
+        if bad:
+            return Outcome("crash", f"cli {args[0]}: {bad}: {res.output[:2000]!r}", f"cli_{args[0]}:text_output")
         if args[0] == "ingest" and res.exit_code not in (0, 1, 2):
             return Outcome("crash", f"cli ingest exit {res.exit_code}", "cli_exit")
         if res.exit_code != 0:
@@ -734,3 +742,312 @@ def env_int(name: str, default: int) -> int:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
+
+
+# -- the hostile classes of issue 22 ---------------------------------------------------------
+#
+# Each class mutator makes one case of its class from a seed (None when the class does not apply
+# to the seed's encoding) and says what must hold beyond the ordinary oracles: `expect(stats)`
+# returns what went wrong, or None. `run_class_case` runs one; `run_run_case` attacks a run
+# directory instead of a file.
+
+INJECTED = "\nINJECTED line\t\x1b[2J\r\u2028"
+#: Line-oriented formats: a line over the bound is a counted skip (or a clean error), never read.
+LINE_FORMATS = {"nccl_log", "nccl_tests", "nccl_inspector", "nccl_profiler"}
+TEXT_TELEMETRY = {"ibnetdiscover", "perfquery", "sysfs_ib", "link_map", "prometheus"}
+#: The line bound while a long-line case runs: small, so a case of a few MB crosses it.
+FUZZ_LINE_BOUND = 64 << 10
+#: Each parser's own array of records, read whole when its key is given twice.
+RECORD_KEYS = {"kineto": "traceEvents", "flight_recorder": "entries"}
+HUGE_TEXT = [b"1e30", b"-1e30", b"9223372036854775807.5", b"123456789012345678901234567890.25",
+             b"18446744073709551616", b"1.8e19", b"-9.3e18", b"4294967296", b"2147483648"]
+
+
+@dataclass
+class ClassCase:
+    data: bytes
+    gz: bool
+    #: (stats, the seed's own read count) -> what is wrong (None when fine); None for no extra oracle
+    expect: Callable[[Any, int | None], str | None] | None = None
+    #: the line bound to run the case under (None: the default)
+    line_bound: int | None = None
+
+
+def _split_records(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    if seed.encoding != "json":
+        return None
+    try:
+        doc = json.loads(seed.data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not doc:
+        return None
+    key = RECORD_KEYS.get(seed.fmt)
+    lists = [k for k, v in doc.items() if isinstance(v, list) and len(v) >= 2]
+    key = key if key in lists else (rnd.choice(lists) if lists else None)
+    if key is None:  # a scalar key given twice, the two values different
+        k = rnd.choice(list(doc))
+        text = _json_encode(doc)[:-1] + b", " + json.dumps(k).encode() + b": " + _json_encode(rnd.choice(HUGE + ODD))
+        return ClassCase(text + b"}", seed.gz)
+    items = doc.pop(key)
+    cut = rnd.randrange(1, len(items))
+    parts = [items[:cut], items[cut:]] if rnd.random() < 0.7 else [items[:cut], items[cut:], []]
+    body = _json_encode(doc)[:-1] if doc else b"{"
+    sep = b", " if doc else b""
+    text = body + sep + b", ".join(json.dumps(key).encode() + b": " + _json_encode(p) for p in parts) + b"}"
+    if seed.fmt in RECORD_KEYS and key == RECORD_KEYS[seed.fmt]:
+        def expect(stats: Any, seed_read: int | None, key: str = key, n: int = len(parts)) -> str | None:
+            if seed_read is None or stats.read == seed_read:
+                return None
+            return f"{key} given {n} times: read {stats.read} records, the seed whole {seed_read}"
+
+        return ClassCase(text, seed.gz, expect)
+    return ClassCase(text, seed.gz)
+
+
+def _laughs(levels: int, fanout: int) -> str:
+    rows = [f"l0: &l0 [{', '.join(['lol'] * fanout)}]"]
+    rows += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fanout)}]" for i in range(1, levels)]
+    return "\n".join(rows) + "\n"
+
+
+def _alias_graph(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    text = seed.data.decode("utf-8", "replace")
+    if "links:" not in text:
+        return None
+    kind = rnd.randrange(3)
+    if kind == 0:  # billion laughs, the bomb used as a field
+        levels = rnd.choice([6, 8, 9, 10])
+        head = _laughs(levels, 9)
+        body = re.sub(r"device: [^,}\n]+", f"device: *l{levels - 1}", text, count=1)
+    elif kind == 1:  # a recursive alias
+        head = "loop: &loop [1, *loop]\n"
+        body = re.sub(r"port: [^,}\n]+", "port: *loop", text, count=1)
+    else:  # depth through aliases
+        n = rnd.choice([100, 1000, 5000])
+        head = "a0: &a0 [1]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, n))
+        body = re.sub(r"gbps: [^,}\n]+", f"gbps: *a{n - 1}", text, count=1)
+    return ClassCase((head + body).encode(), seed.gz)
+
+
+def _long_line(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    size = rnd.choice([FUZZ_LINE_BOUND + 1, 4 * FUZZ_LINE_BOUND, MAX_CASE - len(seed.data) - 1])
+    filler = rnd.choice([b"x", b"NCCL INFO ", b'{"a": ', b"9", b"\t"]) * size
+    filler = filler[:max(size, FUZZ_LINE_BOUND + 1)]
+    lines = seed.data.split(b"\n")
+    at = rnd.randrange(len(lines) + 1)
+    data = b"\n".join([*lines[:at], filler, *lines[at:]]) if rnd.random() < 0.7 else seed.data.rstrip(b"\n") + filler
+    expect = None
+    if seed.fmt in LINE_FORMATS and not (seed.fmt == "nccl_tests" and seed.encoding == "json"):  # -J: one JSON
+        def expect(stats: Any, seed_read: int | None) -> str | None:
+            return None if stats.skipped.get("line_too_long") else "a line over the bound was not counted"
+    return ClassCase(data, seed.gz, expect, line_bound=FUZZ_LINE_BOUND)
+
+
+def _pickle_storm(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    if seed.encoding != "pickle":
+        return None
+    kind = rnd.randrange(4)
+    if kind == 0:  # MARK storm (well compressed when gzipped)
+        data = pickle.PROTO + b"\x04" + pickle.MARK * rnd.choice([10_000, 1_000_000, 3_000_000]) + pickle.STOP
+    elif kind in (1, 2):  # REDUCE of an allowed constructor over one memoized list, many times
+        module, name = (b"builtins", b"frozenset") if kind == 1 else (b"torch.jit._pickle", b"build_strlist")
+        strings = rnd.choice([1_000, 50_000])
+        head = pickle.PROTO + b"\x04" + pickle.MARK
+        head += pickle.SHORT_BINUNICODE + bytes([len(module)]) + module
+        head += pickle.SHORT_BINUNICODE + bytes([len(name)]) + name + pickle.STACK_GLOBAL + pickle.MEMOIZE
+        head += pickle.MARK + b"".join(pickle.SHORT_BINUNICODE + b"\x06" + f"{i:06d}".encode()
+                                       for i in range(strings))
+        head += pickle.TUPLE + pickle.TUPLE1 + pickle.MEMOIZE + pickle.POP + pickle.POP
+        data = head + (pickle.BINGET + b"\x00" + pickle.BINGET + b"\x01" + pickle.REDUCE) * rnd.choice(
+            [10, 200, 2_000]) + pickle.LIST + pickle.STOP
+    else:  # the seed's own pickle with a storm spliced in before STOP
+        body = seed.data[:-1] if seed.data.endswith(pickle.STOP) else seed.data
+        data = body + pickle.MARK * rnd.choice([1000, 200_000]) + pickle.STOP
+    return ClassCase(data[:MAX_CASE], rnd.random() < 0.5)
+
+
+def _huge_numbers(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    nums = list(re.finditer(rb"(?<![A-Za-z_])-?\d+(\.\d+)?(?![A-Za-z_])", seed.data))
+    if not nums:
+        return None
+    data = seed.data
+    for m in sorted(rnd.sample(nums, min(len(nums), rnd.choice([1, 5, 50]))), key=lambda m: -m.start()):
+        rep = rnd.choice(HUGE_TEXT)
+        if seed.encoding == "json" and rnd.random() < 0.3:
+            rep = b'"' + rep + b'"'
+        data = data[:m.start()] + rep + data[m.end():]
+    return ClassCase(data, seed.gz)
+
+
+def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    if seed.encoding == "json":
+        strings = list(re.finditer(rb'"(?:[^"\\]|\\.){1,80}"', seed.data))
+        if not strings:
+            return None
+        data = seed.data
+        esc = json.dumps(INJECTED)[1:-1].encode()
+        for m in sorted(rnd.sample(strings, min(len(strings), rnd.choice([3, 30, 300]))), key=lambda m: -m.start()):
+            data = data[:m.end() - 1] + esc + data[m.end() - 1:]
+        return ClassCase(data, seed.gz)
+    if seed.encoding == "text":
+        words = list(re.finditer(rb"[A-Za-z][\w.-]{2,}", seed.data))
+        if not words:
+            return None
+        data = seed.data
+        raw = INJECTED.replace("\n", " ").encode()  # a newline would only split the line
+        for m in sorted(rnd.sample(words, min(len(words), rnd.choice([3, 30]))), key=lambda m: -m.start()):
+            data = data[:m.end()] + raw + data[m.end():]
+        return ClassCase(data, seed.gz)
+    return None
+
+
+CLASSES: dict[str, Callable[[Seed, random.Random], ClassCase | None]] = {
+    "duplicate_keys": _split_records, "alias_graph": _alias_graph, "long_line": _long_line,
+    "pickle_storm": _pickle_storm, "huge_number": _huge_numbers, "control_chars": _control_chars,
+}
+
+
+@contextlib.contextmanager
+def line_bound(bound: int | None) -> Iterator[None]:
+    """Every line reader's bound set to `bound` for one case (the default when None)."""
+    if bound is None:
+        yield
+        return
+    from tracekit.parsers import _lines
+    from tracekit.parsers.telemetry import ibnetdiscover, link_map, perfquery, prometheus, sysfs_ib
+
+    readers = (_lines, ibnetdiscover, link_map, perfquery, prometheus, sysfs_ib)
+    mods = [m for m in readers if hasattr(m, "MAX_LINE_BYTES")]  # (absent before issue 22)
+    old = [(m, m.MAX_LINE_BYTES) for m in mods]
+    old_block = prometheus.BLOCK_BYTES
+    try:
+        for m in mods:
+            m.MAX_LINE_BYTES = bound
+        prometheus.BLOCK_BYTES = bound
+        yield
+    finally:
+        for m, v in old:
+            m.MAX_LINE_BYTES = v
+        prometheus.BLOCK_BYTES = old_block
+
+
+def case_bytes(case: ClassCase) -> bytes:
+    """The file bytes of a class case (gzipped when the case is)."""
+    return gzip.compress(case.data, compresslevel=1, mtime=0) if case.gz else case.data
+
+
+def run_class_case(fmt: str, module: Any, case: ClassCase, work: Path, *, timeout: float = 20.0,
+                   name: str = "rank_3", seed_read: int | None = None) -> Outcome:
+    """`run_case` for a class case, with the class's own oracle on the stats."""
+    seen: dict[str, Any] = {}
+    with line_bound(case.line_bound):
+        out = run_case(fmt, module, case_bytes(case), case.gz, work, timeout=timeout, name=name, on_stats=seen.update)
+    if out.kind in ("ok", "salvage") and case.expect is not None and "stats" in seen:
+        wrong = case.expect(seen["stats"], seed_read)
+        if wrong:
+            return Outcome("crash", wrong, "class:" + wrong.split(":")[0][:40])
+    return out
+
+
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def check_text_output(text: str) -> str | None:
+    """What is wrong with a command's text output: a raw control character, or a line that a
+    name from a trace started (the INJECTED marker at the start of a line)."""
+    if _RAW_CONTROL.search(text):
+        return "raw control character in the output"
+    if re.search(r"(?m)^\W*INJECTED", text):
+        return "a trace name started a line of the output"
+    return None
+
+
+RUN_COMMANDS = (("ingest",), ("analyze",), ("info",), ("hang",), ("export",), ("report",))
+
+
+def _tree(root: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = ("link", os.readlink(p)) if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+    return out
+
+
+def plant_links(run: Path, outside: Path, rnd: random.Random, n: int) -> list[str]:
+    """Replace `n` random entries of a run (files or directories, any depth, results included) by
+    links to copies outside it, or add links at names the commands write; returns them."""
+    entries = [p for p in sorted(run.rglob("*")) if not p.is_symlink()]
+    planned = [run / "results" / name for name in ("analysis.json", "replay.json", "GENERATION", "export.json")]
+    planted = []
+    for i in range(n):
+        path = rnd.choice(entries + planned)
+        if any(path == run / p or run / p in path.parents for p in planted):
+            continue
+        target = outside / f"victim{i}"
+        if path.is_dir():
+            shutil.copytree(path, target)
+            shutil.rmtree(path)
+        elif path.exists():
+            shutil.copy(path, target)
+            path.unlink()
+        else:
+            target.write_bytes(b"victim")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target if rnd.random() < 0.8 else outside / "missing")
+        planted.append(str(path.relative_to(run)))
+    return planted
+
+
+def run_run_case(base_run: Path, traces: list[str], work: Path, rnd: random.Random) -> Outcome:
+    """One received-run attack: a copy of `base_run` with links planted in it, then one command
+    (ingest merging `traces`, analyze, info, hang, export, report). Nothing outside the run may
+    change, and the command exits with a one-line error at worst."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    run, outside = work / "run", work / "outside"
+    shutil.copytree(base_run, run, symlinks=True)
+    outside.mkdir()
+    planted = plant_links(run, outside, rnd, rnd.choice([1, 1, 2, 4]))
+    (cmd,) = rnd.choice(RUN_COMMANDS)
+    args = {"ingest": ["ingest", *traces, "-o", str(run), "--jobs", "1"],
+            "export": ["export", str(run), "--chrome", str(work / "out.json")],
+            "report": ["report", str(run), "-o", str(work / "report.html")]}.get(cmd, [cmd, str(run)])
+    before = _tree(outside)
+    with deadline(300):
+        try:
+            res = CliRunner().invoke(main, args, catch_exceptions=True)
+        except Hang:
+            return Outcome("hang", f"{cmd} with links at {planted}", f"hang@run_{cmd}")
+    where = f"{cmd} with links at {planted}"
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        exc = res.exception
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return Outcome("crash", f"{where}: {tb[-3000:]}", f"run_{cmd}:" + _signature(exc))
+    if "Traceback" in res.output:
+        return Outcome("crash", f"{where}: a traceback", f"run_{cmd}:traceback")
+    if _tree(outside) != before:
+        return Outcome("crash", f"{where}: wrote outside the run", f"run_{cmd}:outside")
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("Error")]
+    if res.exit_code not in (0, 1, 2) or len(err) > 1:
+        return Outcome("crash", f"{where}: exit {res.exit_code}, {res.stderr[-500:]!r}", f"run_{cmd}:exit")
+    return Outcome("error" if res.exit_code == 1 else "ok", where)
+
+
+def make_class_case(seeds: list[Seed], rnd: random.Random, classes: list[str] | None = None,
+                    tries: int = 20) -> tuple[str, Seed, ClassCase] | None:
+    """(class, seed, case) for a class that applies to one of `seeds`, or None."""
+    names = classes or sorted(CLASSES)
+    for _ in range(tries):
+        cls, seed = rnd.choice(names), rnd.choice(seeds)
+        case = CLASSES[cls](seed, rnd)
+        if case is not None:
+            if len(case.data) > MAX_CASE:
+                case.data = case.data[:MAX_CASE]
+                case.expect = None if cls == "duplicate_keys" else case.expect
+            return cls, seed, case
+    return None

@@ -3,6 +3,7 @@ salvage, never a crash, a hang, a broken count or a time out of range (issue 14)
 
 from __future__ import annotations
 
+import gzip
 import random
 from pathlib import Path
 
@@ -106,3 +107,57 @@ def test_mutators_stay_near_the_case_limit() -> None:
     for _ in range(300):
         enc = fuzzing._json_encode(fuzzing.mutate_tree(list(tree), rnd, max_copies=fuzzing._copies(200, 3 << 16)))
         assert len(enc) <= 2 * fuzzing.MAX_CASE
+
+
+CLASS_EXAMPLES = fuzzing.env_int("TRACEKIT_FUZZ_CLASS_EXAMPLES", 12)
+
+
+@pytest.mark.parametrize("cls", sorted(fuzzing.CLASSES))
+def test_every_hostile_class_applies_to_some_parser(repo_seeds, cls: str) -> None:
+    """Each class mutator of issue 22 makes cases from the repository's own seeds (one that never
+    applies would test nothing)."""
+    rnd = random.Random(cls)
+    made = [fmt for fmt, pool in repo_seeds.items()
+            if fuzzing.make_class_case(pool, rnd, [cls], tries=40) is not None]
+    assert made, f"{cls} applies to no seed"
+
+
+@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
+def test_hostile_class_cases_never_fail(tmp_path_factory, fmt: str) -> None:
+    """A few cases of every applicable class per parser, with each class's own oracle (both
+    arrays of a duplicated key read, an over-long line counted) on top of the usual ones."""
+    pool = fuzzing.cached_seeds()[fmt]
+    reads: dict[str, int] = {}
+    work = tmp_path_factory.getbasetemp() / f"fuzz-class-{fmt}"
+    rnd = random.Random(f"class:{fmt}")
+    for _ in range(CLASS_EXAMPLES):
+        picked = fuzzing.make_class_case(pool, rnd)
+        if picked is None:
+            continue
+        cls, seed, case = picked
+        if seed.name not in reads:
+            raw = gzip.compress(seed.data, mtime=0) if seed.gz else seed.data
+            fuzzing.run_case(fmt, MODULES[fmt], raw, seed.gz, work, timeout=60, name=seed.name,
+                             on_stats=lambda d, n=seed.name: reads.__setitem__(n, d["stats"].read))
+        out = fuzzing.run_class_case(fmt, MODULES[fmt], case, work, timeout=60, name=seed.name,
+                                     seed_read=reads.get(seed.name))
+        assert out.kind in ("ok", "salvage", "error"), f"{cls}: {out.signature}\n{out.detail}"
+
+
+def test_received_run_attacks_write_nothing_outside(tmp_path: Path) -> None:
+    """Links planted at random entries of a run, then a random command (issue 22)."""
+    from tracekit.ingest import ingest
+
+    traces = sorted(str(p) for p in (fuzzing.SAMPLES / "gloo_moe_8rank").glob("rank[0-1]*.json.gz"))
+    base = tmp_path / "base"
+    ingest(traces, base, jobs=1)
+    rnd = random.Random("runs")
+    for i in range(fuzzing.env_int("TRACEKIT_FUZZ_RUN_EXAMPLES", 4)):
+        out = fuzzing.run_run_case(base, traces, tmp_path / f"w{i}", rnd)
+        assert out.kind in ("ok", "error"), f"{out.signature}\n{out.detail}"
+
+
+def test_text_output_check_finds_a_name_that_starts_a_line() -> None:
+    assert fuzzing.check_text_output("hosts 1: node\\x0aINJECTED line") is None
+    assert fuzzing.check_text_output("hosts 1: node\nINJECTED line") is not None
+    assert fuzzing.check_text_output("group \x1b[2J") is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,35 @@ def test_sysfs_counter_beyond_64_bits(tmp_path: Path, value: str) -> None:
     text = f"1700000000\n{base}:1000\n{base.replace('xmit', 'rcv')}:{value}\n1700000010\n{base}:2000\n"
     out = _run("sysfs_ib", text.encode(), tmp_path, name="sysfs.txt")
     assert out.kind == "salvage", out
+
+
+# -- found by the hostile-class mutators of issue 22 (huge numbers) ----------------------------
+
+NCCL_DATA = Path(__file__).resolve().parents[1] / "parsers" / "nccl_data"
+
+
+def test_nccl_log_cuda_device_beyond_int32(tmp_path: Path) -> None:
+    """SchemaError@schema.py:conform (ranks.local_device: cudaDev 4294967296 in an Init line)"""
+    log = fuzzing._made_nccl_log().replace(b"cudaDev 0 ", b"cudaDev 4294967296 ")
+    assert b"cudaDev 4294967296" in log
+    _run("nccl_log", log, tmp_path, name="node.log")
+
+
+def test_nccl_profiler_rank_beyond_int32(tmp_path: Path) -> None:
+    """SchemaError@schema.py:conform (collectives.rank: a profiler event's Rank of 4294967296)"""
+    src = NCCL_DATA / "nccl_profile_8796038454335958273_0.json"
+    data = re.sub(rb'"Rank": *\d+', b'"Rank": 4294967296', src.read_bytes())
+    seen: dict = {}
+    out = fuzzing.run_case("nccl_profiler", MODULES["nccl_profiler"], data, False, tmp_path / "w",
+                           name=src.name, on_stats=seen.update)
+    assert out.kind in ("ok", "salvage", "error"), f"{out.signature}\n{out.detail}"
+    if out.kind != "error":
+        assert seen["stats"].skipped.get("rank_out_of_range")
+
+
+def test_nested_integers_beyond_int64_are_null_not_a_recursion() -> None:
+    """RecursionError@schema.py:_as_array (a list column holding an integer beyond int64)"""
+    from tracekit import schema
+
+    arr = schema._as_array([[1, 2**70], None, [3]])
+    assert arr.to_pylist() == [[1, None], None, [3]]

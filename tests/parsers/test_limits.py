@@ -19,7 +19,7 @@ import pytest
 from kineto_helpers import parse_into
 
 from tracekit.errors import InputError
-from tracekit.parsers import _limits, _unpickle
+from tracekit.parsers import _limits, _unpickle, nccl_inspector
 from tracekit.parsers import flight_recorder as fr
 from tracekit.parsers._stream import ByteStream, ChromeTraceReader
 from tracekit.store import SourceSink
@@ -472,3 +472,28 @@ def test_real_sized_dump_still_loads_under_the_new_budgets() -> None:
                 "input_sizes": [[1024, 1024]], "state": "completed"} for i in range(20_000)]
     assert _unpickle.loads(pickle.dumps({"entries": entries, "version": "2.4"})) == {
         "entries": entries, "version": "2.4"}
+
+
+INSPECTOR = Path(__file__).resolve().parent / "nccl_data" / "inspector_node-a-pid4100.log"
+
+
+@pytest.mark.parametrize(("field", "value"), [("n_ranks", 2**40), ("n_ranks", 2**31), ("rank", 2**31),
+                                              ("rank", 4294967296), ("coll_exec_time_us", 2**62),
+                                              ("coll_msg_size_bytes", 10**30)])
+def test_inspector_numbers_out_of_range_never_wrap_or_allocate(tmp_path: Path, field: str, value: int) -> None:
+    """Found by the fuzzer's huge-number class (issue 22): a communicator size of 2^40 sized a rank
+    map (an OOM kill), a rank of 2^31 failed the int32 cast."""
+    import resource
+
+    lines = INSPECTOR.read_text().splitlines()
+    doc = json.loads(lines[1])
+    part = doc["header"] if field in doc["header"] else doc["coll_perf"]
+    part[field] = value
+    path = tmp_path / "inspector.log"
+    path.write_text("\n".join([lines[0], json.dumps(doc), *lines[2:]]) + "\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    st = nccl_inspector.parse(path, SourceSink(tmp_path / "run", "k")).stats
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 << 10
+    assert st.read == st.stored + sum(st.skipped.values())
+    if field == "rank":
+        assert st.skipped.get("rank_out_of_range") == 1

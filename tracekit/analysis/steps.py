@@ -5,8 +5,11 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.analysis._frames import P2P_OPS
+from tracekit.parsers._limits import RANGES
 
 STEP_RE = r"^ProfilerStep#(\d+)$"
+#: Largest step number kept (steps are int32 in every table, as the parsers read them).
+STEP_MAX = RANGES["count"][1]
 WINDOW_SCHEMA = {"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64,
                  "source": pl.String}
 
@@ -28,8 +31,9 @@ def event_windows(events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     partition): windows from annotations or `events.step`, and each rank's event extent."""
     ev = events.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
     ann = (
-        ev.with_columns(pl.col("name").str.extract(STEP_RE, 1).cast(pl.Int32).alias("_s"))
-        .filter(pl.col("_s").is_not_null())
+        ev.with_columns(pl.col("name").str.extract(STEP_RE, 1).cast(pl.Int64, strict=False).alias("_s"))
+        .filter(pl.col("_s").is_between(0, STEP_MAX))  # ingest counted the others as a dropped `step`
+        .with_columns(pl.col("_s").cast(pl.Int32))
         .group_by("rank", "_s").agg(pl.col("ts_ns").min().alias("start_ns"),
                                     (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end_ns"))
         .rename({"_s": "step"}).with_columns(pl.lit("annotation").alias("source"))

@@ -4,12 +4,12 @@ decorators."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
 
-from tracekit._text import term
+from tracekit._text import one_line, term
 from tracekit.errors import TracekitError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,10 +45,17 @@ def echo(text: object = "", **kwargs: Any) -> None:
     click.echo(term(text), **kwargs)
 
 
+def echo_lines(lines: Iterable[str], **kwargs: Any) -> None:
+    """Print a presenter's lines, each one line whatever names it quotes (`tracekit._text.one_line`)."""
+    click.echo("\n".join(one_line(line) for line in lines), **kwargs)
+
+
 def console(*, stderr: bool = False, **kwargs: Any) -> Any:
     """A rich Console (no markup) that escapes control characters in everything it prints
-    (strings and the cells and titles of tables), so trace strings never reach the terminal raw;
-    the terminal's width, or 160 columns when the output is not a terminal (a pipe, a test)."""
+    (strings and the cells and titles of tables), so trace strings never reach the terminal raw.
+    Each string printed is one line and each cell one cell: a newline or tab inside is escaped
+    too (`tracekit._text.one_line`). The terminal's width, or 160 columns when the output is not
+    a terminal (a pipe, a test)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -59,16 +66,16 @@ def console(*, stderr: bool = False, **kwargs: Any) -> Any:
 
     def _safe(obj: Any) -> Any:
         if isinstance(obj, str):
-            return term(obj)
+            return one_line(obj)
         if isinstance(obj, Text):
-            return Text(term(obj.plain), style=obj.style)
+            return Text(one_line(obj.plain), style=obj.style)
         if isinstance(obj, Table):
             if isinstance(obj.title, str):
-                obj.title = term(obj.title)
+                obj.title = one_line(obj.title)
             for col in obj.columns:
                 col._cells = [_safe(c) for c in col._cells]
                 if isinstance(col.header, str):
-                    col.header = term(col.header)
+                    col.header = one_line(col.header)
         return obj
 
     kwargs.setdefault("markup", False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import echo, json_option, unsaved_note, user_errors
+from tracekit.cli._common import echo, echo_lines, json_option, unsaved_note, user_errors
 
 
 @click.command()
@@ -75,7 +75,7 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     if as_json:
         click.echo(result.dumps())
     else:
-        echo("\n".join(replay_comparison(result, verbose=verbose)))
+        echo_lines(replay_comparison(result, verbose=verbose))
         for note in notes:
             click.echo(printable(note))
         if result.telemetry is not None:
@@ -108,7 +108,7 @@ def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_jso
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        echo("\n".join(nccl_tests_lines(report, verbose=verbose)))
+        echo_lines(nccl_tests_lines(report, verbose=verbose))
     if report_path is not None:
         from tracekit.viz.report import write_microbench_report
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from tracekit.atomic import atomic_write_text
 from tracekit.cli._common import user_errors
 from tracekit.pipeline import SCHEDULES
 
@@ -88,7 +89,7 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, slow_s
     tables, truth = make_run_tables(straggler_rank=None if straggler_rank < 0 else straggler_rank, **params, **extra)
     if fmt == "kineto":
         paths = write_kineto(tables, out)
-        (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+        atomic_write_text(out / "truth.json", json.dumps(truth, indent=1, sort_keys=True))
         click.echo(f"wrote {len(paths)} Kineto traces ({tables['events'].num_rows} events, "
                    f"{tables['collectives'].num_rows} collective calls) and truth.json to {out}")
         if telemetry or load:

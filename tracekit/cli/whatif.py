@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli._common import echo, json_option, user_errors
+from tracekit.cli._common import echo_lines, json_option, user_errors
 
 SCENARIO_HELP = """\b
 Scenarios (each compared with the baseline replay on the same --topology):
@@ -61,7 +61,7 @@ def whatif(run: str, scenarios: tuple[str, ...], topology: str, expert_loads: Pa
     loads = read_expert_loads(expert_loads, read_expert_map(expert_map)) if expert_loads and expert_map else None
     source = workflows.open([run], cache=cache)
     result = workflows.whatif(source, parsed, topology=topology, expert_loads=loads)
-    click.echo(result.dumps()) if as_json else echo("\n".join(whatif_comparison(result)))
+    click.echo(result.dumps()) if as_json else echo_lines(whatif_comparison(result))
     if report_path is not None:
         info = workflows.report(source, report_path, whatif=result)
         click.echo(f"report: {info.path}")

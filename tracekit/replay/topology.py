@@ -25,6 +25,7 @@ import yaml
 from tracekit import schema
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
+from tracekit.parsers import _yaml
 from tracekit.replay import hardware
 from tracekit.replay._kernels import FatTreeTables, GraphTables
 
@@ -149,9 +150,11 @@ def load_yaml(path: str | os.PathLike[str]) -> TopologySpec:
     """A spec from a YAML mapping; `preset: NAME` starts from a preset."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _yaml.load(path.read_text())
     except OSError as exc:
         raise TopologyError("file", f"{path}: {exc}") from exc
+    except (_yaml.YAMLBudgetError, RecursionError) as exc:
+        raise TopologyError("file", f"{path}: {exc or 'YAML nested too deeply'}") from exc
     except yaml.YAMLError as exc:
         raise TopologyError("file", f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

@@ -23,6 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
+from tracekit.atomic import atomic_write_text
 
 RING_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
                "reduce_scatter": lambda n: (n - 1) / n}
@@ -226,8 +227,8 @@ def write_switch_telemetry(tables: Mapping[str, pa.Table], out: str | os.PathLik
                 lines.append(f"ifHCOutOctets{{{labels}}} {outof[k]:.0f} {ms}")
                 lines.append(f"ifHighSpeed{{{labels}}} {fabric.gbps * 1000:.0f} {ms}")
     prom = out / "switches.prom"
-    prom.write_text("\n".join(lines) + "\n")
+    atomic_write_text(prom, "\n".join(lines) + "\n")
     fab = out / "fabric.ibnetdiscover.txt"
-    fab.write_text(ibnetdiscover_text(fabric))
+    atomic_write_text(fab, ibnetdiscover_text(fabric))
     return SynthTelemetry(fab, prom, scrape, tx, rx, bg)
 
