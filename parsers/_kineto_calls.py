@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, checked_int
+from tracekit._limits import MAX_WORLD_SIZE, RANGES, checked_int
 
 if TYPE_CHECKING:
     from tracekit.parsers.kineto import Args, _Identity, _Pass1, _Steps

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tracekit.parsers._limits import MAX_LINE_BYTES
+from tracekit._limits import MAX_LINE_BYTES
 from tracekit.parsers._stream import ByteStream
 
 #: ANSI escape sequences (colours, cursor moves): Ray and terminals colour their prefixes.

@@ -6,7 +6,7 @@ From NVIDIA/nccl `src/nccl.h.in` (ncclDataType_t, ncclRedOp_t) and `src/include/
 
 from __future__ import annotations
 
-from tracekit.parsers._limits import checked_int
+from tracekit._limits import checked_int
 
 #: ncclDataType_t value -> (c10 dtype name, bytes per element). 9 (bfloat16) is 2.10+, 10-11 (fp8) 2.24+.
 DATATYPES: dict[int, tuple[str, int]] = {

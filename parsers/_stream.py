@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from tracekit.parsers._limits import MAX_DEPTH, MAX_VALUE_BYTES, DecompressionGuard
+from tracekit._limits import MAX_DEPTH, MAX_VALUE_BYTES, DecompressionGuard
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 21

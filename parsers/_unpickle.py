@@ -10,7 +10,7 @@ nothing from the pickle is imported or called.
 Plain data can still be a bomb: a few kB can reference one long string or one list thousands of
 times through the memo, nest lists of lists that multiply on every level, or build dict keys that
 all hash alike. The unpickler is therefore the pure-Python one with its opcodes wrapped, and
-while it runs it enforces (see `parsers/_limits.py`):
+while it runs it enforces (see `tracekit/_limits.py`):
 
 * output size: every container's size counts each reference to a child in full (an object
   referenced twice counts twice), i.e. the size of the tree a consumer would walk; past
@@ -32,8 +32,8 @@ import pickle
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from tracekit._limits import MAX_DEPTH, PICKLE_MAX_BUILT, PICKLE_MAX_INT_BYTES, PICKLE_MAX_OUTPUT
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_DEPTH, PICKLE_MAX_BUILT, PICKLE_MAX_INT_BYTES, PICKLE_MAX_OUTPUT
 
 #: Default cap on the size of a pickle we agree to read (Flight Recorder dumps are a few MB).
 MAX_BYTES = 64 << 20

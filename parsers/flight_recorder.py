@@ -32,9 +32,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, DecompressionGuard, checked_int, json_depth
 from tracekit.errors import InputError
 from tracekit.parsers import _unpickle
-from tracekit.parsers._limits import MAX_DEPTH, MAX_WORLD_SIZE, DecompressionGuard, checked_int, json_depth
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.kineto import COLLECTIVE_OPS, dtype_bytes, parse_rank_list
 from tracekit.store import ParseResult, SourceSink, SourceStats

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from tracekit._limits import RANGES, checked_int, out_of_range, world_size
 from tracekit.errors import InputError
 from tracekit.parsers import _stream
 from tracekit.parsers._kineto_calls import (
@@ -49,7 +50,6 @@ from tracekit.parsers._kineto_calls import (
     parse_rank_list,
     torch_dtype,
 )
-from tracekit.parsers._limits import RANGES, checked_int, out_of_range, world_size
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import msgspec
 
+from tracekit._limits import MAX_WORLD_SIZE, checked_int, in_range, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._limits import MAX_WORLD_SIZE, checked_int, in_range, out_of_range
 from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -46,9 +46,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from tracekit._limits import MAX_WORLD_SIZE, RANGES, in_range, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
-from tracekit.parsers._limits import MAX_WORLD_SIZE, RANGES, in_range, out_of_range
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
 from tracekit.store import ParseResult, SourceSink, SourceStats

@@ -35,8 +35,8 @@ from typing import Any
 
 import msgspec
 
+from tracekit._limits import checked_int, out_of_range
 from tracekit.errors import InputError
-from tracekit.parsers._limits import checked_int, out_of_range
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
 from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end

@@ -28,10 +28,10 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
 from tracekit.parsers._kineto_calls import kernel_op
-from tracekit.parsers._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
 from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

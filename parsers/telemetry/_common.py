@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit._limits import RANGES, out_of_range
 from tracekit.errors import InputError
-from tracekit.parsers._limits import RANGES, out_of_range
 from tracekit.parsers._stream import ByteStream
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from tracekit._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats

@@ -29,8 +29,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers.telemetry._common import decode_text, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
+from tracekit import _yaml
+from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
-from tracekit.parsers import _yaml
-from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers.telemetry._common import decode_text, normal_port, port_owner, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -19,8 +19,8 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 import pyarrow as pa
 
+from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_LINE_BYTES
 from tracekit.parsers._stream import ByteStream
 from tracekit.parsers.telemetry import _kernels, families
 from tracekit.parsers.telemetry._common import SATURATION_CEILINGS, TS_MAX, TS_MIN, CounterBuffer

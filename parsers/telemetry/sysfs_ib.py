@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import re
 
+from tracekit._limits import MAX_LINE_BYTES, out_of_range
 from tracekit.errors import InputError
-from tracekit.parsers._limits import MAX_LINE_BYTES, out_of_range
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 

@@ -535,7 +535,7 @@ def _signature(exc: BaseException) -> str:
 def _check_tables(run_dir: Path) -> str | None:
     import pyarrow.parquet as pq
 
-    from tracekit.parsers._limits import RANGES
+    from tracekit._limits import RANGES
 
     lo, hi = RANGES["time_ns"]
     import pyarrow.compute as pc
@@ -601,7 +601,7 @@ class MemorySink:
 def _check_memory(sink: MemorySink) -> str | None:
     import pyarrow.compute as pc
 
-    from tracekit.parsers._limits import RANGES
+    from tracekit._limits import RANGES
 
     lo, hi = RANGES["time_ns"]
     for name, parts in sink.tables.items():

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kineto_helpers import parse_into
 
+from tracekit._limits import RANGES
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
-from tracekit.parsers._limits import RANGES
 
 DLRM0 = "param_dlrm_kineto_8rank/worker0_step_12.1694128201545.pt.trace.json"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tracekit import _yaml
 from tracekit.errors import InputError
-from tracekit.parsers import _yaml
 from tracekit.parsers.telemetry import link_map
 from tracekit.replay.topology import TopologyError, load_yaml
 from tracekit.store import SourceSink

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracekit._limits import RANGES
 from tracekit.analysis._frames import P2P_OPS
-from tracekit.parsers._limits import RANGES
 
 STEP_RE = r"^ProfilerStep#(\d+)$"
 #: Largest step number kept (steps are int32 in every table, as the parsers read them).

@@ -106,7 +106,7 @@ def synth(out: Path, fmt: str, straggler_rank: int, slow_nic: str | None, slow_s
         from tracekit.synth_nsys import write_nsys
 
         paths = write_nsys(tables, out)
-        (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
+        atomic_write_text(out / "truth.json", json.dumps(truth, indent=1, sort_keys=True))
         click.echo(f"wrote {len(paths)} Nsight Systems exports ({tables['ranks'].num_rows} ranks, "
                    f"{tables['collectives'].num_rows} collective calls) and truth.json to {out}")
     else:

@@ -22,10 +22,9 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from tracekit import schema
+from tracekit import _yaml, schema
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
-from tracekit.parsers import _yaml
 from tracekit.replay import hardware
 from tracekit.replay._kernels import FatTreeTables, GraphTables
 

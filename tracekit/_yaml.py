@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tracekit.parsers._limits import MAX_DEPTH, json_depth
+from tracekit._limits import MAX_DEPTH, json_depth
 
 #: libyaml's safe loader when present: the pure-Python one takes tens of seconds on a few MB.
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
