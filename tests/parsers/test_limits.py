@@ -18,8 +18,9 @@ import msgspec
 import pytest
 from kineto_helpers import parse_into
 
-from tracekit import _limits, _unpickle, nccl_inspector
+from tracekit import _limits
 from tracekit.errors import InputError
+from tracekit.parsers import _unpickle, nccl_inspector
 from tracekit.parsers import flight_recorder as fr
 from tracekit.parsers._stream import ByteStream, ChromeTraceReader
 from tracekit.store import SourceSink
