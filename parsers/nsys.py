@@ -11,6 +11,7 @@ markers; on NCCL 2.19+ their payloads give the communicator, the message size an
 
 from __future__ import annotations
 
+import abc
 import os
 import re
 import shutil
@@ -100,19 +101,20 @@ def kernel_dtype(name: str) -> str | None:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class _Source:
+class _Source(abc.ABC):
     """The tables of one export, read in batches of columns (dict of column -> list)."""
 
     tables: dict[str, list[str]]
 
+    @abc.abstractmethod
     def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
-        raise NotImplementedError
+        """The rows of `table`, `columns` only, in batches."""
 
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027 - a directory export holds nothing open
+        return None
 
 
 class _SQLite(_Source):
