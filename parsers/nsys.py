@@ -113,7 +113,7 @@ class _Source(abc.ABC):
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
-    def close(self) -> None:  # noqa: B027 - a directory export holds nothing open
+    def close(self) -> None:  # a directory export holds nothing open
         return None
 
 
