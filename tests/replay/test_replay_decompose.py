@@ -6,6 +6,8 @@ bandwidth term alone, forced to protocol Simple; `eff` is NCCL's factor for the 
 Bandwidths in bytes/ns: NIC 400 Gb/s = 50, 200 Gb/s = 25, NVLink 450 GB/s = 450.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -85,7 +87,7 @@ def test_ring_channels_leave_hosts_on_every_nic():
     """The issue's case: a ring all-reduce across 2 hosts x 8 GPUs on a rail-optimized fabric of 8
     NICs per host. 16 channels, channel c enters and leaves each host through NIC c mod 8, so all
     8 NICs of a host send 2 channels' crossing edges of 2(n-1)/n S/16 each."""
-    spec = f"rail-optimized:hosts=2,gpus=8,nic_gbps=400,{ZERO_LAT}"
+    spec = f"rail-optimized:hosts=2,gpus=8,nic_gbps=400,ring_channel_gbs=1000,{ZERO_LAT}"
     t, dec, topo = _time(spec, Instance(0, "all_reduce", list(range(16)), S), algo="ring")
     assert dec.plans[0].channels == 16
     nic = _cable_bytes(topo, dec.flows, "nic-leaf")
@@ -93,6 +95,32 @@ def test_ring_channels_leave_hosts_on_every_nic():
     np.testing.assert_allclose(list(nic.values()), 2 * (2 * 15 / 16) * S / 16, rtol=1e-9)
     # T = 2(n-1)/n S / (8 NICs x 50 B/ns); one channel on rail 0 took 8x that
     assert t == pytest.approx(1.875 * S / 400, rel=0.01)
+
+
+@pytest.mark.parametrize("hosts", [2, 10, 64])
+def test_ring_channel_over_the_network_binds_at_eight_gpus_per_host(hosts):
+    """Closed form with the measured ring-channel ceiling c(N) = 22.27 - 0.713 log2 N GB/s (N held
+    at 46): 16 channels each move 2(n-1)/n S/16 over their network hops at c(N), so a ring
+    all-reduce of 8 GPUs x 8 x 400G per host reaches busbw 16 c(N) (345 GB/s at 2 hosts, 318 at 10),
+    below the 8 x 50 GB/s the NICs carry; at one host nothing changes."""
+    n = 8 * hosts
+    spec = f"rail-optimized:hosts={hosts},gpus=8,nic_gbps=400,{ZERO_LAT}"
+    t, dec, _ = _time(spec, Instance(0, "all_reduce", list(range(n)), S), algo="ring", proto="Simple")
+    c = 22.27 - 0.713 * math.log2(min(hosts, 46))
+    assert dec.plans[0].channels == 16
+    assert t == pytest.approx(2 * (n - 1) / n * S / 16 / c, rel=0.01)
+    given, _, _ = _time(spec + ",ring_channel_gbs=10", Instance(0, "all_reduce", list(range(n)), S), algo="ring",
+                        proto="Simple")
+    assert given == pytest.approx(2 * (n - 1) / n * S / 16 / 10, rel=0.01)
+
+
+def test_ring_channel_ceiling_leaves_nic_bound_rings_alone():
+    """At 1 GPU per host NCCL runs 4 channels per 400G NIC (12.5 GB/s each, under the ceiling):
+    the ring stays NIC-bound, T = 2(n-1)/n S / 50 GB/s."""
+    spec = f"rail-optimized:hosts=10,gpus=1,nic_gbps=400,{ZERO_LAT}"
+    t, dec, _ = _time(spec, Instance(0, "all_reduce", list(range(10)), S), algo="ring", proto="Simple")
+    assert dec.plans[0].channels == 4
+    assert t == pytest.approx(2 * 9 / 10 * S / 50, rel=0.01)
 
 
 def test_hierarchical_ring_crosses_hosts_once_per_host():
@@ -234,10 +262,13 @@ EIGHT = f"rail-optimized:hosts=2,gpus=8,{ZERO_LAT}"
 
 
 @pytest.mark.parametrize("nic, op, algo, expected", [
-    # ring over 16 channels, 2 per NIC: T = factor x S / (8 x 50)
-    (400, "all_reduce", "ring", 1.875 * S / 400),
-    (400, "all_gather", "ring", 0.9375 * S / 400),
-    (400, "reduce_scatter", "ring", 0.9375 * S / 400),
+    # ring over 16 channels, 2 per NIC: T = factor x S / min(8 x 50, 16 x c(2)), where the measured
+    # ring-channel ceiling c(2) = 22.27 - 0.713 = 21.557 GB/s binds (345 < 400)
+    (400, "all_reduce", "ring", 1.875 * S / (16 * 21.557)),
+    (400, "all_gather", "ring", 0.9375 * S / (16 * 21.557)),
+    (400, "reduce_scatter", "ring", 0.9375 * S / (16 * 21.557)),
+    # the same with the ceiling lifted: NIC-bound, T = factor x S / (8 x 50)
+    (400, "all_reduce,ring_channel_gbs=1000", "ring", 1.875 * S / 400),
     # tree, NIC-bound at 200 Gb/s: a host's 8 NICs carry S/0.92 each way
     (200, "all_reduce", "tree", S / 0.92 / 200),
     # tree, NVLink-bound at 400 Gb/s: a GPU is head in 2 of 16 channels, tail in 2, middle (up
@@ -249,7 +280,9 @@ EIGHT = f"rail-optimized:hosts=2,gpus=8,{ZERO_LAT}"
     (400, "all_to_all", "ring", 8 * S / 16 / 50),
 ])
 def test_closed_form_eight_gpus_per_host(nic, op, algo, expected):
-    t, _, _ = _time(f"{EIGHT},nic_gbps={nic}", Instance(0, op, list(range(16)), S, root=0), algo=algo)
+    op, _, extra = op.partition(",")
+    spec = f"{EIGHT},nic_gbps={nic}" + (f",{extra}" if extra else "")
+    t, _, _ = _time(spec, Instance(0, op, list(range(16)), S, root=0), algo=algo)
     assert t == pytest.approx(expected, rel=0.01)
 
 
@@ -284,9 +317,10 @@ def test_what_ifs_sharp_and_twice_the_nic_speed():
     S/0.85/450 per GPU: ratio (1/0.85) / (2 x 31/32) = 0.607. CollNet without NVLS is bound by its
     intra-host ring (2 x 7/8 S per GPU on NVLink): ratio (1.75/0.85/450) / (1.9375/400) = 0.944.
     Twice the NIC speed moves the ring's bottleneck to NVLink: every GPU sends all 16 channels'
-    ring edges (2(n-1)/n S) through its 450 B/ns port, above the host's 8 x 100: ratio 400/450."""
+    ring edges (2(n-1)/n S) through its 450 B/ns port, above the host's 8 x 100: ratio 400/450.
+    (Ring-channel ceiling lifted; with it, see the last lines.)"""
     inst = Instance(0, "all_reduce", list(range(32)), 64 * S)
-    spec = f"rail-optimized:hosts=4,gpus=8,nic_gbps=400,pcie_gbps=1000,{ZERO_LAT}"
+    spec = f"rail-optimized:hosts=4,gpus=8,nic_gbps=400,pcie_gbps=1000,ring_channel_gbs=1000,{ZERO_LAT}"
     ring, _, _ = _time(spec, inst, algo="ring")
     assert ring == pytest.approx(2 * 31 / 32 * 64 * S / 400, rel=0.01)
     sharp, _, _ = _time(spec + ",sharp=true,nvls=true", inst, algo="nvls")
@@ -295,6 +329,13 @@ def test_what_ifs_sharp_and_twice_the_nic_speed():
     assert collnet / ring == pytest.approx((1.75 / 0.85 / 450) / (1.9375 / 400), rel=0.01)
     fast, _, _ = _time(spec.replace("nic_gbps=400", "nic_gbps=800"), inst, algo="ring")
     assert fast / ring == pytest.approx(400 / 450, rel=0.01)
+    # with the measured ceiling (400G ports), 16 channels x c(4) = 16 x 20.844 = 333.5 GB/s bind
+    # before the NICs; it was measured on 400G only and is not carried to 800G, which is NVLink-bound
+    capped = spec.replace(",ring_channel_gbs=1000", "")
+    ring, _, _ = _time(capped, inst, algo="ring")
+    assert ring == pytest.approx(2 * 31 / 32 * 64 * S / (16 * 20.844), rel=0.01)
+    fast, _, _ = _time(capped.replace("nic_gbps=400", "nic_gbps=800"), inst, algo="ring")
+    assert fast / ring == pytest.approx(16 * 20.844 / 450, rel=0.01)
 
 
 def test_tuning_picks_tree_for_large_all_reduce_on_two_nodes():

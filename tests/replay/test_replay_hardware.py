@@ -3,6 +3,7 @@ closed forms derived by hand, and the replay's error on real nccl-tests outputs 
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -65,6 +66,12 @@ PROFILE = "latency_ns=0,nvlink_latency_ns=0,gpu=h100,nic_gbps=400"
 B_NV, B_NIC = 370.8, 47.0
 
 
+def c_ring(hosts: int) -> float:
+    """The measured ceiling of one ring channel over the network (docs/hardware.md), by hand."""
+    return 22.27 - 0.713 * math.log2(hosts)
+
+
+
 def _transfer_ns(spec: str, op: str, algo: str, n: int) -> float:
     topo = build(parse_spec(spec))
     dec = decompose_plan([Instance(0, op, list(range(n)), float(S))], topo, np.arange(n), algo=algo,
@@ -86,16 +93,18 @@ def _transfer_ns(spec: str, op: str, algo: str, n: int) -> float:
     (8, 1, "all_to_all", "ring", 7 / 8 * S / B_NIC),
     # 8 GPUs per host, 2 hosts: 16 channels, 2 per NIC; each channel enters and leaves a host on its
     # rail (PXN), so a GPU sends every channel over NVLink (16 r <= 370.8) and 2 over its NIC
-    # (2 r <= 47): B_ring = min(B_nv, 8 x 47) = B_nv
-    (2, 8, "all_reduce", "ring", 2 * 15 / 16 * S / min(B_NV, 8 * B_NIC)),
+    # (2 r <= 47), and a channel's network hop moves at most c(2) = 21.557: B_ring = min(B_nv,
+    # 8 x 47, 16 c(2)) = 16 c(2) = 344.9
+    (2, 8, "all_reduce", "ring", 2 * 15 / 16 * S / min(B_NV, 8 * B_NIC, 16 * c_ring(2))),
     # tree on 2 hosts: the rotated chain's NVLink (a GPU sends 2 x 7/8 S) binds below 8 NICs
     (2, 8, "all_reduce", "tree", S / (0.92 * B_NV * 8 / 14)),
     # tree on 8 hosts: a host's NICs carry 2 S: 8 x 47 / 2 = 188 < 211.9
     (8, 8, "all_reduce", "tree", 2 * S / (0.92 * 8 * B_NIC)),
     # all-to-all across 2 hosts: (n-g)/n of S leaves through each GPU's NIC
     (2, 8, "all_to_all", "ring", 8 / 16 * S / B_NIC),
-    # 8 hosts x 8: the ring as on 2 hosts (NVLink binds), the all-to-all's NIC carries 56/64 of S
-    (8, 8, "all_reduce", "ring", 2 * 63 / 64 * S / min(B_NV, 8 * B_NIC)),
+    # 8 hosts x 8: the ring as on 2 hosts (the channel ceiling binds, 16 c(8) = 322.1), the
+    # all-to-all's NIC carries 56/64 of S
+    (8, 8, "all_reduce", "ring", 2 * 63 / 64 * S / min(B_NV, 8 * B_NIC, 16 * c_ring(8))),
     (8, 8, "all_to_all", "ring", 56 / 64 * S / B_NIC),
     # NVLS-tree on 2 hosts: NVLS inside (S / (0.74 B_nv) each way per GPU) binds before the heads'
     # tree over 8 NICs (S / (0.92 x 8 x 47) each way per host)
@@ -176,11 +185,21 @@ def test_small_all_reduce_on_one_host_within_35_percent():
 
 
 @NO_REAL
-@pytest.mark.xfail(strict=True, reason="known gap: 10-host rings measure ~318 GB/s busbw, 0.85 of the NICs' "
-                   "achievable 376; the cause (fabric collisions, per-channel limits) is not modelled")
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
-def test_ten_host_rings_known_gap(op):
+def test_ten_host_rings_within_10_percent(op):
+    """10 x 8 H100 rings measure ~318 GB/s busbw, 0.85 of the NICs' achievable 376: the ring-channel
+    ceiling fitted on another cluster (B200, docs/hardware.md) gives 16 c(10) = 318.5. Out of sample
+    for this file: without the ceiling the median is +16 to +19%."""
     assert _median_abs_error("n10", op, *LARGE) <= 0.10
+
+
+@NO_REAL
+def test_ten_host_ring_plateau_matches_the_channel_ceiling():
+    """At 4 GiB and up NCCL runs ring/Simple on 10 x 8 and every row is channel-bound: within 3%."""
+    rows = [r for r in _rows("n10") if r.op in ("all_reduce", "all_gather", "reduce_scatter")
+            and r.size_bytes >= 4_000_000_000]
+    assert len(rows) == 9
+    assert max(abs(r.error) for r in rows) <= 0.03
 
 
 @NO_REAL

@@ -197,3 +197,18 @@ def test_a_nic_gpu_on_another_host_is_not_used() -> None:
     edges = set(zip(flows.src.tolist(), flows.dst.tolist(), flows.mode.tolist(), strict=True))
     assert (3, 4, MODE_NET) in edges and not any(s == 3 and d == 6 for s, d, _ in edges)
     assert {(7, 2, MODE_NET), (2, 0, MODE_GPU)} <= edges
+
+
+def test_logged_rings_carry_the_channel_ceiling_on_their_network_edges_only() -> None:
+    """A ring NCCL logged: its MODE_NET edges get the ring-channel ceiling c(2) (ring/Simple), the
+    NVLink legs to and from the NIC GPUs none (docs/hardware.md section 7)."""
+    topo = build(parse_spec(f"rail-optimized:hosts=2,gpus={GPUS}"))
+    inst = Instance(0, "all_reduce", list(range(8)), 1 << 30, group="g")
+    hops = {"g": {(0, 3, 4): (3, 4), (0, 7, 0): (7, 2)}}
+    flows = decompose_plan([inst], topo, np.arange(8), algo="ring", proto="Simple", rings={"g": [list(range(8))]},
+                           hops=hops).flows
+    limits = flows.rate_limits()
+    net = flows.mode == MODE_NET
+    assert net.sum() == 2
+    np.testing.assert_allclose(limits[net], 22.27 - 0.713)
+    assert np.isinf(limits[~net]).all()

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tracekit.replay import tuning
+from tracekit.replay import hardware, tuning
 from tracekit.replay.simulate import (
     MODE_CORE_DOWN,
     MODE_CORE_UP,
@@ -266,15 +266,26 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
         factor = {"all_reduce": 2 * (n - 1) / n, "barrier": 0.0}.get(op, (n - 1) / n)
         per = s_wire * factor / n_ch
         edge_hops = (hops or {}).get(inst.group or "") if observed else None
+        channel_cap = (hardware.ring_net_channel_gbs(shape.n_nodes, spec.ring_channel_gbs, spec.nic_gbps)
+                       if plan.proto == "Simple" else np.inf)
         for c in range(n_ch):
             order = _ring_order(observed[c], ranks) if observed else channel_ring(gpus, per_host, c, ports)
             ring = gpus[order]
             if edge_hops:
                 src, dst, mode = _ring_hops(observed[c], ring, c, edge_hops, gpu, per_host, ring_cache)
-                acc.add(src, dst, per, lat_mult=steps, channel=c, mode=mode, key=k)
+                acc.add(src, dst, per, lat_mult=steps, channel=c, mode=mode, key=k,
+                        max_gbs=_net_hop_cap(spec, src, dst, channel_cap))
                 continue
-            acc.add(ring, np.roll(ring, -1), per, lat_mult=steps, channel=c, key=k)
+            nxt = np.roll(ring, -1)
+            acc.add(ring, nxt, per, lat_mult=steps, channel=c, key=k, max_gbs=_net_hop_cap(spec, ring, nxt, channel_cap))
     return Decomposition(acc.flows(), plans, fill, latency)
+
+
+def _net_hop_cap(spec: TopologySpec, src: np.ndarray, dst: np.ndarray, cap_gbs: float) -> np.ndarray | float:
+    """Per ring hop, the channel's ceiling where the hop crosses the network, else no limit."""
+    if not np.isfinite(cap_gbs):
+        return np.inf
+    return np.where(tuning.p2p_links(spec, src, dst) == tuning.P2P_LINKS.index("net"), cap_gbs, np.inf)
 
 
 def _ring_hops(ring_ranks: list[int], ring: np.ndarray, channel: int,

@@ -11,6 +11,7 @@ into the capacities it simulates.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,34 @@ NICS: tuple[NicProfile, ...] = (
     NicProfile(300.0, 0.94, "46-48 GB/s per 400G NDR NIC (nccl-tests#290); 400G all-to-all at 92% "
                "(xxrjun 10 x 8 H100)"),
 )
+
+# A ring channel whose hop crosses the network moves at most this many GB/s (Simple protocol),
+# falling with the ring's node count: least squares of busbw / 16 channels on Together AI's
+# published ring all-reduce table (togethercomputer/together-nccl-tests @6fd65d19,
+# baselines/flapping-airplanes/2026-05-04 report, "MD1 ring": B200, 8 x NDR 400G per node,
+# 2-46 nodes: 344.7 ... 291.4 GB/s). Not NCCL's model: NCCL's tuning counts a full NIC per
+# channel pair. Held at the last measured node count beyond it; not applied to ports faster than
+# the measured 400G (no run was read there, and NCCL gives such ports more channels).
+RING_NET_CHANNEL = (22.27, 0.713)  # (GB/s at 1 node, GB/s lost per doubling of nodes)
+RING_NET_CHANNEL_MAX_NODES = 46
+RING_NET_CHANNEL_MAX_PORT_GBPS = 400.0
+RING_NET_CHANNEL_SOURCE = ("ring channel over the network: 22.27 - 0.713 log2(nodes) GB/s, fitted on Together "
+                           "AI's B200 8 x NDR ring all-reduce at 2-46 nodes (docs/hardware.md)")
+
+
+def ring_net_channel_gbs(n_nodes: int, given: float = 0.0, port_gbps: float = 400.0) -> float:
+    """The most one ring channel moves over a network hop (GB/s) in a ring across `n_nodes` hosts:
+    `given` (a spec's `ring_channel_gbs`) when set, else the fitted figure for ports up to 400G;
+    unlimited on one host."""
+    if n_nodes < 2:
+        return math.inf
+    if given > 0:
+        return float(given)
+    if port_gbps > RING_NET_CHANNEL_MAX_PORT_GBPS:
+        return math.inf
+    base, per_doubling = RING_NET_CHANNEL
+    return base - per_doubling * math.log2(min(n_nodes, RING_NET_CHANNEL_MAX_NODES))
+
 
 _DEVICE_PATTERNS = (("gb200", "b200"), ("b200", "b200"), ("h800", "h800"), ("h200", "h200"),
                     ("h100", "h100"), ("a100", "a100"), ("a800", "a100"), ("v100", "v100"))

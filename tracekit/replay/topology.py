@@ -79,6 +79,7 @@ class TopologySpec:
     nic_efficiency: float = 0.0
     nvls_efficiency: float = 0.0
     net_latency_us: float = 0.0
+    ring_channel_gbs: float = 0.0
     given: tuple[str, ...] = ()
 
     @property
@@ -264,6 +265,8 @@ def validate(spec: TopologySpec) -> None:
         raise TopologyError("tiers", f"must be 1, 2 or 3, got {spec.tiers}")
     if spec.kind != "single-switch" and spec.leaf_radix < 2:
         raise TopologyError("leaf_radix", "must be >= 2")
+    if not spec.ring_channel_gbs >= 0:
+        raise TopologyError("ring_channel_gbs", f"must be >= 0 (0: the hardware profile's), got {spec.ring_channel_gbs}")
     for name in ("latency_ns", "nvlink_latency_ns", "net_latency_us"):
         if getattr(spec, name) < 0:
             raise TopologyError(name, "must be >= 0")
