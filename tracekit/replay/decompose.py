@@ -277,7 +277,8 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
                         max_gbs=_net_hop_cap(spec, src, dst, channel_cap))
                 continue
             nxt = np.roll(ring, -1)
-            acc.add(ring, nxt, per, lat_mult=steps, channel=c, key=k, max_gbs=_net_hop_cap(spec, ring, nxt, channel_cap))
+            acc.add(ring, nxt, per, lat_mult=steps, channel=c, key=k,
+                    max_gbs=_net_hop_cap(spec, ring, nxt, channel_cap))
     return Decomposition(acc.flows(), plans, fill, latency)
 
 

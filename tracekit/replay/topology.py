@@ -266,7 +266,8 @@ def validate(spec: TopologySpec) -> None:
     if spec.kind != "single-switch" and spec.leaf_radix < 2:
         raise TopologyError("leaf_radix", "must be >= 2")
     if not spec.ring_channel_gbs >= 0:
-        raise TopologyError("ring_channel_gbs", f"must be >= 0 (0: the hardware profile's), got {spec.ring_channel_gbs}")
+        raise TopologyError("ring_channel_gbs",
+                            f"must be >= 0 (0: the hardware profile's), got {spec.ring_channel_gbs}")
     for name in ("latency_ns", "nvlink_latency_ns", "net_latency_us"):
         if getattr(spec, name) < 0:
             raise TopologyError(name, "must be >= 0")
