@@ -185,12 +185,20 @@ def test_small_all_reduce_on_one_host_within_35_percent():
 
 
 @NO_REAL
-@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
-def test_ten_host_rings_within_10_percent(op):
+@pytest.mark.parametrize("op, readme", [("all_gather", 0.055), ("reduce_scatter", 0.035)])
+def test_ten_host_rings_within_10_percent(op, readme):
     """10 x 8 H100 rings measure ~318 GB/s busbw, 0.85 of the NICs' achievable 376: the ring-channel
     ceiling fitted on another cluster (B200, docs/hardware.md) gives 16 c(10) = 318.5. Out of sample
-    for this file: without the ceiling the median is +16 to +19%."""
-    assert _median_abs_error("n10", op, *LARGE) <= 0.10
+    for this file: without the ceiling the median is +16 to +19%. The README says 5% and 3%."""
+    assert _median_abs_error("n10", op, *LARGE) <= min(0.10, readme)
+
+
+@NO_REAL
+@pytest.mark.parametrize("key, op, readme", [("n10", "all_reduce", 0.105), ("n1", "all_to_all", 0.115)])
+def test_known_gaps_stay_as_the_readme_says(key, op, readme):
+    """The README's known gaps (10 x 8 all-reduce 10.3%, one host's all-to-all 11%): still over the
+    10% target, and no worse than stated."""
+    assert 0.10 < _median_abs_error(key, op, *LARGE) <= readme
 
 
 @NO_REAL
