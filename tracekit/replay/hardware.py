@@ -83,8 +83,10 @@ NICS: tuple[NicProfile, ...] = (
 # published ring all-reduce table (togethercomputer/together-nccl-tests @6fd65d19,
 # baselines/flapping-airplanes/2026-05-04 report, "MD1 ring": B200, 8 x NDR 400G per node,
 # 2-46 nodes: 344.7 ... 291.4 GB/s). Not NCCL's model: NCCL's tuning counts a full NIC per
-# channel pair. Held at the last measured node count beyond it; not applied to ports faster than
-# the measured 400G (no run was read there, and NCCL gives such ports more channels).
+# channel pair. With NCCL's default of one queue pair per connection: a cluster that sets
+# NCCL_IB_QPS_PER_CONNECTION=2 reaches the NICs (docs/hardware.md section 7), and its user lifts
+# the figure with the spec's `ring_channel_gbs`. Held at the last measured node count beyond it;
+# not applied to ports faster than the measured 400G (no run was read there).
 RING_NET_CHANNEL = (22.27, 0.713)  # (GB/s at 1 node, GB/s lost per doubling of nodes)
 RING_NET_CHANNEL_MAX_NODES = 46
 RING_NET_CHANNEL_MAX_PORT_GBPS = 400.0
