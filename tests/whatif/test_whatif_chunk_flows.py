@@ -76,3 +76,33 @@ def test_nominal_times_are_kept_relative_to_the_traced_order() -> None:
     before, after = _settle(network, a)
     assert before.simulation.span_ns == pytest.approx(2 * (COMPUTE_NS + a), rel=1e-9)
     assert after.simulation.span_ns == pytest.approx(COMPUTE_NS + 2 * a, rel=1e-6)
+
+
+def test_a_transfer_sent_while_an_all_to_all_runs_on_its_nic_shares_it() -> None:
+    """Stage 0 sends micro-batch 0 to stage 1 (one flow GPU 0 -> GPU 1) when its forward ends at C;
+    stage 1 runs micro-batch 1 first in the new order, its all-to-all (forced onto the same link)
+    starting at C too: both take 2A, then micro-batch 0 runs on stage 1 with its all-to-all alone.
+    Traced (micro-batch 0 first on stage 1) nothing overlaps: 3C + 3A; new: 2C + 3A (2C + 2A
+    without contention)."""
+    topology = build(parse_spec("single-switch:hosts=2,gpus=1,nic_gbps=400,latency_ns=0,nvlink_latency_ns=0"))
+    link = _one_flow(topology, 0, 1, 1.0)
+    a = link.nominal_ns
+    network = ChunkNetwork(topology, {("EP", 1): link, ("PP", 0, 1): link})
+    f0, f1 = Chunk(FORWARD, 0, 0), Chunk(FORWARD, 1, 0)
+    routes = (((0, 0), (1, 0)), ((1, 0),))
+    traced = Plan("traced", 2, 2, 1, ((Slot((f0,)),), (Slot((f0,)), Slot((f1,)))), routes)
+    reordered = Plan("reordered", 2, 2, 1, ((Slot((f0,)),), (Slot((f1,)), Slot((f0,)))), routes)
+
+    def cost(device: int, chunk: Chunk) -> ChunkCost:
+        return ChunkCost(COMPUTE_NS, {"EP": a} if device == 1 else {})
+
+    def transfer(src: int, dst: int, chunk: Chunk) -> float:
+        return a
+
+    before = settle(traced, cost, transfer, network)
+    after = settle(reordered, cost, transfer, network, reference=before.reference)
+    assert before.simulation.span_ns == pytest.approx(3 * COMPUTE_NS + 3 * a, rel=1e-9)
+    assert after.simulation.span_ns == pytest.approx(2 * COMPUTE_NS + 3 * a, rel=1e-6)
+    assert after.factors[("pp", 0, 1, f0)] == pytest.approx(2.0, rel=1e-6)
+    assert after.factors[("comm", 1, 0, "EP")] == pytest.approx(2.0, rel=1e-6)  # micro-batch 1's, shared
+    assert after.factors[("comm", 1, 1, "EP")] == pytest.approx(1.0, rel=1e-6)  # micro-batch 0's, alone
