@@ -86,6 +86,16 @@ def test_json_carries_both_pipelines(one_f_one_b) -> None:
     placed = doc["schedule"]["scenario"]["placed"][0]
     assert set(placed) == {"stage", "chunks", "kind", "start_ns", "end_ns", "exposed_ns"}
     assert doc["schedule"]["sm_share"] == pytest.approx(20 / 132)
+    assert set(doc["details"]["replayed_rounds"]) == {"baseline", "scenario"}
+    assert all(set(c) == {"min", "max"} for c in doc["details"]["contention"].values())
+
+
+def test_the_new_order_replays_its_own_communication(one_f_one_b) -> None:
+    """DualPipeV's order puts transfers and all-to-alls together that 1F1B runs apart: some job is
+    slowed by contention the traced order did not have, and no note says it is not replayed."""
+    by_name = {s.scenario: s for s in one_f_one_b.scenarios}
+    assert by_name["schedule:dualpipev"].details["contention"]["scenario"]["max"] > 1.5
+    assert all("not replayed" not in note for s in one_f_one_b.scenarios for note in s.notes)
 
 
 @pytest.mark.parametrize(("text", "message"), [
