@@ -19,6 +19,7 @@ import numpy as np
 
 from tracekit.pipeline import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, Chunk, ChunkCost, Plan, Simulation, simulate
 from tracekit.replay.engine import RoutedFlows
+from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import Flows, connection_weights
 from tracekit.replay.simulate import simulate as simulate_flows
 from tracekit.replay.topology import Topology
@@ -62,22 +63,49 @@ class ChunkNetwork:
 
     def times(self, jobs: Sequence[Job]) -> np.ndarray:
         """Per job, from its release to its last flow's finish (ns), all jobs' flows sharing the topology."""
-        parts = [(j, self.templates[job.cls], job) for j, job in enumerate(jobs)]
-        out = np.zeros(len(jobs))
-        if not parts:
+        return self.session(jobs).times(np.array([job.release_ns for job in jobs], np.float64))
+
+    def session(self, jobs: Sequence[Job]) -> JobFlows:
+        """The jobs' flows, to be simulated for successive release times (`JobFlows.times`)."""
+        return JobFlows(self, jobs)
+
+
+class JobFlows:
+    """The flows of a fixed set of jobs on a `ChunkNetwork`; each call of `times` re-simulates only
+    the flows that new release times change (`replay.rounds.Rounds`, exact)."""
+
+    def __init__(self, network: ChunkNetwork, jobs: Sequence[Job]) -> None:
+        self.topology = network.topology
+        self.keys = [job.key for job in jobs]
+        parts = [network.templates[job.cls] for job in jobs]
+        self.owner = np.concatenate([np.full(t.nbytes.size, j, np.int64) for j, t in enumerate(parts)] or [
+            np.zeros(0, np.int64)])
+        lens = np.concatenate([np.diff(t.indptr) for t in parts] or [np.zeros(0, np.int64)])
+        self.indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        self.ids = np.concatenate([t.ids for t in parts] or [np.zeros(0, np.int64)]).astype(np.int64)
+        self.nbytes = np.concatenate([t.nbytes * (job.nominal_ns / t.nominal_ns) for t, job in zip(
+            parts, jobs, strict=True)] or [np.zeros(0)])
+        self.lat_mult = np.concatenate([t.lat_mult for t in parts] or [np.zeros(0)])
+        self.max_gbs = np.concatenate([t.max_gbs for t in parts] or [np.zeros(0)])
+        self.weight = connection_weights(self.topology, self.indptr, self.ids, self.owner)
+        self.n_jobs = len(jobs)
+        self._rounds: Rounds | None = None
+
+    def times(self, release_ns: np.ndarray) -> np.ndarray:
+        """Per job released at `release_ns`, from its release to its last flow's finish (ns)."""
+        out = np.zeros(self.n_jobs)
+        if not self.owner.size:
             return out
-        lens = [np.diff(t.indptr) for _, t, _ in parts]
-        indptr = np.concatenate([[0], np.cumsum(np.concatenate(lens))]).astype(np.int64)
-        ids = np.concatenate([t.ids for _, t, _ in parts]).astype(np.int64)
-        owner = np.concatenate([np.full(t.nbytes.size, j, np.int64) for j, t, _ in parts])
-        nbytes = np.concatenate([t.nbytes * (job.nominal_ns / t.nominal_ns) for _, t, job in parts])
-        release = np.concatenate([np.full(t.nbytes.size, job.release_ns) for _, t, job in parts])
-        flows = Flows.from_lists(np.zeros(owner.size), np.zeros(owner.size), nbytes, release=release,
-                                 lat_mult=np.concatenate([t.lat_mult for _, t, _ in parts]), key=owner,
-                                 max_gbs=np.concatenate([t.max_gbs for _, t, _ in parts]))
-        weight = connection_weights(self.topology, indptr, ids, owner)
-        finish = simulate_flows(self.topology, indptr, ids, flows, weight=weight).finish
-        np.maximum.at(out, owner, finish - release)
+        release = np.asarray(release_ns, np.float64)[self.owner]
+        if self._rounds is None:
+            flows = Flows.from_lists(np.zeros(self.owner.size), np.zeros(self.owner.size), self.nbytes,
+                                     release=release, lat_mult=self.lat_mult, key=self.owner, max_gbs=self.max_gbs)
+            finish = simulate_flows(self.topology, self.indptr, self.ids, flows, weight=self.weight).finish
+            self._rounds = Rounds(self.topology, self.indptr, self.ids, self.nbytes, self.lat_mult, release, finish,
+                                  max_gbs=self.max_gbs, weight=self.weight)
+        else:
+            finish = self._rounds.step(release)
+        np.maximum.at(out, self.owner, finish - release)
         return out
 
 
@@ -128,13 +156,16 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
     factors: dict[Hashable, float] = {}
     ref: dict[Hashable, float] = dict(reference or {})
     rounds, converged = 0, False
+    session: JobFlows | None = None
     while True:
         sim = _place(p, cost, transfer, sm_share, factors, slot_of)
         if rounds >= MAX_ROUNDS:
             break
         rounds += 1
         jobs = _jobs(p, sim, cost, transfer, network)
-        took = network.times(jobs)
+        if session is None or session.keys != [job.key for job in jobs]:
+            session = network.session(jobs)
+        took = session.times(np.array([job.release_ns for job in jobs], np.float64))
         rate = {job.key: t / job.nominal_ns for job, t in zip(jobs, took, strict=True)}
         if reference is None:
             per: dict[Hashable, list[float]] = {}

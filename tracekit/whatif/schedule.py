@@ -150,8 +150,12 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
         target = plan(name, traced.stages, m, v)
     except ScheduleError as exc:
         raise WhatIfError(f"schedule: {exc}") from None
-    costs = _costs(base, traced, traced_plan)
-    settled_before = _run(traced_plan, costs, sm_share)
+    if "schedule" not in base.memo:
+        base.memo["schedule"] = _costs(base, traced, traced_plan)
+    costs: _Costs = base.memo["schedule"]
+    if ("schedule", sm_share) not in base.memo:
+        base.memo[("schedule", sm_share)] = _run(traced_plan, costs, sm_share)
+    settled_before: Settled = base.memo[("schedule", sm_share)]
     settled_after = _run(target, costs, sm_share, settled_before.reference)
     before, after = settled_before.simulation, settled_after.simulation
     delta = after.span_ns - before.span_ns
