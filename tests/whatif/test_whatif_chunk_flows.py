@@ -10,7 +10,7 @@ import pytest
 from tracekit.pipeline import FORWARD, Chunk, ChunkCost, Plan, Slot
 from tracekit.replay import build, parse_spec
 from tracekit.replay.simulate import Flows, route
-from tracekit.whatif.chunk_flows import ChunkNetwork, Template, settle
+from tracekit.whatif.chunk_flows import ChunkNetwork, Job, Template, settle
 
 COMPUTE_NS = 1_000.0
 NBYTES = 5e6
@@ -106,3 +106,17 @@ def test_a_transfer_sent_while_an_all_to_all_runs_on_its_nic_shares_it() -> None
     assert after.factors[("pp", 0, 1, f0)] == pytest.approx(2.0, rel=1e-6)
     assert after.factors[("comm", 1, 0, "EP")] == pytest.approx(2.0, rel=1e-6)  # micro-batch 1's, shared
     assert after.factors[("comm", 1, 1, "EP")] == pytest.approx(1.0, rel=1e-6)  # micro-batch 0's, alone
+
+
+def test_later_rounds_re_simulating_what_moved_match_one_simulation_of_all() -> None:
+    """`JobFlows.times` after its first call (replay.rounds: only the components that moved) gives
+    what a fresh simulation of every job does."""
+    network, a = _network(0, 1)
+    jobs = [Job(("comm", d, k, "EP"), ("EP", d), 0.0, a * (1 + k)) for d in (0, 1) for k in range(3)]
+    session = network.session(jobs)
+    rng = np.random.default_rng(24)
+    session.times(rng.uniform(0, 4 * a, len(jobs)))
+    for _ in range(5):
+        release = rng.uniform(0, 4 * a, len(jobs))
+        fresh = network.session(jobs).times(release)
+        assert session.times(release) == pytest.approx(fresh, rel=1e-9)
