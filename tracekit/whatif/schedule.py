@@ -219,6 +219,9 @@ def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]
     are made of)."""
     routed = routed_flows(base.tables, base.topology, algo=base.options.get("algo", "auto"),
                           placement=dict(base.placement.slots))
+    if [(i.group, i.seq) for i in routed.instances] != [(i.group, i.seq) for i in base.result.instances]:
+        raise WhatIfError("schedule: the baseline replay's collective instances are not the run's as decomposed "
+                          "again (was the baseline made from other tables?)")
     replayed = [float(i.replayed_ns) for i in base.result.instances]
     chain = [c.rank for c in traced.costs]
     members: dict[tuple, list[int]] = {}
@@ -241,7 +244,7 @@ def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]
         else:
             continue
         members.setdefault(cls, []).append(k)
-        if mine and k < len(replayed):
+        if mine:
             nominal[cls] = nominal.get(cls, 0.0) + replayed[k]
     classes = {cls: (ks, nominal.get(cls, 0.0)) for cls, ks in members.items()}
     return ChunkNetwork(routed.topology, templates_from(routed, classes))
