@@ -121,3 +121,21 @@ def test_a_run_without_a_pipeline_says_so() -> None:
     tables, _ = make_run_tables(pp=1, hosts=1, gpus_per_host=4, ep=2, steps=1, straggler_rank=None)
     with pytest.raises(WhatIfError, match="no pipeline"):
         whatif(tables, ["schedule:1f1b"])
+
+
+def test_a_baseline_of_other_instances_is_refused(monkeypatch) -> None:
+    """The job templates take each instance's replayed time by position: a decomposition that does
+    not line up with the baseline's instances stops with a one-line error."""
+    import dataclasses
+
+    from tracekit.whatif import schedule as module
+
+    real = module.routed_flows
+
+    def shuffled(*args, **kwargs):
+        routed = real(*args, **kwargs)
+        return dataclasses.replace(routed, instances=routed.instances[::-1])
+
+    monkeypatch.setattr(module, "routed_flows", shuffled)
+    with pytest.raises(WhatIfError, match="not the run's as decomposed again"):
+        whatif(_tables("1f1b"), ["schedule:zb-h1"])
