@@ -176,7 +176,9 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
             name = line
         elif line.startswith("  bubble per stage:"):
             bubbles[name] = [tuple(map(float, b)) for b in re.findall(r"\d: ([\d.]+) ms -> ([\d.]+) ms", line)]
-    assert all(b == a for b, a in bubbles["schedule:1f1b:"])  # 2 micro-batches: GPipe's bubble
+    # 2 micro-batches: GPipe's bubble, but for the contention of stage 1's other order
+    assert all(abs(a / b - 1) <= 0.003 for b, a in bubbles["schedule:1f1b:"])
+    assert "(bubbles within 0.3%)" in " ".join(text.split())
     halved = [a / b for b, a in bubbles["schedule:1f1b,microbatches=4:"]]
     again = [i / h for (_, i), (_, h) in zip(bubbles["schedule:interleaved-1f1b,microbatches=4:"],
                                              bubbles["schedule:1f1b,microbatches=4:"], strict=True)]

@@ -855,6 +855,51 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
                         findings=findings)
 
 
+@dataclass(frozen=True)
+class RoutedInstance:
+    """One collective instance of the run as the replay decomposed it (in the replay's order:
+    `TopologyResult.instances[k]` is instance k)."""
+
+    group: str
+    seq: int
+    op: str
+    dim: str
+    ranks: tuple[int, ...]
+    src: int | None
+    dst: int | None
+    step: int
+
+
+@dataclass(frozen=True)
+class RoutedFlows:
+    """The run's flows decomposed and routed on one topology (CSR paths `indptr`/`ids`), each
+    owned by an instance (`key`), as the replay simulates them: what-ifs that re-time the flows
+    themselves (the schedule what-if) start from these."""
+
+    topology: Topology
+    indptr: np.ndarray
+    ids: np.ndarray
+    nbytes: np.ndarray
+    lat_mult: np.ndarray
+    max_gbs: np.ndarray
+    key: np.ndarray
+    instances: tuple[RoutedInstance, ...]
+
+
+def routed_flows(tables: Mapping[str, pa.Table], topology: str | TopologySpec, *, algo: str = "auto",
+                 placement: Mapping[int, tuple[int, int]] | None = None) -> RoutedFlows:
+    """The run's collective flows on `topology`, decomposed and routed as `replay` does."""
+    spec = with_gpu(_spec(topology), traced_device(tables), nvls=False)
+    prep = _prepare(tables, placement=placement)
+    net = _Net(prep, spec, algo)
+    n = net.n_main
+    insts = tuple(RoutedInstance(group=i.group, seq=int(i.seq), op=i.op, dim=i.dim, ranks=tuple(i.ranks),
+                                 src=i.src, dst=i.dst, step=i.step) for i in prep.instances)
+    return RoutedFlows(topology=net.topology, indptr=net.indptr[:n + 1], ids=net.ids[:net.indptr[n]],
+                       nbytes=net.nbytes[:n], lat_mult=net.lat_mult[:n], max_gbs=net.max_gbs[:n],
+                       key=np.asarray(net.flows.key[:n], np.int64), instances=insts)
+
+
 def _not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:
     """The `not_simulated` finding: how many collective instances the model gave no traffic, and
     why (members outside the run, no byte count in the trace, or nothing to send: a one-rank

@@ -193,6 +193,9 @@ class Baseline:
     replay: ReplayResult
     options: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: What scenarios derive from the baseline alone, kept for the next scenario (the schedule
+    #: what-if's chunk costs and traced schedule rebuilt).
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def result(self) -> TopologyResult:

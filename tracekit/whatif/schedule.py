@@ -3,11 +3,13 @@ order of chunks for another pipeline schedule and compare its step with the trac
 
 The traced chunks (`tracekit.analysis.schedule`) give each stage's compute per chunk kind as
 traced and the EP/TP communication inside its chunks, which is rescaled per dim to its time in
-the baseline replay on the topology; a PP transfer takes its pair's median replayed time. The
+the baseline replay on the topology; a PP transfer takes its pair's median replayed time. Each
+placement's communication is then replayed on the topology in its own order
+(`tracekit.whatif.chunk_flows`): jobs that now overlap share links and slow each other. The
 model is cut evenly along each schedule's route (an interleaved or V-shape chunk holds its share
 of a traced stage's layers; DualPipe's second chunk on a device is the mirrored stage's). Both
 the traced schedule and the new one are placed by `tracekit.pipeline.simulate` with these same
-costs; the scenario's step is the baseline replay's step moved by the difference of the two
+costs and replayed; the scenario's step is the baseline replay's step moved by the difference of the two
 pipeline spans, so the part of the step outside the pipeline (gradient all-reduce, optimizer,
 host time) stays as replayed, and rebuilding the traced schedule gives the baseline exactly.
 DualPipe's paired forward and backward overlap one chunk's communication with the other's
@@ -16,7 +18,7 @@ compute, the communication taking `sm_share` of the SMs while it runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
@@ -37,9 +39,10 @@ from tracekit.pipeline import (
     ScheduleError,
     Simulation,
     plan,
-    simulate,
 )
+from tracekit.replay.engine import routed_flows
 from tracekit.results import Result
+from tracekit.whatif.chunk_flows import ChunkNetwork, CostOf, Settled, TransferOf, settle, templates_from
 from tracekit.whatif.core import Baseline, ScenarioResult, WhatIfError
 
 FIELDS = ("microbatches", "chunks", "sm_share")
@@ -47,10 +50,11 @@ FIELDS = ("microbatches", "chunks", "sm_share")
 DEFAULT_SM_SHARE = 20 / 132
 ASSUMPTIONS = (
     "chunks rebuilt from the traced schedule: compute per chunk kind as traced, the model cut evenly along the new "
-    "schedule's route; EP/TP communication inside chunks and PP transfers at their baseline-replay times (the new "
-    "order's own contention is not replayed); the step outside the pipeline (DP all-reduce, optimizer, host time) "
-    "as in the baseline replay; other micro-batch counts cut the same batch (per micro-batch times scale by "
-    "traced/new)")
+    "schedule's route; EP/TP communication inside chunks and PP transfers replayed on the topology in the new order "
+    "(flows of the traced step's instances, released where the chunks run, so transfers that now overlap share "
+    "links), each at its baseline-replay time times its contention relative to the traced order's; the step "
+    "outside the pipeline (DP all-reduce, optimizer, host time) as in the baseline replay; other micro-batch counts "
+    "cut the same batch (per micro-batch times scale by traced/new)")
 
 
 class PlacedChunk(Result, frozen=True, kw_only=True):
@@ -95,6 +99,7 @@ class _Costs:
     comm_scale: Mapping[tuple[int, str], float]  # (stage, dim) -> replayed / traced
     transfer_ns: Mapping[tuple[int, int], float]
     default_transfer_ns: float
+    network: ChunkNetwork
 
 
 def parse(rest: str) -> tuple[str, dict[str, str]]:
@@ -145,9 +150,14 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
         target = plan(name, traced.stages, m, v)
     except ScheduleError as exc:
         raise WhatIfError(f"schedule: {exc}") from None
-    costs = _costs(base, traced, traced_plan)
-    before = _run(traced_plan, costs, sm_share)
-    after = _run(target, costs, sm_share)
+    if "schedule" not in base.memo:
+        base.memo["schedule"] = _costs(base, traced, traced_plan)
+    costs: _Costs = base.memo["schedule"]
+    if ("schedule", sm_share) not in base.memo:
+        base.memo[("schedule", sm_share)] = _run(traced_plan, costs, sm_share)
+    settled_before: Settled = base.memo[("schedule", sm_share)]
+    settled_after = _run(target, costs, sm_share, settled_before.reference)
+    before, after = settled_before.simulation, settled_after.simulation
     delta = after.span_ns - before.span_ns
     result = base.compare(text, "schedule", base.result)
     result.step_ns = {k: round(v + delta) for k, v in base.result.step_ns.items()}
@@ -158,8 +168,15 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
                                       traced_step=traced.step)
     result.details = {"traced_schedule": traced.to_json(),
                       "schedule": {"name": name, "stages": traced.stages, "microbatches": m, "chunks": v},
-                      "sm_share": sm_share}
+                      "sm_share": sm_share,
+                      "replayed_rounds": {"baseline": settled_before.rounds, "scenario": settled_after.rounds},
+                      "contention": {"baseline": _spread(settled_before.factors),
+                                     "scenario": _spread(settled_after.factors)}}
     result.notes.append(ASSUMPTIONS)
+    for label, settled in (("the traced schedule rebuilt", settled_before), (name, settled_after)):
+        if not settled.converged:
+            result.notes.append(f"{label}: its communication did not settle in {settled.rounds} rounds of placing and "
+                                f"replaying (the last round's times are shown)")
     if traced.name not in SPLIT_BACKWARD and name in SPLIT_BACKWARD:
         result.notes.append("the trace does not split the backward: its weight-gradient part is taken as half of "
                             "it (B = 2F, W = B/2, DualPipe's and Megatron-LM's convention)")
@@ -191,12 +208,52 @@ def _costs(base: Baseline, traced: TracedSchedule, traced_plan: Plan) -> _Costs:
             times.setdefault((stage_of[rank], stage_of[peer]), []).append(float(replayed[(group, seq)][1]))
     transfer = {k: median(v) for k, v in times.items()}
     everything = [t for v in times.values() for t in v]
-    return _Costs(traced, traced_plan, scale, transfer, median(everything) if everything else 0.0)
+    return _Costs(traced, traced_plan, scale, transfer, median(everything) if everything else 0.0,
+                  _network(base, traced, stage_of))
 
 
-def _run(p: Plan, costs: _Costs, sm_share: float) -> Simulation:
-    """`p` placed in time; with other micro-batch counts than traced, the same batch is cut into
-    them, so a micro-batch's compute, communication and transfers scale by traced / new count."""
+def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]) -> ChunkNetwork:
+    """The traced step's flows on the baseline topology, by class: (dim, stage) for the EP/TP
+    communication of a stage's ranks, ("PP", a, b) for the PP sends from stage a to b; each with
+    the baseline-replay time of its instances on the stage's traced rank (what the chunk costs
+    are made of)."""
+    routed = routed_flows(base.tables, base.topology, algo=base.options.get("algo", "auto"),
+                          placement=dict(base.placement.slots))
+    if [(i.group, i.seq) for i in routed.instances] != [(i.group, i.seq) for i in base.result.instances]:
+        raise WhatIfError("schedule: the baseline replay's collective instances are not the run's as decomposed "
+                          "again (was the baseline made from other tables?)")
+    replayed = [float(i.replayed_ns) for i in base.result.instances]
+    chain = [c.rank for c in traced.costs]
+    members: dict[tuple, list[int]] = {}
+    nominal: dict[tuple, float] = {}
+    for k, inst in enumerate(routed.instances):
+        if traced.step is not None and inst.step != traced.step:
+            continue
+        if inst.dim == "PP" and inst.src is not None and inst.dst is not None:
+            a, b = stage_of.get(inst.src), stage_of.get(inst.dst)
+            if a is None or b is None or a == b:
+                continue
+            cls: tuple = ("PP", a, b)
+            mine = inst.src == chain[a] and inst.dst == chain[b]
+        elif inst.dim in ("EP", "TP"):
+            stages = {stage_of.get(r) for r in inst.ranks}
+            if len(stages) != 1 or None in stages:
+                continue
+            d = stages.pop()
+            cls, mine = (inst.dim, d), chain[d] in inst.ranks
+        else:
+            continue
+        members.setdefault(cls, []).append(k)
+        if mine:
+            nominal[cls] = nominal.get(cls, 0.0) + replayed[k]
+    classes = {cls: (ks, nominal.get(cls, 0.0)) for cls, ks in members.items()}
+    return ChunkNetwork(routed.topology, templates_from(routed, classes))
+
+
+def _cost_functions(p: Plan, costs: _Costs) -> tuple[CostOf, TransferOf]:
+    """Chunk and transfer costs of `p` at their baseline-replay times; with other micro-batch
+    counts than traced, the same batch is cut into them, so a micro-batch's compute,
+    communication and transfers scale by traced / new count."""
     per_position = _position_costs(costs)
     n_traced = len(per_position)
     size = costs.traced_plan.microbatches / p.microbatches
@@ -220,7 +277,13 @@ def _run(p: Plan, costs: _Costs, sm_share: float) -> Simulation:
     def transfer(a: int, b: int, chunk: Chunk) -> float:
         return costs.transfer_ns.get((a, b), costs.default_transfer_ns) * size
 
-    return simulate(p, cost, transfer=transfer, sm_share=sm_share)
+    return cost, transfer
+
+
+def _run(p: Plan, costs: _Costs, sm_share: float, reference: Mapping[Hashable, float] | None = None) -> Settled:
+    """`p` placed in time with its communication replayed on the topology (`chunk_flows.settle`)."""
+    cost, transfer = _cost_functions(p, costs)
+    return settle(p, cost, transfer, costs.network, sm_share=sm_share, reference=reference)
 
 
 def _position_costs(costs: _Costs) -> list[tuple[StageCosts, Mapping[str, float]]]:
@@ -254,6 +317,12 @@ def _kind_cost(entry: tuple[StageCosts, Mapping[str, float]], kind: str) -> tupl
     if kind == INPUT_GRAD:
         return full - w, comm_of(BACKWARD)
     return have.get(FORWARD, 0.0), comm_of(FORWARD)
+
+
+def _spread(factors: Mapping[Hashable, float]) -> dict[str, float]:
+    """The smallest and largest contention factor of a placement's communication (1: as in the traced order)."""
+    values = list(factors.values()) or [1.0]
+    return {"min": round(min(values), 4), "max": round(max(values), 4)}
 
 
 def _summary(sim: Simulation) -> PipelineRun:

@@ -1,0 +1,122 @@
+"""The rebuilt schedule's communication replayed on the topology: jobs the new order overlaps on
+one link share it (closed form: two equal flows on one NIC each get half), jobs on separate links
+do not, and the traced order keeps its own times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracekit.pipeline import FORWARD, Chunk, ChunkCost, Plan, Slot
+from tracekit.replay import build, parse_spec
+from tracekit.replay.simulate import Flows, route
+from tracekit.whatif.chunk_flows import ChunkNetwork, Job, Template, settle
+
+COMPUTE_NS = 1_000.0
+NBYTES = 5e6
+
+
+def _one_flow(topology, src: int, dst: int, replayed_per_simulated: float) -> Template:
+    """One flow of NBYTES, standing for `replayed_per_simulated` times its simulated time alone
+    (the baseline replay's calibration of it)."""
+    indptr, ids = route(topology, Flows.from_lists([src], [dst], [NBYTES]))
+    alone = NBYTES / float(topology.cap[ids].min())  # GB/s = bytes per ns; no latency on this spec
+    return Template(indptr, ids, np.array([NBYTES]), np.ones(1), np.full(1, np.inf), alone * replayed_per_simulated)
+
+
+def _network(second_src: int, second_dst: int, replayed_per_simulated: float = 1.0) -> tuple[ChunkNetwork, float]:
+    """Stage 0's EP all-to-all is one flow GPU 0 -> GPU 1 (host 0's NIC to host 1's); stage 1's
+    is GPU `second_src` -> `second_dst`; returns the network and the all-to-all's replayed time."""
+    topology = build(parse_spec("single-switch:hosts=2,gpus=1,nic_gbps=400,latency_ns=0,nvlink_latency_ns=0"))
+    first = _one_flow(topology, 0, 1, replayed_per_simulated)
+    second = _one_flow(topology, second_src, second_dst, replayed_per_simulated)
+    return ChunkNetwork(topology, {("EP", 0): first, ("EP", 1): second}), first.nominal_ns
+
+
+def _plans() -> tuple[Plan, Plan]:
+    """Traced: one micro-batch through both stages (stage 1 starts when stage 0 is done: the
+    all-to-alls never overlap). New: two micro-batches, one per stage, run at once."""
+    f = Chunk(FORWARD, 0, 0)
+    traced = Plan("traced", 2, 1, 1, ((Slot((f,)),), (Slot((f,)),)), (((0, 0), (1, 0)),))
+    apart = Plan("apart", 2, 2, 1, ((Slot((f,)),), (Slot((Chunk(FORWARD, 1, 0),)),)), (((0, 0),), ((1, 0),)))
+    return traced, apart
+
+
+def _settle(network: ChunkNetwork, all_to_all_ns: float):
+    def cost(device: int, chunk: Chunk) -> ChunkCost:
+        return ChunkCost(COMPUTE_NS, {"EP": all_to_all_ns})
+
+    traced, apart = _plans()
+    before = settle(traced, cost, lambda a, b, c: 0.0, network)
+    after = settle(apart, cost, lambda a, b, c: 0.0, network, reference=before.reference)
+    return before, after
+
+
+def test_two_all_to_alls_forced_onto_one_nic_each_take_twice_as_long() -> None:
+    network, a = _network(0, 1)  # both stages' flows cross host 0's NIC, up, at the same time
+    before, after = _settle(network, a)
+    assert before.converged and after.converged
+    assert before.simulation.span_ns == pytest.approx(2 * (COMPUTE_NS + a), rel=1e-9)  # the traced order as replayed
+    # closed form: two flows of X bytes on one link of capacity c get c/2 each: both take 2 X / c
+    assert after.simulation.span_ns == pytest.approx(COMPUTE_NS + 2 * a, rel=1e-6)
+    assert after.simulation.exposed_ns["EP"] == pytest.approx(2 * (2 * a), rel=1e-6)
+    assert list(after.factors.values()) == pytest.approx([2.0, 2.0], rel=1e-6)
+
+
+def test_all_to_alls_on_separate_links_keep_their_time() -> None:
+    network, a = _network(1, 0)  # stage 1's flow runs the other way: the full-duplex links are not shared
+    _, after = _settle(network, a)
+    assert after.simulation.span_ns == pytest.approx(COMPUTE_NS + a, rel=1e-6)
+    assert list(after.factors.values()) == pytest.approx([1.0, 1.0], rel=1e-6)
+
+
+def test_nominal_times_are_kept_relative_to_the_traced_order() -> None:
+    """A baseline replay that gave the all-to-all 3x its flow time (calibration) keeps 3x alone, 6x shared."""
+    network, a = _network(0, 1, replayed_per_simulated=3.0)  # `a` is 3x the flow's simulated time
+    before, after = _settle(network, a)
+    assert before.simulation.span_ns == pytest.approx(2 * (COMPUTE_NS + a), rel=1e-9)
+    assert after.simulation.span_ns == pytest.approx(COMPUTE_NS + 2 * a, rel=1e-6)
+
+
+def test_a_transfer_sent_while_an_all_to_all_runs_on_its_nic_shares_it() -> None:
+    """Stage 0 sends micro-batch 0 to stage 1 (one flow GPU 0 -> GPU 1) when its forward ends at C;
+    stage 1 runs micro-batch 1 first in the new order, its all-to-all (forced onto the same link)
+    starting at C too: both take 2A, then micro-batch 0 runs on stage 1 with its all-to-all alone.
+    Traced (micro-batch 0 first on stage 1) nothing overlaps: 3C + 3A; new: 2C + 3A (2C + 2A
+    without contention)."""
+    topology = build(parse_spec("single-switch:hosts=2,gpus=1,nic_gbps=400,latency_ns=0,nvlink_latency_ns=0"))
+    link = _one_flow(topology, 0, 1, 1.0)
+    a = link.nominal_ns
+    network = ChunkNetwork(topology, {("EP", 1): link, ("PP", 0, 1): link})
+    f0, f1 = Chunk(FORWARD, 0, 0), Chunk(FORWARD, 1, 0)
+    routes = (((0, 0), (1, 0)), ((1, 0),))
+    traced = Plan("traced", 2, 2, 1, ((Slot((f0,)),), (Slot((f0,)), Slot((f1,)))), routes)
+    reordered = Plan("reordered", 2, 2, 1, ((Slot((f0,)),), (Slot((f1,)), Slot((f0,)))), routes)
+
+    def cost(device: int, chunk: Chunk) -> ChunkCost:
+        return ChunkCost(COMPUTE_NS, {"EP": a} if device == 1 else {})
+
+    def transfer(src: int, dst: int, chunk: Chunk) -> float:
+        return a
+
+    before = settle(traced, cost, transfer, network)
+    after = settle(reordered, cost, transfer, network, reference=before.reference)
+    assert before.simulation.span_ns == pytest.approx(3 * COMPUTE_NS + 3 * a, rel=1e-9)
+    assert after.simulation.span_ns == pytest.approx(2 * COMPUTE_NS + 3 * a, rel=1e-6)
+    assert after.factors[("pp", 0, 1, f0)] == pytest.approx(2.0, rel=1e-6)
+    assert after.factors[("comm", 1, 0, "EP")] == pytest.approx(2.0, rel=1e-6)  # micro-batch 1's, shared
+    assert after.factors[("comm", 1, 1, "EP")] == pytest.approx(1.0, rel=1e-6)  # micro-batch 0's, alone
+
+
+def test_later_rounds_re_simulating_what_moved_match_one_simulation_of_all() -> None:
+    """`JobFlows.times` after its first call (replay.rounds: only the components that moved) gives
+    what a fresh simulation of every job does."""
+    network, a = _network(0, 1)
+    jobs = [Job(("comm", d, k, "EP"), ("EP", d), 0.0, a * (1 + k)) for d in (0, 1) for k in range(3)]
+    session = network.session(jobs)
+    rng = np.random.default_rng(24)
+    session.times(rng.uniform(0, 4 * a, len(jobs)))
+    for _ in range(5):
+        release = rng.uniform(0, 4 * a, len(jobs))
+        fresh = network.session(jobs).times(release)
+        assert session.times(release) == pytest.approx(fresh, rel=1e-9)
