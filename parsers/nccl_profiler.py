@@ -32,6 +32,7 @@ import msgspec
 from tracekit._limits import checked_int, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
+from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -69,6 +70,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     decode = msgspec.json.Decoder().decode
+    repeated = RepeatedKeys()
     info = LineSource()
     rows: list[dict[str, Any]] = []
     open_ops: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -89,6 +91,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 if ev is None:
                     stats.skip("malformed event")
                     continue
+                repeated.scan(line)
                 cat, ph = ev.get("cat"), ev.get("ph")
                 pid = pid if pid is not None else ev.get("pid")
                 if cat in ("COLL", "P2P") and ph == "b":
@@ -125,6 +128,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                     stats.skip(f"{str(cat or 'other').lower()} event")
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+    if (w := repeated.warning("event")) is not None:
+        stats.warnings.append(w)
     account(info, stats)
     if open_ops:
         stats.warnings.append(f"{len(open_ops)} operations begun but not ended (file cut short): kept without "

@@ -22,6 +22,7 @@ from typing import Any
 
 from tracekit._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.errors import InputError
+from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -49,6 +50,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     text = decode_text(read_bytes(where, stats), where)
     if json_depth(text) > MAX_DEPTH:  # checked in one linear pass: json's own limit costs seconds per object
         raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
+    warn_repeated_keys(text, stats.warnings)
     buf = CounterBuffer(sink, FORMAT, stats)
     n_objects = 0
     for obj in _objects(text, stats):
