@@ -37,13 +37,10 @@ def repeated_keys(data, max_depth, max_keys, spans):
             s = i + 1
             j = s
             escaped = False
-            h = np.uint64(14695981039346656037)
             while j < n and data[j] != 34:
                 if data[j] == 92:
                     escaped = True
                     j += 1
-                else:
-                    h = (h ^ np.uint64(data[j])) * np.uint64(1099511628211)
                 j += 1
             e = j
             i = j + 1
@@ -53,6 +50,9 @@ def repeated_keys(data, max_depth, max_keys, spans):
             if k < n and data[k] == 58 and depth > 0 and is_obj[depth] == 1:
                 if escaped:
                     unsure = 1
+                h = np.uint64(14695981039346656037)
+                for b in range(s, min(e, n)):
+                    h = (h ^ np.uint64(data[b])) * np.uint64(1099511628211)
                 first = obj_first[depth]
                 if nkeys - first >= max_keys or nkeys >= cap:
                     unsure = 1

@@ -103,7 +103,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 except (msgspec.DecodeError, RecursionError):
                     stats.skip("malformed JSON line")
                     continue
-                repeated.scan(raw)
+                repeated.scan_exact(raw)
                 if not isinstance(obj, dict) or not isinstance(obj.get("header"), dict) or not (
                         isinstance(obj.get("coll_perf"), dict) or isinstance(obj.get("p2p_perf"), dict)):
                     stats.skip("not an Inspector record")

@@ -51,7 +51,7 @@ def sniff(head: bytes) -> bool:
     return text.startswith(b"[") and sum(1 for c in _CATS if c in head) >= 1 and b'"ph": "b"' in head
 
 
-def _event(line: bytes, decode: Any) -> dict[str, Any] | None:
+def _event(line: bytes, decode: Any, repeated: RepeatedKeys) -> dict[str, Any] | None:
     body = line.strip().rstrip(b",")
     if not body.startswith(b"{") or body == b"{}":
         return None
@@ -59,10 +59,14 @@ def _event(line: bytes, decode: Any) -> dict[str, Any] | None:
         obj = decode(body)
     except (msgspec.DecodeError, RecursionError):
         try:
-            obj = decode(_BARE.sub(rb'\1"\2"\3', body))
+            body = _BARE.sub(rb'\1"\2"\3', body)
+            obj = decode(body)
         except (msgspec.DecodeError, RecursionError):
             return None
-    return obj if isinstance(obj, dict) else None
+    if isinstance(obj, dict):
+        repeated.scan_exact(body)
+        return obj
+    return None
 
 
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
@@ -87,11 +91,10 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 if line in (b"{}]", b"{}"):
                     saw_end = True
                     continue
-                ev = _event(line, decode)
+                ev = _event(line, decode, repeated)
                 if ev is None:
                     stats.skip("malformed event")
                     continue
-                repeated.scan(line)
                 cat, ph = ev.get("cat"), ev.get("ph")
                 pid = pid if pid is not None else ev.get("pid")
                 if cat in ("COLL", "P2P") and ph == "b":
