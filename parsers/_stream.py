@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from tracekit._limits import MAX_DEPTH, MAX_VALUE_BYTES, DecompressionGuard
+from tracekit.parsers._json_keys import RepeatedKeys
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 21
@@ -251,7 +252,9 @@ class ChromeTraceReader:
     Iterating yields ("batch", decoded) for each verified batch of events and ("bad", raw) for
     a value in the events array that does not decode (or nests deeper than `MAX_DEPTH`), for
     every `traceEvents` array: a duplicated key is read too (`events_arrays` counts them), and
-    other keys given twice are named in `duplicate_keys` (the last value is kept).
+    other keys given twice are named in `duplicate_keys` (the last value is kept). Keys repeated
+    inside an event or a top-level value are tallied in `repeated_keys` (`_json_keys`: the last
+    value is kept), counted on each batch once it decodes, so a salvaged batch is not counted twice.
     `decode_batch(b"[...]")` must raise on invalid input. After iteration, `metadata` holds the
     other top-level keys, `truncated_tail` the bytes of an incomplete ending, `finished` says
     whether the closing brace was seen and `oversized` whether a single value was larger than
@@ -266,7 +269,14 @@ class ChromeTraceReader:
     def __init__(self, chunks: Iterator[bytes], decode_batch: Callable[[bytes], Any], *,
                  max_value_bytes: int = MAX_VALUE_BYTES, max_depth: int = MAX_DEPTH) -> None:
         self._it = iter(chunks)
-        self._decode = decode_batch
+        self.repeated_keys = RepeatedKeys()
+
+        def decode_and_tally(buf: bytes) -> Any:
+            decoded = decode_batch(buf)
+            self.repeated_keys.scan(buf)
+            return decoded
+
+        self._decode = decode_and_tally
         self.max_value_bytes = max_value_bytes
         self.max_depth = max_depth
         self.buf = b""
@@ -418,6 +428,7 @@ class ChromeTraceReader:
             else:
                 try:
                     self.metadata[key] = msgspec.json.decode(buf[value_start:end])
+                    self.repeated_keys.scan(memoryview(buf)[value_start:end])
                 except (msgspec.DecodeError, RecursionError):
                     self.bad_metadata.append(str(key))
             self.pos = end

@@ -695,6 +695,9 @@ def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
     if reader.duplicate_keys:
         stats.warnings.append(f"top-level keys given more than once, the last value kept: "
                               f"{sorted(set(reader.duplicate_keys))[:5]}")
+    repeated = reader.repeated_keys.warning()
+    if repeated:
+        stats.warnings.append(repeated)
     if reader.bad_metadata:
         stats.warnings.append(f"undecodable top-level keys skipped: {sorted(reader.bad_metadata)[:5]}")
     cut = not reader.finished

@@ -32,6 +32,7 @@ import msgspec
 from tracekit._limits import MAX_WORLD_SIZE, checked_int, in_range, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
+from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -87,6 +88,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     decoder = msgspec.json.Decoder()
+    repeated = RepeatedKeys()
     records: list[tuple[int, dict[str, Any]]] = []
     info = LineSource()
     lineno = 0
@@ -101,6 +103,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 except (msgspec.DecodeError, RecursionError):
                     stats.skip("malformed JSON line")
                     continue
+                repeated.scan_exact(raw)
                 if not isinstance(obj, dict) or not isinstance(obj.get("header"), dict) or not (
                         isinstance(obj.get("coll_perf"), dict) or isinstance(obj.get("p2p_perf"), dict)):
                     stats.skip("not an Inspector record")
@@ -108,6 +111,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 records.append((lineno, obj))
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+    if (w := repeated.warning("line")) is not None:
+        stats.warnings.append(w)
     account(info, stats)
     if not records:
         raise InputError(where, "no NCCL Inspector records (header + coll_perf/p2p_perf)")

@@ -32,6 +32,7 @@ import msgspec
 from tracekit._limits import checked_int, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
+from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._lines import LineSource, account, line_batches
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -50,7 +51,7 @@ def sniff(head: bytes) -> bool:
     return text.startswith(b"[") and sum(1 for c in _CATS if c in head) >= 1 and b'"ph": "b"' in head
 
 
-def _event(line: bytes, decode: Any) -> dict[str, Any] | None:
+def _event(line: bytes, decode: Any, repeated: RepeatedKeys) -> dict[str, Any] | None:
     body = line.strip().rstrip(b",")
     if not body.startswith(b"{") or body == b"{}":
         return None
@@ -58,10 +59,14 @@ def _event(line: bytes, decode: Any) -> dict[str, Any] | None:
         obj = decode(body)
     except (msgspec.DecodeError, RecursionError):
         try:
-            obj = decode(_BARE.sub(rb'\1"\2"\3', body))
+            body = _BARE.sub(rb'\1"\2"\3', body)
+            obj = decode(body)
         except (msgspec.DecodeError, RecursionError):
             return None
-    return obj if isinstance(obj, dict) else None
+    if isinstance(obj, dict):
+        repeated.scan_exact(body)
+        return obj
+    return None
 
 
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
@@ -69,6 +74,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     decode = msgspec.json.Decoder().decode
+    repeated = RepeatedKeys()
     info = LineSource()
     rows: list[dict[str, Any]] = []
     open_ops: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -85,7 +91,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 if line in (b"{}]", b"{}"):
                     saw_end = True
                     continue
-                ev = _event(line, decode)
+                ev = _event(line, decode, repeated)
                 if ev is None:
                     stats.skip("malformed event")
                     continue
@@ -125,6 +131,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                     stats.skip(f"{str(cat or 'other').lower()} event")
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
+    if (w := repeated.warning("event")) is not None:
+        stats.warnings.append(w)
     account(info, stats)
     if open_ops:
         stats.warnings.append(f"{len(open_ops)} operations begun but not ended (file cut short): kept without "

@@ -37,6 +37,7 @@ import msgspec
 
 from tracekit._limits import checked_int, out_of_range
 from tracekit.errors import InputError
+from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
 from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end
@@ -537,6 +538,7 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
     except OSError as exc:
         raise InputError(where, f"cannot read ({exc.strerror or exc})") from exc
     data = bytes(buf)
+    warn_repeated_keys(data, stats.warnings)
     try:
         doc = msgspec.json.decode(data)
         results = doc.get("results") if isinstance(doc, dict) else None

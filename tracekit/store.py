@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -534,20 +534,31 @@ def results_generation(run_dir: str | os.PathLike[str]) -> str | None:
 def claim_results(run_dir: str | os.PathLike[str], generation: str) -> Path:
     """RUN/results/, ready to take results of `generation` (call with the lock held): results of
     any other generation are removed first, so results never outlive the data they came from."""
-    run_dir = Path(run_dir)
+    out, stamp = _clear_stale_results(Path(run_dir), generation)
+    if stamp is not None:
+        atomic_write(stamp, lambda t: _write_stamp(t, generation), Path(run_dir))
+    return out
+
+
+def _clear_stale_results(run_dir: Path, generation: str) -> tuple[Path, Path | None]:
+    """RUN/results/ with the results of any other generation removed, and the stamp to write
+    for `generation` (None when it is already there)."""
     out = make_dirs(run_dir, run_dir / "results")
     stamp = results_generation(run_dir)
     if stamp == generation:
-        return out
+        return out, None
     adopt = stamp is None and generation.startswith("legacy-")  # a run made before generations: keep
     try:
         for entry in [] if adopt else out.iterdir():
             if entry.name != RESULTS_STAMP and (entry.is_symlink() or entry.is_file()):
                 entry.unlink()
-        atomic_write(out / RESULTS_STAMP, lambda t: Path(t).write_text(generation + "\n"), run_dir)
     except OSError as exc:
         raise os_error(exc, str(out)) from exc
-    return out
+    return out, out / RESULTS_STAMP
+
+
+def _write_stamp(tmp: str | Path, generation: str) -> None:
+    Path(tmp).write_text(generation + "\n")  # atomic tmp
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -587,6 +598,9 @@ class Run:
             raise RunError(str(exc)) from None
         self.generation = manifest_generation(self.manifest)
         self.stale: list[str] = []  # results left aside because an ingest has replaced their data
+        #: derived files held by `results_together` (path in the run -> table, JSON text, or None
+        #: to remove), committed together when its block ends
+        self._pending: dict[str, pa.Table | str | None] | None = None
         self._check_parts()
 
     def _file(self, name: str) -> Path:
@@ -636,9 +650,13 @@ class Run:
         return self._file(f"{name}.parquet").is_file()
 
     def table(self, name: str) -> pa.Table:
-        """The named table (an empty one with the right schema when the run has none)."""
+        """The named table (an empty one with the right schema when the run has none); inside
+        `results_together`, as the block has written it."""
         if name == "events":
             return self.events()
+        held = (self._pending or {}).get(f"{name}.parquet")
+        if isinstance(held, pa.Table):
+            return held
         path = self._file(f"{name}.parquet")
         if not path.is_file():
             return schema.empty(name)
@@ -700,6 +718,51 @@ class Run:
             self.unsaved.append(f"{what} not saved: {exc}")
             return None
 
+    @contextlib.contextmanager
+    def results_together(self, what: str) -> Iterator[None]:
+        """Hold every derived write of the block (merged tables, results/ files) and commit them
+        when it ends, in one step under one lock: all are replaced or none is, so a full disk
+        part-way never leaves some new results beside old ones (issue 22). Nothing is written
+        when the block raises; a failed commit is noted in `unsaved`, like any save."""
+        if self._pending is not None:  # nested: the outer block commits
+            yield
+            return
+        self._pending = {}
+        try:
+            yield
+            pending = self._pending
+        finally:
+            self._pending = None
+        if pending:
+            self.save(what, lambda: self._commit(pending))
+
+    def _commit(self, pending: Mapping[str, pa.Table | str | None]) -> list[Path]:
+        recover(self.path)
+        self._staged = False
+        self.check_generation()
+        writes: dict[Path, Any] = {}
+        removals: list[Path] = []
+        if any(rel.startswith("results/") for rel in pending):
+            _, stamp = _clear_stale_results(self.path, self.generation)
+            if stamp is not None:
+                writes[stamp] = lambda t: _write_stamp(t, self.generation)
+        for rel, value in pending.items():
+            path = self.path / rel
+            contained(self.path, path.parent)
+            if value is None:
+                removals.append(path)
+            elif isinstance(value, str):
+                writes[path] = lambda t, text=value: Path(t).write_text(text)  # atomic tmp
+            else:
+                writes[path] = lambda t, table=value: _to_parquet(table, t)
+        try:
+            written = atomic_write_all(writes)
+            for path in removals:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise os_error(exc, ", ".join(str(p) for p in [*writes, *removals])) from exc
+        return written
+
     def write_table(self, name: str, table: pa.Table) -> Path | None:
         """Write (replace) one of the merged small tables, conformed to its schema."""
         written = self.write_tables({name: table})
@@ -712,6 +775,9 @@ class Run:
         if "events" in tables:
             raise RunError("events are written per source by ingest, not replaced")
         conformed = {name: schema.conform(name, t) for name, t in tables.items()}
+        if self._pending is not None:
+            self._pending.update({f"{name}.parquet": t for name, t in conformed.items()})
+            return [self.path / f"{name}.parquet" for name in conformed]
 
         def write() -> list[Path]:
             recover(self.path)
@@ -732,12 +798,33 @@ class Run:
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
         text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
+        if self._pending is not None:
+            self._pending[f"results/{name}.json"] = text
+            return self.path / "results" / f"{name}.json"
 
         def write() -> Path:
             out = self.claim_results()
             return atomic_write(out / f"{name}.json", lambda t: Path(t).write_text(text), self.path)
 
         return self.save(f"results/{name}.json", write)
+
+    def write_result_table(self, name: str, table: pa.Table | None) -> Path | None:
+        """Store (or, for None, remove) a table under RUN/results/ (temporary name, renamed)."""
+        if self._pending is not None:
+            self._pending[f"results/{name}"] = table
+            return None if table is None else self.path / "results" / name
+
+        def write() -> Path | None:
+            path = self.claim_results() / name
+            if table is None:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise os_error(exc, str(path)) from exc
+                return None
+            return write_parquet(table, path, self.path)
+
+        return self.save(f"results/{name}", write)
 
     def claim_results(self) -> Path:
         """RUN/results/ for results of this run's generation (call with the lock held); refuses

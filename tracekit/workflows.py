@@ -91,10 +91,11 @@ def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int 
     from tracekit.analysis import analyze as analyse_run
 
     run = _run(source)
-    result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
-                         partitioned=partitioned)
-    if write:
-        run.write_json("analysis", result.to_json())
+    with run.results_together("analyze's tables and results/analysis.json"):
+        result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
+                             partitioned=partitioned)
+        if write:
+            run.write_json("analysis", result.to_json())
     return result
 
 
@@ -129,45 +130,29 @@ def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
     run = _run(source)
     if calibration is not None:
         options = {**options, **calibration.saved.options()}
-    result = engine.replay(replay_tables(run, write=write), topologies, baseline=baseline, **options)
-    result.findings[:0] = replay_cautions(run_validity(run))
-    if write:
-        from tracekit.export import REPLAY_TIMELINES, replay_timelines
-
-        run.write_json("replay", result.to_json())
-        doc = engine.calibration_document(result, str(run.path))
-        if doc is not None:
-            run.write_json("calibration", doc)
-        _write_result_table(run, REPLAY_TIMELINES, replay_timelines(result))
-        run.write_table("link_samples", engine.with_replayed(run.table("link_samples"), result))
-    if run.has("counters") and result.results:
-        from tracekit.telemetry.compare import compare_links
-
+    with run.results_together("replay's tables and results"):
+        result = engine.replay(replay_tables(run, write=write), topologies, baseline=baseline, **options)
+        result.findings[:0] = replay_cautions(run_validity(run))
         if write:
-            result.telemetry = compare_links(run.table("link_samples"), topology=result.baseline)
-            run.write_json("links", result.telemetry.to_json())
-        else:
-            merged = pa.concat_tables([schema.conform("link_samples", run.table("link_samples")),
-                                       result.link_samples()], promote_options="permissive")
-            result.telemetry = compare_links(merged, topology=result.baseline)
+            from tracekit.export import REPLAY_TIMELINES, replay_timelines
+
+            run.write_json("replay", result.to_json())
+            doc = engine.calibration_document(result, str(run.path))
+            if doc is not None:
+                run.write_json("calibration", doc)
+            run.write_result_table(REPLAY_TIMELINES, replay_timelines(result))
+            run.write_table("link_samples", engine.with_replayed(run.table("link_samples"), result))
+        if run.has("counters") and result.results:
+            from tracekit.telemetry.compare import compare_links
+
+            if write:
+                result.telemetry = compare_links(run.table("link_samples"), topology=result.baseline)
+                run.write_json("links", result.telemetry.to_json())
+            else:
+                merged = pa.concat_tables([schema.conform("link_samples", run.table("link_samples")),
+                                           result.link_samples()], promote_options="permissive")
+                result.telemetry = compare_links(merged, topology=result.baseline)
     return result
-
-
-def _write_result_table(run: Run, name: str, table: pa.Table | None) -> Path | None:
-    """Store (or, for None, remove) a table under RUN/results/ (temporary name, renamed)."""
-    from tracekit.store import os_error, write_parquet
-
-    def write() -> Path | None:
-        path = run.claim_results() / name
-        if table is None:
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:
-                raise os_error(exc, str(path)) from exc
-            return None
-        return write_parquet(table, path, run.path)
-
-    return run.save(f"results/{name}", write)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from tracekit._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.errors import InputError
+from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -51,7 +52,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
     buf = CounterBuffer(sink, FORMAT, stats)
     n_objects = 0
-    for obj in _objects(text, stats):
+    repeated = RepeatedKeys()
+    for obj in _objects(text, stats, repeated):
         items = obj if isinstance(obj, list) else [obj]
         for item in items:
             n_objects += 1
@@ -65,11 +67,13 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
                 stats.skip("not_a_notification")
     if n_objects == 0:
         raise InputError(where, "no gnmic notification or event found")
+    if (w := repeated.warning()) is not None:
+        stats.warnings.append(w)
     return buf.result()
 
 
-def _objects(text: str, stats: SourceStats) -> Iterator[Any]:
-    decoder = json.JSONDecoder()
+def _objects(text: str, stats: SourceStats, repeated: RepeatedKeys) -> Iterator[Any]:
+    decoder = json.JSONDecoder(object_pairs_hook=repeated.hook)
     pos, n = 0, len(text)
     while pos < n:
         while pos < n and text[pos] in " \t\r\n":

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from tracekit.errors import InputError
+from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, epoch_to_ns, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
@@ -37,6 +38,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         doc = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError) as exc:
         raise InputError(where, f"not valid JSON ({exc})") from exc
+    warn_repeated_keys(text, stats.warnings)
     if not isinstance(doc, dict):
         raise InputError(where, "not a Prometheus API response (top level is not an object)")
     if doc.get("status") != "success":

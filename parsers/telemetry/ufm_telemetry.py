@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from tracekit.errors import InputError
+from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, epoch_to_ns, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
@@ -76,7 +77,9 @@ def _records(text: str, where: str) -> list[Any]:
 def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = None) -> ParseResult:
     where = os.fspath(path)
     stats = SourceStats()
-    records = _records(decode_text(read_bytes(where, stats), where), where)
+    text = decode_text(read_bytes(where, stats), where)
+    records = _records(text, where)
+    warn_repeated_keys(text, stats.warnings)
     buf = CounterBuffer(sink, FORMAT, stats)
     implausible: Counter[str] = Counter()
     for rec in records:

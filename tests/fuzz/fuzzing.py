@@ -805,6 +805,32 @@ def _split_records(seed: Seed, rnd: random.Random) -> ClassCase | None:
     return ClassCase(text, seed.gz)
 
 
+_INNER_PAIR = re.compile(rb'"([A-Za-z_][\w -]{0,40})"(\s*:\s*)'
+                         rb'("(?:[^"\\\n]){0,200}"|-?\d{1,18}(?:\.\d{1,9})?|true|false|null)')
+_JSON_LINES = {"nccl_inspector", "nccl_profiler"}
+
+
+def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    """Keys repeated inside records: before some `"key": value` pairs of the file, the same pair
+    once more (the same value, so every reader still decodes it); the reader must read the
+    record and say so in a warning (issue 22)."""
+    if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES):
+        return None
+    pairs = list(_INNER_PAIR.finditer(seed.data))
+    if not pairs:
+        return None
+    data = seed.data
+    for m in sorted(rnd.sample(pairs, min(len(pairs), rnd.choice([1, 3, 30]))), key=lambda m: -m.start()):
+        data = data[:m.start()] + m.group(0) + b", " + data[m.start():]
+
+    def expect(stats: Any, seed_read: int | None) -> str | None:
+        if any("given more than once" in w for w in stats.warnings):
+            return None
+        return "inner_keys: a key repeated inside a record, and no warning says so"
+
+    return ClassCase(data, seed.gz, expect)
+
+
 def _laughs(levels: int, fanout: int) -> str:
     rows = [f"l0: &l0 [{', '.join(['lol'] * fanout)}]"]
     rows += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fanout)}]" for i in range(1, levels)]
@@ -903,7 +929,7 @@ def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
 
 
 CLASSES: dict[str, Callable[[Seed, random.Random], ClassCase | None]] = {
-    "duplicate_keys": _split_records, "alias_graph": _alias_graph, "long_line": _long_line,
+    "duplicate_keys": _split_records, "inner_keys": _inner_keys, "alias_graph": _alias_graph, "long_line": _long_line,
     "pickle_storm": _pickle_storm, "huge_number": _huge_numbers, "control_chars": _control_chars,
 }
 

@@ -1,16 +1,21 @@
 """Duplicate keys in JSON inputs are read, or counted with a reason, never dropped unseen:
-a Kineto trace with two `traceEvents` arrays, a Flight Recorder JSON dump with two `entries`
-(issue 22). read = stored + skipped holds for both."""
+a Kineto trace with two `traceEvents` arrays, a Flight Recorder JSON dump with two `entries`,
+and keys repeated inside a record of every JSON reader (issue 22). read = stored + skipped holds."""
 
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
+import re
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
+import pytest
 from kineto_helpers import parse_into
 
-from tracekit.parsers import flight_recorder
+from tracekit.parsers import detect, flight_recorder
 from tracekit.store import SourceSink
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo_moe_8rank"
@@ -84,3 +89,125 @@ def test_flight_recorder_duplicate_keys_inside_an_entry_are_warned(tmp_path: Pat
     st = flight_recorder.parse(path, SourceSink(tmp_path / "run", "k")).stats
     assert st.read == 1 == st.stored + sum(st.skipped.values())
     assert any("1 object with keys given more than once" in w and "profiling_name" in w for w in st.warnings)
+
+
+# Keys repeated inside records (issue 22): every JSON reader keeps the last value (as msgspec,
+# Python's json and JSON.parse do) and warns with the count and the key. Each case writes a decoy
+# value first, so a reader that kept the first value, or dropped the record, stores other rows.
+
+NCCL_DATA = Path(__file__).parent / "nccl_data"
+
+
+def repeating_objects(raw: bytes) -> int:
+    """The naive count: objects json sees with a key given twice."""
+    n = 0
+
+    def hook(pairs: list) -> dict:
+        nonlocal n
+        n += len({k for k, _ in pairs}) != len(pairs)
+        return dict(pairs)
+
+    json.loads(raw, object_pairs_hook=hook)
+    return n
+
+
+def _decoy_first(raw: bytes, key: bytes, decoy: bytes, n: int) -> bytes:
+    """`raw` with the first `n` `"key": value` pairs preceded by `"key": decoy`."""
+    out, pos, done = bytearray(), 0, 0
+    pat = re.compile(rb'"' + re.escape(key) + rb'"(\s*):')
+    for m in pat.finditer(raw):
+        if done == n:
+            break
+        out += raw[pos:m.start()] + b'"' + key + b'"' + m.group(1) + b": " + decoy + b", "
+        pos = m.start()
+        done += 1
+    assert done == n, f"{key!r}: only {done} of {n} found"
+    return bytes(out + raw[pos:])
+
+
+def test_kineto_keys_repeated_inside_events_keep_the_last_value(tmp_path: Path) -> None:
+    raw = gzip.decompress((SAMPLE / "rank0.node0.pt.trace.json.gz").read_bytes())
+    whole_path = tmp_path / "rank0.json"
+    whole_path.write_bytes(raw)
+    whole = parse_into(whole_path, tmp_path / "a")
+    hostile = _decoy_first(raw, b"ts", b"1", 40)
+    hostile = _decoy_first(hostile, b"args", b'{"External id": 999999, "Collective name": "broadcast"}', 25)
+    hostile = _decoy_first(hostile, b"External id", b"424242", 7)
+    path = tmp_path / "dup" / "rank0.json"
+    path.parent.mkdir()
+    path.write_bytes(hostile)
+    dup = parse_into(path, tmp_path / "b")
+    st = dup.result.stats
+    assert st.read == whole.result.stats.read == st.stored + sum(st.skipped.values())
+    assert _rows(dup.events) == _rows(whole.events)
+    assert dup.collectives.to_pylist() == whole.collectives.to_pylist()
+    warned = [w for w in st.warnings if "keys given more than once" in w]
+    assert len(warned) == 1 and warned[0].startswith(f"{repeating_objects(hostile)} objects")
+    assert "'ts'" in warned[0] and "'args'" in warned[0]
+
+
+def test_kineto_key_repeated_in_a_top_level_value_is_warned(tmp_path: Path) -> None:
+    raw = gzip.decompress((SAMPLE / "rank0.node0.pt.trace.json.gz").read_bytes())
+    path = tmp_path / "rank0.json"
+    path.write_bytes(_decoy_first(raw, b"rank", b"7", 1))
+    parsed = parse_into(path, tmp_path / "a")
+    assert parsed.ranks.column("rank").to_pylist() == [0]
+    assert any(w.startswith("1 object with keys given more than once") and "'rank'" in w
+               for w in parsed.result.stats.warnings)
+
+
+_GNMIC = json.dumps([{"name": "sub1", "timestamp": 1_000_000_000 * (i + 1),
+                      "tags": {"source": "leaf1:6030", "interface_name": "Ethernet1"},
+                      "values": {"/interfaces/interface/state/counters/in-octets": 100 * (i + 1)}}
+                     for i in range(4)]).encode()
+_PROM = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"__name__": "node_infiniband_port_data_received_bytes_total", "device": "mlx5_0", "port": "1",
+                "instance": "node-a:9100"},
+     "values": [[1_760_000_000 + 15 * i, str(1000 * i)] for i in range(4)]}]}}).encode()
+_UFM = json.dumps({"timestamp": "2024-03-05 16:26:11", "type": "full", "values": [
+    {"timestamp": 1709652347161873 + 10_000_000 * i, "source_id": "0x0c42a103007ab890",
+     "node_guid": "0x0c42a103007ab890", "port_guid": "0x0c42a103007ab890", "port_num": 1,
+     "Infiniband_MBOut_u_Gb": 4086720 + i, "Infiniband_PckOut_u_Packets": 14190 + i} for i in range(3)]}).encode()
+
+#: (format, file name, bytes, key, decoy, times): the decoy is given before the real value.
+_READERS = [
+    ("gnmic", "gnmic.json", _GNMIC, b"timestamp", b"5", 2),
+    ("prometheus_json", "query.json", _PROM, b"device", b'"mlx5_9"', 1),
+    ("ufm_telemetry", "ufm.json", _UFM, b"Infiniband_MBOut_u_Gb", b"1", 3),
+    ("nccl_tests", "nccl_tests_all_gather_2x4.json", (NCCL_DATA / "nccl_tests_all_gather_2x4.json").read_bytes(),
+     b"size", b"8", 3),
+    ("nccl_inspector", "inspector_node-a-pid4100.log",
+     (NCCL_DATA / "inspector_node-a-pid4100.log").read_bytes(), b"coll_sn", b"77", 2),
+    ("nccl_profiler", "nccl_profile_8796038454335958273_0.json",
+     (NCCL_DATA / "nccl_profile_8796038454335958273_0.json").read_bytes(), b"ts", b"3", 4),
+]
+
+
+def _stored(fmt: str, path: Path, out: Path) -> tuple[Any, dict[str, list]]:
+    module = importlib.import_module(detect.PARSERS[fmt])
+    sink = SourceSink(out, "k")
+    try:
+        res = module.parse(path, sink)
+    finally:
+        sink.close()
+    tables = {p.stem: [{k: "<input>" if v == str(path) else v for k, v in row.items()}
+                       for row in pq.read_table(p).to_pylist()] for p in sorted(out.rglob("*.parquet"))}
+    return res.stats, tables
+
+
+@pytest.mark.parametrize(("fmt", "name", "raw", "key", "decoy", "times"), _READERS, ids=[r[0] for r in _READERS])
+def test_every_json_reader_keeps_the_last_of_a_repeated_key(tmp_path: Path, fmt: str, name: str, raw: bytes,
+                                                            key: bytes, decoy: bytes, times: int) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain, hostile = tmp_path / "a" / name, tmp_path / "b" / name
+    plain.write_bytes(raw)
+    hostile.write_bytes(_decoy_first(raw, key, decoy, times))
+    assert detect.detect_format(plain) == detect.detect_format(hostile) == fmt
+    a, rows_a = _stored(fmt, plain, tmp_path / "ra")
+    b, rows_b = _stored(fmt, hostile, tmp_path / "rb")
+    assert b.read == a.read == b.stored + sum(b.skipped.values()) and b.stored == a.stored
+    assert rows_b == rows_a
+    warned = [w for w in b.warnings if "keys given more than once" in w]
+    assert len(warned) == 1 and warned[0].startswith(f"{times} ") and repr(key.decode()) in warned[0]
+    assert not [w for w in a.warnings if "keys given more than once" in w]
