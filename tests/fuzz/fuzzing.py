@@ -816,6 +816,8 @@ def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
     record and say so in a warning (issue 22)."""
     if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES):
         return None
+    if seed.fmt == "kineto":  # read (last value), not counted: a known gap (test_duplicate_keys.py)
+        return None
     pairs = list(_INNER_PAIR.finditer(seed.data))
     if not pairs:
         return None
