@@ -212,6 +212,25 @@ def is_nsight_tables(names: Sequence[str]) -> bool:
     return "StringIds" in s and any(t in s for t in MARKER_TABLES)
 
 
+#: Report suffixes. Their container header is not publicly documented (no public source confirms
+#: a magic number), so a report is recognised by its suffix, and only when its head is binary.
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+def looks_binary(head: bytes) -> bool:
+    """Whether a file's first bytes are binary (a NUL, or not UTF-8 text): a report, not a text file
+    that merely carries the suffix."""
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 3  # a multi-byte character cut by the peek is still text
+    return False
+
+
 def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
     """An Nsight export by content: an SQLite file with Nsight's tables (an unreadable one too, so
     that its parse says what is wrong), a `.nsys-rep`/`.qdrep` report (refused or converted by
@@ -224,8 +243,8 @@ def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
         except sqlite3.Error:
             return True
         return is_nsight_tables(names)
-    if p.suffix in (".nsys-rep", ".qdrep"):
-        return True
+    if p.suffix in REPORT_SUFFIXES:
+        return looks_binary(head)
     if p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES and head.startswith((b"PAR1", b"ARROW1")):
         try:
             return is_nsight_tables([f.stem for f in p.parent.iterdir() if f.suffix in _ArrowDir.SUFFIXES])
@@ -495,6 +514,10 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     InputError when it cannot be used. A `.nsys-rep` is exported first when `nsys` is on PATH."""
     path = os.fspath(path)
     p = Path(path)
+    if p.suffix in REPORT_SUFFIXES:
+        with open(p, "rb") as f:
+            if not looks_binary(f.read(4096)):
+                raise InputError(path, f"named {p.suffix} but it is text (or empty), not an Nsight Systems report")
     if p.suffix == ".qdrep":
         raise InputError(path, "an old Nsight Systems report (.qdrep, before 2021.4): export it with the "
                                f"release that wrote it: nsys export --type sqlite -o {p.with_suffix('.sqlite').name} "

@@ -375,6 +375,26 @@ def test_qdrep_refused_with_the_command(tmp_path):
     assert ".qdrep" in msg and "nsys export --type sqlite -o old.sqlite old.qdrep" in msg
 
 
+def test_report_suffix_on_a_text_file_is_not_a_report(tmp_path):
+    """The report header is undocumented, so the suffix is the fallback, and only for binary content:
+    a text file named x.nsys-rep is not a report, and its parse says so in one line."""
+    for name in ("x.nsys-rep", "x.qdrep"):
+        path = tmp_path / name
+        path.write_text("step,time\n1,2.5\n")
+        assert detect.detect_format(path) is None
+        assert "is text (or empty), not an Nsight Systems report" in _one_line_error(path, tmp_path / f"run-{name}")
+    binary = tmp_path / "y.nsys-rep"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert detect.detect_format(binary) == detect.NSYS
+
+
+@pytest.mark.parametrize(("head", "binary"), [(b"", False), (b"abc\n", False), ("h\u00e9llo".encode(), False),
+                                              ("\u00e9".encode()[:1], False), (b"a\x00b", True),
+                                              (b"\xff\xfe\x80\x81abcd", True)])
+def test_looks_binary(head, binary):
+    assert nsys.looks_binary(head) is binary
+
+
 def test_nsys_rep_without_nsys_names_the_command(tmp_path, monkeypatch):
     path = tmp_path / "prof.nsys-rep"
     path.write_bytes(b"\x00" * 64)
