@@ -23,6 +23,12 @@ from tracekit.replay.topology import Topology
 REL_EPS = 1e-9
 
 
+def path_latency(res_latency: np.ndarray, indptr: np.ndarray, ids: np.ndarray, lat_mult: np.ndarray) -> np.ndarray:
+    """Per flow, the latency the simulator adds to its finish: its multiplier times the sum of its
+    resources' latencies, summed in path order as the simulator sums them."""
+    return _kernels.path_latency(res_latency, indptr, ids, lat_mult)
+
+
 class Rounds:
     """Finish times of routed flows (CSR `indptr`/`ids`) for successive release times, starting
     from a simulation of all of them (`release`, `finish`); `weight`: the flows' weights in the
@@ -40,10 +46,13 @@ class Rounds:
         self.calls = 0  # simulations run by `step` so far
         self.release, self.finish = np.asarray(release, np.float64), np.asarray(finish, np.float64)
         self.label: np.ndarray | None = None  # the last round's components, made when first needed
+        self.latency = path_latency(topology.res_latency, indptr, ids, lat_mult)
 
     def components(self, release: np.ndarray, finish: np.ndarray) -> np.ndarray:
-        """Per flow, its component's label (the smallest flow index in it)."""
-        return _kernels.flow_components(self.indptr, self.ids, release, finish, self.topology.cap.size)
+        """Per flow, its component's label (the smallest flow index in it): flows sharing a
+        resource while both send, from release to the finish without the path latency."""
+        return _kernels.flow_components(self.indptr, self.ids, release, finish - self.latency,
+                                        self.topology.cap.size)
 
     def step(self, release: np.ndarray) -> np.ndarray:
         """Finish times of every flow released at `release` (ns, latency included), as one
