@@ -3,13 +3,13 @@ fixed point, re-simulating only what new release times change.
 
 Max-min fair rates decompose over the components of flows that share a resource while both are
 active (`_kernels.flow_components`; a flow is active from its release to the end of its
-transfer, its finish without the path latency the simulator adds after it: a ring's latency,
-2 (n - 1) hops, grows with its ranks, and counting it joined ever more flows at scale). A component of the last round whose
-flows all moved by one shift (within the kernel's event tolerance) keeps its finish times,
-shifted; the other flows are simulated together. The result is then checked: a component of the
-new timeline that mixes flows from different sources (two shifted components, or one and newly
-simulated flows) is simulated again as a whole, until none does. What remains is, component by
-component, the simulation of all flows together.
+transfer, its finish without the path latency the simulator adds after it: a ring's latency, 2
+(n - 1) hops, grows with its ranks, and counting it joined ever more flows at scale). A
+component of the last round whose flows all moved by one shift (within the kernel's event
+tolerance) keeps its finish times, shifted; the other flows are simulated together. The result
+is then checked: a component of the new timeline that mixes flows from different sources (two
+shifted components, or one and newly simulated flows) is simulated again as a whole, until none
+does. What remains is, component by component, the simulation of all flows together.
 """
 
 from __future__ import annotations
