@@ -35,11 +35,11 @@ TOPOLOGY = "rail-optimized:nic_gbps=400,gpus=4"
 
 def one(gpus: int, cache: str) -> dict[str, float]:
     """Replay the sample's baseline, then `scale:dp=gpus/16`; the figures of the scenario."""
-    from tracekit.replay import _kernels, open_run
+    from tracekit import workflows
+    from tracekit.replay import _kernels
     from tracekit.whatif import make_baseline, run_scenario
-    from tracekit.whatif.core import load_tables
 
-    tables = load_tables(open_run([SAMPLE], cache=cache))
+    tables = workflows.whatif_tables(workflows.open([SAMPLE], cache=cache))
     base = make_baseline(tables, TOPOLOGY)
     traced = len(base.placement.slots)
     if gpus % traced:

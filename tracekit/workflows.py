@@ -40,7 +40,7 @@ RunSource = Run | str | os.PathLike[str]
 Paths = Sequence[str | os.PathLike[str]]
 
 __all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "nccl_tests", "open",
-           "opened", "replay", "report", "whatif"]
+           "opened", "replay", "report", "whatif", "whatif_tables"]
 
 
 @dataclass(frozen=True)
@@ -228,20 +228,26 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
 # what-if, report, export
 
 
-def whatif(source: RunSource, scenarios: Sequence[Scenario | str], *, topology: str | None = None,
-           expert_loads: ExpertLoads | None = None, **replay_options: Any) -> WhatIfResult:
-    """`tracekit.whatif.whatif` on a run's prepared tables (with its channels and link samples)."""
+def whatif_tables(run: Run) -> dict[str, pa.Table]:
+    """A run's tables prepared for the what-ifs (matched, aligned, classified, not stored), with
+    its channels and link samples."""
     from tracekit.analysis import prepare
-    from tracekit.whatif import whatif as run_whatif
-    from tracekit.whatif.core import DEFAULT_TOPOLOGY
 
-    run = _run(source)
     tables = dict(prepare(run, write=False))
     for name in ("channels", "link_samples"):
         if name not in tables and run.has(name):
             tables[name] = run.table(name)
-    return run_whatif(tables, scenarios, topology=topology or DEFAULT_TOPOLOGY, expert_loads=expert_loads,
-                      **replay_options)
+    return tables
+
+
+def whatif(source: RunSource, scenarios: Sequence[Scenario | str], *, topology: str | None = None,
+           expert_loads: ExpertLoads | None = None, **replay_options: Any) -> WhatIfResult:
+    """`tracekit.whatif.whatif` on a run's prepared tables (`whatif_tables`)."""
+    from tracekit.whatif import whatif as run_whatif
+    from tracekit.whatif.core import DEFAULT_TOPOLOGY
+
+    return run_whatif(whatif_tables(_run(source)), scenarios, topology=topology or DEFAULT_TOPOLOGY,
+                      expert_loads=expert_loads, **replay_options)
 
 
 def report(source: RunSource, out: str | os.PathLike[str], *, analysis: AnalysisResult | None = None,

@@ -87,6 +87,48 @@ def test_components_touching_end_to_start_are_apart_and_a_shared_link_joins():
     assert label.tolist() == [0, 1, 1, 1]
 
 
+def path_latency_naive(res_lat, paths, lat_mult):
+    """Per flow, its multiplier times its resources' latencies summed along the path."""
+    out = []
+    for path, m in zip(paths, lat_mult, strict=True):
+        total = 0.0
+        for r in path:
+            total += float(res_lat[r])
+        out.append(total * float(m))
+    return np.array(out)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), max_size=4), min_size=1, max_size=8),
+       st.lists(st.sampled_from([0.0, 0.1, 3.0, 1e3 / 7]), min_size=5, max_size=5), st.data())
+def test_path_latency_matches_the_twin_and_the_simulators_latency(paths, res_lat, data):
+    lat_mult = data.draw(st.lists(st.sampled_from([1.0, 2.0, 14.0, 8190.0]), min_size=len(paths), max_size=len(paths)))
+    indptr, ids = _csr(paths)
+    got = rounds.path_latency(np.array(res_lat), indptr, ids, np.array(lat_mult))
+    assert got.tolist() == path_latency_naive(res_lat, paths, lat_mult).tolist()
+    topo = _Topo(np.ones(5), res_lat)  # a flow alone of no bytes finishes at its release plus its latency
+    with_path = np.diff(indptr) > 0
+    n = len(paths)
+    flows = Flows.from_lists(np.zeros(n), np.zeros(n), np.zeros(n), lat_mult=lat_mult)
+    finish = simulate(topo, indptr, ids, flows, weight=np.ones(n)).finish
+    assert finish[with_path].tolist() == got[with_path].tolist()
+
+
+def test_components_join_flows_while_they_send_not_while_their_latency_runs():
+    """Flow 0 sends 100 bytes over a link of 1 byte/ns from 0 to 100, then its 8 x 50 ns of path
+    latency run (finish 500); flow 1 starts on that link at 120: they never share it."""
+    topo = _Topo([1.0], [50.0])
+    indptr, ids = _csr([[0], [0]])
+    nbytes, release = np.array([100.0, 100.0]), np.array([0.0, 120.0])
+    r = Rounds(topo, indptr, ids, nbytes, np.array([8.0, 8.0]), release,
+               simulate(topo, indptr, ids, Flows.from_lists([0, 0], [0, 0], nbytes, release=release,
+                                                            lat_mult=[8.0, 8.0]), weight=np.ones(2)).finish)
+    assert r.finish.tolist() == [500.0, 620.0]
+    assert r.components(r.release, r.finish).tolist() == [0, 1]
+    got = r.step(release + np.array([0.0, 30.0]))  # flow 1 moves alone, still after flow 0 sent
+    assert r.calls == 0 and got.tolist() == [500.0, 650.0]
+
+
 def test_mixed_components():
     label = np.array([0, 0, 2, 2, 4])
     unit = np.array([7, 7, 7, -1, -1])

@@ -1515,6 +1515,20 @@ def route_graph(src, dst, fhash, tables):
 
 
 @njit
+def path_latency(res_lat, indptr, res, lat_mult):
+    """Per flow, lat_mult x the sum of its resources' latencies, summed in path order: the latency
+    `simulate_flows` adds to its finish, bit for bit."""
+    n = lat_mult.size
+    out = np.empty(n, np.float64)
+    for f in range(n):
+        lat = 0.0
+        for k in range(indptr[f], indptr[f + 1]):
+            lat += res_lat[res[k]]
+        out[f] = lat * lat_mult[f]
+    return out
+
+
+@njit
 def flow_components(indptr, res, start, end, n_res):
     """Connected components of flows that share a resource while both are active (`start` <=
     t < `end`): the label of each flow is the smallest flow index of its component. Max-min

@@ -2,13 +2,14 @@
 fixed point, re-simulating only what new release times change.
 
 Max-min fair rates decompose over the components of flows that share a resource while both are
-active (`_kernels.flow_components`; a flow counts as active from its release to its finish,
-latency included, which only joins more flows than needed). A component of the last round whose
-flows all moved by one shift (within the kernel's event tolerance) keeps its finish times,
-shifted; the other flows are simulated together. The result is then checked: a component of the
-new timeline that mixes flows from different sources (two shifted components, or one and newly
-simulated flows) is simulated again as a whole, until none does. What remains is, component by
-component, the simulation of all flows together.
+active (`_kernels.flow_components`; a flow is active from its release to the end of its
+transfer, its finish without the path latency the simulator adds after it: a ring's latency, 2
+(n - 1) hops, grows with its ranks, and counting it joined ever more flows at scale). A
+component of the last round whose flows all moved by one shift (within the kernel's event
+tolerance) keeps its finish times, shifted; the other flows are simulated together. The result
+is then checked: a component of the new timeline that mixes flows from different sources (two
+shifted components, or one and newly simulated flows) is simulated again as a whole, until none
+does. What remains is, component by component, the simulation of all flows together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from tracekit.replay.topology import Topology
 
 #: The kernel's event tolerance: events closer than this (relative, plus 1e-6 ns) are one event.
 REL_EPS = 1e-9
+
+
+def path_latency(res_latency: np.ndarray, indptr: np.ndarray, ids: np.ndarray, lat_mult: np.ndarray) -> np.ndarray:
+    """Per flow, the latency the simulator adds to its finish: its multiplier times the sum of its
+    resources' latencies, summed in path order as the simulator sums them."""
+    return _kernels.path_latency(res_latency, indptr, ids, lat_mult)
 
 
 class Rounds:
@@ -40,10 +47,13 @@ class Rounds:
         self.calls = 0  # simulations run by `step` so far
         self.release, self.finish = np.asarray(release, np.float64), np.asarray(finish, np.float64)
         self.label: np.ndarray | None = None  # the last round's components, made when first needed
+        self.latency = path_latency(topology.res_latency, indptr, ids, lat_mult)
 
     def components(self, release: np.ndarray, finish: np.ndarray) -> np.ndarray:
-        """Per flow, its component's label (the smallest flow index in it)."""
-        return _kernels.flow_components(self.indptr, self.ids, release, finish, self.topology.cap.size)
+        """Per flow, its component's label (the smallest flow index in it): flows sharing a
+        resource while both send, from release to the finish without the path latency."""
+        return _kernels.flow_components(self.indptr, self.ids, release, finish - self.latency,
+                                        self.topology.cap.size)
 
     def step(self, release: np.ndarray) -> np.ndarray:
         """Finish times of every flow released at `release` (ns, latency included), as one
