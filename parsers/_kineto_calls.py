@@ -22,49 +22,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracekit._limits import MAX_WORLD_SIZE, RANGES, checked_int
+from tracekit.parsers.vocabulary import COLLECTIVE_OPS, KERNEL_OPS, dtype_bytes, parse_rank_list
 
 if TYPE_CHECKING:
-    from tracekit.parsers.kineto import Args, _Identity, _Pass1, _Steps
+    from tracekit.parsers.kineto import Args, Identity, Pass1, Steps
     from tracekit.store import SourceStats
 
 SOURCE = "kineto"
 SIZE_MAX = RANGES["size"][1]
 
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
-    "bfloat16": 2, "long": 8, "int64": 8, "int": 4, "int32": 4, "short": 2, "int16": 2,
-    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8,
-    "complexdouble": 16, "complexhalf": 4, "uint16": 2, "uint32": 4, "uint64": 8,
-}
-
-COLLECTIVE_OPS = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
-    "all_reduce_coalesced": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
-    "_all_gather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
-    "all_gather_into_tensor": "all_gather", "allgather_coalesced": "all_gather",
-    "all_gather_into_tensor_coalesced": "all_gather",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_base": "reduce_scatter",
-    "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all", "all_to_all_single": "all_to_all", "alltoallv": "all_to_all",
-    "send": "send", "recv": "recv", "recvanysource": "recv", "recv_any_source": "recv",
-    "broadcast": "broadcast", "reduce": "reduce", "barrier": "barrier",
-    "gather": "gather", "scatter": "scatter", "coalesced": "other",
-}
 NOT_A_CALL = frozenset({"wait", "work_wait", "abort", "shutdown"})
 
 _KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 #: NCCL 2.4-2.7 kernel names: `ncclAllReduceRingLLKernel_sum_f32`, `ncclSendRecvKernel_copy_i8`.
 _KERNEL_OP_LEGACY = re.compile(r"\bnccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv)"
                                r"(?:Tree|Ring|CollNet)?(?:LL128|LL)?Kernel_")
-KERNEL_OPS = {
-    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "other", "Send": "send",
-    "Recv": "recv", "AllToAll": "all_to_all", "AllToAllPivot": "all_to_all",
-    "AllToAllv": "all_to_all", "Gather": "gather", "Scatter": "scatter",
-}
 _INTS = re.compile(r"-?\d+")
 _LANE_TID = re.compile(r"(-?\d{1,18})$")
 
@@ -253,19 +225,6 @@ def _comms_id(raw: msgspec.Raw) -> str | None:
     return str(v) if not isinstance(v, float) else repr(v)
 
 
-def parse_rank_list(value: Any) -> tuple[list[int], bool]:
-    """Ranks from a JSON list or a (possibly truncated, "[0, ..., 28, ..., 299]") string."""
-    if isinstance(value, list):
-        out = [as_int(v, "rank") for v in value[:MAX_WORLD_SIZE]]
-        kept = [v for v in out if v is not None]
-        return kept, len(kept) == len(value)
-    if isinstance(value, str):
-        found = _INTS.findall(value)
-        kept = [v for v in (as_int(x, "rank") for x in found[:MAX_WORLD_SIZE]) if v is not None]
-        return kept, "..." not in value and len(kept) == len(found)
-    return [], False
-
-
 @functools.lru_cache(maxsize=4096)
 def op_from_name(name: str | None) -> str | None:
     """The op vocabulary entry for a collective name (`allreduce`, `nccl:all_to_all`, ...)."""
@@ -301,18 +260,6 @@ def kernel_op(name: str) -> tuple[str, str | None]:
     return "other", None
 
 
-def dtype_bytes(dtype: str | None) -> int | None:
-    """Bytes per element of a c10 dtype name (Float 4, BFloat16 2, Float8_* 1, ...)."""
-    if not dtype:
-        return None
-    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.")
-    if key.startswith("float8"):
-        return 1
-    if key.startswith("float4"):
-        return 1
-    return DTYPE_BYTES.get(key)
-
-
 _UNSET: Any = object()
 
 
@@ -339,7 +286,7 @@ def _view(ms: MarkerStore, call: _Call) -> _CallView:
     return _CallView([ms.marker(i) for i in call.kernels], [ms.marker(i) for i in call.markers])
 
 
-def _collect_calls(p1: _Pass1) -> list[_Call]:
+def _collect_calls(p1: Pass1) -> list[_Call]:
     """Group markers into calls: CPU markers nested on one lane form a cluster; kernels join the
     cluster of their CPU op (External id) or launch (correlation); one call per cluster."""
     ms: MarkerStore = p1.markers
@@ -465,7 +412,7 @@ def _is_call_marker(ms: MarkerStore, i: int, classes: dict[int, int]) -> bool:
     return cls == 1
 
 
-def _launch_index(p1: _Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
+def _launch_index(p1: Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
     if not wanted or not p1.runtime:
         return {}
     rt = pa.concat_tables(p1.runtime)
@@ -689,7 +636,7 @@ def _lane_tid(lane: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _infer_groups(rows: list[_Row], ident: _Identity,
+def _infer_groups(rows: list[_Row], ident: Identity,
                   groups: dict[str, dict[str, Any]]) -> None:
     """Groups for calls that do not name theirs (gloo): p2p -> this rank's only 2-rank group;
     collectives -> each PG runs on its own worker threads, created in PG order, so thread sets
@@ -765,7 +712,7 @@ class _Row:
     seq_explicit: bool = False
 
 
-def build_collectives(p1: _Pass1, ident: _Identity, steps: _Steps,
+def build_collectives(p1: Pass1, ident: Identity, steps: Steps,
                        groups: dict[str, dict[str, Any]], stats: SourceStats
                        ) -> tuple[dict[str, list[Any]], tuple[np.ndarray, np.ndarray]]:
     """The file's collectives as columns, and which collective each marker belongs to (marker
@@ -959,7 +906,7 @@ def _backend(cfg: Any) -> str | None:
     return ",".join(sorted(names)) if names else None
 
 
-def groups_from_config(ident: _Identity) -> dict[str, dict[str, Any]]:
+def groups_from_config(ident: Identity) -> dict[str, dict[str, Any]]:
     groups: dict[str, dict[str, Any]] = {}
     for g in ident.pg_config:
         name = _str(g.get("pg_name"))

@@ -7,6 +7,7 @@ From NVIDIA/nccl `src/nccl.h.in` (ncclDataType_t, ncclRedOp_t) and `src/include/
 from __future__ import annotations
 
 from tracekit._limits import checked_int
+from tracekit.parsers.vocabulary import NCCL_OPS
 
 #: ncclDataType_t value -> (c10 dtype name, bytes per element). 9 (bfloat16) is 2.10+, 10-11 (fp8) 2.24+.
 DATATYPES: dict[int, tuple[str, int]] = {
@@ -28,15 +29,6 @@ REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
 ALGOS = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN", 4: "NVLS", 5: "NVLS_TREE", 6: "PAT"}
 PROTOS = {0: "LL", 1: "LL128", 2: "SIMPLE"}
 
-#: NCCL function names (COLL lines, Inspector, profiler) -> the `op` vocabulary of `collectives`.
-OPS = {
-    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-    "Broadcast": "broadcast", "Reduce": "reduce", "Send": "send", "Recv": "recv", "AlltoAll": "all_to_all",
-    "AllToAll": "all_to_all", "AllToAllPivot": "all_to_all", "AllToAllv": "all_to_all", "Gather": "gather",
-    "Scatter": "scatter", "SendRecv": "other",
-}
-
-
 def datatype(value: int | str | None) -> tuple[str | None, int | None]:
     """(c10 name, bytes per element) of an ncclDataType_t value or NCCL type name."""
     if value is None:
@@ -53,7 +45,7 @@ def datatype(value: int | str | None) -> tuple[str | None, int | None]:
 
 def op_of(name: str | None) -> str:
     """The `op` of an NCCL function name (unknown names are "other")."""
-    return OPS.get(name or "", "other")
+    return NCCL_OPS.get(name or "", "other")
 
 
 #: NCCL's `count` is the whole buffer (AllReduce, Broadcast, Reduce, Send/Recv), one rank's share

@@ -36,10 +36,11 @@ from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, DecompressionGuard, chec
 from tracekit.errors import InputError
 from tracekit.parsers import _unpickle
 from tracekit.parsers._stream import ByteStream
-from tracekit.parsers.kineto import COLLECTIVE_OPS, dtype_bytes, parse_rank_list
+from tracekit.parsers.registry import Format
+from tracekit.parsers.vocabulary import COLLECTIVE_OPS, dtype_bytes, parse_rank_list
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "flight_recorder"
+NAME = "flight_recorder"
 PARSER_VERSION = "1"
 #: Largest (decompressed) dump we read; real dumps of a 2000-entry buffer with stacks are a few MB.
 MAX_BYTES = _unpickle.MAX_BYTES
@@ -530,7 +531,7 @@ class _Builder:
                      "retired": pa.bool_(), "fr_state": pa.string(), "timeout_ms": pa.int64(),
                      "time_created_ns": pa.int64(), "is_p2p": pa.bool_(), "frame": pa.string()}
             data = {k: pa.array(cols[k], types[k]) for k in types}
-            data["source"] = pa.array([FORMAT] * len(rows), pa.string())
+            data["source"] = pa.array([NAME] * len(rows), pa.string())
             self.sink.add("collectives", data)
         if self.events:
             ev = self.events
@@ -571,7 +572,7 @@ class _Builder:
             "host": pa.array([_str(host) if isinstance(host, str) else None], pa.string()),
             "pid": pa.array([_int(self.meta.get("pid"))], pa.int64()),
             "source_file": pa.array([self.path], pa.string()),
-            "source_format": pa.array([FORMAT], pa.string()),
+            "source_format": pa.array([NAME], pa.string()),
             "clock_offset_ns": pa.nulls(1, pa.int64()),
             "backend": pa.array([backends.most_common(1)[0][0] if backends else None], pa.string()),
             "nccl_version": pa.array([version], pa.string()),
@@ -580,3 +581,8 @@ class _Builder:
 
 def _group_order(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isascii() and name.isdigit() and len(name) < 19 else (1, 0, name)
+
+
+FORMAT = Format(name=NAME, description="Flight Recorder dumps", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),),
+                priority=2, snapshot=True)

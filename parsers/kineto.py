@@ -32,9 +32,6 @@ from tracekit._limits import RANGES, checked_int, out_of_range, world_size
 from tracekit.errors import InputError
 from tracekit.parsers import _stream
 from tracekit.parsers._kineto_calls import (
-    COLLECTIVE_OPS,
-    DTYPE_BYTES,
-    KERNEL_OPS,
     MARK_COMM,
     MARK_CORR,
     MARK_EXT,
@@ -42,24 +39,24 @@ from tracekit.parsers._kineto_calls import (
     MarkerStore,
     as_int,
     build_collectives,
-    dtype_bytes,
     groups_from_config,
     kernel_algo,
     kernel_op,
     op_from_name,
-    parse_rank_list,
     torch_dtype,
 )
 from tracekit.parsers._stream import ByteStream, ChromeFormatError, ChromeTraceReader
+from tracekit.parsers.registry import Format, Head
+from tracekit.parsers.vocabulary import COLLECTIVE_OPS, DTYPE_BYTES, KERNEL_OPS, dtype_bytes, parse_rank_list
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 __all__ = [
-    "COLLECTIVE_OPS", "DEFAULT_COMM_PATTERNS", "DTYPE_BYTES", "FORMAT", "KERNEL_OPS", "PARSER_VERSION",
+    "COLLECTIVE_OPS", "DEFAULT_COMM_PATTERNS", "DTYPE_BYTES", "FORMAT", "KERNEL_OPS", "NAME", "PARSER_VERSION",
     "Args", "Event", "KinetoResult", "compile_patterns", "dtype_bytes", "kernel_algo", "kernel_op", "op_from_name",
     "parse", "parse_rank_list", "rank_from_name", "torch_dtype",
 ]
 
-FORMAT = "kineto"
+NAME = "kineto"
 PARSER_VERSION = "4"  # 4: NCCL's own NVTX API ranges (`ncclAllReduce`, ...) are call markers
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
@@ -214,7 +211,7 @@ def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:
         raise ValueError(f"invalid comm pattern: {exc}") from exc
 
 
-class _Pass1:
+class Pass1:
     """Columns of one batch of events at a time, held or spooled to an IPC stream; small state kept."""
 
     def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
@@ -630,12 +627,12 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
           comm_patterns: Sequence[str] | None = None, chunk_size: int | None = None) -> KinetoResult:
     """Parse one Kineto trace into `sink`; raise InputError when the file cannot be used."""
     path = os.fspath(path)
-    with _gc_paused():
+    with gc_paused():
         return _parse(path, sink, rank, compile_patterns(comm_patterns), chunk_size or _stream.CHUNK)
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """No cyclic GC while parsing: the parse makes millions of short-lived objects but hardly any
     cycles, and each full collection would walk every live object of the process."""
     was = gc.isenabled()
@@ -651,7 +648,7 @@ def _parse(path: str, sink: SourceSink, rank: int | None, comm: re.Pattern[str],
            chunk_size: int) -> KinetoResult:
     stats = SourceStats()
     spool = sink.part_dir / "_events.arrows"
-    p1 = _Pass1(spool, comm, stats)
+    p1 = Pass1(spool, comm, stats)
     try:
         with ByteStream(path, chunk_size=chunk_size) as stream:
             reader = ChromeTraceReader(stream.prefetched(), decode_events)
@@ -674,7 +671,7 @@ def _parse(path: str, sink: SourceSink, rank: int | None, comm: re.Pattern[str],
         p1.close()
         meta = reader.metadata
         identity = _identity(path, meta, rank, p1)
-        result = _pass2(path, sink, p1, meta, identity, stats)
+        result = pass2(path, sink, p1, meta, identity, stats)
     finally:
         p1.close()
         spool.unlink(missing_ok=True)
@@ -718,7 +715,7 @@ def _finish_read(path: str, reader: ChromeTraceReader, stream: ByteStream,
 
 
 @dataclass
-class _Identity:
+class Identity:
     rank: int
     world_size: int | None
     backend: str | None
@@ -736,7 +733,7 @@ class _Identity:
 NO_DISTRIBUTED_INFO = "no rank: the trace has no distributedInfo and the file name names none"
 
 
-def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> _Identity:
+def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: Pass1) -> Identity:
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}
     r = as_int(dist.get("rank"))
@@ -770,7 +767,7 @@ def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> 
             device_name = match[0]["name"]
         elif named and len({p["name"] for p in named}) == 1:
             device_name = named[0]["name"]
-    base = _base_ns(path, meta.get("baseTimeNanoseconds"), p1)
+    base = base_ns(path, meta.get("baseTimeNanoseconds"), p1)
     pg = _decode_text(dist.get("pg_config"))
     pg_config = [g for g in pg if isinstance(g, dict)] if isinstance(pg, list) else []
     seen = {r}
@@ -781,14 +778,14 @@ def _identity(path: str, meta: dict[str, Any], rank: int | None, p1: _Pass1) -> 
         p1.stats.warnings.append(why)
     nv = dist.get("nccl_version")
     backend = dist.get("backend")
-    return _Identity(
+    return Identity(
         rank=r, world_size=world,
         backend=backend if isinstance(backend, str) else None,
         nccl_version=str(nv) if nv is not None else None, host=host, pid=p1.cpu_pid,
         device=p1.gpu_device, device_name=device_name, base_ns=base, pg_config=pg_config)
 
 
-def _base_ns(path: str, value: Any, p1: _Pass1) -> int:
+def base_ns(path: str, value: Any, p1: Pass1) -> int:
     """baseTimeNanoseconds (0 when absent); an error when it is not a time or when it would put
     the events' times out of range (they would wrap)."""
     if value is None:
@@ -818,10 +815,10 @@ def _decode_text(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-class _Steps:
+class Steps:
     """ProfilerStep windows: steps of CPU timestamps, and of GPU ones via their launch."""
 
-    def __init__(self, p1: _Pass1) -> None:
+    def __init__(self, p1: Pass1) -> None:
         self.cpu = _windows(p1.cpu_steps)
         self.gpu = _windows(p1.gpu_steps)
         if p1.runtime:
@@ -909,9 +906,9 @@ def _event_writer() -> ThreadPoolExecutor:
     return _WRITER[1]
 
 
-def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident: _Identity,
+def pass2(path: str, sink: SourceSink, p1: Pass1, meta: dict[str, Any], ident: Identity,
            stats: SourceStats) -> KinetoResult:
-    steps = _Steps(p1)
+    steps = Steps(p1)
     groups = groups_from_config(ident)
     coll_cols, (keys, vals) = build_collectives(p1, ident, steps, groups, stats)
     p1.markers = MarkerStore()  # let the marker columns go before the events are written
@@ -993,7 +990,7 @@ def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident:
         "world_size": pa.array([ident.world_size], pa.int32()),
         "host": pa.array([ident.host], pa.string()), "pid": pa.array([ident.pid], pa.int64()),
         "local_device": pa.array([ident.device], pa.int32()),
-        "source_file": [path], "source_format": [FORMAT],
+        "source_file": [path], "source_format": [NAME],
         "clock_offset_ns": pa.nulls(1, pa.int64()),
         "backend": pa.array([ident.backend], pa.string()),
         "device_name": pa.array([ident.device_name], pa.string()),
@@ -1004,3 +1001,16 @@ def _pass2(path: str, sink: SourceSink, p1: _Pass1, meta: dict[str, Any], ident:
     return KinetoResult(stats=stats, rank=ident.rank, events=p1.rows,
                         collectives=len(coll_cols["coll_id"]), groups=len(group_rows),
                         steps=sorted(step_set), ts_min_ns=lo, ts_max_ns=hi)
+
+
+_KEYS = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
+
+
+def sniff(head: Head) -> bool:
+    """A JSON object with one of a Chrome/Kineto trace's top-level keys."""
+    return head.json_object and _KEYS.search(head.body) is not None
+
+
+FORMAT = Format(name=NAME, description="Kineto traces", version=PARSER_VERSION, parse=parse,
+                sniffs=(sniff,),
+                options=("comm_patterns",), priority=0, alone_is_rank0=NO_DISTRIBUTED_INFO)

@@ -34,13 +34,15 @@ from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._lines import LineSource, account, line_batches
+from tracekit.parsers.registry import Format
+from tracekit.parsers.vocabulary import NCCL_OPS
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "nccl_inspector"
+NAME = "nccl_inspector"
 PARSER_VERSION = "1"
 #: coll_id = rank * 2**32 + COLL_ID_OFFSET + ordinal (apart from the other formats' ids).
 COLL_ID_OFFSET = 5 << 29
-_OPS = {**_nccl.OPS, "All2All": "all_to_all", "AllGatherV": "all_gather"}
+_OPS = {**NCCL_OPS, "All2All": "all_to_all", "AllGatherV": "all_gather"}
 
 
 def sniff(head: bytes) -> bool:
@@ -185,7 +187,7 @@ class _Builder:
                 "rank": g_rank, "group": gid, "seq": ordinal[key], "op": op, "in_bytes": in_b, "out_bytes": out_b,
                 "nranks": nranks, "peer": peer_local if gid == world else None, "peer_local": peer_local,
                 "ts_ns": ts_ns, "dur_ns": exec_ns, "state": "completed",
-                "source": FORMAT, "seq_explicit": False, "name": name or None, "comm_rank": local,
+                "source": NAME, "seq_explicit": False, "name": name or None, "comm_rank": local,
                 "coll_sn": _int(perf.get(f"{pre}_sn")), "timing_source": perf.get(f"{pre}_timing_source"),
                 "algbw_gbs": _float(perf.get(f"{pre}_algobw_gbs")), "busbw_gbs": _float(perf.get(f"{pre}_busbw_gbs")),
                 "n_kernel_channels": len(kernels) or None, "line": lineno, "is_p2p": is_p2p,
@@ -206,7 +208,7 @@ class _Builder:
                     "rank": [r["rank"] for r in timed], "lane": [f"nccl/{r['group']}" for r in timed],
                     "kind": ["comm"] * len(timed), "name": [f"nccl:{r['name']}" for r in timed],
                     "ts_ns": [r["ts_ns"] for r in timed], "dur_ns": [r["dur_ns"] for r in timed],
-                    "coll_id": [r["coll_id"] for r in timed], "cat": [FORMAT] * len(timed)})
+                    "coll_id": [r["coll_id"] for r in timed], "cat": [NAME] * len(timed)})
         group_rows = []
         for gid, c in sorted(comms.items()):
             rank_map: list[int | None] | None = None
@@ -229,7 +231,7 @@ class _Builder:
         if ranks:
             self.sink.add("ranks", {"rank": ranks, "world_size": [world_size] * len(ranks),
                                     "host": [host] * len(ranks), "pid": [pid] * len(ranks),
-                                    "source_file": [self.where] * len(ranks), "source_format": [FORMAT] * len(ranks),
+                                    "source_file": [self.where] * len(ranks), "source_format": [NAME] * len(ranks),
                                     "backend": ["nccl"] * len(ranks)})
         tss = [r["ts_ns"] for r in rows if r["ts_ns"] is not None]
         by_source = defaultdict(int)
@@ -240,3 +242,8 @@ class _Builder:
         return ParseResult(stats=stats, ranks=ranks, collectives=len(rows), groups=len(group_rows),
                            events=sum(1 for r in rows if r["ts_ns"] is not None and r["dur_ns"] is not None),
                            ts_min_ns=min(tss) if tss else None, ts_max_ns=max(tss) if tss else None)
+
+
+FORMAT = Format(name=NAME, description="NCCL Inspector", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),),
+                priority=3)

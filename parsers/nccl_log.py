@@ -51,9 +51,10 @@ from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi
 from tracekit.parsers.nccl_tests import TableReader
+from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "nccl_log"
+NAME = "nccl_log"
 PARSER_VERSION = "1"
 #: coll_id = rank * 2**32 + COLL_ID_OFFSET + ordinal: apart from Kineto's and Flight Recorder's ids.
 COLL_ID_OFFSET = 3 << 30
@@ -1226,7 +1227,7 @@ class _Builder:
             device = c.cuda_dev if c.cuda_dev is not None and in_range(c.cuda_dev, "int32") else None
             row = rows.setdefault(g, {
                 "rank": g, "world_size": world_size, "host": c.host, "pid": c.pid, "local_device": device,
-                "source_file": self.where, "source_format": FORMAT, "backend": "nccl",
+                "source_file": self.where, "source_format": NAME, "backend": "nccl",
                 "nccl_version": (proc.version if proc else None) or self.bare_version, "bus_id": None,
                 "nvml_device": None, "local_rank": None, "n_nodes": None, "net": proc.network if proc else None,
                 "net_devices": _net_devices(proc), "torchrun_rank": proc.torchrun_rank if proc else None,
@@ -1355,7 +1356,7 @@ class _Builder:
                 if g is None and len(by_proc.get((host, pid), [])) == 1:
                     g = by_proc[(host, pid)][0]
                 m["rank"] = g
-            m["source"] = FORMAT
+            m["source"] = NAME
             rows.append(m)
         self.sink.add("log_messages", _columns(rows))
 
@@ -1448,7 +1449,7 @@ def _coll_columns(batch: pa.RecordBatch, idx: np.ndarray, grank: np.ndarray, com
         "ts_ns": batch.column("ts_ns"), "state": pa.DictionaryArray.from_arrays(
             pa.array(np.zeros(n, np.int32)), pa.array(["unknown"])),
         "algo": batch.column("algo"), "proto": batch.column("proto"),
-        "source": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([FORMAT])),
+        "source": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([NAME])),
         "seq_explicit": pa.array(np.ones(n, bool)), "name": names,
         "comm_rank": pa.array(comm_rank[idx].astype(np.int32)),
         "peer_local": pa.array(root.astype(np.int32), mask=~p2p | (root < 0)),
@@ -1584,3 +1585,8 @@ def _via(via: bytes) -> tuple[str | None, str | None, str | None, int | None]:
     if text.startswith("NVLS"):
         return "NVLS", text, None, None
     return None, None, None, None
+
+
+FORMAT = Format(name=NAME, description="NCCL logs", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: not head.json_object and sniff(head.data),),
+                priority=1, maps_peers=True, nccl_facts=True)

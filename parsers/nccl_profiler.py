@@ -34,9 +34,10 @@ from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._lines import LineSource, account, line_batches
+from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "nccl_profiler"
+NAME = "nccl_profiler"
 PARSER_VERSION = "1"
 COLL_ID_OFFSET = 7 << 29
 _CATS = (b'"cat": "COLL"', b'"cat": "GROUP"', b'"cat": "GROUP_API"', b'"cat": "COLL_API"', b'"cat": "P2P"',
@@ -184,7 +185,7 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
             "in_bytes": None if times_in else in_b, "out_bytes": None if times_out else out_b,
             "peer_local": checked_int(a.get("Peer"), "rank") if op["cat"] == "P2P" else None,
             "dur_ns": max(op["gpu"]) if op["gpu"] else None, "state": "completed" if op.get("end_ts") is not None
-            else "started", "algo": a.get("Algorithm"), "proto": a.get("Protocol"), "source": FORMAT,
+            else "started", "algo": a.get("Algorithm"), "proto": a.get("Protocol"), "source": NAME,
             "seq_explicit": op["cat"] == "COLL", "name": fname or None, "comm_rank": rank,
             "n_channels": a.get("nChannels") if isinstance(a.get("nChannels"), int) else None,
             "ts_rel_us": float(op["ts"]) if isinstance(op["ts"], (int, float)) else None,
@@ -204,6 +205,11 @@ def _write(where: str, sink: SourceSink, stats: SourceStats, ops: list[dict[str,
                             "ranks": [sorted({r["rank"] for r in out if r["group"] == g}) for g in groups],
                             "dims": [[] for _ in groups], "ranks_complete": [False] * len(groups)})
         sink.add("ranks", {"rank": ranks, "pid": [pid if isinstance(pid, int) else None] * len(ranks),
-                           "source_file": [where] * len(ranks), "source_format": [FORMAT] * len(ranks),
+                           "source_file": [where] * len(ranks), "source_format": [NAME] * len(ranks),
                            "backend": ["nccl"] * len(ranks)})
     return ParseResult(stats=stats, ranks=ranks, collectives=len(out), groups=len({r["group"] for r in out}))
+
+
+FORMAT = Format(name=NAME, description="profiler-plugin files", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),),
+                priority=4)

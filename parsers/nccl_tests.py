@@ -41,9 +41,10 @@ from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
 from tracekit.parsers._nccl import version_of
 from tracekit.parsers._stream import ByteStream, value_end
+from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "nccl_tests"
+NAME = "nccl_tests"
 PARSER_VERSION = "4"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names
 MAX_JSON_BYTES = 256 << 20
 
@@ -680,3 +681,8 @@ def _array_items(data: bytes, pos: int) -> Iterator[bytes]:
             return
         yield data[pos:end]
         pos = end
+
+
+FORMAT = Format(name=NAME, description="nccl-tests output", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff_json(head.data),  # where DETECTION names it first: -J JSON
+                        lambda head: not head.json_object and sniff_text(head.data)))  # then: text tables

@@ -3,7 +3,7 @@
 An Nsight report holds every process and GPU of one node. Each (process, device) pair becomes a
 rank; its rows are read table by table in batches (`BATCH_ROWS`, never the whole database) and fed,
 as the Chrome-trace events Kineto would have written for them, to the Kineto parser's two passes
-(`kineto._Pass1` / `kineto._pass2`), so kernels, launches, steps and collectives follow one set of
+(`kineto.Pass1` / `kineto.pass2`), so kernels, launches, steps and collectives follow one set of
 rules whichever profiler wrote them. NCCL's NVTX ranges (`ncclAllReduce`, ...) are the call
 markers; on NCCL 2.19+ their payloads give the communicator, the message size and (through
 `ncclCommInitRank*`) each process's comm rank and size. Release differences: docs/formats.md.
@@ -34,9 +34,11 @@ from tracekit.errors import InputError
 from tracekit.parsers import kineto
 from tracekit.parsers._kineto_calls import kernel_op
 from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
+from tracekit.parsers.registry import Format
+from tracekit.parsers.vocabulary import dtype_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "nsys"
+NAME = "nsys"
 PARSER_VERSION = "1"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -81,8 +83,6 @@ KERNEL_DTYPES = {
 #: The dtype a call's args carry when no kernel names one: bytes counted as 1-byte elements, the
 #: dtype stored as null (kernel_dtype only gives c10 names, never this one).
 _BYTES_CARRIER = "uint8"
-_DTYPE_BYTES = {_BYTES_CARRIER: 1, "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Char": 1, "Byte": 1,
-                "Int": 4, "UInt32": 4, "Long": 8, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
 _KERNEL_DTYPE = re.compile(r"_(" + "|".join(sorted(map(re.escape, KERNEL_DTYPES), key=len, reverse=True))
                            + r")(?=[_(]|$)")
 #: The error of a report whose processes carry no NCCL rank (no payloads, no rank map).
@@ -533,7 +533,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         if head != SQLITE_MAGIC:
             raise InputError(path, "not an Nsight Systems export: no SQLite header (and not a .nsys-rep, .qdrep "
                                    "or the StringIds file of a directory export)")
-    with kineto._gc_paused():
+    with kineto.gc_paused():
         src: _Source = _ArrowDir(str(p.parent)) if directory else _SQLite(path)
         try:
             return _parse(path, src, sink, rank, rank_map)
@@ -587,12 +587,12 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
     by_pid: dict[int, list[_Proc]] = defaultdict(list)
     for pr in procs:
         by_pid[pr.pid].append(pr)
-    passes: dict[int, kineto._Pass1] = {}
+    passes: dict[int, kineto.Pass1] = {}
     spools: list[Path] = []
     for pr in procs:
         spool = sink.part_dir / f"_events_{pr.rank}.arrows"
         spools.append(spool)
-        p1 = kineto._Pass1(spool, ps.comm_re, stats)
+        p1 = kineto.Pass1(spool, ps.comm_re, stats)
         p1.spool_memory = max(8 << 20, kineto.SPOOL_MEMORY // len(procs))
         passes[pr.rank] = p1  # type: ignore[index]
     feed = _Feed(ps, passes, by_pid)
@@ -609,7 +609,7 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
             name, bus = gpus.get(pr.device, (None, None))
             ident = _identity(path, pr, p1, base, host, name, world, len(procs))
             psink = _Sink(sink, pr, bus)
-            results.append(kineto._pass2(path, psink, p1, {}, ident, stats))  # type: ignore[arg-type]
+            results.append(kineto.pass2(path, psink, p1, {}, ident, stats))  # type: ignore[arg-type]
     finally:
         for p1 in passes.values():
             p1.close()
@@ -626,15 +626,15 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
                        ts_max_ns=max(hi) if hi else None)
 
 
-def _identity(path: str, pr: _Proc, p1: kineto._Pass1, base: int, host: str | None, device_name: str | None,
-              world: str | None, n_procs: int) -> kineto._Identity:
+def _identity(path: str, pr: _Proc, p1: kineto.Pass1, base: int, host: str | None, device_name: str | None,
+              world: str | None, n_procs: int) -> kineto.Identity:
     pg_config = []
     for c in pr.comms.values():
         pg_config.append({"pg_name": group_name(c.comm), "pg_size": c.nranks, "backend_config": "cuda:nccl",
                           "ranks": [pr.rank]})
     world_size = next((c.nranks for c in pr.comms.values() if group_name(c.comm) == world), None)
-    base_ns = kineto._base_ns(path, base, p1)
-    return kineto._Identity(rank=pr.rank, world_size=world_size, backend="nccl" if pr.comms else None,  # type: ignore[arg-type]
+    base_ns = kineto.base_ns(path, base, p1)
+    return kineto.Identity(rank=pr.rank, world_size=world_size, backend="nccl" if pr.comms else None,  # type: ignore[arg-type]
                             nccl_version=None, host=host, pid=pr.pid, device=pr.device, device_name=device_name,
                             base_ns=base_ns, pg_config=pg_config)
 
@@ -653,9 +653,9 @@ class _Sink:
 
     def add(self, name: str, data: dict[str, Any]) -> None:
         if name == "ranks":
-            data = {**data, "source_format": [FORMAT], "bus_id": pa.array([self.bus], pa.string())}
+            data = {**data, "source_format": [NAME], "bus_id": pa.array([self.bus], pa.string())}
         elif name == "collectives":
-            data = {**data, "source": [FORMAT] * len(data["coll_id"]),
+            data = {**data, "source": [NAME] * len(data["coll_id"]),
                     "dtype": [None if d == _BYTES_CARRIER else d for d in data["dtype"].to_pylist()]}
             local = data["peer"].to_pylist()
             data["peer_local"] = pa.array(local, pa.int32())
@@ -712,7 +712,7 @@ def _us(ns: int) -> msgspec.Raw:
 class _Feed:
     """Rows of the export -> Kineto events of their rank's first pass, table by table."""
 
-    def __init__(self, ps: _Parse, passes: dict[int, kineto._Pass1], by_pid: dict[int, list[_Proc]]) -> None:
+    def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]]) -> None:
         self.ps, self.passes, self.by_pid = ps, passes, by_pid
         self.stats = ps.stats
         self.thread_rank: dict[int, int | None] = {}
@@ -896,7 +896,7 @@ class _Feed:
             j += 1
         dtype = dtype or _BYTES_CARRIER  # 2.19+ AllGather/Broadcast and p2p kernels name no dtype
         nbytes = pl.get("bytes")
-        width = _DTYPE_BYTES.get(dtype or "")
+        width = dtype_bytes(dtype)
         if nbytes is not None and width and nbytes % width == 0:
             n = nbytes // width
             n_in = n_out = n
@@ -916,3 +916,8 @@ class _Feed:
 #: CUPTI memcpy kinds (CUpti_ActivityMemcpyKind) -> the names Kineto gives memcpy records.
 _MEMCPY_NAMES = {1: "Memcpy HtoD (Pageable -> Device)", 2: "Memcpy DtoH (Device -> Pageable)",
                  8: "Memcpy DtoD (Device -> Device)", 10: "Memcpy PtoP (Device -> Device)"}
+
+
+FORMAT = Format(name=NAME, description="Nsight Systems exports", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: head.path is not None and sniff_path(head.path, head.data),),
+                options=("rank_map",), priority=0, maps_peers=True, ranks_from_logs=NO_RANK)

@@ -7,7 +7,6 @@ import contextlib
 import errno
 import glob
 import hashlib
-import importlib
 import json
 import multiprocessing
 import os
@@ -27,7 +26,7 @@ from tracekit import schema
 from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
-from tracekit.parsers import detect
+from tracekit.parsers import detect, registry
 from tracekit.store import (
     LOCK,
     MANIFEST,
@@ -195,19 +194,15 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _parser(fmt: str) -> Any | None:
-    name = detect.PARSERS.get(fmt)
-    return importlib.import_module(name) if name else None
-
-
 def _parser_version(fmt: str) -> str:
-    module = _parser(fmt)
-    return module.PARSER_VERSION if module is not None else "0"
+    spec = registry.get(fmt)
+    return spec.version if spec is not None else "0"
 
 
 def _source_key(sha: str, fmt: str, rank: int | None, patterns: Sequence[str] | None,
                 rank_map: Mapping[tuple[str | None, int, int], int] | None = None) -> str:
-    comm = list(patterns) if patterns is not None and fmt == detect.KINETO else None
+    spec = registry.get(fmt)
+    comm = list(patterns) if patterns is not None and spec is not None and "comm_patterns" in spec.options else None
     extra = {"rank_map": sorted(map(list, ((h or "", p, d, r) for (h, p, d), r in rank_map.items())))} \
         if rank_map else {}
     opts = json.dumps({"sha": sha, "fmt": fmt, "v": _parser_version(fmt), "rank": rank,
@@ -253,17 +248,13 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
     _clear_parts(run, key, stale)
     overflows_before = schema.overflows()
     try:
-        module = _parser(fmt)
-        if module is None:
+        spec = registry.get(fmt)
+        if spec is None:
             raise InputError(path, f"format {fmt!r} is recognised but not supported yet")
         sink = SourceSink(run, key, keep=keep)
+        given = {"comm_patterns": patterns, "rank_map": rank_map}
         try:
-            if fmt == detect.KINETO:
-                res = module.parse(path, sink, rank=rank, comm_patterns=patterns)
-            elif fmt == detect.NSYS:
-                res = module.parse(path, sink, rank=rank, rank_map=rank_map)
-            else:
-                res = module.parse(path, sink, rank=rank)
+            res = spec.parse(path, sink, rank=rank, **{option: given[option] for option in spec.options})
         finally:
             parts = sink.close()
             pa.default_memory_pool().release_unused()  # the next parse or the merge starts from a low RSS
@@ -273,7 +264,7 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
         if nulled:
             res.stats.warnings.append(f"{nulled} number(s) beyond the 64-bit range stored as null")
         record = {
-            "key": key, "format": fmt, "parser_version": module.PARSER_VERSION, "parts": parts,
+            "key": key, "format": fmt, "parser_version": spec.version, "parts": parts,
             **res.stats.to_dict(), "ranks": res.all_ranks, "events": res.events,
             "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
             "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
@@ -336,12 +327,11 @@ def _lone_trace_as_rank0(reports: list[SourceReport], todo: list[tuple[SourceRep
     is the only rank there is: parse it again as rank 0, with a warning, instead of refusing it.
     With several traces, or a distributedInfo that names a backend but no rank, the rank is needed
     and `--rank` still applies."""
-    from tracekit.parsers.kineto import NO_DISTRIBUTED_INFO
-
     if rank is not None or len(reports) != 1 or len(todo) != 1:
         return
     rep, fmt = todo[0]
-    if fmt != detect.KINETO or not rep.error or NO_DISTRIBUTED_INFO not in rep.error:
+    refusal = spec.alone_is_rank0 if (spec := registry.get(fmt)) is not None else None
+    if refusal is None or not rep.error or refusal not in rep.error:
         return
     refused, key = rep.error, rep.key
     rep.key = _source_key(rep.sha256 or "", fmt, 0, comm_patterns)
@@ -386,14 +376,15 @@ def _nsys_ranks_from_logs(reports: list[SourceReport], todo: list[tuple[SourceRe
                           stale: Mapping[str, list[Path]]) -> None:
     """Nsight reports whose NVTX ranges name no rank (NCCL before 2.19) get their ranks from the
     run's NCCL logs, joined by (host, pid, device), and from `--rank-map`: parsed again with them."""
-    from tracekit.parsers.nsys import NO_RANK
+    def refusal(fmt: str | None) -> str | None:
+        return spec.ranks_from_logs if fmt and (spec := registry.get(fmt)) is not None else None
 
-    waiting = [(rep, fmt) for rep, fmt in todo if fmt == detect.NSYS and rep.error and NO_RANK in rep.error]
+    waiting = [(rep, fmt) for rep, fmt in todo if (no_rank := refusal(fmt)) and rep.error and no_rank in rep.error]
     if not waiting:
         return
     known: dict[tuple[str | None, int, int], int] = {}
     for rep in reports:
-        if rep.ok and rep.key and rep.format == detect.NCCL_LOG:
+        if rep.ok and rep.key and _is(rep.format, "nccl_facts"):
             t = _read_part(run_dir, rep.key, "ranks")
             for row in (t.select(["rank", "host", "pid", "local_device"]).to_pylist() if t is not None else []):
                 if None not in (row["rank"], row["pid"], row["local_device"]):
@@ -408,7 +399,7 @@ def _nsys_ranks_from_logs(reports: list[SourceReport], todo: list[tuple[SourceRe
                                rank_map=known))
         if not rep.ok:
             rep.key = key
-            if NO_RANK in (rep.error or ""):
+            if refusal(fmt) in (rep.error or ""):
                 rep.error = refused
 
 
@@ -657,11 +648,12 @@ def _read_part(run_dir: Path, key: str, name: str) -> pa.Table | None:
     return schema.conform(name, pq.ParquetFile(path).read())  # half the cost of read_table on small files
 
 
-#: Which source describes a rank's collectives and events when several do: lower wins.
-FORMAT_PRIORITY = {detect.KINETO: 0, detect.NSYS: 0, detect.NCCL_LOG: 1, detect.FLIGHT_RECORDER: 2,
-                   detect.NCCL_INSPECTOR: 3, detect.NCCL_PROFILER: 4}
-#: Formats whose files are snapshots of the same history (keep one per rank), not windows of it.
-SNAPSHOT_FORMATS = {detect.FLIGHT_RECORDER}
+def _is(fmt: str | None, flag: str) -> bool:
+    """Whether the registry's format `fmt` declares `flag` (a boolean field of `registry.Format`)."""
+    spec = registry.get(fmt) if fmt else None
+    return spec is not None and bool(getattr(spec, flag))
+
+
 PER_RANK_TABLES = ("ranks", "collectives", "channels")
 
 
@@ -678,10 +670,10 @@ def primary_sources(sources: Sequence[SourceReport], *, having: set[str] | None 
             by_rank.setdefault(r, []).append(s)
     chosen: dict[int, list[str]] = {}
     for r, cands in by_rank.items():
-        best = min(FORMAT_PRIORITY.get(c.format or "", 99) for c in cands)
-        keep = sorted((c for c in cands if FORMAT_PRIORITY.get(c.format or "", 99) == best),
+        best = min(registry.priority(c.format) for c in cands)
+        keep = sorted((c for c in cands if registry.priority(c.format) == best),
                       key=lambda c: (-c.collectives, -c.events, c.path))
-        if keep[0].format in SNAPSHOT_FORMATS:
+        if _is(keep[0].format, "snapshot"):
             keep = keep[:1]
         chosen[r] = sorted(c.key or "" for c in keep)
     return chosen
@@ -720,7 +712,7 @@ def _merge(run_dir: Path, sources: list[SourceReport], warnings: list[str], copi
     if aside:
         kept = sorted({s.format or "?" for s in sources if any((s.key or "") in primary.get(r, []) for r in s.ranks)})
         also = (" (channels, log messages, NCCL's algo/proto and bus ids are still taken from the NCCL logs)"
-                if aside.get(detect.NCCL_LOG) else "")
+                if any(_is(fmt, "nccl_facts") for fmt in aside) else "")
         warnings.append("ranks covered by several sources: collectives and events come from "
                         f"{', '.join(kept)}; set aside (still in the run's sources/): "
                         + ", ".join(f"{n} {fmt} rank-source(s)" for fmt, n in sorted(aside.items())) + also)
@@ -1110,8 +1102,8 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     algo/proto (None without NCCL logs)."""
     from tracekit import fabric
 
-    logs = [s for s in sources if s.format == detect.NCCL_LOG]
-    if not logs and not any(s.format == detect.NSYS for s in sources):  # only these map comm-local peers
+    logs = [s for s in sources if _is(s.format, "nccl_facts")]
+    if not any(_is(s.format, "maps_peers") for s in sources):
         return None
     maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
     if "groups" in tables and "world" in tables["groups"].column_names:

@@ -23,11 +23,12 @@ from typing import Any
 from tracekit._limits import MAX_DEPTH, checked_int, json_depth, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers._json_keys import RepeatedKeys
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, read_bytes, strip_port
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "gnmic"
+NAME = "gnmic"
 PARSER_VERSION = "1"
 _JSON_KEYS = re.compile(rb'"(subscription-name|updates|prefix)"\s*:')
 _EVENT_KEYS = re.compile(rb'"(tags|values|name|timestamp)"\s*:')
@@ -50,7 +51,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     text = decode_text(read_bytes(where, stats), where)
     if json_depth(text) > MAX_DEPTH:  # checked in one linear pass: json's own limit costs seconds per object
         raise InputError(where, f"JSON nested deeper than {MAX_DEPTH} levels")
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     n_objects = 0
     repeated = RepeatedKeys()
     for obj in _objects(text, stats, repeated):
@@ -195,3 +196,7 @@ def _store(buf: CounterBuffer, stats: SourceStats, ts: Any, source: str, port: s
         stats.skip("nan_value")
         return
     buf.add(stamp, source, source, port, spec, number * spec.scale, name=leaf, qualifier=qualifier)
+
+
+FORMAT = Format(name=NAME, description="gnmic output", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

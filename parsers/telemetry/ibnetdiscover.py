@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 
 from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry._common import decode_text, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "ibnetdiscover"
+NAME = "ibnetdiscover"
 PARSER_VERSION = "1"
 #: Data rate per lane in Gb/s (after line coding).
 LANE_GBPS = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0, "FDR": 14.0625 * 64 / 66, "EDR": 25.0,
@@ -111,8 +112,8 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     if not fabric.nodes:
         raise InputError(where, "no InfiniBand node found")
     nodes, links = build_tables(fabric)
-    nodes["source_format"] = [FORMAT] * len(nodes["node"])
-    links["source_format"] = [FORMAT] * len(links["link"])
+    nodes["source_format"] = [NAME] * len(nodes["node"])
+    links["source_format"] = [NAME] * len(links["link"])
     sink.add("topology_nodes", nodes)
     sink.add("topology_links", links)
     return ParseResult(stats=stats)
@@ -259,3 +260,7 @@ def build_tables(fabric: _Fabric) -> tuple[dict[str, list], dict[str, list]]:
                      ("width", width), ("speed", speed)):
             links[k].append(v)
     return nodes, links
+
+
+FORMAT = Format(name=NAME, description="ibnetdiscover -p", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

@@ -31,10 +31,11 @@ import yaml
 from tracekit import _yaml
 from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry._common import decode_text, normal_port, port_owner, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "link_map"
+NAME = "link_map"
 PARSER_VERSION = "1"
 _FIELDS = {"host", "device", "port", "link", "peer_host", "peer_device", "peer_port", "gbps", "network"}
 _YAML_HEAD = re.compile(rb"(^|\n)links\s*:\s*(\n|$)")
@@ -111,10 +112,10 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         "link": names, "src": [links[n]["src"] for n in names], "dst": [links[n]["dst"] for n in names],
         "gbps": [links[n]["gbps"] for n in names], "network": [links[n]["network"] for n in names],
         "cables": [1] * len(names), "src_port": [links[n]["src_port"] for n in names],
-        "dst_port": [links[n]["dst_port"] for n in names], "source_format": [FORMAT] * len(names)})
+        "dst_port": [links[n]["dst_port"] for n in names], "source_format": [NAME] * len(names)})
     owners = sorted(nodes)
     sink.add("topology_nodes", {"node": owners, "host": [nodes[o] for o in owners],
-                                "source_format": [FORMAT] * len(owners)})
+                                "source_format": [NAME] * len(owners)})
     return ParseResult(stats=stats)
 
 
@@ -151,3 +152,7 @@ def _float(value: Any) -> float | None:
         return float(value) if value not in (None, "") else None
     except (TypeError, ValueError):
         return None
+
+
+FORMAT = Format(name=NAME, description="link maps", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

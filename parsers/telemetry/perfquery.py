@@ -20,10 +20,11 @@ import re
 
 from tracekit._limits import MAX_LINE_BYTES, checked_int, out_of_range
 from tracekit.errors import InputError
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "perfquery"
+NAME = "perfquery"
 PARSER_VERSION = "1"
 _HEADER = re.compile(r"^#\s*Port (extended )?counters:\s*Lid\s+(\d+)\s+port\s+(\d+)", re.I)
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9]*):\.*\s*(\S+)\s*$")
@@ -66,7 +67,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     ts: int | None = None
     block: tuple[str, str, bool] | None = None
     blocks = untimed = 0
@@ -118,3 +119,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         stats.warnings.append(f"{untimed} block(s) with no time stamp line before them: stored untimed "
                               "(perfquery prints no time; put `date +%s.%N` before each call for rates)")
     return buf.result()
+
+
+FORMAT = Format(name=NAME, description="perfquery -x", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

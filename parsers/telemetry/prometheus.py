@@ -22,11 +22,12 @@ import pyarrow as pa
 from tracekit._limits import MAX_LINE_BYTES
 from tracekit.errors import InputError
 from tracekit.parsers._stream import ByteStream
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry import _kernels, families
 from tracekit.parsers.telemetry._common import SATURATION_CEILINGS, TS_MAX, TS_MIN, CounterBuffer
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "prometheus"
+NAME = "prometheus"
 PARSER_VERSION = "1"
 BLOCK_BYTES = 64 << 20
 
@@ -147,7 +148,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     """Parse one exposition file into `counters`."""
     where = os.fspath(path)
     stats = SourceStats()
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     series = _SeriesTable()
     state = {"openmetrics": False, "as_s": 0, "as_ms": 0, "out_of_range": 0, "untimed": 0, "lines": 0}
     types: dict[str, str] = {}
@@ -424,7 +425,7 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
         "value": pa.array(values, pa.float64()),
         "kind": cols["kind"],
         "bits": pa.array(bits, pa.int32(), mask=bits == 0 if (luts[-1][seen] == 0).any() else None),
-        "source_format": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([FORMAT])),
+        "source_format": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(values), np.int32)), pa.array([NAME])),
         "host": cols["host"],
         "direction": cols["direction"],
         "qualifier": cols["qualifier"],
@@ -442,3 +443,7 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
     if lo <= hi:
         buf.ts_min = lo if buf.ts_min is None else min(buf.ts_min, lo)
         buf.ts_max = hi if buf.ts_max is None else max(buf.ts_max, hi)
+
+
+FORMAT = Format(name=NAME, description="Prometheus text", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

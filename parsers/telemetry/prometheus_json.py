@@ -16,11 +16,12 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers._json_keys import warn_repeated_keys
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry import families
 from tracekit.parsers.telemetry._common import CounterBuffer, decode_text, epoch_to_ns, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "prometheus_json"
+NAME = "prometheus_json"
 PARSER_VERSION = "1"
 _SNIFF = re.compile(rb'"resultType"\s*:\s*"(matrix|vector)"')
 
@@ -50,7 +51,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     result = data.get("result")
     if not isinstance(result, list):
         raise InputError(where, "data.result is not a list")
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     for w in doc.get("warnings") or []:
         stats.warnings.append(f"Prometheus warning: {w}")
     for series in result:
@@ -99,3 +100,7 @@ def _series(series: Any, buf: CounterBuffer, stats: SourceStats) -> None:
             stats.skip("nan_value")
             continue
         buf.add(ts, host, device, port, spec, value * spec.scale, name=name, qualifier=qualifier)
+
+
+FORMAT = Format(name=NAME, description="Prometheus query_range JSON", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

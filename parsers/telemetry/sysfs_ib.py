@@ -19,10 +19,11 @@ import re
 
 from tracekit._limits import MAX_LINE_BYTES, out_of_range
 from tracekit.errors import InputError
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, read_bytes, time_line
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "sysfs_ib"
+NAME = "sysfs_ib"
 PARSER_VERSION = "1"
 _LINE = re.compile(r"^(?:([^\s:/]+):\s+)?/?sys/class/infiniband/([^/\s]+)/ports/(\d+)/"
                    r"(?:(counters|counters_ext|hw_counters)/)?([A-Za-z0-9_]+):\s*(.*?)\s*$")
@@ -95,7 +96,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     if not rows and stats.read == 0:
         raise InputError(where, "no sysfs InfiniBand counter line found")
     extended = {(r[0], r[1], r[2], r[3], r[6].metric) for r in rows if r[4] == "counters_ext"}
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     for ts_ns, host, device, port, folder, name, spec, value in rows:
         if folder == "counters" and (ts_ns, host, device, port, spec.metric) in extended:
             stats.skip("legacy_duplicate")
@@ -105,3 +106,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         stats.warnings.append("lines with no time stamp line before them: stored untimed "
                               "(put `date +%s.%N` before each dump for rates)")
     return buf.result()
+
+
+FORMAT = Format(name=NAME, description="sysfs InfiniBand counters", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

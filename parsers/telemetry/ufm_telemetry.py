@@ -25,10 +25,11 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.parsers._json_keys import warn_repeated_keys
+from tracekit.parsers.registry import Format
 from tracekit.parsers.telemetry._common import CounterBuffer, MetricSpec, decode_text, epoch_to_ns, read_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
-FORMAT = "ufm_telemetry"
+NAME = "ufm_telemetry"
 PARSER_VERSION = "1"
 MAX_BYTES_PER_PACKET = 4224
 _TFS = re.compile(r"^Infiniband_([A-Za-z0-9]+?)(?:_f)?_u_([A-Za-z]+)$")
@@ -80,7 +81,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     text = decode_text(read_bytes(where, stats), where)
     records = _records(text, where)
     warn_repeated_keys(text, stats.warnings)
-    buf = CounterBuffer(sink, FORMAT, stats)
+    buf = CounterBuffer(sink, NAME, stats)
     implausible: Counter[str] = Counter()
     for rec in records:
         if not isinstance(rec, dict):
@@ -155,3 +156,7 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return number if number == number else None
+
+
+FORMAT = Format(name=NAME, description="UFM telemetry JSON", version=PARSER_VERSION, parse=parse,
+                sniffs=(lambda head: sniff(head.data),))

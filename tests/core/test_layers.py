@@ -2,7 +2,8 @@
 
 A stage (analysis, replay, hang, what-if, export, telemetry, the report) reads a run through the
 store's public API and never imports ingest, the front door or the CLI; no module imports another
-stage's (or the store's) private names; only the front door (`tracekit.workflows`) writes
+stage's (or the store's) private names, and no module imports a private name of a parser module
+(shared vocabulary lives in `tracekit.parsers.vocabulary`); only the front door (`tracekit.workflows`) writes
 RUN/results/.
 """
 
@@ -21,6 +22,7 @@ STAGES = ("tracekit.analysis", "tracekit.replay", "tracekit.hang", "tracekit.wha
 #: what a stage must not import: ingest (raw traces -> a run), the front door and the commands
 ABOVE_OR_INGEST = ("tracekit.ingest", "tracekit.parsers", "tracekit.synth", "tracekit.workflows", "tracekit.cli")
 FRONT_DOOR = "tracekit.workflows"
+PARSERS = "tracekit.parsers"
 #: the bottom layer: it imports nothing but itself
 CORE = tuple(f"tracekit.{m}" for m in ("store", "schema", "results", "finding", "errors", "atomic", "manifest",
                                        "executors", "validity", "fabric", "_text", "_progress", "_jit", "_private_dir",
@@ -106,6 +108,7 @@ def violations(mods: dict[str, Path] | None = None, root: Path = ROOT) -> list[s
                 owner = other or ("tracekit.store" if _within(target, "tracekit.store") else None)
                 if owner is not None and owner != mine:
                     found.append(f"{where}:{line}: imports {full}, a private name of {owner}")
+        found.extend(f"{where}:{line}: {what}" for line, what in _parser_privates(tree, name))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 fn = node.func
@@ -121,6 +124,37 @@ def violations(mods: dict[str, Path] | None = None, root: Path = ROOT) -> list[s
                         found.append(f"{where}:{node.lineno}: spells out the run directory's layout ({text!r}); "
                                      "use the store's Run methods")
     return found
+
+
+def _parser_privates(tree: ast.AST, module: str) -> list[tuple[int, str]]:
+    """(line, what) for each private name of another parser module that `module` imports or reads
+    as an attribute of an imported parser module (private helper modules such as `_stream` are
+    shared: importing one is fine, taking its private names is not)."""
+    every = modules()
+    out: list[tuple[int, str]] = []
+    aliases: dict[str, str] = {}
+    renamed: dict[tuple[int, str], str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for a in node.names:
+                if a.asname and isinstance(node, ast.Import) and _within(a.name, PARSERS):
+                    aliases[a.asname] = a.name
+                elif a.asname:
+                    renamed[(node.lineno, a.name)] = a.asname
+    for line, target, imported in imports(tree, module):
+        if not _within(target, PARSERS) or target == module:
+            continue
+        full = f"{target}.{imported}" if imported else target
+        if imported and full in every:
+            aliases[renamed.get((line, imported), imported)] = full
+        elif imported and _is_private(imported):
+            out.append((line, f"imports {full}, a private name of the parser module {target}"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _is_private(node.attr)
+                and node.value.id in aliases and aliases[node.value.id] != module):
+            owner = aliases[node.value.id]
+            out.append((node.lineno, f"uses {owner}.{node.attr}, a private name of the parser module {owner}"))
+    return out
 
 
 def _text(node: ast.AST) -> str:
@@ -152,6 +186,11 @@ def test_the_walk_sees_every_package():
     ("tracekit.hang", "def f(run, k):\n    return run.path / 'sources' / k\n", "layout ('sources')"),
     ("tracekit.export", "def f(p):\n    return p / f'rank={3}'\n", "layout ('rank=')"),
     ("tracekit.store", "from tracekit.replay import replay\n", "the core module tracekit.store imports"),
+    ("tracekit.parsers.nsys", "from tracekit.parsers.kineto import _Pass1\n", "private name of the parser module"),
+    ("tracekit.parsers.nsys", "from tracekit.parsers import kineto\nx = kineto._pass2\n",
+     "uses tracekit.parsers.kineto._pass2"),
+    ("tracekit.ingest", "def f():\n    from tracekit.parsers.telemetry import _common as c\n    return c._x\n",
+     "a private name of the parser module tracekit.parsers.telemetry._common"),
 ])
 def test_each_rule_catches_its_breach(tmp_path, module, source, says):
     path = tmp_path / "fake.py"

@@ -98,9 +98,9 @@ class Tally:
 
 def parsers() -> dict[str, Any]:
     """format -> parser module, for every parser on this checkout."""
-    from tracekit.parsers import detect
+    from tracekit.parsers import registry
 
-    return {fmt: importlib.import_module(mod) for fmt, mod in sorted(detect.PARSERS.items())}
+    return {fmt: importlib.import_module(mod) for fmt, mod in sorted(registry.MODULES.items())}
 
 
 def _encoding(data: bytes) -> str:
@@ -145,10 +145,10 @@ def cached_seeds() -> dict[str, list[Seed]]:
 
 def load_seeds(formats: set[str] | None = None, *, real: bool = True) -> dict[str, list[Seed]]:
     """Seed files per format (detected by content, as ingest does)."""
-    from tracekit.parsers import detect
+    from tracekit.parsers import detect, registry
 
     roots = [SAMPLES, TEST_DATA] + ([REAL] if real and REAL.is_dir() else [])
-    wanted = formats or set(detect.PARSERS)
+    wanted = formats or set(registry.MODULES)
     out: dict[str, list[Seed]] = {f: [] for f in wanted}
     for root in roots:
         for path in sorted(root.rglob("*")):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit.parsers import detect
+from tracekit.parsers import registry
 
 EXAMPLES = fuzzing.env_int("TRACEKIT_FUZZ_EXAMPLES", 200)
 MODULES = fuzzing.parsers()
@@ -20,13 +20,13 @@ MODULES = fuzzing.parsers()
 fuzzing.MAX_CASE = 256 << 10
 
 
-@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
+@pytest.mark.parametrize("fmt", sorted(registry.MODULES))
 def test_every_parser_has_seeds(repo_seeds, fmt: str) -> None:
     """Seeds from the repository alone (a clone without ../shared fuzzes every parser too)."""
     assert repo_seeds[fmt], f"no seed for {fmt}: add a file to sample_traces or a built-in seed in fuzzing.py"
 
 
-@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
+@pytest.mark.parametrize("fmt", sorted(registry.MODULES))
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(pick=st.integers(0, 10**6), rnd_seed=st.integers(0, 2**32 - 1))
@@ -39,7 +39,7 @@ def test_mutated_inputs_never_crash(tmp_path_factory, fmt: str, pick: int, rnd_s
     assert out.kind in ("ok", "salvage", "error"), f"{out.signature}\n{out.detail}"
 
 
-@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
+@pytest.mark.parametrize("fmt", sorted(registry.MODULES))
 def test_cli_on_mutated_inputs(seeds, tmp_path: Path, fmt: str) -> None:
     """A few cases per parser through `tracekit ingest` and `tracekit info`: exit codes and
     one-line errors only."""
@@ -122,7 +122,7 @@ def test_every_hostile_class_applies_to_some_parser(repo_seeds, cls: str) -> Non
     assert made, f"{cls} applies to no seed"
 
 
-@pytest.mark.parametrize("fmt", sorted(detect.PARSERS))
+@pytest.mark.parametrize("fmt", sorted(registry.MODULES))
 def test_hostile_class_cases_never_fail(tmp_path_factory, fmt: str) -> None:
     """A few cases of every applicable class per parser, with each class's own oracle (both
     arrays of a duplicated key read, an over-long line counted) on top of the usual ones."""

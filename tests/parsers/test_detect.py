@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.parsers.detect import KINETO, detect_bytes, detect_format
+from tracekit.parsers.detect import detect_bytes, detect_format
 
 
 @pytest.mark.parametrize("head", [
@@ -18,7 +18,7 @@ from tracekit.parsers.detect import KINETO, detect_bytes, detect_format
     b'{"INFO": ["long log"], "traceEvents"  : [',
 ])
 def test_kineto_heads(head: bytes) -> None:
-    assert detect_bytes(head) == KINETO
+    assert detect_bytes(head) == "kineto"
 
 
 @pytest.mark.parametrize("head", [b"", b"[]", b'{"foo": 1}', b"NCCL INFO Init", b"\x80\x04\x95"])
@@ -31,7 +31,7 @@ def test_detect_ignores_names_and_gunzips(tmp_path: Path) -> None:
     (tmp_path / "trace.txt").write_bytes(gzip.compress(body))
     (tmp_path / "trace.json").write_bytes(b"not json at all")
     (tmp_path / "short.gz").write_bytes(gzip.compress(body)[:15])
-    assert detect_format(tmp_path / "trace.txt") == KINETO
+    assert detect_format(tmp_path / "trace.txt") == "kineto"
     assert detect_format(tmp_path / "trace.json") is None
     assert detect_format(tmp_path / "missing.json") is None
     assert detect_format(tmp_path / "short.gz") is None

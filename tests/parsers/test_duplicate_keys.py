@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from kineto_helpers import parse_into
 
-from tracekit.parsers import detect, flight_recorder
+from tracekit.parsers import detect, flight_recorder, registry
 from tracekit.store import SourceSink
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo_moe_8rank"
@@ -194,7 +194,7 @@ _READERS = [
 
 
 def _stored(fmt: str, path: Path, out: Path) -> tuple[Any, dict[str, list]]:
-    module = importlib.import_module(detect.PARSERS[fmt])
+    module = importlib.import_module(registry.MODULES[fmt])
     sink = SourceSink(out, "k")
     try:
         res = module.parse(path, sink)

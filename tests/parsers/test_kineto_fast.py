@@ -66,7 +66,7 @@ def test_tagged_decoder_matches_event_decoder(events: list[dict], drop_ph: bool)
 
 
 def _naive_lanes(pids: list, tids: list, gpu: np.ndarray) -> pa.Array:
-    p1 = kineto._Pass1(Path("unused"), kineto.compile_patterns(None), SourceStats())
+    p1 = kineto.Pass1(Path("unused"), kineto.compile_patterns(None), SourceStats())
     return pa.array(p1._lanes(pids, tids, gpu), pa.string()).dictionary_encode()
 
 
@@ -85,7 +85,7 @@ def test_lane_column_matches_naive(rows: list[tuple[bool, int, int]], odd: objec
             if odd is None:
                 continue
             pids = [*pids[:-1], odd]
-        p1 = kineto._Pass1(Path("unused"), kineto.compile_patterns(None), SourceStats())
+        p1 = kineto.Pass1(Path("unused"), kineto.compile_patterns(None), SourceStats())
         # twice: the second call runs with a warm lane cache
         for _ in range(2):
             arr, vals, idx = p1._lane_column(pids, tids, gpu)
@@ -173,13 +173,13 @@ def test_spooled_and_held_stages_give_the_same_tables(real: Path, tmp_path: Path
     src = real / "hta_trace_filter_sampled_2rank" / "sampled_rank-0.json.gz"
     held = parse_into(src, tmp_path / "held", chunk_size=1 << 12)
     spills = []
-    real_write = kineto._Pass1._write
+    real_write = kineto.Pass1._write
 
-    def write(self: kineto._Pass1, table: pa.Table) -> None:
+    def write(self: kineto.Pass1, table: pa.Table) -> None:
         real_write(self, table)
         spills.append(self.spilled)
 
-    monkeypatch.setattr(kineto._Pass1, "_write", write)
+    monkeypatch.setattr(kineto.Pass1, "_write", write)
     monkeypatch.setattr(kineto, "SPOOL_MEMORY", 50_000)
     spooled = parse_into(src, tmp_path / "spooled", chunk_size=1 << 12)
     assert spills[0] is False and spills[-1] is True  # held first, then spilled

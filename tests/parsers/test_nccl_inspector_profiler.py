@@ -12,7 +12,7 @@ import pytest
 from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.parsers import nccl_inspector, nccl_profiler
-from tracekit.parsers.detect import NCCL_INSPECTOR, NCCL_PROFILER, detect_format
+from tracekit.parsers.detect import detect_format
 from tracekit.store import SourceSink
 
 DATA = Path(__file__).parent / "nccl_data"
@@ -40,7 +40,7 @@ def parse(module: Any, path: Path, tmp: Path) -> tuple[Any, dict[str, list[dict]
 
 
 def test_inspector_detected_and_read(tmp_path: Path) -> None:
-    assert [detect_format(p) for p in INSPECTOR] == [NCCL_INSPECTOR] * 2
+    assert [detect_format(p) for p in INSPECTOR] == ["nccl_inspector"] * 2
     res, t = parse(nccl_inspector, INSPECTOR[1], tmp_path)
     coll = t["collectives"]
     assert [(r["rank"], r["group"], r["op"], r["seq"], r["coll_sn"]) for r in coll] == [
@@ -71,7 +71,7 @@ def test_inspector_run_joins_both_ranks(tmp_path: Path) -> None:
 
 
 def test_profiler_trace_lenient_and_salvaged(tmp_path: Path) -> None:
-    assert [detect_format(p) for p in PROFILER] == [NCCL_PROFILER] * 2
+    assert [detect_format(p) for p in PROFILER] == ["nccl_profiler"] * 2
     res, t = parse(nccl_profiler, PROFILER[0], tmp_path)
     coll = t["collectives"]
     assert [(r["op"], r["seq"], r["algo"], r["proto"], r["dtype"]) for r in coll] == [

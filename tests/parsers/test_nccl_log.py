@@ -14,7 +14,7 @@ from nccl_helpers import parse_lines
 
 from tracekit.errors import InputError
 from tracekit.parsers import nccl_log
-from tracekit.parsers.detect import NCCL_LOG, NCCL_TESTS, detect_bytes
+from tracekit.parsers.detect import detect_bytes
 from tracekit.store import SourceStats
 
 WORLD = f"0x{COMM_ID:016x}"
@@ -231,8 +231,8 @@ def test_nccl_tests_output_with_debug_lines(tmp_path: Path) -> None:
     job = Job("2.27", hosts=1)
     table = (Path(__file__).parent / "nccl_data" / "nccl_tests_all_reduce_4rank.txt").read_text().splitlines()
     lines = table[:12] + job_log(job) + table[12:]
-    assert detect_bytes("\n".join(lines).encode()) == NCCL_LOG
-    assert detect_bytes("\n".join(table).encode()) == NCCL_TESTS
+    assert detect_bytes("\n".join(lines).encode()) == "nccl_log"
+    assert detect_bytes("\n".join(table).encode()) == "nccl_tests"
     p = parse_lines(lines, tmp_path)
     assert p.tables["microbench"].num_rows == 3 and p.result.microbench_rows == 3
     assert p.result.collectives == job.nranks * 6
@@ -250,12 +250,12 @@ def test_no_records_is_an_input_error(tmp_path: Path) -> None:
     b"some text\n\nnode:1:2 [0] misc/socket.cc:50 NCCL WARN Net : Connection closed by remote peer",
 ])
 def test_detect(head: bytes) -> None:
-    assert detect_bytes(head) == NCCL_LOG
+    assert detect_bytes(head) == "nccl_log"
 
 
 @pytest.mark.parametrize("head", [b"NCCL INFO Init", b"host:1:2 NCCL is great", b'{"traceEvents": []}'])
 def test_not_detected(head: bytes) -> None:
-    assert detect_bytes(head) != NCCL_LOG
+    assert detect_bytes(head) != "nccl_log"
 
 
 # -- invariants ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from nccl_helpers import parse_file
 
 from tracekit import schema
-from tracekit.parsers.detect import NCCL_LOG, detect_format
+from tracekit.parsers.detect import detect_format
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_logs"
 GF = "gfbench_nccl2.20.5_straggler_2gpu"
@@ -43,7 +43,7 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 def test_detected_by_content(real: tuple) -> None:
     path, _, _ = real
-    assert detect_format(path) == NCCL_LOG
+    assert detect_format(path) == "nccl_log"
 
 
 def test_every_line_accounted(real: tuple) -> None:

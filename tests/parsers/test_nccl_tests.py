@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tracekit import schema
 from tracekit.errors import InputError
 from tracekit.parsers import nccl_tests
-from tracekit.parsers.detect import NCCL_TESTS, detect_bytes, detect_format
+from tracekit.parsers.detect import detect_bytes, detect_format
 from tracekit.store import SourceSink
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_real_rows_counted_independently(real_file: Path, tmp_path: Path) -> Non
     expected_rows = [ln for ln in lines if re.match(r"^\s*\d+\s+\d+\s+\w+\s+\w+\s+-?\d+(\s+\S+){8}\s*$", ln)]
     rank_lines = [ln for ln in lines if re.search(r"Rank\s+\d+\s+Group", ln)]
     hosts = {re.search(r" on\s+(\S+)", ln).group(1) for ln in rank_lines}  # type: ignore[union-attr]
-    assert detect_format(real_file) == NCCL_TESTS
+    assert detect_format(real_file) == "nccl_tests"
     res, rows = parse(real_file, tmp_path)
     assert len(rows) == len(expected_rows) == 31
     assert res.stats.stored == len(expected_rows)
@@ -237,7 +237,7 @@ def test_inference_rules(rows: list[dict[str, Any]], test: str) -> None:
 
 def test_json_report(tmp_path: Path) -> None:
     src = DATA / "nccl_tests_all_gather_2x4.json"
-    assert detect_format(src) == NCCL_TESTS
+    assert detect_format(src) == "nccl_tests"
     res, rows = parse(src, tmp_path)
     doc = json.loads(src.read_text())
     assert len(rows) == len(doc["results"]) == res.stats.stored == res.stats.read
@@ -265,7 +265,7 @@ def test_json_cut_short_is_salvaged(tmp_path: Path) -> None:
     b'{"version":3,"start_time":"x","args":[],"results":[{"size":8,"out_of_place":{"alg_bw":1}}]}',
 ])
 def test_detect(head: bytes) -> None:
-    assert detect_bytes(head) == NCCL_TESTS
+    assert detect_bytes(head) == "nccl_tests"
 
 
 # -- robustness ---------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_ingest_fills_microbench(real_file: Path, tmp_path: Path) -> None:
     from tracekit.store import Run
 
     report = ingest([real_file, DATA / "nccl_tests_all_gather_2x4.json"], tmp_path / "run")
-    assert [s.format for s in report.sources] == [NCCL_TESTS, NCCL_TESTS]
+    assert [s.format for s in report.sources] == ["nccl_tests", "nccl_tests"]
     table = Run(tmp_path / "run").table("microbench")
     assert table.num_rows == 31 + 3
     assert sorted(set(table.column("test").to_pylist())) == ["all_gather_perf", "all_reduce_perf"]

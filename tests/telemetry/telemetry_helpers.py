@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit import schema
-from tracekit.parsers import detect
+from tracekit.parsers import detect, registry
 from tracekit.store import ParseResult, SourceSink
 
 REAL = Path(__file__).parents[2] / ".." / "shared" / "real_traces" / "telemetry"
@@ -32,7 +32,7 @@ def parse_file(path: Path, out: Path, key: str = "k") -> Parsed:
     """Detect and parse one file into its own sink; read back what it stored."""
     fmt = detect.detect_format(path)
     assert fmt is not None, f"{path}: not detected"
-    module = importlib.import_module(detect.PARSERS[fmt])
+    module = importlib.import_module(registry.MODULES[fmt])
     sink = SourceSink(out, key)
     try:
         res = module.parse(path, sink)

@@ -72,7 +72,7 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
     else:
         _print(report)
     if not report.ingested:
-        from tracekit.parsers.detect import supported_formats
+        from tracekit.parsers.registry import supported_formats
         from tracekit.store import Run
 
         ignored = (f": {len(report.ignored)} file(s) found, none in a supported format ({supported_formats()})"
