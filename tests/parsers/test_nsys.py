@@ -570,6 +570,19 @@ def test_partial_group_keeps_its_p2p_rows_and_the_kernel_is_the_coalesced_call(e
         ck.filter(pl.col("rank") == 1).select(A2A_COLS).sort(A2A_COLS))
 
 
+def test_group_sending_to_all_but_not_receiving_from_all_stays_partial(ep_twins):
+    """A group that sends to every comm rank but misses one receive is not an all_to_all."""
+    base, twin, ck = ep_twins
+    paths = write_nsys(twin, base / "norecv")
+    _drop_ranges(paths, "ncclRecv", 1)  # rank 0 no longer receives from the other rank of its EP group
+    cn = _ingest_nsys(base, paths, "rn_norecv")
+    mine = cn.filter(pl.col("rank") == 0)
+    want = ck.filter((pl.col("rank") == 0) & (pl.col("op") == "all_to_all"))
+    assert "all_to_all" not in set(mine["op"])
+    assert mine.filter(pl.col("op") == "other").height == want.height
+    assert mine.filter(pl.col("op") == "send").height == 2 * want.height
+
+
 def _p2p(start, op, comm, peer, nbytes=8):
     return nsys._P2P(start, start + 10, op, comm, nbytes, peer)
 
