@@ -110,6 +110,22 @@ class _Source(abc.ABC):
     def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
         """The rows of `table`, `columns` only, in batches."""
 
+    def where_in(self, table: str, columns: Sequence[str], key: str,
+                 values: Sequence[int]) -> Iterator[dict[str, list[Any]]]:
+        """The rows of `table` whose `key` is one of `values` (few: the comm kernels' ids)."""
+        wanted = set(values)
+        for b in self.batches(table, [*columns, key] if key not in columns else columns):
+            keep = [i for i, v in enumerate(b[key]) if v in wanted]
+            if keep:
+                yield {c: [b[c][i] for i in keep] for c in columns}
+
+    def distinct(self, table: str, column: str) -> set[Any]:
+        """The distinct values of a (low-cardinality) column."""
+        out: set[Any] = set()
+        for b in self.batches(table, (column,)):
+            out.update(b[column])
+        return out
+
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
@@ -136,6 +152,26 @@ class _SQLite(_Source):
                 if not rows:
                     return
                 yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+
+    def where_in(self, table: str, columns: Sequence[str], key: str,
+                 values: Sequence[int]) -> Iterator[dict[str, list[Any]]]:
+        if not values:
+            return
+        cols = ", ".join(f'"{_ident(c)}"' for c in columns)
+        sql = (f'SELECT {cols} FROM "{_ident(table)}" WHERE "{_ident(key)}" IN '
+               "(SELECT value FROM json_each(?))")
+        try:
+            cur = self.db.execute(sql, (msgspec.json.encode(sorted(values)).decode(),))
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+
+    def distinct(self, table: str, column: str) -> set[Any]:
+        try:
+            return {r[0] for r in self.db.execute(f'SELECT DISTINCT "{_ident(column)}" FROM "{_ident(table)}"')}
         except sqlite3.Error as exc:
             raise _db_error(self.path, exc) from exc
 
@@ -334,6 +370,114 @@ def group_name(comm: int) -> str:
     return f"0x{comm & (2**64 - 1):016x}"
 
 
+# -- grouped point-to-point ----------------------------------------------------------------------
+
+#: NCCL's group calls: the ranges that open and close a group of calls launched together.
+GROUP_CALLS = ("ncclGroupStart", "ncclGroupEnd")
+
+
+@dataclass(frozen=True, slots=True)
+class _P2P:
+    """One ncclSend/ncclRecv NVTX range: op, and its payload's communicator, bytes and comm-local peer."""
+
+    start: int
+    end: int
+    op: str
+    comm: int | None
+    nbytes: int | None
+    peer: int | None
+
+
+def is_p2p_kernel(name: str) -> bool:
+    """Whether a comm kernel is NCCL's point-to-point one (what a group of sends and recvs launches)."""
+    return "SendRecv" in name or kernel_op(name)[0] in ("send", "recv")
+
+
+def group_batches(ranges: Sequence[_P2P], marks: Sequence[tuple[int, int, bool]],
+                  launches: Sequence[tuple[int, str, int]]) -> list[tuple[list[_P2P], list[tuple[int, str, int]]]]:
+    """One thread's groups of p2p calls and the p2p kernel launches that run them, in time order.
+
+    A group is the ranges inside an outermost ncclGroupStart ... ncclGroupEnd span (launched
+    inside it: NCCL launches at ncclGroupEnd); ranges outside any span (no group ranges traced)
+    form a group with the run of p2p launches that follows them. A range with a launch inside it
+    is an ungrouped call and belongs to no group."""
+    spans: list[tuple[int, int]] = []
+    depth, open_at = 0, 0
+    for start, end, is_start in sorted(marks):
+        if is_start:
+            if depth == 0:
+                open_at = start
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((open_at, end))
+    out: list[tuple[list[_P2P], list[tuple[int, str, int]]]] = []
+    starts = [s for s, _ in spans]
+    in_span: dict[int, list[_P2P]] = defaultdict(list)
+    rest: list[_P2P] = []
+    for r in sorted(ranges, key=lambda r: r.start):
+        j = bisect_right(starts, r.start) - 1
+        if j >= 0 and r.end <= spans[j][1]:
+            in_span[j].append(r)
+        else:
+            rest.append(r)
+    used: set[int] = set()
+    for j, members in sorted(in_span.items()):
+        lo, hi = spans[j]
+        k = [i for i, x in enumerate(launches) if lo <= x[0] <= hi and is_p2p_kernel(x[1])]
+        used.update(k)
+        if k:
+            out.append((members, [launches[i] for i in k]))
+    timeline = sorted([(r.start, 0, i) for i, r in enumerate(rest)]
+                      + [(x[0], 1, i) for i, x in enumerate(launches) if i not in used])
+    pending: list[_P2P] = []
+    run: list[tuple[int, str, int]] = []
+    for _t, kind, i in timeline:
+        if kind == 1:
+            x = launches[i]
+            if pending and is_p2p_kernel(x[1]):
+                run.append(x)
+                continue
+            if run:
+                out.append((pending, run))
+            pending, run = [], []
+            continue
+        if run:
+            out.append((pending, run))
+            pending, run = [], []
+        r = rest[i]
+        nxt = bisect_right(launches, (r.start, "", -1))
+        if nxt < len(launches) and launches[nxt][0] <= r.end:
+            pending = []  # launched inside its own range: an ungrouped call
+            continue
+        pending.append(r)
+    if pending and run:
+        out.append((pending, run))
+    return out
+
+
+def _all_to_all_splits(members: Sequence[_P2P], rank: int, nranks: int) -> tuple[list[int], list[int]] | None:
+    """Bytes sent to and received from each comm rank, when the group sends to and receives from
+    every other rank (to itself too, or not); None when it does not (a partial group)."""
+    sent, got = [0] * nranks, [0] * nranks
+    to: set[int] = set()
+    frm: set[int] = set()
+    for m in members:
+        if m.peer is None or m.nbytes is None or not 0 <= m.peer < nranks:
+            return None
+        if m.op == "send":
+            sent[m.peer] += m.nbytes
+            to.add(m.peer)
+        else:
+            got[m.peer] += m.nbytes
+            frm.add(m.peer)
+    others = set(range(nranks)) - {rank}
+    if not others <= to or not others <= frm or not others:
+        return None
+    return sent, got
+
+
 # -- the parse -----------------------------------------------------------------------------------
 
 
@@ -358,8 +502,13 @@ class _Parse:
         self.rank_arg, self.rank_map = rank, rank_map or {}
         self.strings: dict[int, str] = {}
         self.procs: dict[tuple[int, int], _Proc] = {}
-        self.comm_kernels: dict[int, str] = {}  # correlation -> comm kernel name
-        self.launches: dict[int, list[tuple[int, str]]] = defaultdict(list)  # gtid -> [(start, kernel)]
+        self.comm_kernels: dict[tuple[int | None, int], str] = {}  # (pid, correlation) -> comm kernel name
+        #: gtid -> [(launch start, kernel, correlation)] of its comm kernels, in time order
+        self.launches: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        self.p2p: dict[int, list[_P2P]] = defaultdict(list)  # gtid -> its ncclSend/ncclRecv ranges
+        self.group_marks: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)  # (start, end, is GroupStart)
+        self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
+        self.absorbed: set[tuple[int, int, str]] = set()  # (gtid, start, op) of ranges a group's kernel carries
         self.comm_re = kineto.compile_patterns(None)
 
     # strings, meta, processes ------------------------------------------------------------------
@@ -463,6 +612,14 @@ class _Parse:
                 if et not in rng:
                     continue
                 name = self.nvtx_text(b, i, nv)
+                if name in GROUP_CALLS:
+                    start, end = b["start"][i], b["end"][i]
+                    if type(start) is int and type(end) is int:
+                        self.group_marks[b["globalTid"][i]].append((start, end, name == GROUP_CALLS[0]))
+                    continue
+                if name in ("ncclSend", "ncclRecv"):
+                    self._note_p2p(b, i, nv, name)
+                    continue
                 if name not in NCCL_INITS:
                     continue
                 pl = self.nvtx_payload(b, i, nv)
@@ -476,6 +633,82 @@ class _Parse:
                 if proc is not None and pl["rank"] < pl["nranks"] <= MAX_WORLD_SIZE:
                     start = b["start"][i] if type(b["start"][i]) is int else 0
                     proc.comms[pl["comm"]] = _Comm(pl["comm"], pl["nranks"], pl["rank"], start)
+
+    def _note_p2p(self, b: dict[str, list[Any]], i: int, nv: _Nvtx, name: str) -> None:
+        start, end = b["start"][i], b["end"][i]
+        if type(start) is not int or type(end) is not int:
+            return
+        pl = self.nvtx_payload(b, i, nv)
+        self.p2p[b["globalTid"][i]].append(_P2P(start, end, NCCL_CALLS[name], pl.get("comm"), pl.get("bytes"),
+                                                pl.get("peer")))
+
+    def kernel_name_column(self) -> str | None:
+        cols = self.src.tables.get(KERNEL, [])
+        return next((c for c in ("demangledName", "shortName", "mangledName", "name") if c in cols), None)
+
+    def comm_launches(self) -> None:
+        """The comm kernels and their launches, joined by correlation id with queries that return
+        only those rows (a plain scan of the others): per thread, (launch start, kernel, id)."""
+        name_col = self.kernel_name_column()
+        if name_col is None or not self.src.has(KERNEL, "correlationId", "globalPid"):
+            return
+        ids = [v for v in self.src.distinct(KERNEL, name_col)
+               if (n := self.string(v)) is not None and self.comm_re.search(n)]
+        kernels = self.comm_kernels
+        for b in self.src.where_in(KERNEL, ("globalPid", "correlationId", name_col), name_col, ids):
+            for g, c, n in zip(b["globalPid"], b["correlationId"], b[name_col], strict=True):
+                if type(c) is int:
+                    kernels[(_pid(g), c)] = self.string(n) or "unknown kernel"
+        if not kernels or not self.src.has(RUNTIME, "globalTid", "start", "correlationId"):
+            return
+        corrs = sorted({c for _, c in kernels})
+        for b in self.src.where_in(RUNTIME, ("globalTid", "start", "correlationId"), "correlationId", corrs):
+            for t, st, c in zip(b["globalTid"], b["start"], b["correlationId"], strict=True):
+                k = kernels.get((_pid(t), c))
+                if k is not None and type(st) is int:
+                    self.launches[t].append((st, k, c))
+        for v in self.launches.values():
+            v.sort()
+
+    def resolve_groups(self) -> None:
+        """Grouped ncclSend/ncclRecv (ncclGroupStart ... ncclGroupEnd, else the ranges before one
+        shared p2p kernel launch): on each communicator, a group whose peers cover every other
+        rank is one all_to_all carried by its kernel; any other group keeps its p2p rows and its
+        kernel is the group's `coalesced` call, as PyTorch's batch_isend_irecv is in Kineto."""
+        by_pid: dict[int, list[_Proc]] = defaultdict(list)
+        for p in self.procs.values():
+            by_pid[p.pid].append(p)
+        enc = msgspec.json.encode
+        for gtid, ranges in self.p2p.items():
+            procs = by_pid.get(_pid(gtid), [])  # type: ignore[arg-type]
+            for members, launched in group_batches(ranges, self.group_marks.get(gtid, []),
+                                                   self.launches.get(gtid, [])):
+                comms: list[int] = []
+                for m in members:
+                    if m.comm is None:
+                        comms = []
+                        break
+                    if m.comm not in comms:
+                        comms.append(m.comm)
+                if not comms or len(launched) < len(comms):
+                    continue
+                for comm, (_, _, corr) in zip(comms, launched, strict=False):
+                    info = next((p.comms[comm] for p in procs if comm in p.comms), None)
+                    if info is None:
+                        continue
+                    mine = [m for m in members if m.comm == comm]
+                    fields: dict[str, Any] = {"pg_name": _RAW(enc(group_name(comm))),
+                                              "group_size": _RAW(enc(info.nranks))}
+                    split = _all_to_all_splits(mine, info.rank, info.nranks)
+                    if split is None:
+                        fields["coll"] = _RAW(b'"coalesced"')
+                    else:
+                        sent, got = split
+                        fields.update(coll=_RAW(b'"all_to_all"'), dtype=_RAW(enc(_BYTES_CARRIER)),
+                                      in_nelems=_RAW(enc(sum(sent))), out_nelems=_RAW(enc(sum(got))),
+                                      in_split=_RAW(enc(sent)), out_split=_RAW(enc(got)))
+                        self.absorbed.update((gtid, m.start, m.op) for m in mine)
+                    self.kernel_args[(_pid(gtid), corr)] = kineto.Args(**fields)
 
     def assign_ranks(self, host: str | None) -> str | None:
         """Global ranks: the world communicator's comm rank (the largest communicator), else the
@@ -597,11 +830,16 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         passes[pr.rank] = p1  # type: ignore[index]
     feed = _Feed(ps, passes, by_pid)
     try:
+        ps.comm_launches()
+        ps.resolve_groups()
+        ps.p2p.clear()
+        ps.comm_kernels.clear()
         feed.activities()
         feed.runtime()
         feed.nvtx(nv)
-        ps.comm_kernels.clear()  # only the NVTX pass needs the launches; the Kineto pass 2 comes next
-        ps.launches.clear()
+        ps.launches.clear()  # only the NVTX pass needs the launches; the Kineto pass 2 comes next
+        ps.kernel_args.clear()
+        ps.absorbed.clear()
         results = []
         for pr in procs:
             p1 = passes[pr.rank]  # type: ignore[index]
@@ -768,8 +1006,7 @@ class _Feed:
                 cols.append("correlationId")
             name_col = None
             if table == KERNEL:
-                name_col = next((c for c in ("demangledName", "shortName", "mangledName", "name")
-                                 if c in ps.src.tables[table]), None)
+                name_col = ps.kernel_name_column()
                 if name_col:
                     cols.append(name_col)
             elif table == MEMCPY and "copyKind" in ps.src.tables[table]:
@@ -777,8 +1014,7 @@ class _Feed:
             elif table == SYNC:
                 cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
             cat = CATEGORY[table]
-            comm = ps.comm_re.search
-            is_comm: dict[str, bool] = {}
+            grouped = ps.kernel_args
             rank_of: dict[tuple[Any, Any], int | None] = {}
             for b in ps.src.batches(table, cols):
                 out: dict[int, list[Any]] = defaultdict(list)
@@ -794,21 +1030,22 @@ class _Feed:
                         self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
                         continue
                     corr = b["correlationId"][i] if has_corr else None
+                    args = None
                     if table == KERNEL:
                         name = ps.string(b[name_col][i]) if name_col else None
                         name = name or "unknown kernel"
-                        c = is_comm.get(name)
-                        if c is None:
-                            c = is_comm[name] = comm(name) is not None
-                        if c and corr is not None:
-                            ps.comm_kernels[corr] = name
+                        if grouped and corr is not None:
+                            args = grouped.get((_pid(key[0]), corr))
                     elif table == MEMCPY:
                         name = _MEMCPY_NAMES.get(kinds[i] if kinds else None, "Memcpy")
                     elif table == MEMSET:
                         name = "Memset (Device)"
                     else:
                         name = SYNC_NAMES.get(kinds[i] if kinds else None, "Synchronization")
-                    args = kineto.Args(correlation=corr, device=b["deviceId"][i])
+                    if args is None:
+                        args = kineto.Args(correlation=corr, device=b["deviceId"][i])
+                    else:  # the call args of the group this kernel runs
+                        args = msgspec.structs.replace(args, correlation=corr, device=b["deviceId"][i])
                     if table == SYNC and "eventId" in b and type(corr) is int:
                         rec = records.get((b["globalPid"][i], b["eventId"][i]))
                         j = bisect_right(rec, (corr, -1)) - 1 if rec else -1
@@ -833,9 +1070,6 @@ class _Feed:
                     continue
                 name = ps.string(b["nameId"][i]) or "unknown call"
                 corr = b["correlationId"][i]
-                k = ps.comm_kernels.get(corr)
-                if k is not None:
-                    ps.launches[gtid].append((start, k))
                 cat = cats.get(name)
                 if cat is None:
                     cat = cats[name] = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") \
@@ -844,8 +1078,6 @@ class _Feed:
                                             dur=_us(end - start),
                                             args=kineto.Args(correlation=corr)))
             self._push(out)
-        for v in ps.launches.values():
-            v.sort()
 
     def nvtx(self, nv: _Nvtx | None) -> None:
         ps = self.ps
@@ -853,6 +1085,7 @@ class _Feed:
             return
         rng = {nv.types["NvtxPushPopRange"], nv.types["NvtxStartEndRange"]}
         comm_nranks = {c.comm: c.nranks for pr in ps.procs.values() for c in pr.comms.values()}
+        absorbed = ps.absorbed
         for b in ps.nvtx_batches(nv):
             out: dict[int, list[Any]] = defaultdict(list)
             for i, et in enumerate(b["eventType"]):
@@ -868,6 +1101,8 @@ class _Feed:
                 name = ps.nvtx_text(b, i, nv) or ""
                 args = None
                 coll = NCCL_CALLS.get(name)
+                if coll is not None and absorbed and (gtid, start, coll) in absorbed:
+                    coll = None  # one call of a group its kernel carries (resolve_groups)
                 if coll is not None:
                     args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
                 out[r].append(kineto.XEvent(cat="user_annotation", name=name, pid=_pid(gtid), tid=_tid(gtid),

@@ -169,7 +169,7 @@ def with_nccl_ranges(tables: dict[str, pa.Table], nccl: str = "2.27") -> dict[st
     from tracekit import schema
 
     ev = pl.from_arrow(tables["events"])
-    colls = {c["coll_id"]: c for c in tables["collectives"].select(["coll_id", "op"]).to_pylist()}
+    colls = {c["coll_id"]: c for c in tables["collectives"].select(["coll_id", "op", "nranks"]).to_pylist()}
     groups = tables["groups"].to_pylist()
     rows: list[dict[str, Any]] = []
     for info in tables["ranks"].to_pylist():
@@ -184,10 +184,17 @@ def with_nccl_ranges(tables: dict[str, pa.Table], nccl: str = "2.27") -> dict[st
             t0 = first - 50_000 * (len(member) - k)
             rows.append({"rank": r, "lane": "cpu/thread1", "kind": "annotation", "name": call, "ts_ns": t0,
                          "dur_ns": 20_000, "coll_id": None, "cat": "user_annotation"})
-        launches = {d["correlation"]: d for d in mine.filter(pl.col("kind") == "runtime").to_dicts()}
+        calls = mine.filter(pl.col("kind") == "runtime").sort("ts_ns").to_dicts()
+        launches = {d["correlation"]: d for d in calls}
+        before = {d["correlation"]: calls[i - 1]["ts_ns"] + calls[i - 1]["dur_ns"] if i else None
+                  for i, d in enumerate(calls)}  # the end of the call before each, for a group's ranges
         for k in mine.filter(pl.col("coll_id").is_not_null() & (pl.col("kind") == "comm")).to_dicts():
             launch = launches.get(k["correlation"])
             op = colls[k["coll_id"]]["op"]
+            if launch is not None and op == "all_to_all":
+                rows += _grouped_ranges(r, launch, k["coll_id"], colls[k["coll_id"]]["nranks"],
+                                        before[k["correlation"]])
+                continue
             if launch is None or op not in _OP_CALL:
                 continue
             rows.append({"rank": r, "lane": launch["lane"], "kind": "annotation", "name": _OP_CALL[op],
@@ -196,6 +203,27 @@ def with_nccl_ranges(tables: dict[str, pa.Table], nccl: str = "2.27") -> dict[st
     extra = schema.conform("events", pa.Table.from_pylist(rows)).select(tables["events"].column_names)
     merged = pa.concat_tables([tables["events"], extra.cast(tables["events"].schema)], promote_options="permissive")
     return {**tables, "events": merged.unify_dictionaries().combine_chunks()}
+
+
+#: Spacing of the ranges PyTorch's all_to_all makes before its kernel launch (ns).
+_GROUP_GAP = 100
+
+
+def _grouped_ranges(rank: int, launch: dict[str, Any], coll_id: int, nranks: int,
+                    after: int | None) -> list[dict[str, Any]]:
+    """PyTorch's all_to_all as NCCL records it: ncclGroupStart, a ncclSend and a ncclRecv per comm
+    rank (itself too), and ncclGroupEnd around the one SendRecv kernel launch; all after the
+    thread's call before the launch (`after`), as one thread's calls are."""
+    names = ["ncclGroupStart"] + ["ncclSend", "ncclRecv"] * nranks
+    gap = _GROUP_GAP if after is None else max(2, min(_GROUP_GAP, (launch["ts_ns"] - after) // (len(names) + 2)))
+    t0 = launch["ts_ns"] - gap * (len(names) + 1)
+    rows = [{"rank": rank, "lane": launch["lane"], "kind": "annotation", "name": n, "ts_ns": t0 + gap * i,
+             "dur_ns": gap // 2, "coll_id": None if i == 0 else coll_id, "cat": "user_annotation"}
+            for i, n in enumerate(names)]
+    rows.append({"rank": rank, "lane": launch["lane"], "kind": "annotation", "name": "ncclGroupEnd",
+                 "ts_ns": launch["ts_ns"] - gap // 2, "dur_ns": launch["dur_ns"] + gap,
+                 "coll_id": None, "cat": "user_annotation"})
+    return rows
 
 
 def _has_nccl_ranges(tables: dict[str, pa.Table]) -> bool:
@@ -275,6 +303,7 @@ def _write_host(db: sqlite3.Connection, rel: dict[str, bool], payloads: bool, nc
                      **({"textId": None} if rel["text_id"] else {}), **({"jsonText": None} if rel["json"] else {})})
         member = [world] + [g for g in groups.values() if r in g["ranks"] and g is not world]
         inits = 0
+        peer_of: dict[tuple[int, str], int] = {}  # (all_to_all, ncclSend/ncclRecv) -> the next comm rank
         for e in by_rank.get(r, []):
             start, end = e["ts_ns"] - base, e["ts_ns"] - base + e["dur_ns"]
             kind = e["kind"]
@@ -291,7 +320,12 @@ def _write_host(db: sqlite3.Connection, rel: dict[str, bool], payloads: bool, nc
                     c = colls[e["coll_id"]]
                     nbytes = c["out_bytes"] if c["op"] in ("reduce_scatter", "recv") else c["in_bytes"]
                     pl = {"NCCL communicator ID": comm_hash(c["group"]), "Message size [bytes]": nbytes}
-                    if c["op"] in ("send", "recv"):
+                    if c["op"] == "all_to_all":  # one call of its group: the bytes to or from one peer
+                        peer = peer_of.get((c["coll_id"], e["name"]), 0)
+                        peer_of[(c["coll_id"], e["name"])] = peer + 1
+                        splits = c["in_splits"] if e["name"] == "ncclSend" else c["out_splits"]
+                        pl.update({"Message size [bytes]": splits[peer], "Peer rank": peer})
+                    elif c["op"] in ("send", "recv"):
                         pl["Peer rank"] = groups[c["group"]]["ranks"].index(c["peer"])
                     elif c["op"] in ("all_reduce", "reduce_scatter", "reduce"):
                         pl["Reduction operation"] = "Sum"

@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import stat
+from contextlib import closing
 from pathlib import Path
 
 import polars as pl
@@ -464,3 +465,164 @@ def test_gzipped_or_headerless_files_are_refused(tmp_path, small):
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00" * 64)
     assert "no SQLite header" in _one_line_error(junk, tmp_path / "b")
+
+
+# -- grouped point-to-point: PyTorch's all_to_all ---------------------------------------------------
+
+EP = {"hosts": 2, "gpus_per_host": 2, "pp": 1, "ep": 2, "steps": 1, "seed": 3}
+A2A_COLS = ["rank", "group", "seq", "op", "in_bytes", "out_bytes", "nranks", "peer", "in_splits", "out_splits",
+            "ts_ns", "dur_ns", "state", "algo", "instance", "dim", "name", "lane", "step", "seq_explicit"]
+
+
+@pytest.fixture(scope="module")
+def ep_twins(tmp_path_factory):
+    """An EP run (all_to_all) as Kineto traces and as Nsight reports whose all_to_all is NCCL's
+    ncclGroupStart, a ncclSend and a ncclRecv per comm rank, ncclGroupEnd and one SendRecv kernel."""
+    base = tmp_path_factory.mktemp("ep")
+    twin = nsys_twin(make_run_tables(**EP)[0])
+    write_kineto(twin, base / "kineto")
+    rk = ingest([base / "kineto"], base / "rk")
+    assert not rk.failed
+    return base, twin, _str(pl.from_arrow(Run(base / "rk").table("collectives")))
+
+
+def _ingest_nsys(base: Path, paths: list[Path], name: str) -> pl.DataFrame:
+    rn = ingest(paths, base / name)
+    assert not rn.failed, [s.error for s in rn.failed]
+    assert all(s.read == s.stored + sum(s.skipped.values()) for s in rn.sources)
+    return _str(pl.from_arrow(Run(base / name).table("collectives")))
+
+
+def _nvtx_names(path: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(path)) as db:
+        return {v: i for i, v in db.execute("SELECT id, value FROM StringIds")}
+
+
+@pytest.mark.parametrize("nccl", ["2.21", "2.27"])
+def test_grouped_sends_and_recvs_are_one_all_to_all(ep_twins, nccl):
+    base, twin, ck = ep_twins
+    paths = write_nsys(twin, base / f"nsys{nccl}", nccl=nccl)
+    cn = _ingest_nsys(base, paths, f"rn{nccl}")
+    a2a = ck.filter(pl.col("op") == "all_to_all")
+    assert a2a.height == 64 and a2a.filter(pl.col("in_splits").list.n_unique() > 1).height > 0  # all_to_allv
+    assert ck.select(A2A_COLS).sort(A2A_COLS).equals(cn.select(A2A_COLS).sort(A2A_COLS))
+    assert cn.filter(pl.col("op").is_in(["send", "recv", "other"])).is_empty()
+
+
+def test_group_without_group_ranges_falls_back_to_the_shared_kernel(ep_twins):
+    base, twin, ck = ep_twins
+    path = base / "nogroup"
+    paths = write_nsys(twin, path)
+    for p in paths:
+        ids = _nvtx_names(p)
+        with closing(sqlite3.connect(p)) as db:
+            db.execute("DELETE FROM NVTX_EVENTS WHERE textId IN (?, ?)", (ids["ncclGroupStart"], ids["ncclGroupEnd"]))
+            db.commit()
+    cn = _ingest_nsys(base, paths, "rn_nogroup")
+    assert ck.select(A2A_COLS).sort(A2A_COLS).equals(cn.select(A2A_COLS).sort(A2A_COLS))
+
+
+def _drop_ranges(paths: list[Path], name: str, peer: int) -> None:
+    """Delete one rank-0 ncclSend or ncclRecv range to or from comm rank `peer`."""
+    for p in paths:
+        ids = _nvtx_names(p)
+        with closing(sqlite3.connect(p)) as db:
+            rows = db.execute("SELECT rowid, jsonText, globalTid FROM NVTX_EVENTS WHERE textId = ? ORDER BY start",
+                              (ids[name],)).fetchall()
+            gtid = min(r[2] for r in rows)
+            for rowid, text, g in rows:
+                if g == gtid and json.loads(text)["Peer rank"] == peer:
+                    db.execute("DELETE FROM NVTX_EVENTS WHERE rowid = ?", (rowid,))
+            db.commit()
+        return  # the first report (ranks 0 and 1) only
+
+
+def test_group_without_its_send_to_itself_is_still_an_all_to_all(ep_twins):
+    base, twin, ck = ep_twins
+    paths = write_nsys(twin, base / "noself")
+    _drop_ranges(paths, "ncclSend", 0)  # rank 0 is comm rank 0 of its EP group: its send to itself
+    cn = _ingest_nsys(base, paths, "rn_noself")
+    mine = cn.filter(pl.col("rank") == 0)
+    assert set(mine["op"]) == {"all_to_all", "all_reduce"}
+    want = ck.filter((pl.col("rank") == 0) & (pl.col("op") == "all_to_all")).sort("ts_ns")
+    got = mine.filter(pl.col("op") == "all_to_all").sort("ts_ns")
+    assert [s[0] for s in got["in_splits"]] == [0] * got.height
+    assert got["in_bytes"].to_list() == [b - s[0] for b, s in zip(want["in_bytes"], want["in_splits"], strict=True)]
+    assert got["out_splits"].to_list() == want["out_splits"].to_list()
+
+
+def test_partial_group_keeps_its_p2p_rows_and_the_kernel_is_the_coalesced_call(ep_twins):
+    """Like PyTorch's batch_isend_irecv in a Kineto trace: a send/recv row per call, and the
+    group's kernel as the communicator's `coalesced` call (op other), timed by the kernel."""
+    base, twin, ck = ep_twins
+    paths = write_nsys(twin, base / "partial")
+    _drop_ranges(paths, "ncclSend", 1)  # rank 0 no longer sends to the other rank of its EP group
+    cn = _ingest_nsys(base, paths, "rn_partial")
+    mine = cn.filter(pl.col("rank") == 0)
+    want = ck.filter((pl.col("rank") == 0) & (pl.col("op") == "all_to_all")).sort("ts_ns")
+    other = mine.filter(pl.col("op") == "other").sort("ts_ns")
+    assert other.select("group", "ts_ns", "dur_ns", "name").equals(want.select("group", "ts_ns", "dur_ns", "name"))
+    sends, recvs = (mine.filter(pl.col("op") == op) for op in ("send", "recv"))
+    assert sends.height == want.height and recvs.height == 2 * want.height  # to itself only; from both
+    assert set(sends["peer"]) == {0} and set(recvs["peer"]) == {0, 1}
+    assert sorted(sends["in_bytes"]) == sorted(s[0] for s in want["in_splits"])
+    assert cn.filter(pl.col("rank") == 1).select(A2A_COLS).sort(A2A_COLS).equals(
+        ck.filter(pl.col("rank") == 1).select(A2A_COLS).sort(A2A_COLS))
+
+
+def test_group_sending_to_all_but_not_receiving_from_all_stays_partial(ep_twins):
+    """A group that sends to every comm rank but misses one receive is not an all_to_all."""
+    base, twin, ck = ep_twins
+    paths = write_nsys(twin, base / "norecv")
+    _drop_ranges(paths, "ncclRecv", 1)  # rank 0 no longer receives from the other rank of its EP group
+    cn = _ingest_nsys(base, paths, "rn_norecv")
+    mine = cn.filter(pl.col("rank") == 0)
+    want = ck.filter((pl.col("rank") == 0) & (pl.col("op") == "all_to_all"))
+    assert "all_to_all" not in set(mine["op"])
+    assert mine.filter(pl.col("op") == "other").height == want.height
+    assert mine.filter(pl.col("op") == "send").height == 2 * want.height
+
+
+def _p2p(start, op, comm, peer, nbytes=8):
+    return nsys._P2P(start, start + 10, op, comm, nbytes, peer)
+
+
+def _resolve(ranges, marks, launches, comms):
+    ps = nsys._Parse("x", None, None, None, None, nsys.SourceStats())
+    ps.procs[(7, 0)] = nsys._Proc(7, 0, {c: nsys._Comm(c, n, r) for c, (n, r) in comms.items()}, 0)
+    gtid = (7 << 24) | 1
+    ps.p2p[gtid] = ranges
+    ps.group_marks[gtid] = marks
+    ps.launches[gtid] = launches
+    ps.resolve_groups()
+    return {c: msgspec_json(a.coll) for (_, c), a in ps.kernel_args.items()}, ps.absorbed
+
+
+def msgspec_json(raw):
+    import msgspec
+
+    return msgspec.json.decode(raw)
+
+
+def test_groups_interleaved_on_two_communicators():
+    """Groups on two communicators in one span: each communicator's calls go to its own kernel
+    (one launch per communicator, in the order the group first used them)."""
+    k = "ncclDevKernel_SendRecv"
+    ranges = [_p2p(10, "send", 1, 1), _p2p(20, "send", 2, 0), _p2p(30, "recv", 1, 1), _p2p(40, "recv", 2, 1),
+              _p2p(110, "send", 2, 1), _p2p(120, "recv", 2, 1)]
+    marks = [(0, 5, True), (50, 80, False), (100, 105, True), (130, 160, False)]
+    launches = [(60, k, 501), (70, k, 502), (140, k, 503)]
+    coll, absorbed = _resolve(ranges, marks, launches, {1: (2, 0), 2: (2, 0)})
+    assert coll == {501: "all_to_all", 502: "coalesced", 503: "all_to_all"}  # comm 2's first never sends to 1
+    assert absorbed == {((7 << 24) | 1, t, op) for t, op in ((10, "send"), (30, "recv"), (110, "send"),
+                                                              (120, "recv"))}
+
+
+def test_ungrouped_calls_and_other_kernels_are_no_group():
+    k = "ncclDevKernel_SendRecv"
+    ranges = [_p2p(10, "send", 1, 1), _p2p(30, "recv", 1, 1), _p2p(50, "send", 1, 1), _p2p(52, "recv", 1, 1)]
+    launches = [(15, k, 1), (35, k, 2), (70, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 3)]
+    coll, absorbed = _resolve(ranges, [], launches, {1: (2, 0)})
+    assert coll == {} and absorbed == set()  # each launched inside its range; the last pair's kernel is no p2p one
+    coll, absorbed = _resolve(ranges[2:], [], [(70, k, 4), (71, k, 5)], {1: (2, 0)})
+    assert coll == {4: "all_to_all"} and len(absorbed) == 2
