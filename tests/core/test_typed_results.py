@@ -41,7 +41,8 @@ def test_round_trip(x):
 
 
 def test_finding_json_keys():
-    assert list(to_builtins(Finding("hang", "t", data={}))) == ["kind", "severity", "ranks", "group", "step", "value", "text"]
+    keys = ["kind", "severity", "ranks", "group", "step", "value", "text"]
+    assert list(to_builtins(Finding("hang", "t", data={}))) == keys
     assert to_builtins(Finding("hang", "t", data={"a": 1}))["data"] == {"a": 1}
 
 
