@@ -1,7 +1,8 @@
 """A finding: one verdict in words with the numbers behind it, the shape every layer shares.
 
 Analyses, `hang`, replay and ingest produce findings; the CLI prints their `text`, `--json`
-emits `to_json()`, and the report draws them. Nobody re-derives a finding from another's text.
+emits them through `tracekit.results`, and the report draws them. Nobody re-derives a finding
+from another's text.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import UNSET, UnsetType
+
+from tracekit.results import Transitional
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -22,36 +27,31 @@ KINDS = (
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One verdict: `kind` (see KINDS), `severity`, the sentence, and the facts it rests on."""
+class Finding(Transitional):
+    """One verdict: `kind` (see KINDS), `severity`, the sentence, and the facts it rests on.
+
+    Built as `Finding(kind, text, severity=..., ...)`; the fields are declared in the order the
+    JSON lists them (`text` after `value`), and `data` is UNSET (so left out of the JSON) when
+    there are no facts beyond the others."""
 
     kind: str
+    severity: str = field(default="info", kw_only=True)
+    ranks: tuple[int, ...] = field(default=(), kw_only=True)
+    group: str | None = field(default=None, kw_only=True)
+    step: int | None = field(default=None, kw_only=True)
+    value: float | None = field(default=None, kw_only=True)
     text: str
-    severity: str = "info"
-    ranks: tuple[int, ...] = ()
-    group: str | None = None
-    step: int | None = None
-    value: float | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] | UnsetType = field(default=UNSET, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
         object.__setattr__(self, "ranks", tuple(int(r) for r in self.ranks))
+        if not self.data:
+            object.__setattr__(self, "data", UNSET)
 
     def __str__(self) -> str:
         return self.text
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity, "ranks": list(self.ranks), "group": self.group,
-                "step": self.step, "value": self.value, "text": self.text, **({"data": dict(self.data)}
-                                                                                if self.data else {})}
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> Finding:
-        return cls(kind=str(obj["kind"]), text=str(obj["text"]), severity=str(obj.get("severity", "info")),
-                   ranks=tuple(obj.get("ranks") or ()), group=obj.get("group"), step=obj.get("step"),
-                   value=obj.get("value"), data=dict(obj.get("data") or {}))
 
 
 def texts(findings: Iterable[Finding]) -> list[str]:

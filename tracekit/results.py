@@ -1,8 +1,9 @@
 """One JSON encoder for the typed results that cross layers.
 
 Results are msgspec Structs whose fields are declared in the order their JSON lists them.
-`to_builtins` turns one into plain JSON values, `dumps` into the text `--json` and results/*.json
-carry, and `from_builtins` types a stored document again; no result writes or reads its JSON by hand.
+`to_builtins` turns one into plain JSON values (an Arrow table into its rows), `dumps` into the
+text `--json` and results/*.json carry, and `from_builtins` types a stored
+document again; no result writes or reads its JSON by hand.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
+import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -26,7 +28,15 @@ def _enc_hook(obj: Any) -> Any:
         return obj.item()
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
+    if isinstance(obj, pa.Table):
+        return obj.to_pylist()
     raise TypeError(f"{type(obj).__name__} is not a JSON result")
+
+
+def _dec_hook(kind: type, obj: Any) -> Any:
+    if kind is pa.Table and isinstance(obj, list):
+        return pa.Table.from_pylist(obj)  # the result's __post_init__ gives it its schema
+    raise TypeError(f"{kind.__name__} is not read from JSON")
 
 
 def to_builtins(obj: Any, *, str_keys: bool = True) -> Any:
@@ -42,4 +52,19 @@ def dumps(obj: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:
 
 def from_builtins(doc: Any, kind: type[T]) -> T:
     """A stored document typed again as `kind` (ints accepted where floats are declared)."""
-    return msgspec.convert(doc, kind, strict=False)
+    return msgspec.convert(doc, kind, strict=False, dec_hook=_dec_hook)
+
+
+class Transitional:
+    """`to_json()`/`from_json()` through this encoder, kept only for the callers in modules another
+    change is rewriting (`tracekit/replay/`, `tracekit/ingest.py`); new code calls `to_builtins`
+    and `from_builtins`. Delete once those callers have moved."""
+
+    __slots__ = ()
+
+    def to_json(self) -> Any:
+        return to_builtins(self)
+
+    @classmethod
+    def from_json(cls: type[T], doc: Any) -> T:
+        return from_builtins(doc, cls)

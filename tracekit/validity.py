@@ -16,15 +16,17 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from tracekit._text import fmt_ranks
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
+from tracekit.results import Result, Transitional, from_builtins, to_builtins
 
 #: Sources further apart in time than this are from different jobs.
 MAX_GAP_NS = 3_600 * 10**9
@@ -45,16 +47,14 @@ class SourceJob:
     end_ns: int | None
 
 
-@dataclass
-class Job:
+class Job(Result, frozen=False, kw_only=True):
     """Sources that agree with each other: one training job."""
 
-    world_size: int | None
-    ranks: list[int]
-    sources: list[str]
-    start_ns: int | None
-    end_ns: int | None
-    groups: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    world_size: int | None = None
+    ranks: list[int] = msgspec.field(default_factory=list)
+    sources: list[str] = msgspec.field(default_factory=list)
+    start_ns: int | None = None
+    end_ns: int | None = None
 
     def describe(self) -> str:
         """ "world 8, 8 ranks, from 2023-09-07 23:10 UTC (3 sources)"."""
@@ -64,22 +64,18 @@ class Job:
         return f"{world}, rank{'s' if len(self.ranks) != 1 else ''} {fmt_ranks(self.ranks, limit=6)}{when} " \
                f"({n} source{'s' if n != 1 else ''})"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "ranks": self.ranks, "sources": self.sources,
-                "start_ns": self.start_ns, "end_ns": self.end_ns}
 
 
-@dataclass
-class RunValidity:
+class RunValidity(Result, Transitional, frozen=False, kw_only=True):
     """What a run holds of its job(s): the world size, the ranks present and missing, the ranks
     whose host is unknown, and the jobs its sources came from (more than one only when mixing was
     allowed)."""
 
-    world_size: int | None
-    ranks: list[int]
-    missing_ranks: list[int]
-    hosts_unknown: list[int]
-    jobs: list[Job] = field(default_factory=list)
+    world_size: int | None = None
+    ranks: list[int] = msgspec.field(default_factory=list)
+    missing_ranks: list[int] = msgspec.field(default_factory=list)
+    hosts_unknown: list[int] = msgspec.field(default_factory=list)
+    jobs: list[Job] = msgspec.field(default_factory=list)
     allow_mixed: bool = False
 
     @property
@@ -124,7 +120,7 @@ class RunValidity:
                 text=f"This run mixes {len(self.jobs)} jobs (allowed with --allow-mixed): "
                      + "; ".join(j.describe() for j in self.jobs)
                      + ". Cross-rank results compare ranks of different jobs and mean nothing.",
-                data={"jobs": [j.to_json() for j in self.jobs]}))
+                data={"jobs": to_builtins(self.jobs)}))
         if self.partial:
             missing = fmt_ranks(self.missing_ranks, limit=8)
             what = ("cross-rank findings (waits, stragglers, clock alignment, EP load) are not possible"
@@ -144,21 +140,6 @@ class RunValidity:
                 text=f"The traces name {who} host: intra- and inter-host traffic cannot be told apart, "
                      "and replay places ranks on hosts by rank order (the topology's GPUs per host)."))
         return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {"world_size": self.world_size, "ranks": self.ranks, "missing_ranks": self.missing_ranks,
-                "hosts_unknown": self.hosts_unknown, "jobs": [j.to_json() for j in self.jobs],
-                "allow_mixed": self.allow_mixed}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> RunValidity:
-        jobs = [Job(world_size=j.get("world_size"), ranks=list(j.get("ranks") or []),
-                    sources=list(j.get("sources") or []), start_ns=j.get("start_ns"), end_ns=j.get("end_ns"))
-                for j in doc.get("jobs") or []]
-        return cls(world_size=doc.get("world_size"), ranks=list(doc.get("ranks") or []),
-                   missing_ranks=list(doc.get("missing_ranks") or []),
-                   hosts_unknown=list(doc.get("hosts_unknown") or []), jobs=jobs,
-                   allow_mixed=bool(doc.get("allow_mixed")))
 
 
 def replay_cautions(v: RunValidity) -> list[Finding]:
@@ -208,12 +189,12 @@ def source_job(path: str, ranks: Sequence[int], ranks_table: pa.Table | None, gr
                      start_ns=start_ns, end_ns=end_ns)
 
 
-def _conflict(job: Job, src: SourceJob) -> str | None:
-    """Why `src` cannot belong to `job`, or None."""
+def _conflict(job: Job, groups: Mapping[str, tuple[int, ...]], src: SourceJob) -> str | None:
+    """Why `src` cannot belong to `job` (whose sources list `groups` completely), or None."""
     if job.world_size and src.world_size and job.world_size != src.world_size:
         return f"world size {src.world_size} vs {job.world_size}"
     for g, members in src.groups.items():
-        other = job.groups.get(g)
+        other = groups.get(g)
         if other is not None and other != members:
             return f"process group {g!r} has other members"
     if src.start_ns is not None and job.start_ns is not None:
@@ -226,19 +207,22 @@ def _conflict(job: Job, src: SourceJob) -> str | None:
 def group_jobs(sources: Sequence[SourceJob]) -> list[Job]:
     """Sources clustered into jobs, earliest first (a source joins the first job it agrees with)."""
     jobs: list[Job] = []
+    groups: list[dict[str, tuple[int, ...]]] = []  # per job: its process groups' members
     order = sorted(sources, key=lambda s: (s.start_ns is None, s.start_ns or 0, s.path))
     for src in order:
         if not src.ranks:
             continue  # telemetry, nccl-tests: not tied to a rank, so not to a job either
-        home = next((j for j in jobs if _conflict(j, src) is None), None)
-        if home is None:
-            home = Job(world_size=None, ranks=[], sources=[], start_ns=None, end_ns=None)
-            jobs.append(home)
+        at = next((i for i, j in enumerate(jobs) if _conflict(j, groups[i], src) is None), None)
+        if at is None:
+            at = len(jobs)
+            jobs.append(Job())
+            groups.append({})
+        home = jobs[at]
         home.world_size = home.world_size or src.world_size
         home.ranks = sorted(set(home.ranks) | set(src.ranks))
         home.sources.append(src.path)
         for g, members in src.groups.items():
-            home.groups.setdefault(g, members)
+            groups[at].setdefault(g, members)
         if src.start_ns is not None:
             home.start_ns = src.start_ns if home.start_ns is None else min(home.start_ns, src.start_ns)
             end = src.end_ns if src.end_ns is not None else src.start_ns
@@ -354,7 +338,7 @@ def run_validity(source: Any) -> RunValidity:
     found = from_ranks(run.table("ranks"))
     saved = run.manifest.get("validity")
     if isinstance(saved, Mapping):
-        recorded = RunValidity.from_json(saved)
+        recorded = from_builtins(saved, RunValidity)
         found.jobs = recorded.jobs
         found.allow_mixed = recorded.allow_mixed
         if recorded.world_size and not found.world_size:

@@ -109,7 +109,7 @@ class AnalysisResult:
     ep_traffic: pa.Table
     pp_bubbles: pa.Table
     alignment: Alignment
-    validity: RunValidity = field(default_factory=lambda: RunValidity(None, [], [], []))
+    validity: RunValidity = field(default_factory=RunValidity)
     step_times: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=steps.STEP_TIME_SCHEMA)))
     participants: pa.Table = field(default_factory=lambda: pa.table({}))
     root_causes: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CASCADE_SCHEMA)))

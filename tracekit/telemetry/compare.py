@@ -13,14 +13,14 @@ missed scrape) keeps its flags and no number, and is left out of the totals.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
+from tracekit.results import Result, Transitional, from_builtins
 from tracekit.store import Run
 from tracekit.telemetry import ORIGIN, oriented
 
@@ -30,9 +30,9 @@ MIN_COVERAGE = 0.999
 MIN_UTIL_FOR_ERROR = 0.01
 
 
-@dataclass(frozen=True)
-class LinkAgreement:
-    """One link over the compared windows (both directions summed)."""
+class LinkAgreement(Result, frozen=True, kw_only=True):
+    """One link over the compared windows (both directions summed). `unexplained_bytes` and
+    `explained_share` follow from the bytes: `__post_init__` sets them, whatever was given."""
 
     link: str
     end: str | None
@@ -40,58 +40,40 @@ class LinkAgreement:
     flagged_windows: int
     measured_bytes: float
     replayed_bytes: float
+    unexplained_bytes: float = 0.0  # measured - replayed
+    explained_share: float | None = None  # replayed / measured (None when nothing was measured)
     speed_bps: float | None
     worst_window_error: float | None  # max |replayed - measured| / measured over busy windows
 
-    @property
-    def unexplained_bytes(self) -> float:
-        return self.measured_bytes - self.replayed_bytes
-
-    @property
-    def explained_share(self) -> float | None:
-        return self.replayed_bytes / self.measured_bytes if self.measured_bytes > 0 else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"link": self.link, "end": self.end, "windows": self.windows, "flagged_windows": self.flagged_windows,
-                "measured_bytes": self.measured_bytes, "replayed_bytes": self.replayed_bytes,
-                "unexplained_bytes": self.unexplained_bytes, "explained_share": self.explained_share,
-                "speed_bps": self.speed_bps, "worst_window_error": self.worst_window_error}
+    def __post_init__(self) -> None:
+        m, r = self.measured_bytes, self.replayed_bytes
+        msgspec.structs.force_setattr(self, "unexplained_bytes", m - r)
+        msgspec.structs.force_setattr(self, "explained_share", r / m if m > 0 else None)
 
 
-@dataclass
-class TelemetryComparison:
-    """Per link and telemetry window, measured vs replayed bytes (`windows`), per-link totals
-    sorted by disagreement (`links`), and what could not be compared (`notes`)."""
+class TelemetryComparison(Result, Transitional, frozen=True, kw_only=True):
+    """Per link and telemetry window, measured vs replayed bytes (`windows`, a WINDOW_SCHEMA
+    table, encoded as its rows), per-link totals sorted by disagreement (`links`), and what could
+    not be compared (`notes`). The byte totals are the links' sums (`__post_init__` sets them)."""
 
     topology: str | None
-    windows: pa.Table
-    links: list[LinkAgreement] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    measured_bytes: float = 0.0
+    replayed_bytes: float = 0.0
+    links: list[LinkAgreement] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    windows: pa.Table = msgspec.field(default_factory=lambda: WINDOW_SCHEMA.empty_table())
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "measured_bytes", float(sum(a.measured_bytes for a in self.links)))
+        msgspec.structs.force_setattr(self, "replayed_bytes", float(sum(a.replayed_bytes for a in self.links)))
+        if self.windows.schema != WINDOW_SCHEMA:  # read back from JSON rows
+            rows = self.windows.to_pylist()
+            msgspec.structs.force_setattr(self, "windows", pa.Table.from_pylist(rows, schema=WINDOW_SCHEMA)
+                                          if rows else WINDOW_SCHEMA.empty_table())
 
     @property
     def empty(self) -> bool:
         return not self.links
-
-    @property
-    def measured_bytes(self) -> float:
-        return float(sum(a.measured_bytes for a in self.links))
-
-    @property
-    def replayed_bytes(self) -> float:
-        return float(sum(a.replayed_bytes for a in self.links))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topology": self.topology, "measured_bytes": self.measured_bytes,
-                "replayed_bytes": self.replayed_bytes, "links": [a.to_json() for a in self.links],
-                "notes": list(self.notes), "windows": self.windows.to_pylist()}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> TelemetryComparison:
-        links = [LinkAgreement(**{k: v for k, v in a.items() if k not in ("unexplained_bytes", "explained_share")})
-                 for a in doc.get("links", [])]
-        rows = doc.get("windows") or []
-        windows = pa.Table.from_pylist(rows, schema=WINDOW_SCHEMA) if rows else WINDOW_SCHEMA.empty_table()
-        return cls(doc.get("topology"), windows, links, list(doc.get("notes", [])))
 
 
 WINDOW_SCHEMA = pa.schema([
@@ -112,10 +94,10 @@ def compare_links(link_samples: pa.Table, *, topology: str | None = None) -> Tel
                          pl.col("link_end").cast(pl.String))
     tel = df.filter(pl.col("origin") == ORIGIN)
     if tel.height == 0:
-        return TelemetryComparison(topology, WINDOW_SCHEMA.empty_table(), notes=["no telemetry in the run"])
+        return TelemetryComparison(topology=topology, notes=["no telemetry in the run"])
     replays = df.filter(pl.col("origin").str.starts_with("replay:"))
     if replays.height == 0:
-        return TelemetryComparison(topology, WINDOW_SCHEMA.empty_table(),
+        return TelemetryComparison(topology=topology,
                                    notes=["no replay in the run: run `tracekit replay RUN --topology observed`"])
     tel_links = set(tel.filter(pl.col("link_end").is_not_null())["link"].unique().to_list())
     origins = replays["origin"].unique().sort().to_list()
@@ -126,8 +108,7 @@ def compare_links(link_samples: pa.Table, *, topology: str | None = None) -> Tel
     else:
         origin = f"replay:{topology}"
         if origin not in origins:
-            return TelemetryComparison(topology, WINDOW_SCHEMA.empty_table(),
-                                       notes=[f"no replay on {topology!r} in the run"])
+            return TelemetryComparison(topology=topology, notes=[f"no replay on {topology!r} in the run"])
     name = origin.split(":", 1)[1]
     rep = replays.filter(pl.col("origin") == origin)
     rep_links = set(rep["link"].unique().to_list())
@@ -143,7 +124,7 @@ def compare_links(link_samples: pa.Table, *, topology: str | None = None) -> Tel
     both = sorted(tel_links & rep_links)
     if not both:
         notes.append(f"no link is both measured and replayed on {name!r}")
-        return TelemetryComparison(name, WINDOW_SCHEMA.empty_table(), notes=notes)
+        return TelemetryComparison(topology=name, notes=notes)
     tel = pl.from_arrow(oriented(tel.filter(pl.col("link").is_in(both)).to_arrow()))
     assert isinstance(tel, pl.DataFrame)
     tel = tel.with_columns(pl.col("link").cast(pl.String), pl.col("link_end").cast(pl.String))
@@ -204,14 +185,15 @@ def compare_links(link_samples: pa.Table, *, topology: str | None = None) -> Tel
         notes.append(f"{outside} telemetry window(s) fall outside the traced span (partly or wholly) and are "
                      "not compared")
     agreements.sort(key=lambda x: (-abs(x.unexplained_bytes), x.link))
-    return TelemetryComparison(name, pa.table(cols, schema=WINDOW_SCHEMA), agreements, notes)
+    return TelemetryComparison(topology=name, windows=pa.table(cols, schema=WINDOW_SCHEMA), links=agreements,
+                               notes=notes)
 
 
 def load_comparison(run: Run | str | os.PathLike[str]) -> TelemetryComparison | None:
     """The stored comparison of a run (results/links.json), or None."""
     run = run if isinstance(run, Run) else Run(run)
     doc = run.read_json("links")
-    return TelemetryComparison.from_json(doc) if doc else None
+    return from_builtins(doc, TelemetryComparison) if doc else None
 
 
 def format_comparison(result: TelemetryComparison, *, top: int = 10) -> str:
