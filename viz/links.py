@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracekit.results import to_builtins
+
 if TYPE_CHECKING:
     from tracekit.telemetry.compare import TelemetryComparison
 
@@ -44,7 +46,7 @@ def comparison_data(cmp: TelemetryComparison, *, has_telemetry: bool, top: int =
                        "measured_gbps": measured[sel] * 8 / secs[sel] / 1e9,
                        "replayed_gbps": replayed[sel] * 8 / secs[sel] / 1e9,
                        "flags": [", ".join(flags[i]) for i in sel.tolist()]})
-    table = [a.to_json() for a in cmp.links[:20]]
+    table = [to_builtins(a) for a in cmp.links[:20]]
     return {"topology": cmp.topology, "series": series, "table": table, "notes": list(cmp.notes),
             "more": max(0, len(cmp.links) - top), "base_ns": base, "aligned": aligned}
 
