@@ -13,8 +13,6 @@ from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from tracekit.results import Transitional
-
 SEVERITIES = ("info", "warning", "error")
 
 #: Known kinds; producers may add more, documented next to the code that emits them.
@@ -27,7 +25,7 @@ KINDS = (
 
 
 @dataclass(frozen=True)
-class Finding(Transitional):
+class Finding:
     """One verdict: `kind` (see KINDS), `severity`, the sentence, and the facts it rests on.
 
     Built as `Finding(kind, text, severity=..., ...)`; the fields are declared in the order the

@@ -27,6 +27,7 @@ from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect, registry
+from tracekit.results import from_builtins, to_builtins
 from tracekit.store import (
     LOCK,
     MANIFEST,
@@ -128,7 +129,7 @@ class IngestReport:
         return {"run": str(self.run_dir), "sources": [s.to_dict() for s in self.sources],
                 "ranks": self.ranks, "tables": self.tables, "warnings": list(self.warnings),
                 "ignored": list(self.ignored),
-                "validity": self.validity.to_json() if self.validity is not None else None}
+                "validity": to_builtins(self.validity) if self.validity is not None else None}
 
 
 ProgressFn = Callable[[SourceReport, int, int], None]
@@ -634,7 +635,7 @@ def _unchanged(run_dir: Path, report: IngestReport, *, rank: int | None,
         return False
     report.tables = dict(manifest["tables"])
     report.warnings = list(manifest.get("warnings") or [])
-    report.validity = RunValidity.from_json(validity)
+    report.validity = from_builtins(validity, RunValidity)
     return True
 
 
@@ -1227,7 +1228,7 @@ def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence
         "ranks": report.ranks,
         "warnings": report.warnings,
         "ignored": report.ignored,
-        "validity": report.validity.to_json() if report.validity is not None else None,
+        "validity": to_builtins(report.validity) if report.validity is not None else None,
         "primary_sources": {str(r): keys for r, keys in
                             sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
     }
@@ -1292,7 +1293,7 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
                     "collectives": per_group.get(g["group"], 0)} for g in groups],
         "communicators": [c.to_json() for c in communicators(run.table("groups"), run.table("channels"),
                                                                 run.table("ranks"))],
-        "nccl_warnings": [f.to_json() for f in nccl_warnings(run.table("log_messages"))],
+        "nccl_warnings": to_builtins(nccl_warnings(run.table("log_messages"))),
         "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
                                             "warnings", "error", "cached")} for s in sources],
         "warnings": m.get("warnings", []),
@@ -1319,7 +1320,7 @@ def _validity_json(run: Any) -> dict[str, Any]:
     from tracekit.validity import run_validity
 
     v = run_validity(run)
-    return {**v.to_json(), "findings": [f.to_json() for f in v.findings()]}
+    return {**to_builtins(v), "findings": to_builtins(v.findings())}
 
 
 #: how long a command on raw traces waits for another one ingesting the same traces into the cache

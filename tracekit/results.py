@@ -54,17 +54,3 @@ def from_builtins(doc: Any, kind: type[T]) -> T:
     """A stored document typed again as `kind` (ints accepted where floats are declared)."""
     return msgspec.convert(doc, kind, strict=False, dec_hook=_dec_hook)
 
-
-class Transitional:
-    """`to_json()`/`from_json()` through this encoder, kept only for the callers in modules another
-    change is rewriting (`tracekit/replay/`, `tracekit/ingest.py`); new code calls `to_builtins`
-    and `from_builtins`. Delete once those callers have moved."""
-
-    __slots__ = ()
-
-    def to_json(self) -> Any:
-        return to_builtins(self)
-
-    @classmethod
-    def from_json(cls: type[T], doc: Any) -> T:
-        return from_builtins(doc, cls)

@@ -26,7 +26,7 @@ import pyarrow as pa
 from tracekit._text import fmt_ranks
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
-from tracekit.results import Result, Transitional, from_builtins, to_builtins
+from tracekit.results import Result, from_builtins, to_builtins
 
 #: Sources further apart in time than this are from different jobs.
 MAX_GAP_NS = 3_600 * 10**9
@@ -66,7 +66,7 @@ class Job(Result, frozen=False, kw_only=True):
 
 
 
-class RunValidity(Result, Transitional, frozen=False, kw_only=True):
+class RunValidity(Result, frozen=False, kw_only=True):
     """What a run holds of its job(s): the world size, the ranks present and missing, the ranks
     whose host is unknown, and the jobs its sources came from (more than one only when mixing was
     allowed)."""

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from tracekit import schema
 from tracekit._progress import status
+from tracekit.results import to_builtins
 from tracekit.store import Run
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
 
             if write:
                 result.telemetry = compare_links(run.table("link_samples"), topology=result.baseline)
-                run.write_json("links", result.telemetry.to_json())
+                run.write_json("links", to_builtins(result.telemetry))
             else:
                 merged = pa.concat_tables([schema.conform("link_samples", run.table("link_samples")),
                                            result.link_samples()], promote_options="permissive")

@@ -15,6 +15,7 @@ from tracekit.analysis import analyze, partitioned
 from tracekit.cli import main
 from tracekit.executors import Executor, ExecutorError, parse_executor, parse_size, run_tasks
 from tracekit.ingest import ingest
+from tracekit.results import to_builtins
 from tracekit.store import Run, RunError, event_frame, read_events
 from tracekit.synth import make_run_tables, write_kineto, write_run
 
@@ -141,8 +142,8 @@ def test_partitioned_analysis_is_bit_identical(runs, name, max_tasks, local_byte
         assert tab.equals(mapped.tables()[key]), key
         assert tab.equals(local.tables()[key]), key
     assert whole.critical_path.num_rows > 0
-    assert [f.to_json() for f in whole.findings] == [f.to_json() for f in mapped.findings]
-    assert [f.to_json() for f in whole.findings] == [f.to_json() for f in local.findings]
+    assert to_builtins(whole.findings) == to_builtins(mapped.findings)
+    assert to_builtins(whole.findings) == to_builtins(local.findings)
     if name == "evstep":
         assert set(ref["windows"].get_column("source")) == {"events.step"}
     if name == "cadence":

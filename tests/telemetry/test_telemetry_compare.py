@@ -4,6 +4,7 @@ import pyarrow as pa
 import pytest
 
 from tracekit import schema
+from tracekit.results import from_builtins, to_builtins
 from tracekit.telemetry.compare import TelemetryComparison, compare_links, format_comparison
 
 S = 1_000_000_000
@@ -80,5 +81,5 @@ def test_what_cannot_be_compared_is_said():
 def test_json_round_trip():
     rep = [_replay(T0 + k * 4 * S, 4e9, 2e9) for k in range(5)]
     out = compare_links(_samples([*rep, _telemetry(T0, 1000000000.0, 10000000000.0)]))
-    back = TelemetryComparison.from_json(out.to_json())
+    back = from_builtins(to_builtins(out), TelemetryComparison)
     assert back.links == out.links and back.windows.to_pylist() == out.windows.to_pylist()

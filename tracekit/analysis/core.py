@@ -320,7 +320,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
             "step_sources": sorted({str(x) for x in _pl(r.steps).get_column("source").to_list() if x is not None})
             if "source" in r.steps.column_names else [],
         },
-        "validity": r.validity.to_json(),
+        "validity": to_builtins(r.validity),
         "step_times": st.to_dicts(),
         "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
         "alignment_residual_ns": r.alignment.residual_ns,
@@ -339,7 +339,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
         "hang": r.hang.to_json() if r.hang is not None else None,
         "microbench": to_builtins(r.microbench),
-        "findings": [f.to_json() for f in r.findings],
+        "findings": to_builtins(r.findings),
     }
 
 

@@ -251,8 +251,8 @@ class ReplayResult:
                                 "split": self.errors.split if self.errors else None,
                                 "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
-                "findings": [f.to_json() for f in self.findings],
-                **({"telemetry": self.telemetry.to_json()} if self.telemetry is not None else {})}
+                "findings": to_builtins(self.findings),
+                **({"telemetry": to_builtins(self.telemetry)} if self.telemetry is not None else {})}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False)
@@ -269,7 +269,7 @@ class ReplayResult:
                           for g, t in ((doc.get("calibration") or {}).get("terms") or {}).items()},
                    errors=results[0].replay_error if results else None,
                    dependencies=dict(doc.get("dependencies") or {}),
-                   findings=[Finding.from_json(f) for f in doc.get("findings") or []])
+                   findings=from_builtins(doc.get("findings") or [], list[Finding]))
 
     @classmethod
     def load(cls, run: Run | str | os.PathLike[str]) -> ReplayResult | None:

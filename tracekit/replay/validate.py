@@ -307,7 +307,7 @@ class MicrobenchReport:
     def to_json(self) -> dict[str, Any]:
         return {"topology": self.topology, "path": self.path, "rows": [r.to_json() for r in self.rows],
                 "tables": [to_builtins(t) for t in self.tables], "bands": [to_builtins(b) for b in self.bands],
-                "findings": [f.to_json() for f in self.findings], "profiles": list(self.profiles)}
+                "findings": to_builtins(self.findings), "profiles": list(self.profiles)}
 
 
 def table_health(rows: Sequence[MicrobenchRow]) -> Health:

@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.results import Result, Transitional, from_builtins
+from tracekit.results import Result, from_builtins
 from tracekit.store import Run
 from tracekit.telemetry import ORIGIN, oriented
 
@@ -51,7 +51,7 @@ class LinkAgreement(Result, frozen=True, kw_only=True):
         msgspec.structs.force_setattr(self, "explained_share", r / m if m > 0 else None)
 
 
-class TelemetryComparison(Result, Transitional, frozen=True, kw_only=True):
+class TelemetryComparison(Result, frozen=True, kw_only=True):
     """Per link and telemetry window, measured vs replayed bytes (`windows`, a WINDOW_SCHEMA
     table, encoded as its rows), per-link totals sorted by disagreement (`links`), and what could
     not be compared (`notes`). The byte totals are the links' sums (`__post_init__` sets them)."""

@@ -175,7 +175,7 @@ class WhatIfResult:
     def to_json(self) -> dict[str, Any]:
         return {"topology": self.topology, "comparison": self.comparison,
                 "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
-                "cautions": [f.to_json() for f in self.cautions],
+                "cautions": to_builtins(self.cautions),
                 "scenarios": [s.to_json() for s in self.scenarios],
                 "skipped": to_builtins(self.skipped)}
 
