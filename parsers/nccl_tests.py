@@ -361,10 +361,17 @@ class TableReader:
                                      f"{test} from the columns ({why})")
             else:
                 self.warnings.append(f"table {rows[0]['run']}: no test name and the columns do not tell ({why})")
+        op = op_of_test(test)
+        if nranks is None and op is not None:
+            nranks, why = infer_nranks(rows, op)
+            where = f"table {rows[0]['run']}: no device lines"
+            self.warnings.append(f"{where}; {nranks} ranks inferred from {why}" if nranks else
+                                 f"{where} and the rank count cannot be told from the columns ({why}): "
+                                 "its rows cannot be replayed")
         hosts, per_host = run.hosts()
         devices = run.devices()
         for r in rows:
-            r.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks, hosts=hosts,
+            r.update(test=test, test_inferred=inferred, op=op, nranks=nranks, hosts=hosts,
                      ranks_per_host=per_host, devices=devices, host_names=run.host_names(), iters=run.iters,
                      warmup_iters=run.warmup_iters, graph=run.graph, nccl_version=run.nccl_version,
                      tests_version=run.tests_version, time_kind=self.time_kind)
@@ -420,6 +427,53 @@ def _parse_ts(day: str, clock: str) -> int | None:
     except ValueError:
         return None
     return int(t.timestamp()) * 1_000_000_000
+
+
+#: Ops whose `count` column is per rank, so size / (count x type bytes) is the rank count.
+_COUNT_PER_RANK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+#: Ops whose busbw / algbw factor names the rank count: f(n) inverted.
+_FACTOR_TO_RANKS = {"all_reduce": lambda f: 2.0 / (2.0 - f), "all_gather": lambda f: 1.0 / (1.0 - f),
+                    "reduce_scatter": lambda f: 1.0 / (1.0 - f), "all_to_all": lambda f: 1.0 / (1.0 - f)}
+_FACTOR_LIMIT = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+#: nccl-tests prints algbw and busbw with two decimals: each printed value is within this of the true one.
+_PRINTED_HALF_UNIT = 0.005
+
+
+def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
+    """The rank count of a table printed without its `Using devices` lines (outputs pasted in docs
+    and READMEs): size / count where the count is per rank, else nccl-tests' busbw / algbw factor
+    (2(n-1)/n for all_reduce, (n-1)/n for the gathers) inverted on the rows with the most digits."""
+    if op in _COUNT_PER_RANK:
+        ratios = set()
+        for r in rows:
+            width = TYPE_BYTES.get(str(r.get("dtype") or "").lower())
+            if width and r.get("count") and r.get("size_bytes"):
+                ratios.add(r["size_bytes"] / (r["count"] * width))
+        if len(ratios) == 1 and (n := ratios.pop()) >= 2 and n == int(n):
+            return int(n), f"size / count = {int(n)} on every row"
+    invert = _FACTOR_TO_RANKS.get(op)
+    if invert is None:
+        return None, f"{op}'s busbw equals its algbw whatever the rank count"
+    low, high, values = 2.0, math.inf, 0
+    for r in rows:
+        for side in ("oop", "ip"):
+            a, b = r.get(f"{side}_algbw"), r.get(f"{side}_busbw")
+            if not a or not b or a <= _PRINTED_HALF_UNIT or b <= a:
+                continue
+            values += 1
+            f_low = (b - _PRINTED_HALF_UNIT) / (a + _PRINTED_HALF_UNIT)
+            f_high = (b + _PRINTED_HALF_UNIT) / (a - _PRINTED_HALF_UNIT)
+            low = max(low, invert(f_low))
+            high = min(high, invert(f_high) if f_high < _FACTOR_LIMIT[op] else math.inf)
+    if not values:
+        return None, "no row whose busbw exceeds its algbw"
+    whole = range(math.ceil(low), math.floor(high) + 1) if high < math.inf else range(0)
+    if len(whole) == 1:
+        return whole[0], f"busbw / algbw on {values} value{'s' if values > 1 else ''}"
+    if not whole and high < math.inf:
+        return None, f"busbw / algbw disagree between rows ({low:.2f} to {high:.2f} ranks)"
+    return None, f"busbw / algbw is too coarse to tell (somewhere from {math.ceil(low)} to " + (
+        f"{math.floor(high)} ranks)" if high < math.inf else "any higher count)")
 
 
 def infer_test(rows: list[dict[str, Any]], nranks: int | None) -> tuple[str | None, str]:

@@ -297,3 +297,42 @@ def test_ingest_fills_microbench(real_file: Path, tmp_path: Path) -> None:
     assert table.num_rows == 31 + 3
     assert sorted(set(table.column("test").to_pylist())) == ["all_gather_perf", "all_reduce_perf"]
     assert report.ranks == []
+
+
+# -- outputs pasted without their device lines (READMEs, docs, chat) ----------------------------
+
+
+def _without_devices(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if "Rank " not in ln and "Using devices" not in ln) + "\n"
+
+
+@pytest.mark.parametrize(("text", "nranks", "how"), [
+    (AR_TEXT, None, "too coarse"),  # its algbw is 0.04 GB/s at most: two decimals cannot tell
+    (AG_TEXT, 4, "size / count"),
+], ids=["all_reduce", "all_gather"])
+def test_rank_count_inferred_without_device_lines(tmp_path: Path, text: str, nranks: int | None, how: str) -> None:
+    res, rows = parse(write(tmp_path, _without_devices(text)), tmp_path)
+    assert {r["nranks"] for r in rows} == {nranks}
+    assert any("no device lines" in w and how in w for w in res.stats.warnings), res.stats.warnings
+
+
+def test_real_output_without_device_lines_gives_its_rank_count(tmp_path: Path, real_file: Path) -> None:
+    res, rows = parse(write(tmp_path, _without_devices(real_file.read_text())), tmp_path)
+    assert {r["nranks"] for r in rows} == {16}
+    assert any("16 ranks inferred from busbw / algbw" in w for w in res.stats.warnings)
+
+
+@given(st.integers(2, 512), st.floats(0.01, 2000.0), st.sampled_from(["all_reduce", "all_gather"]),
+       st.lists(st.floats(0.5, 1.0), min_size=1, max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_rank_count_from_printed_bandwidths_is_right_or_unknown(n: int, top: float, op: str,
+                                                                 scales: list[float]) -> None:
+    factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    rows = [{"oop_algbw": round(top * s, 2), "oop_busbw": round(top * s * factor, 2)} for s in scales]
+    got, why = nccl_tests.infer_nranks(rows, op)
+    assert got in (None, n), why
+
+
+def test_rank_count_of_sendrecv_cannot_be_told() -> None:
+    got, why = nccl_tests.infer_nranks([{"oop_algbw": 100.0, "oop_busbw": 100.0}], "sendrecv")
+    assert got is None and "whatever the rank count" in why

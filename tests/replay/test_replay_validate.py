@@ -106,3 +106,21 @@ def test_normalize_names():
     assert tuning.normalize_algo("CollNetDirect") == "collnet_direct"
     assert tuning.normalize_proto("simple") == "Simple"
     assert tuning.normalize_algo("bogus") is None
+
+
+def test_rows_without_a_rank_count_are_named_not_dropped():
+    """A pasted sendrecv table without device lines has no rank count: its rows are listed in a
+    warning beside the rows that were replayed, and a file of nothing else is an error."""
+    from tracekit.replay.validate import nccl_tests_report
+
+    rows = [dict(source="pasted.log", run=0, test="all_gather_perf", op="all_gather", size_bytes=1 << 30, nranks=8,
+                 ranks_per_host=8, hosts=1, oop_time_us=2900.0, oop_busbw=None)]
+    rows += [dict(source="pasted.log", run=1, test="sendrecv_perf", op="sendrecv", size_bytes=size, nranks=None,
+                  ranks_per_host=None, hosts=None, oop_time_us=3000.0, oop_busbw=None) for size in (1 << 30, 1 << 31)]
+    report = nccl_tests_report(pa.Table.from_pylist(rows), "rail-optimized:hosts=1,gpus=8")
+    assert [r.op for r in report.rows] == ["all_gather"]
+    [warning] = [f for f in report.findings if f.kind == "microbench"]
+    assert warning.severity == "warning"
+    assert "pasted.log: table 1 (sendrecv_perf): 2 rows not replayed: its rank count is unknown" in warning.text
+    with pytest.raises(ReplayError, match="table 1 .sendrecv_perf.: 2 rows not replayed"):
+        nccl_tests_report(pa.Table.from_pylist(rows[1:]), "rail-optimized:hosts=1,gpus=8")

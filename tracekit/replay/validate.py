@@ -371,8 +371,29 @@ def nccl_tests_report(microbench: pa.Table, topology: str, *, path: str | os.Pat
     from tracekit.replay.topology import physics_caps
 
     rows = replay_microbench(microbench, topology, algo=algo)
+    skipped = unreplayable(microbench)
+    if not rows and skipped:
+        raise ReplayError(skipped[0].text)
     spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
-    return microbench_report(rows, topology, path=os.fspath(path), findings=physics_caps(spec))
+    return microbench_report(rows, topology, path=os.fspath(path), findings=[*skipped, *physics_caps(spec)])
+
+
+def unreplayable(microbench: pa.Table) -> list[Finding]:
+    """One `microbench` finding per table whose rows `replay_microbench` cannot replay (no op, or
+    a rank count neither the output's device lines nor its columns give), so none drops silently."""
+    counts: dict[tuple[str, int], list[Any]] = {}
+    for row in schema.conform("microbench", microbench).select(["source", "run", "op", "nranks", "test"]).to_pylist():
+        if not row["op"] or not row["nranks"] or row["nranks"] < 1:
+            got = counts.setdefault((str(row["source"] or ""), int(row["run"] or 0)), [0, row])
+            got[0] += 1
+    out = []
+    for (source, table), (n, row) in counts.items():
+        why = "its op is unknown" if not row["op"] else "its rank count is unknown (no device lines, and " \
+            "the columns do not tell it)"
+        out.append(Finding("microbench", f"{source}: table {table} ({row['test'] or 'unknown test'}): {n} "
+                           f"row{'s' if n != 1 else ''} not replayed: {why}", severity="warning",
+                           data={"source": source, "table": table, "rows": n}))
+    return out
 
 
 def is_folder(report: MicrobenchReport) -> bool:
