@@ -45,7 +45,7 @@ from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nccl_tests"
-PARSER_VERSION = "4"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names
+PARSER_VERSION = "5"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks inferred without device lines
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
