@@ -45,7 +45,8 @@ from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nccl_tests"
-PARSER_VERSION = "5"  # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks inferred without device lines
+# 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks without device lines
+PARSER_VERSION = "5"
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
@@ -656,12 +657,18 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
         test, why = infer_test(rows, nranks)
         inferred = True
         stats.warnings.append(f"no test name in the report's args; inferred {test} from the columns ({why})")
+    op = op_of_test(test)
+    if nranks is None and op is not None:
+        nranks, why = infer_nranks(rows, op)
+        stats.warnings.append(f"no devices in the report; {nranks} ranks inferred from {why}" if nranks else
+                              f"no devices in the report and the rank count cannot be told from the results "
+                              f"({why}): its rows cannot be replayed")
     iters = _i32(str(cfg.get("iterations"))) if cfg else None
     warm = _i32(str(cfg.get("warmup_iters"))) if cfg else None
     graph = _i32(str(cfg.get("graph"))) if cfg else None
     version = _version_from_code(_int(str(doc.get("nccl_version"))))
     for row in rows:
-        row.update(test=test, test_inferred=inferred, op=op_of_test(test), nranks=nranks,
+        row.update(test=test, test_inferred=inferred, op=op, nranks=nranks,
                    hosts=len(hosts) or None, ranks_per_host=max(hosts.values()) if hosts else None,
                    devices=names or None, host_names=host_names, iters=iters, warmup_iters=warm, graph=graph,
                    nccl_version=version)

@@ -250,6 +250,14 @@ def test_json_report(tmp_path: Path) -> None:
     assert r["host_names"] == [d["hostname"] for d in sorted(doc["config"]["devices"], key=lambda d: d["rank"])]
 
 
+def test_json_report_without_devices_infers_the_rank_count(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "nccl_tests_all_gather_2x4.json").read_text())
+    del doc["config"]["devices"]
+    res, rows = parse(write(tmp_path, json.dumps(doc), "nodev.json"), tmp_path)
+    assert {r["nranks"] for r in rows} == {8}
+    assert any("no devices in the report; 8 ranks inferred from size / count" in w for w in res.stats.warnings)
+
+
 def test_json_cut_short_is_salvaged(tmp_path: Path) -> None:
     src = (DATA / "nccl_tests_all_gather_2x4.json").read_bytes()
     cut = src[: src.rfind(b'{"size"') + 40]

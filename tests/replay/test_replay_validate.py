@@ -122,5 +122,5 @@ def test_rows_without_a_rank_count_are_named_not_dropped():
     [warning] = [f for f in report.findings if f.kind == "microbench"]
     assert warning.severity == "warning"
     assert "pasted.log: table 1 (sendrecv_perf): 2 rows not replayed: its rank count is unknown" in warning.text
-    with pytest.raises(ReplayError, match="table 1 .sendrecv_perf.: 2 rows not replayed"):
+    with pytest.raises(ReplayError, match=r"table 1 \(sendrecv_perf\): 2 rows not replayed"):
         nccl_tests_report(pa.Table.from_pylist(rows[1:]), "rail-optimized:hosts=1,gpus=8")
