@@ -396,6 +396,20 @@ def health_sentence(table: BenchTable, *, with_file: bool = False) -> str:
             f"the model gives about {fmt_gbs(h.predicted_busbw)} GB/s (x{ratio:.2f})")
 
 
+def floor_sentence(table: BenchTable) -> str | None:
+    """A table's small-message floor in words, when it is well above the model's (NCCL's constants)."""
+    floor = table.latency_floor
+    if floor is None or not floor.high:
+        return None
+    head = (f"small messages (<= 64 KiB, {floor.rows} rows) take {floor.measured_us:.0f} us where NCCL's latency "
+            f"constants give {floor.predicted_us:.0f} us (x{floor.measured_us / floor.predicted_us:.1f})")
+    if floor.net_latency_us is None:
+        return head + ": launch overhead or a slow path inside the host (NVLink/PCIe), not the network"
+    return (head + f": the network adds about {floor.net_latency_us:.0f} us per hop, as plugin networks do "
+            "(GPUDirect-TCPX/TCPXO, EFA) or a slow path (no GPUDirect RDMA, TCP sockets); "
+            f"`net_latency_us={floor.net_latency_us:g}` in the topology spec replays with it")
+
+
 def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list[str]:
     """`replay --nccl-tests`: the caps that bind, then the rows (one file) or the error by file, op and
     size band (a folder; the rows too with `verbose`), then each table's health."""
@@ -426,7 +440,10 @@ def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list
         lines += format_microbench(list(report.rows)).splitlines()
     lines.append(f"health per table (measured / predicted busbw at the large sizes; degraded below "
                  f"x{DEGRADED_BELOW:.1f}):")
-    lines += [f"  {health_sentence(t, with_file=folder)}" for t in report.tables]
+    for t in report.tables:
+        lines.append(f"  {health_sentence(t, with_file=folder)}")
+        if (floor := floor_sentence(t)) is not None:
+            lines.append(f"    {floor}")
     return lines
 
 

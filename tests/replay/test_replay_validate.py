@@ -1,5 +1,6 @@
 """nccl-tests replay (`replay_microbench`) and the NCCL tuning rule."""
 
+import statistics
 from pathlib import Path
 
 import pyarrow as pa
@@ -124,3 +125,74 @@ def test_rows_without_a_rank_count_are_named_not_dropped():
     assert "pasted.log: table 1 (sendrecv_perf): 2 rows not replayed: its rank count is unknown" in warning.text
     with pytest.raises(ReplayError, match=r"table 1 \(sendrecv_perf\): 2 rows not replayed"):
         nccl_tests_report(pa.Table.from_pylist(rows[1:]), "rail-optimized:hosts=1,gpus=8")
+
+
+def _bench(rows, source="floor.log"):
+    return pa.Table.from_pylist([dict(source=source, run=0, test=f"{op}_perf", op=op, size_bytes=size, nranks=n,
+                                      ranks_per_host=per, hosts=n // per, oop_time_us=t, oop_busbw=None)
+                                 for op, size, n, per, t in rows])
+
+
+def test_latency_floor_gives_the_per_hop_latency_by_hand():
+    """2 hosts x 8, all-reduce of 8-1024 B: tree/LL, whose fixed cost in tuning.cc is
+    baseLat + 2 (7 intraLat + log2(2) interLat) with the plugin latency in interLat once (LL):
+    2 us per us of `net_latency_us`. A floor 80 us above the model's is 40 us per hop."""
+    from tracekit.replay.validate import nccl_tests_report
+
+    sizes = (8, 64, 1024)
+    model = replay_microbench(_bench([("all_reduce", s, 16, 8, 100.0) for s in sizes]), TOPOLOGY)
+    assert {(r.algo, r.proto) for r in model} == {("tree", "LL")}
+    bench = _bench([("all_reduce", r.size_bytes, 16, 8, r.predicted_us + 80.0) for r in model])
+    [table] = nccl_tests_report(bench, TOPOLOGY).tables
+    floor = table.latency_floor
+    assert floor.high and floor.rows == 3
+    assert floor.net_latency_us == pytest.approx(40.0, abs=0.2)
+    assert floor.measured_us - floor.predicted_us == pytest.approx(80.0)
+
+
+def test_latency_floor_as_modelled_or_on_one_host_names_no_network_latency():
+    from tracekit.present import floor_sentence
+    from tracekit.replay.validate import nccl_tests_report
+
+    near = _bench([("all_reduce", 64, 16, 8, 30.0)])
+    [table] = nccl_tests_report(near, TOPOLOGY).tables
+    assert not table.latency_floor.high and floor_sentence(table) is None
+    one_host = _bench([("all_reduce", 64, 8, 8, 500.0)])
+    [table] = nccl_tests_report(one_host, "rail-optimized:hosts=1,gpus=8").tables
+    assert table.latency_floor.high and table.latency_floor.net_latency_us is None
+    assert "not the network" in floor_sentence(table)
+    big = _bench([("all_reduce", 1 << 30, 16, 8, 9000.0)])
+    assert nccl_tests_report(big, TOPOLOGY).tables[0].latency_floor is None
+
+
+def test_a3_mega_floor_predicts_the_sizes_it_was_not_read_from():
+    """The 16 x H100 GPUDirect-TCPXO sweep's floor, read from its rows <= 64 KiB only, is about 50 us
+    per network hop (NCCL's constants know no such latency: 393% at <= 1 MiB). Replayed with it,
+    the held-out 128 KiB - 1 MiB rows come within 35%, the issue's target for that band."""
+    from tracekit.parsers import nccl_tests
+    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.store import SourceSink
+
+    if not REAL.is_file():
+        pytest.skip(f"real traces not present at {REAL}")
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = SourceSink(Path(tmp) / "run", "k")
+        nccl_tests.parse(REAL, sink)
+        sink.close()
+        bench = pq.read_table(Path(tmp) / "run" / "sources" / "k" / "microbench.parquet")
+    [table] = nccl_tests_report(bench, TOPOLOGY).tables
+    latency = table.latency_floor.net_latency_us
+    assert round(latency) == 51  # the README's "about 51 us per hop"
+    held_out = bench.filter(pa.compute.and_(pa.compute.greater(bench["size_bytes"], 64 * 2**10),
+                                            pa.compute.less_equal(bench["size_bytes"], 2**20)))
+    rows = replay_microbench(held_out, parse_spec(TOPOLOGY).replace(net_latency_us=latency))
+    assert len(rows) == 4
+    errors = sorted(abs(r.time_error) for r in rows)
+    assert statistics.median(errors) < 0.35, errors  # the issue's target for <= 1 MiB
+    assert round(statistics.median(errors), 2) == 0.16  # the README's "within 16% (median)"
+    before = sorted(abs(r.time_error) for r in replay_microbench(held_out, TOPOLOGY))
+    assert before[len(before) // 2] > 1.0

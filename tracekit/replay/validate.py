@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.errors import TracekitError
@@ -39,6 +41,8 @@ LATENCY_BOUND_BYTES = 64 * 2**20  # below this a row is reported as latency-boun
 DEGRADED_BELOW = 0.5
 #: Without rows of 64 MiB and up, the health of a table rests on this many of its largest sizes.
 LARGEST_SIZES = 3
+FLOOR_BYTES = 64 * 2**10  # rows at or below this size measure a table's fixed cost
+HIGH_FLOOR_RATIO = 2.0  # a measured floor this many times the model's is reported
 MIB = 2**20
 #: Size bands of the error table: (name, smallest, largest size in bytes), nccl-tests sizes inclusive.
 BANDS = (("<= 1 MiB", 0, MIB), ("1-64 MiB", MIB + 1, 64 * MIB - 1), (">= 64 MiB", 64 * MIB, 2**62))
@@ -263,6 +267,19 @@ class Health(Result, frozen=True, kw_only=True):
     rows: int
 
 
+class LatencyFloor(Result, frozen=True, kw_only=True):
+    """What a table's smallest messages (<= `FLOOR_BYTES`) take against the model, whose fixed
+    cost is NCCL's latency constants (tuning.cc). `high` at `HIGH_FLOOR_RATIO` and above;
+    `net_latency_us` is then the per-hop network latency (the spec field NCCL calls the net
+    plugin's `latency`) that makes the model meet the measured floor, None on one host."""
+
+    measured_us: float  # median over the rows
+    predicted_us: float
+    rows: int
+    high: bool
+    net_latency_us: float | None = None
+
+
 class BenchTable(Result, frozen=True, kw_only=True):
     """One nccl-tests table (one test's sweep: a (source, run, test) block of `microbench`)."""
 
@@ -272,6 +289,7 @@ class BenchTable(Result, frozen=True, kw_only=True):
     op: str
     nranks: int
     health: Health
+    latency_floor: LatencyFloor | None = None
 
 
 class ErrorBand(Result, frozen=True, kw_only=True):
@@ -375,7 +393,53 @@ def nccl_tests_report(microbench: pa.Table, topology: str, *, path: str | os.Pat
     if not rows and skipped:
         raise ReplayError(skipped[0].text)
     spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
-    return microbench_report(rows, topology, path=os.fspath(path), findings=[*skipped, *physics_caps(spec)])
+    report = microbench_report(rows, topology, path=os.fspath(path), findings=[*skipped, *physics_caps(spec)])
+    tables = tuple(msgspec.structs.replace(t, latency_floor=latency_floor(microbench, t, rows, topology, algo=algo))
+                   for t in report.tables)
+    return dataclasses.replace(report, tables=tables)
+
+
+def latency_floor(microbench: pa.Table, table: BenchTable, rows: Sequence[MicrobenchRow],
+                  topology: str | TopologySpec, *, algo: str = "auto") -> LatencyFloor | None:
+    """The fixed cost a table measures at its smallest sizes against the model's, and, when it is
+    `HIGH_FLOOR_RATIO` or more times the model's on a table that crosses hosts, the per-hop
+    `net_latency_us` that meets it. The model's fixed cost is linear in that field while the
+    algorithm holds, so two replays give the slope and a third checks the answer."""
+    small = [r for r in rows if r.source == table.source and r.table == table.table and r.test == table.test
+             and r.modelled and r.size_bytes <= FLOOR_BYTES]
+    if not small:
+        return None
+    measured = statistics.median(r.measured_us for r in small)
+    predicted = statistics.median(r.predicted_us for r in small)
+    high = measured >= HIGH_FLOOR_RATIO * predicted
+    floor = LatencyFloor(measured_us=measured, predicted_us=predicted, rows=len(small), high=high)
+    if not high:
+        return floor
+    sizes = {r.size_bytes for r in small}
+    microbench = schema.conform("microbench", microbench)
+    size_type = microbench.schema.field("size_bytes").type
+    part = microbench.filter(pc.and_(
+        pc.and_(pc.equal(pc.fill_null(microbench["source"], ""), table.source),
+                pc.equal(pc.fill_null(microbench["run"], 0), table.table)),
+        pc.is_in(microbench["size_bytes"], pa.array(sorted(sizes), size_type))))
+    if part.num_rows == 0:
+        return floor
+    spec = parse_spec(topology)
+
+    def floor_at(net_latency_us: float) -> float:
+        got = replay_microbench(part, spec.replace(net_latency_us=net_latency_us), algo=algo)
+        return statistics.median(r.predicted_us for r in got)
+
+    base = spec.net_latency_us
+    step = 100.0
+    slope = (floor_at(base + step) - predicted) / step
+    if slope <= 0:
+        return floor
+    guess = max(0.0, base + (measured - predicted) / slope)
+    got = floor_at(guess)
+    if abs(got - measured) > 0.1 * measured and got != predicted:
+        guess = max(0.0, guess + (measured - got) * (guess - base) / (got - predicted))
+    return msgspec.structs.replace(floor, net_latency_us=round(guess, 1))
 
 
 def unreplayable(microbench: pa.Table) -> list[Finding]:
