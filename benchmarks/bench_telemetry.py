@@ -11,8 +11,9 @@ Contenders, each in its own subprocess (wall and CPU time of the work only; peak
   floor     pl.read_csv(path, separator=" ", comment_prefix="#") into (series, value, ts) columns:
             the tokenising alone, no labels, no units, nothing stored
   tracekit  tracekit.ingest.ingest([path], tmpdir): parse, Parquet, merge and rate into
-            link_samples (one window per port per scrape); the parse and rate phases are also
-            timed alone in the same child
+            link_samples (one window per port per scrape); its peak RSS is taken when the ingest
+            returns. The parse and rate phases are then timed alone in the same child (the rate
+            with the counters read back and held, so the peak after them is reported apart)
 
   first run the imports and a tiny ingest in a fresh process with an empty kernel cache (cold: numba
             compiles every kernel), then again with the cache it wrote (warm: numba loads them);
@@ -154,6 +155,7 @@ def run_one(contender: str, path: Path) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             report = ingest([path], out / "run", jobs=1)
             elapsed_all = time.perf_counter() - t0
+            ingest_peak = peak_rss_mb()  # the phases below hold more at once than the ingest does
             assert not report.failed, report.failed[0].error
             n = report.sources[0].stored
             windows = report.tables.get("link_samples", 0)
@@ -171,7 +173,7 @@ def run_one(contender: str, path: Path) -> dict:
         finally:
             shutil.rmtree(out, ignore_errors=True)
         return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n,
-                "rss_mb": peak_rss_mb(), "base_mb": base, **phases}
+                "rss_mb": ingest_peak, "phases_rss_mb": peak_rss_mb(), "base_mb": base, **phases}
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n, "rss_mb": peak_rss_mb(),
             "base_mb": base, **phases}
@@ -226,7 +228,8 @@ def main() -> None:
         floor, tk = best["floor"], best["tracekit"]
         for c, r in best.items():
             extra = (f"  (parse alone {r['parse_s']:.2f} s, rate alone {r['rate_s']:.2f} s, "
-                     f"{r['windows']:,} windows; numba warm-up {r['warmup_s']:.2f} s, untimed)"
+                     f"{r['windows']:,} windows, peak RSS {r['phases_rss_mb']:.0f} MB with them; "
+                     f"numba warm-up {r['warmup_s']:.2f} s, untimed)"
                      if c == "tracekit" else "")
             print(f"{c:9s} {r['seconds']:7.2f} s wall {r['cpu']:7.2f} s cpu  peak RSS {r['rss_mb']:7.0f} MB  "
                   f"{r['n']:,} samples  {r['n'] / r['seconds'] / 1e6:.2f} M samples/s{extra}")
