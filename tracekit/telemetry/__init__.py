@@ -192,7 +192,9 @@ def rate_taken(holder: list[pa.Table], topology_nodes: pa.Table | None = None,
     tol = np.full(n_pid, np.inf)
     np.fmin.at(tol, pid_of_sid, step)
     tol = np.where(np.isfinite(tol), tol * 0.25, 0.0)
-    by_port = _k.counting_order(pid, n_pid, base)
+    # One series per port, numbered as its port (a switch export of one counter): the same order.
+    one_each = n_sid == n_pid and bool((pid_of_sid == np.arange(n_pid)).all())
+    by_port = by_series if one_each else _k.counting_order(pid, n_pid, base)
     n_base = len(base)
     del base
     row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
