@@ -11,11 +11,18 @@ Contenders, each in its own subprocess (wall and CPU time of the work only; peak
   floor     pl.read_csv(path, separator=" ", comment_prefix="#") into (series, value, ts) columns:
             the tokenising alone, no labels, no units, nothing stored
   tracekit  tracekit.ingest.ingest([path], tmpdir): parse, Parquet, merge and rate into
-            link_samples (one window per port per scrape); the parse and rate phases are also
-            timed alone in the same child
+            link_samples (one window per port per scrape); its peak RSS is taken when the ingest
+            returns. The parse and rate phases are then timed alone in the same child (the rate
+            with the counters read back and held, so the peak after them is reported apart)
 
-Target: tracekit ingest + rate within ~3x the floor in CPU and ~2x in peak RSS at the full size
-(iterate on `--ports 100`; the ratio grows with size, because the floor's fixed part shrinks).
+  first run the imports and a tiny ingest in a fresh process with an empty kernel cache (cold: numba
+            compiles every kernel), then again with the cache it wrote (warm: numba loads them);
+            `NUMBA_CACHE_DIR` unset and `XDG_CACHE_HOME` a new temporary directory, so the figures
+            are those of a user's first and second run (`--warmup-only`, `--no-warmup`)
+
+Target (issue 26): tracekit ingest + rate within 2.5x the floor in CPU and 1.5x in peak RSS at the
+full size (iterate on `--ports 100`; the ratio grows with size, because the floor's fixed part
+shrinks); the warm first run a small fraction of the cold one.
 """
 
 from __future__ import annotations
@@ -70,11 +77,58 @@ def generate(path: Path, *, ports: int, scrapes: int, step_s: int, seed: int = 7
     return ports + ports * scrapes
 
 
+TINY = ('# TYPE ifHCOutOctets counter\n'
+        'ifHCOutOctets{instance="a",ifName="b"} 1 1760000000000\n'
+        'ifHCOutOctets{instance="a",ifName="b"} 2 1760000010000\n')
+
+
+def first_run(cache_home: Path) -> dict:
+    """Runs inside the child: the imports and the first ingest of a tiny file (numba compiling
+    or loading every telemetry kernel the ingest uses), with the kernel cache under `cache_home`."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    from tracekit.ingest import ingest
+
+    imports = time.process_time() - c0
+    out = Path(tempfile.mkdtemp(prefix="tk-bench-tel-"))
+    try:
+        tiny = out / "tiny.prom"
+        tiny.write_text(TINY)
+        c1 = time.process_time()
+        ingest([tiny], out / "run")
+        first = time.process_time() - c1
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    from tracekit import _jit
+
+    return {"imports_cpu": imports, "first_cpu": first, "wall": time.perf_counter() - t0,
+            "cache": str(_jit.kernel_cache_dir()), "cache_problem": _jit._cache_problem()}
+
+
+def warmup_figures() -> tuple[dict, dict]:
+    """(cold, warm): the first run against an empty kernel cache, then against the one it made,
+    each in a fresh process (`NUMBA_CACHE_DIR` unset, the cache in a private temporary home)."""
+    home = Path(tempfile.mkdtemp(prefix="tk-bench-cache-"))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"XDG_CACHE_HOME": str(home)}
+    try:
+        got = []
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, __file__, "--child", "first-run", str(home)], capture_output=True,
+                                  text=True, check=False, env=env)
+            if proc.returncode != 0:
+                raise SystemExit(f"first run failed:\n{proc.stderr[-3000:]}")
+            got.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return got[0], got[1]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def run_one(contender: str, path: Path) -> dict:
     """Runs inside the child: process `path` once, report times and memory."""
     import polars as pl
     import pyarrow as pa
 
+    if contender == "first-run":
+        return first_run(path)
     pa.array([0])
     if contender == "floor":
         base = peak_rss_mb()
@@ -94,15 +148,14 @@ def run_one(contender: str, path: Path) -> dict:
             # numba loads its cached kernels once per process: warm up on a tiny file, untimed.
             w0 = time.perf_counter()
             tiny = out / "tiny.prom"
-            tiny.write_text('# TYPE ifHCOutOctets counter\n'
-                            'ifHCOutOctets{instance="a",ifName="b"} 1 1760000000000\n'
-                            'ifHCOutOctets{instance="a",ifName="b"} 2 1760000010000\n')
+            tiny.write_text(TINY)
             ingest([tiny], out / "warm")
             warmup = time.perf_counter() - w0
             base = peak_rss_mb()
             t0, c0 = time.perf_counter(), time.process_time()
             report = ingest([path], out / "run", jobs=1)
             elapsed_all = time.perf_counter() - t0
+            ingest_peak = peak_rss_mb()  # the phases below hold more at once than the ingest does
             assert not report.failed, report.failed[0].error
             n = report.sources[0].stored
             windows = report.tables.get("link_samples", 0)
@@ -120,7 +173,7 @@ def run_one(contender: str, path: Path) -> dict:
         finally:
             shutil.rmtree(out, ignore_errors=True)
         return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n,
-                "rss_mb": peak_rss_mb(), "base_mb": base, **phases}
+                "rss_mb": ingest_peak, "phases_rss_mb": peak_rss_mb(), "base_mb": base, **phases}
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"contender": contender, "seconds": elapsed, "cpu": cpu, "n": n, "rss_mb": peak_rss_mb(),
             "base_mb": base, **phases}
@@ -141,11 +194,23 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated file in this directory.")
+    ap.add_argument("--no-warmup", action="store_true", help="Skip the cold/warm numba first-run figures.")
+    ap.add_argument("--warmup-only", action="store_true", help="Only the cold/warm numba first-run figures.")
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(run_one(args.child[0], Path(args.child[1]))))
         return
+    if args.warmup_only or not args.no_warmup:
+        cold, warm = warmup_figures()
+        print(f"numba first run (imports, then a tiny ingest), fresh processes, kernel cache in a new private dir: "
+              f"cold {cold['first_cpu']:.2f} s CPU ({cold['wall']:.1f} s wall in all), "
+              f"warm cache {warm['first_cpu']:.2f} s CPU ({warm['wall']:.1f} s wall); imports "
+              f"{cold['imports_cpu']:.2f} / {warm['imports_cpu']:.2f} s; "
+              f"cold/warm {cold['first_cpu'] / warm['first_cpu']:.0f}x"
+              + (f"; cache unusable: {warm['cache_problem']}" if warm["cache_problem"] else ""))
+        if args.warmup_only:
+            return
     scrapes = int(args.hours * 3600 / args.step)
     tmp = Path(tempfile.mkdtemp(prefix="tk-bench-prom-", dir=args.keep))
     path = tmp / "switches.prom"
@@ -163,7 +228,8 @@ def main() -> None:
         floor, tk = best["floor"], best["tracekit"]
         for c, r in best.items():
             extra = (f"  (parse alone {r['parse_s']:.2f} s, rate alone {r['rate_s']:.2f} s, "
-                     f"{r['windows']:,} windows; numba warm-up {r['warmup_s']:.2f} s, untimed)"
+                     f"{r['windows']:,} windows, peak RSS {r['phases_rss_mb']:.0f} MB with them; "
+                     f"numba warm-up {r['warmup_s']:.2f} s, untimed)"
                      if c == "tracekit" else "")
             print(f"{c:9s} {r['seconds']:7.2f} s wall {r['cpu']:7.2f} s cpu  peak RSS {r['rss_mb']:7.0f} MB  "
                   f"{r['n']:,} samples  {r['n'] / r['seconds'] / 1e6:.2f} M samples/s{extra}")

@@ -589,7 +589,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
     try:
         merged, report.tables = _merge(run_dir, [r for r in reports if r.ok and r.key], report.warnings, copies,
                                        merge_file)
-        telemetry = _rate_telemetry(merged, report)
+        telemetry = _rate_telemetry(merged, report, copies)
         manifest = _manifest(report, rank=rank, comm_patterns=comm_patterns)
         commit(run_dir, merged, manifest, copies=copies)
     finally:
@@ -1061,19 +1061,26 @@ def _first_wins(table: pa.Table, key: str) -> pa.Table:
     return table if len(keep) == table.num_rows else table.take(keep)
 
 
-def _rate_telemetry(merged: dict[str, pa.Table | None], report: IngestReport) -> dict[str, Any] | None:
+def _rate_telemetry(merged: dict[str, pa.Table | None], report: IngestReport,
+                    copies: Mapping[str, Path] | None = None) -> dict[str, Any] | None:
     """Counters from the sources become telemetry `link_samples` (after the merge: a port's
     samples may come from several files, and links from ibnetdiscover or a link map). Updates
-    `merged`; returns results/telemetry.json's document (None without counters)."""
+    `merged`; returns results/telemetry.json's document (None without counters). When the
+    commit copies the counters' part file (`copies`), the table is handed to the rating alone
+    (an empty stand-in stays in `merged`), so its memory goes as soon as the rating is done with it."""
     if not report.tables.get("counters"):
         return None
-    from tracekit.telemetry import rate_counters, rates_doc, with_rates
+    from tracekit.telemetry import rate_taken, rates_doc, with_rates
 
     def table(name: str) -> pa.Table:
         t = merged.get(name)
         return t if t is not None else schema.empty(name)
 
-    rates = rate_counters(table("counters"), table("topology_nodes"), table("topology_links"))
+    holder = [table("counters")]
+    if copies and "counters" in copies and merged.get("counters") is not None:
+        merged["counters"] = schema.empty("counters")  # commit copies the part file in its place
+    rates = rate_taken(holder, table("topology_nodes"), table("topology_links"))
+    pa.default_memory_pool().release_unused()
     samples = with_rates(table("link_samples"), rates)
     merged["link_samples"] = samples if samples.num_rows else None
     report.tables["link_samples"] = samples.num_rows

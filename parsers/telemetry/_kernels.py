@@ -176,12 +176,14 @@ def _hash_span(buf, a, b, seed):
 
 @njit(inline=True)
 def _equal(buf, a, n, other, b, m):
+    """buf[a:a+n] == other[b:b+m]; the bytes are OR-ed together without an early exit, a loop
+    LLVM vectorises (the spans nearly always match: a fifth of the tokenizer's time went here)."""
     if n != m:
         return False
-    for k in range(n):  # noqa: SIM110 - numba compiles the loop, not a generator
-        if buf[a + k] != other[b + k]:
-            return False
-    return True
+    acc = np.uint8(0)
+    for k in range(n):
+        acc |= buf[a + k] ^ other[b + k]
+    return acc == 0
 
 
 @njit

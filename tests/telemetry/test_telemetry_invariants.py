@@ -193,6 +193,23 @@ def test_rates_match_the_naive_twin_and_keep_the_invariants(rows):
             assert w[util] is None or w[util] >= 0
 
 
+
+def test_one_series_per_port_listed_in_another_order_than_the_ports():
+    """One counter per port, its series first seen in another port order than the speeds name the
+    ports: the rating orders by port (the shortcut for one series per port must not apply)."""
+    def row(device, metric, kind, value, t):
+        return dict(ts_ns=t, host="h", device=device, port="1", metric=metric, direction="tx" if kind != "gauge"
+                    else None, value=value, kind=kind, bits=64, saturated=False, saturable=False, qualifier=None)
+
+    rows = [row("dA", "speed_bps", "gauge", 1e9, T0), row("dB", "speed_bps", "gauge", 4e9, T0)]
+    for k in range(4):
+        t = T0 + k * 10 * S
+        rows += [row("dB", "tx_bytes", "counter", 7e6 * k, t), row("dA", "tx_bytes", "counter", 3e6 * k * k, t)]
+    res = rate_counters(_table(rows))
+    got = {(w["device"], w["ts_ns"]): (w["tx_bytes"], w["speed_bps"]) for w in res.link_samples.to_pylist()}
+    want = {(d, t): (w["tx_bytes"], w["speed_bps"]) for (d, _, t), w in rate(rows).items()}
+    assert got == want and len(got) == 6
+
 FLOATS = st.one_of(st.just(float("nan")), st.just(float("inf")), st.just(-float("inf")),
                    st.floats(-1e12, 1e12, allow_nan=False))
 

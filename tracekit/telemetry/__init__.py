@@ -141,8 +141,16 @@ class LinkSummary:
 def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
                   topology_links: pa.Table | None = None, *, gap_factor: float = 1.5) -> TelemetryRates:
     """Turn raw `counters` rows into per-window `link_samples` (see the module docstring)."""
+    return rate_taken([counters], topology_nodes, topology_links, gap_factor=gap_factor)
+
+
+def rate_taken(holder: list[pa.Table], topology_nodes: pa.Table | None = None,
+               topology_links: pa.Table | None = None, *, gap_factor: float = 1.5) -> TelemetryRates:
+    """`rate_counters` of the one table in `holder`, which it takes out: when the caller keeps no
+    other reference, each of its columns is freed as soon as the rating has what it needs from it
+    (the counters of a day of switch telemetry are as big as everything the rating builds)."""
     stats = RateStats()
-    t = schema.conform("counters", counters).unify_dictionaries().combine_chunks()
+    t = schema.conform("counters", holder.pop()).unify_dictionaries().combine_chunks()
     n = t.num_rows
     stats.read = n
     if n == 0:
@@ -153,7 +161,8 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
     bits = _numbers(t, "bits", -1)[0].astype(np.int32)
     saturable = _bools(t, "saturable")
     saturated = _bools(t, "saturated")
-    kind = _is(col["kind"], ("counter", "rate", "gauge"))
+    del t  # the columns above hold what is still needed of it
+    kind = _is(col.pop("kind"), ("counter", "rate", "gauge"))
     metric_speed = _is(col["metric"], ("speed_bps",))[0]
     is_counter, is_rate, is_gauge = kind
     is_speed = timed & is_gauge & metric_speed
@@ -169,6 +178,7 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
         return TelemetryRates(schema.empty("link_samples"), stats)
     sid, n_sid, sid_first = _dense(pid, col["metric"][0], col["direction"][0], col["qualifier"][0], where=rateable)
     column_of_sid = _output_columns(col["metric"], col["direction"], sid_first)
+    del col
     pid_of_sid = pid[sid_first]
     identity = _identify_ports(ports, topology_nodes, topology_links)
     stats.mapped_ports = sum(1 for ident in identity if ident[1] is not None)
@@ -182,7 +192,11 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
     tol = np.full(n_pid, np.inf)
     np.fmin.at(tol, pid_of_sid, step)
     tol = np.where(np.isfinite(tol), tol * 0.25, 0.0)
-    by_port = _k.counting_order(pid, n_pid, base)
+    # One series per port, numbered as its port (a switch export of one counter): the same order.
+    one_each = n_sid == n_pid and bool((pid_of_sid == np.arange(n_pid)).all())
+    by_port = by_series if one_each else _k.counting_order(pid, n_pid, base)
+    n_base = len(base)
+    del base
     row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
     del by_port
 
@@ -203,10 +217,9 @@ def rate_counters(counters: pa.Table, topology_nodes: pa.Table | None = None,
                                                  saturated, is_rate, wrap_of_sid, compact[column_of_sid], len(used))
     del by_series, row, sid, bits, saturable, saturated, is_rate, kind, is_counter, is_gauge, timed, is_speed
     _skip(stats, "duplicate", n_dup)
-    stats.used += len(base) - n_dup
-    del base
+    stats.used += n_base - n_dup
     speeds = (pid[speeds_idx], ts[speeds_idx], value[speeds_idx])
-    del pid, ts, value, col, t
+    del pid, ts, value
     out, flagged = _grid_table(g_pid, g_t, g_prev, total, present, mask, used, n_pid, ports, identity, speeds,
                                gap_factor)
     stats.windows = out.num_rows

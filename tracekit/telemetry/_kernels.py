@@ -86,6 +86,8 @@ def snap(order, pid, ts, tol):
             g_prev[g] = g_t[g - 1]
         last_t = t
         row[i] = g
+    if 2 * (g + 1) >= n:  # most of the grid is used: no copy (it would hold both at once)
+        return row, g_pid[:g + 1], g_t[:g + 1], g_prev[:g + 1]
     return row, g_pid[:g + 1].copy(), g_t[:g + 1].copy(), g_prev[:g + 1].copy()
 
 
