@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 
 from tracekit import schema
@@ -213,7 +214,7 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
     got = Opened(paths, None) if isinstance(paths, Run) else opened(paths, cache=out, rank=rank)
     result = hang_from_run(got.run)
     if write:
-        got.run.write_json("hang", result.to_json())
+        got.run.write_json("hang", to_builtins(result))
     report = got.ingest
     if report is not None:
         notes = [s.error for s in report.failed if s.error]
@@ -221,7 +222,8 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
         notes.insert(0, "ingested " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
                      + (f" source{'s' if len(report.ingested) > 1 else ''}"))
         # hang reads every dump itself (`Run.source_table`), so ingest's "set aside" notice does not apply
-        result.notes = notes + [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
+        notes += [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
+        result = msgspec.structs.replace(result, notes=notes)
     return result
 
 

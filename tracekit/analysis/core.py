@@ -337,7 +337,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "pp_schedule": r.pp_schedule.to_json() if r.pp_schedule is not None else None,
         "bandwidth": bandwidth,
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
-        "hang": r.hang.to_json() if r.hang is not None else None,
+        "hang": to_builtins(r.hang) if r.hang is not None else None,
         "microbench": to_builtins(r.microbench),
         "findings": to_builtins(r.findings),
     }
