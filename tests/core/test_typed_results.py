@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tracekit.finding import SEVERITIES, Finding
+from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.results import from_builtins, to_builtins
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
 
 ROOT = Path(__file__).resolve().parents[2]
-CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py"]
+CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py"]
 
 ints = st.lists(st.integers(0, 64), max_size=5)
 opt_int = st.none() | st.integers(0, 2**62)
@@ -34,8 +36,31 @@ links = st.builds(LinkAgreement, link=st.text(max_size=5), end=st.none() | st.ju
 comparisons = st.builds(TelemetryComparison, topology=st.none() | st.text(max_size=5),
                         links=st.lists(links, max_size=3), notes=st.lists(st.text(max_size=5), max_size=2))
 
+rank_seqs = st.dictionaries(st.integers(0, 9), st.integers(0, 99), max_size=3)
+word = st.text(max_size=4)
+mismatches = st.builds(Mismatch, seq=st.integers(0, 99), field=st.sampled_from(["op", "dtype", "size"]),
+                       majority=word, minority_ranks=ints,
+                       values=st.lists(st.builds(MismatchValue, value=word, ranks=ints), max_size=2))
+group_hangs = st.builds(
+    GroupHang, group=word, desc=st.none() | word, ranks=ints, ranks_complete=st.booleans(), last_seq=rank_seqs,
+    last_completed_seq=st.dictionaries(st.integers(0, 9), st.none() | st.integers(0, 99), max_size=3),
+    last_p2p_seq=rank_seqs, first_divergent_seq=st.none() | st.integers(0, 99), missing_ranks=ints,
+    no_dump_ranks=ints, mismatches=st.lists(mismatches, max_size=2),
+    status=st.sampled_from(["ok", "hang", "mismatch", "stuck", "dump_skew"]), suspects=ints, verdict=word,
+    first_ts_ns=opt_int)
+maybe = st.just(msgspec.UNSET)
+locations = st.builds(Location, host=maybe | word, local_device=maybe | st.integers(0, 7),
+                      pid=maybe | st.integers(0, 9999), bus_id=maybe | word)
+log_messages = st.builds(LogMessage, rank=st.integers(0, 9), host=maybe | st.none() | word,
+                         ts_ns=maybe | st.none() | st.integers(0, 2**62), level=maybe | st.none() | word,
+                         message=maybe | st.none() | word, line=maybe | st.none() | st.integers(0, 999))
+hangs = st.builds(HangResult, groups=st.lists(group_hangs, max_size=3), findings=st.lists(findings, max_size=2),
+                  source=word, notes=st.lists(word, max_size=2),
+                  locations=st.dictionaries(st.integers(0, 9), locations, max_size=2),
+                  messages=st.lists(log_messages, max_size=2))
 
-@given(st.one_of(findings, validities, links, comparisons))
+
+@given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs))
 def test_round_trip(x):
     assert from_builtins(to_builtins(x), type(x)) == x
 
@@ -50,3 +75,17 @@ def test_no_hand_written_serializer_returns():
     for rel in CONVERTED:
         text = (ROOT / rel).read_text()
         assert not re.search(r"def (to|from)_(json|dict)\b", text), rel
+
+
+def test_hang_result_keys_follow_from_its_groups():
+    """`last_seq` and `suspects` are the groups' (earliest divergence first), whatever was given."""
+    late = GroupHang(group="1", desc=None, ranks=[0, 1], ranks_complete=True, last_seq={1: 4, 0: 3},
+                     last_completed_seq={}, first_divergent_seq=4, missing_ranks=[0], no_dump_ranks=[],
+                     mismatches=[], status="hang", suspects=[0], verdict="v", first_ts_ns=20)
+    early = msgspec.structs.replace(late, group="2", suspects=[1], first_ts_ns=10)
+    r = HangResult(groups=[late, early], findings=[], source="flight_recorder", suspects=[7], last_seq={"x": {}})
+    assert r.suspects == [1, 0] and r.last_seq == {"1": {0: 3, 1: 4}, "2": {0: 3, 1: 4}}
+    doc = to_builtins(r)
+    assert list(doc) == ["groups", "findings", "last_seq", "suspects", "source", "notes", "locations", "messages"]
+    assert doc["last_seq"]["1"] == {"0": 3, "1": 4}
+    assert list(to_builtins(Location(pid=3))) == ["pid"]
