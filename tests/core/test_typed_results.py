@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,12 +12,25 @@ from hypothesis import strategies as st
 
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
-from tracekit.results import from_builtins, to_builtins
+from tracekit.results import dumps, from_builtins, to_builtins
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
+from tracekit.whatif.core import (
+    Change,
+    InterHostBytes,
+    Placement,
+    PlacementChange,
+    RankLoad,
+    ScenarioResult,
+    Slowdown,
+)
+from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
-CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py"]
+CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
+             "tracekit/whatif/experts.py"]
+#: modules with one type left to convert: no serializer but the named class's
+PARTLY = {"tracekit/whatif/core.py": "WhatIfResult"}
 
 ints = st.lists(st.integers(0, 64), max_size=5)
 opt_int = st.none() | st.integers(0, 2**62)
@@ -59,8 +73,39 @@ hangs = st.builds(HangResult, groups=st.lists(group_hangs, max_size=3), findings
                   locations=st.dictionaries(st.integers(0, 9), locations, max_size=2),
                   messages=st.lists(log_messages, max_size=2))
 
+per_dim = st.dictionaries(st.sampled_from(["DP", "EP", "PP"]), st.integers(0, 2**40), max_size=3)
+host_names = st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=3, unique=True)
 
-@given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs))
+
+@st.composite
+def placements(draw):
+    hosts = draw(host_names)
+    slots = draw(st.dictionaries(st.integers(0, 15), st.tuples(st.integers(0, len(hosts) - 1), st.integers(0, 7)),
+                                 min_size=1, max_size=4))
+    return Placement.of(slots, hosts)
+
+
+changes = st.builds(Change, fl, fl)
+scenarios = st.builds(
+    ScenarioResult, scenario=word, kind=st.sampled_from(["eplb", "placement", "scale"]), step_ns=per_dim,
+    baseline_step_ns=per_dim, exposed_ns=per_dim, baseline_exposed_ns=per_dim,
+    ep_imbalance=st.none() | changes, inter_host_bytes=st.builds(InterHostBytes, before=per_dim, after=per_dim),
+    checkpoint_ns=opt_int, simulated_gpus=maybe | st.integers(1, 64), a2a_ns=st.none() | changes,
+    ep_load=st.none() | st.lists(st.builds(RankLoad, word, st.tuples(st.integers(0, 9)), st.tuples(st.integers(0)),
+                                           st.tuples(st.integers(0))), max_size=2),
+    slowed=st.none() | st.lists(st.builds(Slowdown, group=word, seq=st.integers(0, 9), op=word, dim=word,
+                                          baseline_ns=st.integers(0), scenario_ns=st.integers(0)), max_size=2),
+    placement=st.none() | st.builds(PlacementChange, before=placements(), after=placements()),
+    details=st.none() | st.dictionaries(word, st.integers() | word, min_size=1, max_size=2),
+    notes=st.lists(word, max_size=2))
+layouts = st.builds(ExpertLayout, group=word, policy=st.sampled_from(["global", "hierarchical"]),
+                    nodes=st.integers(1, 4), experts_per_rank=st.integers(1, 4),
+                    replicas=st.dictionaries(st.integers(0, 31), st.integers(2, 4), max_size=3),
+                    experts_on=st.dictionaries(st.integers(0, 15), ints, max_size=3))
+
+
+@given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs,
+                 placements(), scenarios, layouts))
 def test_round_trip(x):
     assert from_builtins(to_builtins(x), type(x)) == x
 
@@ -75,6 +120,10 @@ def test_no_hand_written_serializer_returns():
     for rel in CONVERTED:
         text = (ROOT / rel).read_text()
         assert not re.search(r"def (to|from)_(json|dict)\b", text), rel
+    for rel, left in PARTLY.items():
+        classes = re.split(r"^class ", (ROOT / rel).read_text(), flags=re.M)[1:]
+        found = [c.split("(")[0].split(":")[0] for c in classes if re.search(r"def (to|from)_(json|dict)\b", c)]
+        assert found in ([], [left]), (rel, found)
 
 
 def test_hang_result_keys_follow_from_its_groups():
@@ -89,3 +138,12 @@ def test_hang_result_keys_follow_from_its_groups():
     assert list(doc) == ["groups", "findings", "last_seq", "suspects", "source", "notes", "locations", "messages"]
     assert doc["last_seq"]["1"] == {"0": 3, "1": 4}
     assert list(to_builtins(Location(pid=3))) == ["pid"]
+
+
+def test_placement_is_its_ranks_by_host_name():
+    p = Placement.of({5: (1, 0), 2: (0, 1)}, ("a", "b"))
+    assert json.loads(dumps(p)) == {"hosts": ["a", "b"], "ranks": {"2": ["a", 1], "5": ["b", 0]}}
+    assert p.slots == {2: (0, 1), 5: (1, 0)} and p.ranks_on(1) == [5] and p.gpus_per_host == 2
+    bare = ScenarioResult(scenario="s", kind="eplb", step_ns={}, baseline_step_ns={}, exposed_ns={},
+                          baseline_exposed_ns={})
+    assert "simulated_gpus" not in to_builtins(bare) and to_builtins(bare)["details"] is None
