@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
+from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
 from tracekit.results import dumps, from_builtins, to_builtins
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
@@ -28,7 +29,7 @@ from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py"]
+             "tracekit/whatif/experts.py", "tracekit/ingest.py"]
 #: modules with one type left to convert: no serializer but the named class's
 PARTLY = {"tracekit/whatif/core.py": "WhatIfResult"}
 
@@ -103,9 +104,22 @@ layouts = st.builds(ExpertLayout, group=word, policy=st.sampled_from(["global", 
                     replicas=st.dictionaries(st.integers(0, 31), st.integers(2, 4), max_size=3),
                     experts_on=st.dictionaries(st.integers(0, 15), ints, max_size=3))
 
+counts = st.dictionaries(word, st.integers(0, 99), max_size=2)
+source_reports = st.builds(
+    SourceReport, path=word, size=opt_int, sha256=st.none() | word, format=st.none() | word, key=st.none() | word,
+    cached=st.booleans(), error=st.none() | word, read=st.integers(0), stored=st.integers(0), skipped=counts,
+    dropped=counts, warnings=st.lists(word, max_size=2), ranks=ints, events=st.integers(0),
+    collectives=st.integers(0), groups=st.integers(0), steps=st.lists(st.none() | st.integers(0, 9), max_size=3),
+    ts_min_ns=opt_int, ts_max_ns=opt_int, parser_version=st.none() | word)
+ingest_reports = st.builds(
+    IngestReport, run_dir=st.builds(Path, st.sampled_from(["run", "/tmp/a b"])),
+    sources=st.lists(source_reports, max_size=3), tables=counts, warnings=st.lists(word, max_size=2),
+    ignored=st.lists(st.builds(IgnoredFile, path=word, reason=word), max_size=2),
+    validity=st.none() | validities)
+
 
 @given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs,
-                 placements(), scenarios, layouts))
+                 placements(), scenarios, layouts, source_reports, ingest_reports))
 def test_round_trip(x):
     assert from_builtins(to_builtins(x), type(x)) == x
 
@@ -147,3 +161,11 @@ def test_placement_is_its_ranks_by_host_name():
     bare = ScenarioResult(scenario="s", kind="eplb", step_ns={}, baseline_step_ns={}, exposed_ns={},
                           baseline_exposed_ns={})
     assert "simulated_gpus" not in to_builtins(bare) and to_builtins(bare)["details"] is None
+
+
+def test_ingest_report_json_names_the_run_and_its_ranks():
+    report = IngestReport(run_dir=Path("out"), sources=[SourceReport(path="b", ranks=[3, 1]),
+                                                         SourceReport(path="c", ranks=[7], error="bad")])
+    doc = to_builtins(report)
+    assert list(doc) == ["run", "sources", "ranks", "tables", "warnings", "ignored", "validity"]
+    assert doc["run"] == "out" and doc["ranks"] == [1, 3] and not report.committed
