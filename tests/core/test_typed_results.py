@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
+from tracekit.replay.calibration import TwoTerms
 from tracekit.results import dumps, from_builtins, to_builtins
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
@@ -30,8 +31,8 @@ from tracekit.whatif.experts import ExpertLayout
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
              "tracekit/whatif/experts.py", "tracekit/ingest.py"]
-#: modules with one type left to convert: no serializer but the named class's
-PARTLY = {"tracekit/whatif/core.py": "WhatIfResult"}
+#: modules with types left to convert (issue 19): no serializer but the named classes'
+PARTLY = {"tracekit/whatif/core.py": {"WhatIfResult"}, "tracekit/replay/calibration.py": {"ErrorStats", "ReplayErrors"}}
 
 ints = st.lists(st.integers(0, 64), max_size=5)
 opt_int = st.none() | st.integers(0, 2**62)
@@ -119,7 +120,8 @@ ingest_reports = st.builds(
 
 
 @given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs,
-                 placements(), scenarios, layouts, source_reports, ingest_reports))
+                 placements(), scenarios, layouts, source_reports, ingest_reports,
+                 st.builds(TwoTerms, fl, fl, st.integers(0, 99), st.integers(0, 9))))
 def test_round_trip(x):
     assert from_builtins(to_builtins(x), type(x)) == x
 
@@ -137,7 +139,7 @@ def test_no_hand_written_serializer_returns():
     for rel, left in PARTLY.items():
         classes = re.split(r"^class ", (ROOT / rel).read_text(), flags=re.M)[1:]
         found = [c.split("(")[0].split(":")[0] for c in classes if re.search(r"def (to|from)_(json|dict)\b", c)]
-        assert found in ([], [left]), (rel, found)
+        assert set(found) <= left, (rel, found)
 
 
 def test_hang_result_keys_follow_from_its_groups():
