@@ -10,11 +10,14 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tracekit.analysis.schedule import ScheduleShape
+from tracekit.fabric import Communicator
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
 from tracekit.replay.calibration import TwoTerms
 from tracekit.results import dumps, from_builtins, to_builtins
+from tracekit.telemetry import FlaggedWindow, LinkSummary
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
 from tracekit.whatif.core import (
@@ -30,9 +33,10 @@ from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py", "tracekit/ingest.py"]
+             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/fabric.py", "tracekit/analysis/schedule.py"]
 #: modules with types left to convert (issue 19): no serializer but the named classes'
-PARTLY = {"tracekit/whatif/core.py": {"WhatIfResult"}, "tracekit/replay/calibration.py": {"ErrorStats", "ReplayErrors"}}
+PARTLY = {"tracekit/whatif/core.py": {"WhatIfResult"}, "tracekit/replay/calibration.py": {"ErrorStats", "ReplayErrors"},
+          "tracekit/telemetry/__init__.py": {"RateStats"}}
 
 ints = st.lists(st.integers(0, 64), max_size=5)
 opt_int = st.none() | st.integers(0, 2**62)
@@ -118,10 +122,28 @@ ingest_reports = st.builds(
     ignored=st.lists(st.builds(IgnoredFile, path=word, reason=word), max_size=2),
     validity=st.none() | validities)
 
+opt_bool = st.none() | st.booleans()
+by_host = st.dictionaries(word, st.lists(word, max_size=2), max_size=2)
+communicators = st.builds(
+    Communicator, group=word, desc=st.none() | word, size=st.none() | st.integers(1, 64), ranks=ints,
+    hosts=st.lists(word, max_size=2), channels=st.none() | st.integers(0, 32),
+    transports=st.dictionaries(word, counts, max_size=2), nics_used=by_host, nics_available=by_host,
+    network=st.lists(word, max_size=2), pxn=opt_bool, gdr=opt_bool, nvls=st.booleans(), collnet=st.booleans(),
+    notes=st.lists(word, max_size=2))
+opt_fl = st.none() | fl
+link_summaries = st.builds(
+    LinkSummary, link=word, host=st.none() | word, device=word, port=word, link_end=st.none() | word,
+    windows=st.integers(0, 99), speed_bps=opt_fl, peak_util=opt_fl, mean_util=opt_fl, tx_bytes=fl, rx_bytes=fl,
+    flagged_windows=st.integers(0, 9),
+    flagged=st.lists(st.builds(FlaggedWindow, st.integers(0), st.integers(0), st.tuples(word)), max_size=2))
+shapes = st.builds(ScheduleShape, name=word, stages=st.integers(1, 8), microbatches=st.none() | st.integers(1, 8),
+                   chunks=st.none() | st.integers(1, 4))
+
 
 @given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs,
                  placements(), scenarios, layouts, source_reports, ingest_reports,
-                 st.builds(TwoTerms, fl, fl, st.integers(0, 99), st.integers(0, 9))))
+                 st.builds(TwoTerms, fl, fl, st.integers(0, 99), st.integers(0, 9)), communicators, link_summaries,
+                 shapes))
 def test_round_trip(x):
     assert from_builtins(to_builtins(x), type(x)) == x
 

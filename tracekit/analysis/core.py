@@ -324,7 +324,7 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
         "ep": _pl(r.ep_groups).to_dicts(),
         "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
-        "pp_schedule": r.pp_schedule.to_json() if r.pp_schedule is not None else None,
+        "pp_schedule": to_builtins(r.pp_schedule.shape()) if r.pp_schedule is not None else None,
         "bandwidth": bandwidth,
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
         "hang": to_builtins(r.hang) if r.hang is not None else None,

@@ -132,7 +132,7 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
     result.exposed_ns = {d: max(round(base.result.exposed_ns.get(d, 0) + moved[d]), 0) for d in dims}
     result.schedule = ScheduleOutcome(baseline=_summary(before), scenario=_summary(after), sm_share=sm_share,
                                       traced_step=traced.step)
-    result.details = {"traced_schedule": traced.to_json(),
+    result.details = {"traced_schedule": traced.shape(),
                       "schedule": {"name": name, "stages": traced.stages, "microbatches": m, "chunks": v},
                       "sm_share": sm_share,
                       "replayed_rounds": {"baseline": settled_before.rounds, "scenario": settled_after.rounds},
