@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 from tracekit import schema
 from tracekit._text import one_line
 from tracekit.finding import Finding
+from tracekit.results import Result
 
 NCCL_LOG = "nccl_log"
 
@@ -255,8 +257,7 @@ def fill_rank_facts(ranks: pa.Table, others: pa.Table | None) -> pa.Table:
 # -- info: the fabric per communicator -----------------------------------------------------------
 
 
-@dataclass
-class Communicator:
+class Communicator(Result, frozen=False, kw_only=True):
     """What NCCL built for one communicator, as its logs tell."""
 
     group: str
@@ -273,10 +274,7 @@ class Communicator:
     gdr: bool | None
     nvls: bool
     collnet: bool
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def communicators(groups: pa.Table, channels: pa.Table, ranks: pa.Table) -> list[Communicator]:

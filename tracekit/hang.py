@@ -13,21 +13,22 @@ Read order never matters: everything is keyed by (group, seq, rank) and ties are
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from msgspec import UNSET, UnsetType
 
 from tracekit._text import fmt_ranks, one_line
-from tracekit.finding import Finding, texts
-from tracekit.results import Result, to_builtins
+from tracekit.finding import Finding
+from tracekit.results import Result
 
-__all__ = ["GroupHang", "HangResult", "find_hangs", "fmt_ranks", "hang_from_run"]
+__all__ = ["GroupHang", "HangResult", "Location", "LogMessage", "find_hangs", "fmt_ranks", "hang_from_run"]
 
 _STATE_ORDER = {"completed": 3, "started": 2, "scheduled": 1, "unknown": 0}
 #: ops whose input and output sizes must agree on every rank (all_to_all, gather, scatter may differ).
@@ -74,9 +75,9 @@ class Mismatch(Result, frozen=True, kw_only=True):
     values: list[MismatchValue]
 
 
-@dataclass
-class GroupHang:
-    """The verdict on one process group."""
+class GroupHang(Result, frozen=True, kw_only=True):
+    """The verdict on one process group. `first_ts_ns` is when the first divergent seq was issued
+    (the earliest rank's clock): what orders the groups' divergences in time."""
 
     group: str
     desc: str | None
@@ -84,76 +85,82 @@ class GroupHang:
     ranks_complete: bool
     last_seq: dict[int, int]
     last_completed_seq: dict[int, int | None]
+    last_p2p_seq: dict[int, int] = msgspec.field(default_factory=dict)
     first_divergent_seq: int | None
     missing_ranks: list[int]
     no_dump_ranks: list[int]
     mismatches: list[Mismatch]
     status: str
+    suspects: list[int] = msgspec.field(default_factory=list)
     verdict: str
-    suspects: list[int] = field(default_factory=list)
     first_ts_ns: int | None = None
-    last_p2p_seq: dict[int, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group, "desc": self.desc, "ranks": self.ranks, "ranks_complete": self.ranks_complete,
-            "last_seq": {str(r): s for r, s in sorted(self.last_seq.items())},
-            "last_completed_seq": {str(r): s for r, s in sorted(self.last_completed_seq.items())},
-            "last_p2p_seq": {str(r): s for r, s in sorted(self.last_p2p_seq.items())},
-            "first_divergent_seq": self.first_divergent_seq, "missing_ranks": self.missing_ranks,
-            "no_dump_ranks": self.no_dump_ranks, "mismatches": to_builtins(self.mismatches), "status": self.status,
-            "suspects": self.suspects, "verdict": self.verdict,
-        }
 
 
-@dataclass
-class HangResult:
-    """Per-group verdicts plus the findings (kind "hang"), most likely root cause first."""
+class Location(Result, frozen=True, kw_only=True):
+    """Where a rank ran, as far as its traces say (a field left out when none names it)."""
+
+    host: str | UnsetType = UNSET
+    local_device: int | UnsetType = UNSET
+    pid: int | UnsetType = UNSET
+    bus_id: str | UnsetType = UNSET
+
+
+class LogMessage(Result, frozen=True, kw_only=True):
+    """A warning, error or watchdog timeout a rank involved in a hang logged (a `log_messages` row;
+    a column the table lacks is left out)."""
+
+    rank: int
+    host: str | UnsetType | None = UNSET
+    pid: int | UnsetType | None = UNSET
+    ts_ns: int | UnsetType | None = UNSET
+    level: str | UnsetType | None = UNSET
+    subsystem: str | UnsetType | None = UNSET
+    message: str | UnsetType | None = UNSET
+    line: int | UnsetType | None = UNSET
+    location: str | UnsetType | None = UNSET
+
+
+class HangResult(Result, frozen=True, kw_only=True):
+    """Per-group verdicts plus the findings (kind "hang"), most likely root cause first.
+
+    `last_seq` ({group: {rank: last seq}}, what the report's hang table colours) and `suspects`
+    (the blamed ranks, from the earliest divergence on) follow from the groups: `__post_init__`
+    sets them, whatever was given."""
 
     groups: list[GroupHang]
     findings: list[Finding]
+    last_seq: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
+    suspects: list[int] = msgspec.field(default_factory=list)
     source: str
-    notes: list[str] = field(default_factory=list)
-    locations: dict[int, dict[str, Any]] = field(default_factory=dict)
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    locations: dict[int, Location] = msgspec.field(default_factory=dict)
+    messages: list[LogMessage] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "last_seq", {g.group: dict(sorted(g.last_seq.items()))
+                                                         for g in self.groups})
+        suspects: list[int] = []
+        for g in _by_time(self.groups):
+            suspects.extend(r for r in g.suspects if r not in suspects)
+        msgspec.structs.force_setattr(self, "suspects", suspects)
+        msgspec.structs.force_setattr(self, "locations", dict(sorted(self.locations.items())))
 
     def where(self, rank: int) -> str:
         """ "host node-3, GPU 2 (pid 1234)" for a rank whose host or GPU is known, else ""."""
-        loc = self.locations.get(rank) or {}
+        loc = self.locations.get(rank, Location())
         parts = []
-        if loc.get("host"):
-            parts.append(f"host {loc['host']}")
-        if loc.get("local_device") is not None:
-            parts.append(f"GPU {loc['local_device']}")
+        if loc.host:
+            parts.append(f"host {loc.host}")
+        if loc.local_device is not UNSET:
+            parts.append(f"GPU {loc.local_device}")
         text = ", ".join(parts)
-        if text and loc.get("pid") is not None:
-            text += f" (pid {loc['pid']})"
+        if text and loc.pid is not UNSET:
+            text += f" (pid {loc.pid})"
         return text
 
     @property
     def hung(self) -> bool:
         return any(g.status in ("hang", "mismatch") for g in self.groups)
-
-    @property
-    def suspects(self) -> list[int]:
-        """Blamed ranks, from the earliest divergence on."""
-        out: list[int] = []
-        for g in _by_time(self.groups):
-            out.extend(r for r in g.suspects if r not in out)
-        return out
-
-    def last_seq(self) -> dict[str, dict[str, int]]:
-        """{group: {rank: last seq}} (what the report's hang table colours)."""
-        return {g.group: {str(r): s for r, s in sorted(g.last_seq.items())} for g in self.groups}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"groups": [g.to_json() for g in self.groups], "findings": texts(self.findings),
-                "last_seq": self.last_seq(), "suspects": self.suspects, "source": self.source,
-                "notes": list(self.notes), "locations": {str(r): v for r, v in sorted(self.locations.items())},
-                "messages": list(self.messages)}
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=True)
 
 
 def _b(n: int | None) -> str:
@@ -347,15 +354,12 @@ def find_hangs(collectives: pa.Table | Any, groups: pa.Table | Any | None = None
     window = dict(df.filter(pl.col("ts") > 0).group_by("rank").agg(pl.col("ts").min()).iter_rows())
     tracks = _tracks(df)
     results = [_check_group(g, tracks[g], ginfo.get(g, {}), dumped, window) for g in sorted(tracks, key=_gorder)]
-    findings = _findings(results, source)
-    result = HangResult(groups=results, findings=findings, source=source)
-    if ranks is not None:
-        result.locations = _locations(ranks)
-    _add_places_and_messages(result, messages)
-    return result
+    result = HangResult(groups=results, findings=_findings(results, source), source=source,
+                        locations=_locations(ranks) if ranks is not None else {})
+    return _with_places_and_messages(result, messages)
 
 
-def _locations(ranks: pa.Table | Any) -> dict[int, dict[str, Any]]:
+def _locations(ranks: pa.Table | Any) -> dict[int, Location]:
     rt = ranks if isinstance(ranks, pa.Table) else ranks.to_arrow()
     cols = [c for c in ("rank", "host", "local_device", "pid", "bus_id") if c in rt.column_names]
     out: dict[int, dict[str, Any]] = {}
@@ -366,30 +370,30 @@ def _locations(ranks: pa.Table | Any) -> dict[int, dict[str, Any]]:
         for k, v in row.items():
             if k != "rank" and v is not None and cur.get(k) is None:
                 cur[k] = v
-    return {r: v for r, v in out.items() if v}
+    return {r: Location(**v) for r, v in out.items() if v}
 
 
 _MESSAGE_LEVELS = ("WARN", "ERROR", "ABORT")
 MAX_MESSAGES_PER_RANK = 3
 
 
-def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None) -> None:
+def _with_places_and_messages(result: HangResult, messages: pa.Table | Any | None) -> HangResult:
     """Name where the suspects ran, and add the warnings and watchdog timeouts logged by the ranks
     of the groups that did not end well (suspects first)."""
     bad = [g for g in result.groups if g.status in ("hang", "mismatch", "stuck")]
     if not bad:
-        return
+        return result
+    found = list(result.findings)
     lead = result.suspects
     for r in lead[:8]:
         where = result.where(r)
         if where:
-            result.findings.insert(min(1, len(result.findings)) + lead.index(r),
-                                   Finding(kind="hang", text=f"Rank {r} ran on {where}.", ranks=(r,)))
-    if messages is None:
-        return
-    mt = messages if isinstance(messages, pa.Table) else messages.to_arrow()
-    if mt.num_rows == 0 or "rank" not in mt.column_names:
-        return
+            found.insert(min(1, len(found)) + lead.index(r),
+                         Finding(kind="hang", text=f"Rank {r} ran on {where}.", ranks=(r,)))
+    logged: list[LogMessage] = []
+    mt = None if messages is None else messages if isinstance(messages, pa.Table) else messages.to_arrow()
+    if mt is None or mt.num_rows == 0 or "rank" not in mt.column_names:
+        return msgspec.structs.replace(result, findings=found)
     involved = [*lead, *sorted({r for g in bad for r in g.ranks} - set(lead))]
     wanted = set(involved)
     cols = [c for c in ("rank", "host", "pid", "ts_ns", "level", "subsystem", "message", "line", "location")
@@ -409,21 +413,22 @@ def _add_places_and_messages(result: HangResult, messages: pa.Table | Any | None
                                                           m.get("line") or 0))
         if not rows:
             continue
-        result.messages.extend({**m, "rank": r} for m in rows[:MAX_MESSAGES_PER_RANK * 10])
+        logged.extend(LogMessage(**{**m, "rank": r}) for m in rows[:MAX_MESSAGES_PER_RANK * 10])
         where = result.where(r)
         who = f"rank {r}" + (f" ({where})" if where else "")
         watchdog = [m for m in rows if m.get("subsystem") == "watchdog"]
         warns = [m for m in rows if m.get("subsystem") != "watchdog"]
         if watchdog:
-            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
-                                           text=f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}"))
+            found.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                 text=f"{who}: PyTorch watchdog timeout: {_clip(watchdog[0]['message'])}"))
         if warns:
             first = warns[0]
             more = f" ({len(warns)} in all)" if len(warns) > 1 else ""
             line = f", line {first['line']}" if first.get("line") else ""
-            result.findings.append(Finding(kind="hang", severity="warning", ranks=(r,),
-                                           text=f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
-                                           f"{_clip(first['message'])}{line}"))
+            found.append(Finding(kind="hang", severity="warning", ranks=(r,),
+                                 text=f"{who} logged NCCL {first.get('level') or 'WARN'}{more}: "
+                                 f"{_clip(first['message'])}{line}"))
+    return msgspec.structs.replace(result, findings=found, messages=logged)
 
 
 def _clip(text: Any, limit: int = 200) -> str:

@@ -13,10 +13,11 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute
@@ -27,7 +28,7 @@ from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect, registry
-from tracekit.results import from_builtins, to_builtins
+from tracekit.results import Result, from_builtins, to_builtins
 from tracekit.store import (
     LOCK,
     MANIFEST,
@@ -49,9 +50,7 @@ from tracekit.store import (
     remove_stale_sources,
     take_written,
 )
-
-if TYPE_CHECKING:
-    from tracekit.validity import RunValidity
+from tracekit.validity import RunValidity
 
 SOURCE_RECORD = "source.json"
 #: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
@@ -59,8 +58,7 @@ PARALLEL_MIN_BYTES = 16 << 20
 _GLOB_CHARS = set("*?[")
 
 
-@dataclass
-class SourceReport:
+class SourceReport(Result, frozen=False, kw_only=True):
     """What happened to one input file."""
 
     path: str
@@ -72,14 +70,14 @@ class SourceReport:
     error: str | None = None
     read: int = 0
     stored: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    dropped: dict[str, int] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
+    dropped: dict[str, int] = msgspec.field(default_factory=dict)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    ranks: list[int] = msgspec.field(default_factory=list)
     events: int = 0
     collectives: int = 0
     groups: int = 0
-    steps: list[int] = field(default_factory=list)
+    steps: list[int | None] = msgspec.field(default_factory=list)
     ts_min_ns: int | None = None
     ts_max_ns: int | None = None
     parser_version: str | None = None
@@ -88,22 +86,33 @@ class SourceReport:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class IgnoredFile(Result, frozen=True, kw_only=True):
+    """A file found in a directory or glob that no parser reads, and why it was left out."""
+
+    path: str
+    reason: str
 
 
-@dataclass
-class IngestReport:
-    """The outcome of one `ingest` call: one SourceReport per input file, plus run warnings."""
+class IngestReport(Result, frozen=False, kw_only=True, dict=True):
+    """The outcome of one `ingest` call: one SourceReport per input file, plus run warnings; its
+    JSON is what `tracekit ingest --json` prints (the run directory as `run`).
 
-    run_dir: Path
+    `ranks` (the ranks of the ingested sources) follows from `sources`: `__post_init__` sets it
+    when the report is made, whatever was given. `committed`, whether a new manifest was written
+    (False when nothing could be ingested), is not part of the JSON."""
+
+    run_dir: Path = msgspec.field(name="run")
     sources: list[SourceReport]
-    warnings: list[str] = field(default_factory=list)
-    tables: dict[str, int] = field(default_factory=dict)
-    ignored: list[dict[str, str]] = field(default_factory=list)
+    ranks: list[int] = msgspec.field(default_factory=list)
+    tables: dict[str, int] = msgspec.field(default_factory=dict)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    ignored: list[IgnoredFile] = msgspec.field(default_factory=list)
     validity: RunValidity | None = None  # once the sources were checked
-    #: whether a new manifest was written (False when nothing could be ingested)
-    committed: bool = False
+    committed: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.ranks = sorted({r for s in self.ingested for r in s.ranks})
 
     @property
     def exit_code(self) -> int:
@@ -119,17 +128,6 @@ class IngestReport:
     @property
     def failed(self) -> list[SourceReport]:
         return [s for s in self.sources if not s.ok]
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted({r for s in self.ingested for r in s.ranks})
-
-    def to_json(self) -> dict[str, Any]:
-        """What `tracekit ingest --json` prints: every source, the warnings, and the run's validity."""
-        return {"run": str(self.run_dir), "sources": [s.to_dict() for s in self.sources],
-                "ranks": self.ranks, "tables": self.tables, "warnings": list(self.warnings),
-                "ignored": list(self.ignored),
-                "validity": to_builtins(self.validity) if self.validity is not None else None}
 
 
 ProgressFn = Callable[[SourceReport, int, int], None]
@@ -494,7 +492,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
             raise TracekitError(str(exc)) from exc
     files, reports = expand_paths(paths, exclude=run_dir)
     named = {Path(p).resolve() for p in paths if Path(p).is_file()}
-    ignored: list[dict[str, str]] = []
+    ignored: list[IgnoredFile] = []
     todo: list[tuple[SourceReport, str]] = []
     keys_seen: dict[str, str] = {}
     for f in files:
@@ -510,7 +508,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
         rep.format = fmt
         if fmt is None and f not in named and not _is_compressed(f):
             reports.remove(rep)
-            ignored.append({"path": str(f), "reason": "unknown format (found in a directory or glob)"})
+            ignored.append(IgnoredFile(path=str(f), reason="unknown format (found in a directory or glob)"))
             continue
         if fmt is None:
             rep.error = f"{f}: unknown format (not a Kineto/Chrome trace or another supported format)"
@@ -622,8 +620,8 @@ def _unchanged(run_dir: Path, report: IngestReport, *, rank: int | None,
         return False
     validity = manifest.get("validity")
     options = {"rank": rank, "comm_patterns": list(comm_patterns) if comm_patterns else None}
-    sources = json.loads(json.dumps([s.to_dict() for s in report.sources]))
-    if (manifest.get("sources") != sources or manifest.get("ignored") != report.ignored
+    sources = to_builtins(report.sources)
+    if (manifest.get("sources") != sources or manifest.get("ignored") != to_builtins(report.ignored)
             or manifest.get("options") != options or manifest.get("schema_version") != schema.SCHEMA_VERSION
             or manifest.get("tracekit_version") != __version__ or manifest.get("generation") != _generation(
                 report, options) or not isinstance(validity, dict) or len(validity.get("jobs") or []) > 1):
@@ -1230,11 +1228,11 @@ def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
         "options": options,
-        "sources": [s.to_dict() for s in report.sources],
+        "sources": to_builtins(report.sources),
         "tables": report.tables,
         "ranks": report.ranks,
         "warnings": report.warnings,
-        "ignored": report.ignored,
+        "ignored": to_builtins(report.ignored),
         "validity": to_builtins(report.validity) if report.validity is not None else None,
         "primary_sources": {str(r): keys for r, keys in
                             sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
@@ -1298,8 +1296,7 @@ def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "tables": m.get("tables", {}),
         "groups": [{**g, "dims": list(g["dims"] or []), "ranks": list(g["ranks"] or []),
                     "collectives": per_group.get(g["group"], 0)} for g in groups],
-        "communicators": [c.to_json() for c in communicators(run.table("groups"), run.table("channels"),
-                                                                run.table("ranks"))],
+        "communicators": to_builtins(communicators(run.table("groups"), run.table("channels"), run.table("ranks"))),
         "nccl_warnings": to_builtins(nccl_warnings(run.table("log_messages"))),
         "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
                                             "warnings", "error", "cached")} for s in sources],

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import polars as pl
+from msgspec import UNSET
 
 from tracekit._text import fmt_ns, one_line
 from tracekit.results import Result
@@ -514,7 +515,7 @@ def whatif_comparison(result: WhatIfResult) -> list[str]:
             for host in after.hosts:
                 lines.append(f"  {host}: ranks {' '.join(r for _, r in sorted(by_host.get(host, [])))} (by GPU)")
         details = s.details or {}
-        if s.simulated_gpus is not None:
+        if s.simulated_gpus is not UNSET:
             copies = f"{details['copies']} cop{'ies' if details['copies'] != 1 else 'y'}"
             lines.append(f"  simulated GPUs: {s.simulated_gpus} ({copies} of the traced {details['traced_gpus']}) on "
                          f"{details['hosts']} hosts of {details['gpus_per_host']}, "

@@ -1,8 +1,8 @@
 """One JSON encoder for the typed results that cross layers.
 
 Results are msgspec Structs whose fields are declared in the order their JSON lists them.
-`to_builtins` turns one into plain JSON values (an Arrow table into its rows), `dumps` into the
-text `--json` and results/*.json carry, and `from_builtins` types a stored
+`to_builtins` turns one into plain JSON values (an Arrow table into its rows, a path into its
+text), `dumps` into the text `--json` and results/*.json carry, and `from_builtins` types a stored
 document again; no result writes or reads its JSON by hand.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,6 +37,8 @@ def _enc_hook(obj: Any) -> Any:
 def _dec_hook(kind: type, obj: Any) -> Any:
     if kind is pa.Table and isinstance(obj, list):
         return pa.Table.from_pylist(obj)  # the result's __post_init__ gives it its schema
+    if isinstance(kind, type) and issubclass(kind, PurePath) and isinstance(obj, str):
+        return kind(obj)
     raise TypeError(f"{kind.__name__} is not read from JSON")
 
 

@@ -55,6 +55,7 @@ from tracekit import __version__, schema
 from tracekit.atomic import atomic_write_bytes, atomic_write_text
 from tracekit.errors import TracekitError
 from tracekit.parsers._kineto_calls import kernel_algo
+from tracekit.results import to_builtins
 from tracekit.store import Run, RunLock, SourceSink, commit
 
 #: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
@@ -950,7 +951,7 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
     manifest = {
         "tracekit_version": __version__,
         "schema_version": schema.SCHEMA_VERSION,
-        "sources": [{**source.to_dict(), "parts": parts}],
+        "sources": [{**to_builtins(source), "parts": parts}],
         "tables": {name: t.num_rows for name, t in tables.items()},
     }
     with RunLock(out):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 
 from tracekit import schema
@@ -87,14 +88,16 @@ def _run(source: RunSource) -> Run:
 def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
             executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
-    """`tracekit.analysis.analyze` on a run (a `Run`, a run directory or raw traces); with `write`,
-    the prepared tables and results/analysis.json are stored in it."""
+    """`tracekit.analysis.analyze` on a run (a `Run`, a run directory or raw traces), with the hang
+    verdict `tracekit hang` gives on the same run attached (its findings lead the analysis'); with
+    `write`, the prepared tables and results/analysis.json are stored in it."""
     from tracekit.analysis import analyze as analyse_run
+    from tracekit.hang import hang_from_run
 
     run = _run(source)
     with run.results_together("analyze's tables and results/analysis.json"):
         result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
-                             partitioned=partitioned)
+                             partitioned=partitioned, hang=hang_from_run(run))
         if write:
             run.write_json("analysis", result.to_json())
     return result
@@ -213,7 +216,7 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
     got = Opened(paths, None) if isinstance(paths, Run) else opened(paths, cache=out, rank=rank)
     result = hang_from_run(got.run)
     if write:
-        got.run.write_json("hang", result.to_json())
+        got.run.write_json("hang", to_builtins(result))
     report = got.ingest
     if report is not None:
         notes = [s.error for s in report.failed if s.error]
@@ -221,7 +224,8 @@ def hang(paths: Paths | RunSource, *, out: str | os.PathLike[str] | None = None,
         notes.insert(0, "ingested " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
                      + (f" source{'s' if len(report.ingested) > 1 else ''}"))
         # hang reads every dump itself (`Run.source_table`), so ingest's "set aside" notice does not apply
-        result.notes = notes + [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
+        notes += [w for w in report.warnings if not w.startswith("ranks covered by several sources")]
+        result = msgspec.structs.replace(result, notes=notes)
     return result
 
 
@@ -256,37 +260,41 @@ def report(source: RunSource, out: str | os.PathLike[str], *, analysis: Analysis
            cdn: bool = False, **options: Any) -> ReportInfo:
     """Write the standalone HTML report of a run (`tracekit.viz.report`): the analysis (computed,
     not stored, when not given), the replay and the telemetry comparison stored in the run when
-    not given, the hang verdict the analysis carries."""
+    not given, and the hang verdict the analysis carries (`tracekit hang`'s on the run when it
+    carries none)."""
     from tracekit.viz.report import write_report
 
     run = _run(source)
-    analysis, replay, links = _report_inputs(run, analysis, replay)
+    analysis, replay, hang, links = _report_inputs(run, analysis, replay, hang)
     return write_report(run, out, analysis=analysis, replay=replay, hang=hang, whatif=whatif, links=links,
                         cdn=cdn, **options)
 
 
 def report_data(source: RunSource, *, analysis: AnalysisResult | None = None, replay: ReplayResult | None = None,
-                **options: Any) -> dict[str, Any]:
+                hang: HangResult | None = None, **options: Any) -> dict[str, Any]:
     """`tracekit.viz.report.build_report_data` with the inputs `report` gathers."""
     from tracekit.viz.report import build_report_data
 
     run = _run(source)
-    analysis, replay, links = _report_inputs(run, analysis, replay)
-    return build_report_data(run, analysis=analysis, replay=replay, links=links, **options)
+    analysis, replay, hang, links = _report_inputs(run, analysis, replay, hang)
+    return build_report_data(run, analysis=analysis, replay=replay, hang=hang, links=links, **options)
 
 
-def _report_inputs(run: Run, analysis: AnalysisResult | None, replay: ReplayResult | None
-                   ) -> tuple[AnalysisResult, ReplayResult | None, TelemetryComparison | None]:
+def _report_inputs(run: Run, analysis: AnalysisResult | None, replay: ReplayResult | None, hang: HangResult | None
+                   ) -> tuple[AnalysisResult, ReplayResult | None, HangResult | None, TelemetryComparison | None]:
     from tracekit.analysis import analyze as analyse_run
+    from tracekit.hang import hang_from_run
     from tracekit.replay.engine import ReplayResult
     from tracekit.telemetry.compare import load_comparison
 
     if analysis is None:
-        analysis = analyse_run(run, write=False)
+        analysis = analyse_run(run, write=False, hang=hang_from_run(run))
+    if hang is None:
+        hang = analysis.hang if analysis.hang is not None else hang_from_run(run)
     if replay is None:
         replay = ReplayResult.load(run)
     links = replay.telemetry if replay is not None and replay.telemetry is not None else load_comparison(run)
-    return analysis, replay, links
+    return analysis, replay, hang, links
 
 
 def diff(a: Any, b: Any, *, topology: str | None = None) -> RunDiff:

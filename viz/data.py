@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from msgspec import UNSET
 
 from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
@@ -842,10 +843,10 @@ def _scale_points(result: WhatIfResult, scen: Mapping[str, Any]) -> list[dict[st
     each scale scenario, by GPUs; empty without a scale scenario."""
     points = [{"scenario": name, "gpus": int(s.simulated_gpus),
                "step_ms": float(np.mean(list(s.step_ns.values()))) / 1e6} for name, s in scen.items()
-              if s.simulated_gpus is not None and s.step_ns]
+              if s.simulated_gpus is not UNSET and s.step_ns]
     if not points:
         return []
-    traced = int((next(s for s in scen.values() if s.simulated_gpus is not None).details or {}).get("traced_gpus", 0))
+    traced = int((next(s for s in scen.values() if s.simulated_gpus is not UNSET).details or {}).get("traced_gpus", 0))
     base = {"scenario": "baseline", "gpus": traced,
             "step_ms": float(np.mean(list(result.baseline_step_ns.values()))) / 1e6}
     return sorted([base, *points], key=lambda p: (p["gpus"], p["scenario"] != "baseline"))

@@ -1,8 +1,8 @@
 """The standalone HTML report: `build_report_data` (plain data, unit-tested) and `write_report`.
 
 The report draws the typed results of the library and decides nothing itself: the analysis
-(`tracekit.analysis.analyze`), the hang verdict (`tracekit.hang`, carried by the analysis), the
-replay (`tracekit.replay.engine.ReplayResult`) and the telemetry comparison, which the front door
+(`tracekit.analysis.analyze`), the hang verdict (`tracekit.hang`, which the front door attaches
+to the analysis), the replay (`tracekit.replay.engine.ReplayResult`) and the telemetry comparison, which the front door
 gathers (`tracekit.workflows.report`). It is one file (Bokeh `file_html`,
 resources inline by default so it works offline; a CDN is opt-in) with tabs, in this order and
 each only when its data exists: Summary, Timeline, Overlap, EP, Links, Replay, What-if, Hang. Every
@@ -77,7 +77,7 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     """Everything the report shows, as plain data (dicts, lists, numpy arrays); no Bokeh.
 
     `analysis` is the run's `AnalysisResult`; `replay` a `ReplayResult`; `hang` a `HangResult`
-    (the analysis' own, from the same code as `tracekit hang`, when omitted); `whatif` a
+    (the one the analysis carries, when omitted); `whatif` a
     `tracekit.whatif.WhatIfResult` (the What-if tab only appears with one); `links` the
     measured-vs-replayed `TelemetryComparison`. `tracekit.workflows.report_data` gathers them
     from a run (the analysis computed, the rest as stored).

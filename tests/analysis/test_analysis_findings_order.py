@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.analysis import analyze
+from tracekit.workflows import analyze
 from tracekit.workflows import open as open_run
 
 REAL = Path(__file__).parents[2].parent / "shared" / "real_traces"

@@ -40,7 +40,7 @@ def test_flight_recorder_alone_keeps_one_snapshot_per_rank(tmp_path):
 
 def test_stray_files_in_directories_are_ignored_not_errors(mixed):
     report, run = mixed
-    assert [Path(i["path"]).name for i in report.ignored] == ["truth.json"]
+    assert [Path(i.path).name for i in report.ignored] == ["truth.json"]
     assert not report.failed
     assert run.manifest["ignored"][0]["path"].endswith("truth.json")
 

@@ -203,3 +203,27 @@ def test_the_front_door_may_write_results(tmp_path):
     path = tmp_path / "fake.py"
     path.write_text("def f(run):\n    run.write_json('replay', {})\n")
     assert violations({"tracekit.workflows": path}, tmp_path) == []
+
+
+def _type_only_lines(tree: ast.AST) -> set[int]:
+    """The lines inside `if TYPE_CHECKING:` blocks."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _text(node.test) == "" and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for child in node.body:
+                out.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return out
+
+
+def test_the_analysis_takes_the_hang_verdict_and_never_computes_it():
+    """Issue 19: the front door computes the hang verdict and hands it to the analysis; the
+    analysis names `HangResult` for its type only."""
+    found = []
+    for name, path in modules().items():
+        if not _within(name, "tracekit.analysis"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        typed = _type_only_lines(tree)
+        found += [f"{name}:{line}: imports {target}" for line, target, imported in imports(tree, name)
+                  if _within(f"{target}.{imported}" if imported else target, "tracekit.hang") and line not in typed]
+    assert found == []

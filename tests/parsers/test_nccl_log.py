@@ -311,7 +311,7 @@ def test_hang_from_a_log_with_p2p_gaps_in_the_opcount(tmp_path: Path) -> None:
     assert any(f.text.startswith("Rank 3 ran on host node-1, GPU 1") for f in result.findings)
     assert any("rank 3 (host node-1, GPU 1 (pid 4003)) logged NCCL WARN: NET/IB : Got completion" in f.text
                for f in result.findings)
-    assert [m["rank"] for m in result.messages] == [3]
+    assert [m.rank for m in result.messages] == [3]
 
 
 def test_hang_agrees_when_every_rank_logged_the_same_calls(tmp_path: Path) -> None:

@@ -261,6 +261,7 @@ def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
 
     from tracekit.replay.calibration import TwoTerms, applied
     from tracekit.replay.engine import ReplayError
+    from tracekit.results import to_builtins
     from tracekit.workflows import calibration
 
     terms = {"all_reduce:ring": TwoTerms(3.0, 1.5, 4, 3)}
@@ -270,7 +271,7 @@ def test_applied_terms_take_precedence_over_the_buckets(tmp_path):
     assert cal.predict(latency, transfer).tolist() == [180.0, 220.0, 440.0]
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps({"run": "healthy", "topology": BASE, "efficiency": {"all_reduce:2^20": 2.0},
-                                "terms": {"all_reduce:ring": terms["all_reduce:ring"].to_dict()}}))
+                                "terms": to_builtins(terms)}))
     saved = calibration(path, [BASE]).saved
     assert saved.terms == terms and saved.efficiency == {"all_reduce:2^20": 2.0}
     path.write_text(json.dumps({"efficiency": {"all_reduce:2^20": 2.0}, "terms": {"all_reduce:ring": {"a": 1}}}))

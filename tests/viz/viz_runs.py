@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracekit.analysis import AnalysisResult, analyze
+from tracekit.analysis import AnalysisResult
 from tracekit.ingest import ingest
 from tracekit.replay.engine import ReplayResult
 from tracekit.store import Run
+from tracekit.workflows import analyze
 from tracekit.workflows import replay as replay_run
 from tracekit.workflows import report_data as build_report_data
 

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 from whatif_helpers import skewed_ep_run
 
+from tracekit.results import to_builtins
 from tracekit.whatif import ExpertLoads, WhatIfError, eplb, make_baseline, read_expert_loads, read_expert_map
 
 TOPO = "rail-optimized:gpus=4"
@@ -72,7 +73,7 @@ def test_balancing_shortens_the_all_to_all_and_the_step(base):
     r = eplb(base, redundant=8)
     assert r.a2a_ns.after < r.a2a_ns.before
     assert r.step_change.after < r.step_change.before
-    assert r.to_json()["checkpoint_ns"] is None and r.to_json()["ep_imbalance"]["before"] == pytest.approx(3.2)
+    assert to_builtins(r)["checkpoint_ns"] is None and to_builtins(r)["ep_imbalance"]["before"] == pytest.approx(3.2)
 
 
 def test_expert_compute_scaled_by_tokens_received(base):
@@ -118,8 +119,9 @@ def test_expert_files(tmp_path, base):
     assert loads.tokens[0] == 90 and loads.rank_of[15] == 7
     r = eplb(base, redundant=8, loads=loads)
     assert any("loads.json" in n for n in r.notes)
-    plans = r.details["plans"][0]
-    assert plans["experts_per_rank"] == 2 and "0" in plans["replicas"]
+    plan = r.details["plans"][0]
+    assert plan.experts_per_rank == 2 and 0 in plan.replicas
+    assert "0" in to_builtins(r)["details"]["plans"][0]["replicas"]
     (tmp_path / "bad.csv").write_text("expert,tokens\nx,1\n")
     from tracekit.errors import InputError
 

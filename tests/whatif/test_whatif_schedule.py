@@ -43,7 +43,7 @@ def test_rebuilding_the_traced_schedule_is_the_baseline(name: str) -> None:
         (p.stage, p.chunks) for p in s.schedule.baseline.placed]
     assert [p.start_ns for p in s.schedule.scenario.placed] == pytest.approx(
         [p.start_ns for p in s.schedule.baseline.placed], abs=bound * span)
-    assert s.details["traced_schedule"]["name"] == name
+    assert s.details["traced_schedule"].name == name
 
 
 def test_other_schedules_move_the_step_by_the_pipeline_span(one_f_one_b) -> None:

@@ -87,7 +87,7 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
 @dataclass
 class AnalysisResult:
     """Every analysis table (Arrow), the alignment report, the run's validity, the hang verdict
-    (same code as `tracekit hang`) and the findings, as typed `Finding` objects.
+    (`tracekit hang`'s, when the front door attached it) and the findings, as typed `Finding` objects.
 
     `steps` holds each rank's step windows and `step_times` the one step time per step (see
     `tracekit.analysis.steps.STEP_TIME`). `instances` carries, per instance, the rank waited on
@@ -116,7 +116,7 @@ class AnalysisResult:
     critical_path: pa.Table = field(default_factory=lambda: table(pl.DataFrame(schema=rootcause.CRITICAL_SCHEMA)))
     pp_stages: pa.Table = field(default_factory=lambda: pa.table({"rank": pa.array([], pa.int32()),
                                                                  "stage": pa.array([], pa.int32())}))
-    hang: HangResult | None = None  # when the run holds sequence numbers worth checking
+    hang: HangResult | None = None  # given by the front door (`tracekit.workflows.analyze`)
     microbench: list[MicrobenchRun] = field(default_factory=list)  # nccl-tests tables in the run
     kernel_bandwidth: pa.Table = field(default_factory=lambda: pa.table({}))  # see stalls.kernel_bandwidth
     pp_schedule: TracedSchedule | None = None  # the pipeline schedule read from the PP transfers
@@ -162,12 +162,15 @@ class AnalysisResult:
 
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
-            executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
+            executor: str | Executor | None = None, partitioned: bool = True,
+            hang: HangResult | None = None) -> AnalysisResult:
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
     `write=True`, the prepared tables are written back into the run (results/analysis.json is
-    the front door's, `tracekit.workflows.analyze`).
+    the front door's, `tracekit.workflows.analyze`). `hang` is the run's hang verdict, which the
+    result carries and its findings lead with; the analysis never computes one (the front door,
+    `tracekit.workflows.analyze`, passes `tracekit.hang`'s).
     A run directory's events are read per rank partition (`tracekit.analysis.partitioned`), so
     memory is bounded by the largest partition, not the run; `executor` "ray" or
     "ray://HOST:PORT" maps those partitions over Ray tasks. `partitioned=False` loads every
@@ -225,26 +228,13 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
         participants=table(parts), root_causes=table(casc), critical_path=table(critical),
         pp_stages=pa.table({"rank": pa.array(list(stage), pa.int32()),
                             "stage": pa.array(list(stage.values()), pa.int32())}),
-        kernel_bandwidth=table(kernel_bw), hang=_hang(run, source), microbench=_microbench(run, source), top=top,
+        kernel_bandwidth=table(kernel_bw), hang=hang, microbench=_microbench(run, source), top=top,
         pp_schedule=pp_schedule,
     )
     from tracekit.analysis.findings import findings
 
     result.findings = findings(result)
     return result
-
-
-def _hang(run: Run | None, source: RunLike) -> HangResult | None:
-    """`tracekit hang`'s verdict on the same run (the one code path for hang verdicts)."""
-    from tracekit.hang import find_hangs, hang_from_run
-
-    if run is not None:
-        return hang_from_run(run)
-    assert isinstance(source, Mapping)
-    coll = source.get("collectives")
-    if coll is None or coll.num_rows == 0:
-        return None
-    return find_hangs(coll, source.get("groups"), ranks=source.get("ranks"))
 
 
 def _microbench(run: Run | None, source: RunLike) -> list[MicrobenchRun]:
@@ -334,10 +324,10 @@ def _to_json(r: AnalysisResult) -> dict[str, Any]:
         "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
         "ep": _pl(r.ep_groups).to_dicts(),
         "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
-        "pp_schedule": r.pp_schedule.to_json() if r.pp_schedule is not None else None,
+        "pp_schedule": to_builtins(r.pp_schedule.shape()) if r.pp_schedule is not None else None,
         "bandwidth": bandwidth,
         "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
-        "hang": r.hang.to_json() if r.hang is not None else None,
+        "hang": to_builtins(r.hang) if r.hang is not None else None,
         "microbench": to_builtins(r.microbench),
         "findings": to_builtins(r.findings),
     }

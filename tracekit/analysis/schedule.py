@@ -68,6 +68,15 @@ class TracedBlock(Result, frozen=True, kw_only=True):
     chunks: str
 
 
+class ScheduleShape(Result, frozen=True, kw_only=True):
+    """A traced schedule's name and shape: stages, micro-batches and chunks per stage (None: not seen)."""
+
+    name: str
+    stages: int
+    microbatches: int | None
+    chunks: int | None
+
+
 class TracedSchedule(Result, frozen=True, kw_only=True):
     """The pipeline schedule read from the trace (see the module doc).
 
@@ -87,8 +96,9 @@ class TracedSchedule(Result, frozen=True, kw_only=True):
     costs: tuple[StageCosts, ...] = ()
     blocks: tuple[TracedBlock, ...] = ()  # the traced compute blocks of the first pipeline, for the Gantt
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "stages": self.stages, "microbatches": self.microbatches, "chunks": self.chunks}
+    def shape(self) -> ScheduleShape:
+        """What `analyze --json` (`pp_schedule`) and the schedule what-if report of it."""
+        return ScheduleShape(name=self.name, stages=self.stages, microbatches=self.microbatches, chunks=self.chunks)
 
     @property
     def recognised(self) -> bool:

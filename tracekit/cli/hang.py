@@ -31,6 +31,7 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
     A hang is a finding, not an error: the exit code is 0.
     """
     from tracekit import workflows
+    from tracekit.results import dumps
     from tracekit.store import Run
 
     if len(paths) == 1 and Run.is_run(paths[0]):
@@ -41,7 +42,7 @@ def hang(paths: tuple[str, ...], as_json: bool, out: Path | None, rank: int | No
     else:
         result = workflows.hang(list(paths), out=out, rank=rank, write=not no_write)
     if as_json:
-        click.echo(result.dumps())
+        click.echo(dumps(result, sort_keys=True))
         return
     _print(result)
 

@@ -66,9 +66,9 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
 
             report = run_ingest(paths, out, progress=progress, **options)
     if as_json:
-        import json
+        from tracekit.results import dumps
 
-        click.echo(json.dumps(report.to_json(), indent=1, sort_keys=True))
+        click.echo(dumps(report, sort_keys=True))
     else:
         _print(report)
     if not report.ingested:
@@ -129,10 +129,11 @@ def skipped_summary(sources: list) -> str | None:
 
 def _print(report) -> None:
     from tracekit._text import grouped_warnings, short_paths
+    from tracekit.results import to_builtins
 
     console = safe_console(soft_wrap=False)
     err = safe_console(stderr=True, soft_wrap=True)
-    ok = [s.to_dict() for s in report.sources if s.ok]
+    ok = to_builtins(report.ingested)
     if report.ingested:
         console.print(sources_table(ok))
         note = skipped_summary(ok)
@@ -153,7 +154,7 @@ def _print(report) -> None:
         for s in report.failed:
             err.print(f"error: {s.error}", markup=False)
     if report.ignored:
-        ignored = ", ".join(Path(i["path"]).name for i in report.ignored[:5])
+        ignored = ", ".join(Path(i.path).name for i in report.ignored[:5])
         more = f" and {len(report.ignored) - 5} more" if len(report.ignored) > 5 else ""
         err.print(f"note: ignored {len(report.ignored)} file(s) of unknown format found in directories: "
                   f"{ignored}{more}", markup=False)

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from tracekit.results import Result
+
 FITTED, INTERPOLATED, UNCALIBRATED, NO_FLOWS = "fitted", "interpolated", "uncalibrated", "no_flows"
 #: Two terms are fitted only on at least this many instances (two would fix both factors exactly,
 #: with nothing left to tell a stalled call from a trend) ...
@@ -156,23 +158,14 @@ class ReplayErrors:
                    split=str(doc.get("split") or ""), basis=str(doc.get("basis") or "measured"))
 
 
-@dataclass(frozen=True)
-class TwoTerms:
+class TwoTerms(Result, frozen=True):
     """The fit of one (op, algorithm) group: traced ~= latency * modelled latency + transfer *
     modelled transfer, on `n` instances spanning `buckets` size buckets."""
 
     latency: float
     transfer: float
-    n: int
-    buckets: int
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"latency": self.latency, "transfer": self.transfer, "n": self.n, "buckets": self.buckets}
-
-    @classmethod
-    def from_dict(cls, doc: Any) -> TwoTerms:
-        return cls(float(doc["latency"]), float(doc["transfer"]), int(doc.get("n") or 0),
-                   int(doc.get("buckets") or 0))
+    n: int = 0
+    buckets: int = 0
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ class ReplayResult:
                 "identity": to_builtins(self.identity) if self.identity is not None else None,
                 "dependencies": dict(self.dependencies),
                 "calibration": {"efficiency": dict(self.efficiency),
-                                "terms": {g: t.to_dict() for g, t in self.terms.items()},
+                                "terms": to_builtins(self.terms),
                                 "split": self.errors.split if self.errors else None,
                                 "calibrated_on": self.errors.calibrated_on if self.errors else None,
                                 "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
@@ -265,8 +265,7 @@ class ReplayResult:
         return cls(topologies=list(doc.get("topologies") or names), results=results,
                    baseline=names[0] if names else "",
                    efficiency=dict((doc.get("calibration") or {}).get("efficiency") or {}),
-                   terms={str(g): TwoTerms.from_dict(t)
-                          for g, t in ((doc.get("calibration") or {}).get("terms") or {}).items()},
+                   terms=from_builtins((doc.get("calibration") or {}).get("terms") or {}, dict[str, TwoTerms]),
                    errors=results[0].replay_error if results else None,
                    dependencies=dict(doc.get("dependencies") or {}),
                    findings=from_builtins(doc.get("findings") or [], list[Finding]))
@@ -1445,7 +1444,7 @@ def calibration_document(result: ReplayResult, run_name: str) -> dict[str, Any] 
     if result.errors is None or result.errors.calibrated_on is not None:
         return None
     return {"run": run_name, "topology": result.baseline, "efficiency": dict(result.efficiency),
-            "terms": {g: t.to_dict() for g, t in result.terms.items()},
+            "terms": to_builtins(result.terms),
             "split": result.errors.split, "tracekit_version": __version__}
 
 
@@ -1494,7 +1493,7 @@ def read_calibration(path: str | os.PathLike[str]) -> SavedCalibration:
     except (TypeError, ValueError):
         raise ReplayError(f"{path}: efficiency values must be numbers") from None
     try:
-        terms = {str(g): TwoTerms.from_dict(t) for g, t in (raw_terms or {}).items()}
+        terms = from_builtins(raw_terms or {}, dict[str, TwoTerms])
     except (TypeError, ValueError, KeyError, AttributeError):
         raise ReplayError(f"{path}: two-term calibration values must be numbers") from None
     name = str(doc.get("run") or path) if isinstance(doc, dict) else str(path)

@@ -100,16 +100,17 @@ class TelemetryRates:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class FlaggedWindow:
+class FlaggedWindow(Result, frozen=True):
+    """A rate window the rating flagged, and why (the flags' details, then the flags alone)."""
+
     ts_ns: int
     interval_ns: int
     reasons: tuple[str, ...]
 
 
-@dataclass
-class LinkSummary:
-    """One link (or unmapped port) over the run: utilisation and its flagged windows."""
+class LinkSummary(Result, frozen=True, kw_only=True):
+    """One link (or unmapped port) over the run: utilisation and its flagged windows (the first
+    ones; `flagged_windows` counts them all)."""
 
     link: str
     host: str | None
@@ -122,16 +123,9 @@ class LinkSummary:
     mean_util: float | None
     tx_bytes: float
     rx_bytes: float
-    flagged: list[FlaggedWindow]
     flagged_windows: int = 0
+    flagged: list[FlaggedWindow]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"link": self.link, "host": self.host, "device": self.device, "port": self.port,
-                "link_end": self.link_end, "windows": self.windows, "speed_bps": self.speed_bps,
-                "peak_util": self.peak_util, "mean_util": self.mean_util, "tx_bytes": self.tx_bytes,
-                "rx_bytes": self.rx_bytes, "flagged_windows": self.flagged_windows,
-                "flagged": [{"ts_ns": f.ts_ns, "interval_ns": f.interval_ns, "reasons": list(f.reasons)}
-                            for f in self.flagged]}
 
 
 # ------------------------------------------------------------------------------------------
@@ -522,7 +516,7 @@ def with_rates(link_samples: pa.Table, rates: TelemetryRates) -> pa.Table:
 def rates_doc(rates: TelemetryRates) -> dict[str, Any]:
     """results/telemetry.json: accounting and per-link summaries."""
     return {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
-            "links": [s.to_json() for s in link_summaries(rates.link_samples)]}
+            "links": to_builtins(link_summaries(rates.link_samples))}
 
 
 def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
@@ -585,7 +579,7 @@ def describe(run: Run | str | os.PathLike[str], *, max_flagged: int = 100) -> di
     if not run.has("counters"):
         return None
     samples = run.table("link_samples")
-    links = [s.to_json() for s in link_summaries(samples, max_flagged=max_flagged)]
+    links = to_builtins(link_summaries(samples, max_flagged=max_flagged))
     saved = run.read_json("telemetry") or {}
     summary = telemetry_summary(run)
     return {"links": links, "stats": saved.get("stats"), "warnings": saved.get("warnings", []),

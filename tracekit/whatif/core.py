@@ -13,11 +13,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import Any
 
+import msgspec
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec import UNSET, UnsetType
 
 from tracekit import schema
 from tracekit.errors import TracekitError
@@ -26,9 +29,6 @@ from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
 from tracekit.replay.engine import InstanceReplay
 from tracekit.results import Result, to_builtins
-
-if TYPE_CHECKING:
-    from tracekit.whatif.schedule import ScheduleOutcome
 
 DEFAULT_TOPOLOGY = "rail-optimized"
 COMPARISON = ("each scenario is replayed and compared with the baseline replay of the unchanged run on "
@@ -52,13 +52,24 @@ class Change(Result, frozen=True):
         return self.after / self.before if self.before else math.nan
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where each rank runs: `slots[rank] = (host index, GPU index in the host)`; `hosts` names the
-    host indices (the traced names where known)."""
+class Placement(Result, frozen=True, kw_only=True, dict=True):
+    """Where each rank runs: `ranks[rank] = (host name, GPU index in the host)`; `hosts` names the
+    host indices in order (the traced names where known, each once). `Placement.of` builds one
+    from slots; `slots[rank] = (host index, GPU index)` is the same placement by host index."""
 
-    slots: Mapping[int, tuple[int, int]]
     hosts: tuple[str, ...]
+    ranks: dict[int, tuple[str, int]]
+
+    @classmethod
+    def of(cls, slots: Mapping[int, tuple[int, int]], hosts: Sequence[str]) -> Placement:
+        """The placement of `slots[rank] = (host index, GPU index)` on hosts named `hosts`."""
+        names = tuple(hosts)
+        return cls(hosts=names, ranks={r: (names[h], g) for r, (h, g) in sorted(slots.items())})
+
+    @cached_property
+    def slots(self) -> dict[int, tuple[int, int]]:
+        index = {name: h for h, name in enumerate(self.hosts)}
+        return {r: (index[name], g) for r, (name, g) in self.ranks.items()}
 
     @property
     def gpus_per_host(self) -> int:
@@ -69,10 +80,6 @@ class Placement:
 
     def ranks_on(self, host: int) -> list[int]:
         return sorted((r for r, (h, _) in self.slots.items() if h == host), key=lambda r: self.slots[r][1])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"hosts": list(self.hosts),
-                "ranks": {str(r): [self.hosts[h], g] for r, (h, g) in sorted(self.slots.items())}}
 
 
 class RankLoad(Result, frozen=True):
@@ -99,56 +106,94 @@ class Slowdown(Result, frozen=True, kw_only=True):
     scenario_ns: int
 
 
-@dataclass
-class ScenarioResult:
-    """One scenario against the baseline replay. Fields that do not apply are None."""
+class PlacedChunk(Result, frozen=True, kw_only=True):
+    """One slot of a Gantt chart: a device (stage) runs `chunks` (e.g. "F3", or "F3+B1" paired) from start to end."""
+
+    stage: int
+    chunks: str
+    kind: str  # F, B, Bi, W, or FB for a DualPipe pair
+    start_ns: float
+    end_ns: float
+    exposed_ns: float
+
+
+class PipelineRun(Result, frozen=True, kw_only=True):
+    """One schedule placed in time: its name, shape, pipeline span and per-stage bubble, and its chunks."""
+
+    name: str
+    stages: int
+    microbatches: int
+    chunks: int
+    span_ns: float
+    bubble_ns: tuple[float, ...]
+    exposed_ns: dict[str, float]
+    placed: tuple[PlacedChunk, ...]
+
+
+class ScheduleOutcome(Result, frozen=True, kw_only=True):
+    """The traced schedule rebuilt (baseline) and the new one, with the same chunk costs."""
+
+    baseline: PipelineRun
+    scenario: PipelineRun
+    sm_share: float
+    traced_step: int | None
+
+
+class InterHostBytes(Result, frozen=True, kw_only=True):
+    """Bytes per dim that left hosts through their NICs, in the baseline replay and the scenario's."""
+
+    before: dict[str, int] = msgspec.field(default_factory=dict)
+    after: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class PlacementChange(Result, frozen=True, kw_only=True):
+    """The traced placement and the one a placement scenario replayed."""
+
+    before: Placement
+    after: Placement
+
+
+class ScenarioResult(Result, frozen=False, kw_only=True):
+    """One scenario against the baseline replay. Fields that do not apply are None
+    (`simulated_gpus`, set by scale scenarios only, is left out of the JSON otherwise)."""
 
     scenario: str
-    kind: str
     step_ns: dict[str, int]
     baseline_step_ns: dict[str, int]
     exposed_ns: dict[str, int]
     baseline_exposed_ns: dict[str, int]
-    inter_host_before: dict[str, int] = field(default_factory=dict)
-    inter_host_after: dict[str, int] = field(default_factory=dict)
     ep_imbalance: Change | None = None
-    ep_load: list[RankLoad] | None = None
-    a2a_ns: Change | None = None
+    inter_host_bytes: InterHostBytes = msgspec.field(default_factory=InterHostBytes)
     checkpoint_ns: int | None = None
+    simulated_gpus: int | UnsetType = UNSET  # scale: the GPUs replayed (the baseline's are the traced ones)
+    kind: str
+    a2a_ns: Change | None = None
+    ep_load: list[RankLoad] | None = None
     slowed: list[Slowdown] | None = None
-    placement_before: Placement | None = None
-    placement_after: Placement | None = None
+    placement: PlacementChange | None = None
+    details: dict[str, Any] | None = None  # per kind: what the scenario did (docs/whatif.md)
     schedule: ScheduleOutcome | None = None  # schedule scenarios: both pipelines placed in time
-    details: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    simulated_gpus: int | None = None  # scale: the GPUs replayed (the baseline's are the traced ones)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def step_change(self) -> Change:
         return Change(_mean(self.baseline_step_ns), _mean(self.step_ns))
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "scenario": self.scenario,
-            "step_ns": dict(self.step_ns),
-            "baseline_step_ns": dict(self.baseline_step_ns),
-            "exposed_ns": dict(self.exposed_ns),
-            "baseline_exposed_ns": dict(self.baseline_exposed_ns),
-            "ep_imbalance": to_builtins(self.ep_imbalance) if self.ep_imbalance else None,
-            "inter_host_bytes": {"before": dict(self.inter_host_before), "after": dict(self.inter_host_after)},
-            "checkpoint_ns": self.checkpoint_ns,
-            **({"simulated_gpus": self.simulated_gpus} if self.simulated_gpus is not None else {}),
-            "kind": self.kind,
-            "a2a_ns": to_builtins(self.a2a_ns) if self.a2a_ns else None,
-            "ep_load": to_builtins(self.ep_load) if self.ep_load is not None else None,
-            "slowed": to_builtins(self.slowed) if self.slowed is not None else None,
-            "placement": ({"before": self.placement_before.to_json(), "after": self.placement_after.to_json()}
-                          if self.placement_before and self.placement_after else None),
-            "details": self.details or None,
-            "schedule": to_builtins(self.schedule) if self.schedule is not None else None,
-            "notes": list(self.notes),
-        }
-        return doc
+    @property
+    def inter_host_before(self) -> dict[str, int]:
+        return self.inter_host_bytes.before
+
+    @property
+    def inter_host_after(self) -> dict[str, int]:
+        return self.inter_host_bytes.after
+
+    @property
+    def placement_before(self) -> Placement | None:
+        return self.placement.before if self.placement is not None else None
+
+    @property
+    def placement_after(self) -> Placement | None:
+        return self.placement.after if self.placement is not None else None
 
 
 class SkippedScenario(Result, frozen=True, kw_only=True):
@@ -176,7 +221,7 @@ class WhatIfResult:
         return {"topology": self.topology, "comparison": self.comparison,
                 "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
                 "cautions": to_builtins(self.cautions),
-                "scenarios": [s.to_json() for s in self.scenarios],
+                "scenarios": to_builtins(self.scenarios),
                 "skipped": to_builtins(self.skipped)}
 
     def dumps(self) -> str:
@@ -219,10 +264,10 @@ class Baseline:
         return ScenarioResult(
             scenario=scenario, kind=kind, step_ns=dict(after.step_ns), baseline_step_ns=dict(base.step_ns),
             exposed_ns=dict(after.exposed_ns), baseline_exposed_ns=dict(base.exposed_ns),
-            inter_host_before={d: before.get(d, 0) for d in dims},
-            inter_host_after={d: after_bytes.get(d, 0) for d in dims},
-            placement_before=self.placement if placement is not None else None,
-            placement_after=placement, notes=list(self.notes))
+            inter_host_bytes=InterHostBytes(before={d: before.get(d, 0) for d in dims},
+                                            after={d: after_bytes.get(d, 0) for d in dims}),
+            placement=PlacementChange(before=self.placement, after=placement) if placement is not None else None,
+            notes=list(self.notes))
 
 
 def load_tables(source: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
@@ -264,7 +309,7 @@ def traced_placement(tables: Mapping[str, pa.Table]) -> tuple[Placement, list[st
         per = min(UNKNOWN_HOSTS_PER, len(all_ranks))
         slots = {r: divmod(i, per) for i, r in enumerate(all_ranks)}
         names = tuple(f"host{h}" for h in range(max(h for h, _ in slots.values()) + 1))
-        return Placement(slots, names), [f"hosts unknown: ranks packed {per} per host in rank order"]
+        return Placement.of(slots, names), [f"hosts unknown: ranks packed {per} per host in rank order"]
     members: dict[str, list[int]] = {}
     for r in all_ranks:
         members.setdefault(host_of.get(r, f"?{r}"), []).append(r)
@@ -273,7 +318,7 @@ def traced_placement(tables: Mapping[str, pa.Table]) -> tuple[Placement, list[st
     for h_idx, h in enumerate(order):
         for g_idx, r in enumerate(sorted(members[h], key=lambda r: (local_of.get(r, r), r))):
             slots[r] = (h_idx, g_idx)
-    return Placement(slots, tuple(order)), []
+    return Placement.of(slots, order), []
 
 
 def inter_host_bytes(result: TopologyResult) -> dict[str, int]:

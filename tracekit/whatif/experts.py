@@ -30,6 +30,7 @@ import pyarrow as pa
 from tracekit import schema
 from tracekit.analysis.ep import ep_pairs
 from tracekit.errors import InputError
+from tracekit.results import Result
 from tracekit.whatif._files import load_json, read_rows
 from tracekit.whatif.core import (
     Baseline,
@@ -77,15 +78,28 @@ class GroupPlan:
         to_member[np.arange(n), self.gpu_member] = 1.0
         return spread @ on_gpu @ to_member
 
-    def to_json(self) -> dict[str, Any]:
+    def layout(self) -> ExpertLayout:
+        """Where the plan puts the experts: the replicated ones and each member's."""
         per_gpu = self.plan.slots_per_gpu
         slots = self.plan.phy2log[0]
-        return {"group": self.group, "policy": self.plan.policy, "nodes": self.nodes,
-                "experts_per_rank": self.experts_per_rank,
-                "replicas": {str(int(e)): int(c) for e, c in enumerate(self.plan.count[0]) if c > 1},
-                "experts_on": {str(self.members[int(self.gpu_member[g])]):
-                               [int(e) for e in slots[g * per_gpu:(g + 1) * per_gpu]]
-                               for g in range(self.plan.n_gpus)}}
+        return ExpertLayout(
+            group=self.group, policy=self.plan.policy, nodes=self.nodes, experts_per_rank=self.experts_per_rank,
+            replicas={int(e): int(c) for e, c in enumerate(self.plan.count[0]) if c > 1},
+            experts_on={int(self.members[int(self.gpu_member[g])]):
+                        [int(e) for e in slots[g * per_gpu:(g + 1) * per_gpu]] for g in range(self.plan.n_gpus)})
+
+
+class ExpertLayout(Result, frozen=True, kw_only=True):
+    """An EP group's EPLB plan as the eplb scenario reports it (`details.plans`): the policy, the
+    nodes it packed for, the replica count of each replicated expert, and the experts on each
+    member rank."""
+
+    group: str
+    policy: str
+    nodes: int
+    experts_per_rank: int
+    replicas: dict[int, int]
+    experts_on: dict[int, list[int]]
 
 
 def eplb(base: Baseline, *, redundant: int, groups: int = 1, nodes: int | None = None,
@@ -121,7 +135,7 @@ def eplb(base: Baseline, *, redundant: int, groups: int = 1, nodes: int | None =
     worst = [x.imbalance for x in result.ep_load]
     result.ep_imbalance = Change(max(c.before for c in worst), max(c.after for c in worst))
     result.a2a_ns = Change(_mean_ns(base.result), _mean_ns(after))
-    result.details = {"plans": [p.to_json() for p in plans.values()]}
+    result.details = {"plans": [p.layout() for p in plans.values()]}
     result.notes += [*notes, "replicas of an expert share its tokens evenly", compute_note]
     return result
 

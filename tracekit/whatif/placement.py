@@ -78,7 +78,7 @@ def fill(order: Sequence[int], slots: Placement) -> Placement:
     free = sorted(slots.slots.values())
     if len(order) != len(free) or set(order) != set(slots.slots):
         raise WhatIfError("placement: the order must hold every rank of the run exactly once")
-    return Placement({r: free[i] for i, r in enumerate(order)}, slots.hosts)
+    return Placement.of({r: free[i] for i, r in enumerate(order)}, slots.hosts)
 
 
 def named_placement(tables: Mapping[str, pa.Table], traced: Placement, name: str) -> Placement:
@@ -274,7 +274,7 @@ def auto_placement(base: Baseline, *, max_replays: int = AUTO_REPLAYS) -> tuple[
                 break
             slots = dict(best.slots)
             slots[a], slots[b] = best.slots[b], best.slots[a]
-            trial = Placement(slots, best.hosts)
+            trial = Placement.of(slots, best.hosts)
             if _key(trial) in seen:
                 continue
             seen.add(_key(trial))
@@ -337,7 +337,7 @@ def read_placement(path: str | os.PathLike[str]) -> Placement:
                 slots[r] = (h, g)
     if any(g < 0 for _, g in slots.values()):
         raise InputError(path, "negative gpu index")
-    return Placement(slots, tuple(names))
+    return Placement.of(slots, names)
 
 
 def _rows(p: Path) -> list[dict[str, Any]]:

@@ -41,9 +41,8 @@ from tracekit.pipeline import (
     plan,
 )
 from tracekit.replay.engine import routed_flows
-from tracekit.results import Result
 from tracekit.whatif.chunk_flows import ChunkNetwork, CostOf, Settled, TransferOf, settle, templates_from
-from tracekit.whatif.core import Baseline, ScenarioResult, WhatIfError
+from tracekit.whatif.core import Baseline, PipelineRun, PlacedChunk, ScenarioResult, ScheduleOutcome, WhatIfError
 
 FIELDS = ("microbatches", "chunks", "sm_share")
 #: DeepSeek-V3 (arXiv 2412.19437, section 3.2.2): 20 of the H800's 132 SMs run the all-to-alls.
@@ -55,39 +54,6 @@ ASSUMPTIONS = (
     "links), each at its baseline-replay time times its contention relative to the traced order's; the step "
     "outside the pipeline (DP all-reduce, optimizer, host time) as in the baseline replay; other micro-batch counts "
     "cut the same batch (per micro-batch times scale by traced/new)")
-
-
-class PlacedChunk(Result, frozen=True, kw_only=True):
-    """One slot of a Gantt chart: a device (stage) runs `chunks` (e.g. "F3", or "F3+B1" paired) from start to end."""
-
-    stage: int
-    chunks: str
-    kind: str  # F, B, Bi, W, or FB for a DualPipe pair
-    start_ns: float
-    end_ns: float
-    exposed_ns: float
-
-
-class PipelineRun(Result, frozen=True, kw_only=True):
-    """One schedule placed in time: its name, shape, pipeline span and per-stage bubble, and its chunks."""
-
-    name: str
-    stages: int
-    microbatches: int
-    chunks: int
-    span_ns: float
-    bubble_ns: tuple[float, ...]
-    exposed_ns: dict[str, float]
-    placed: tuple[PlacedChunk, ...]
-
-
-class ScheduleOutcome(Result, frozen=True, kw_only=True):
-    """The traced schedule rebuilt (baseline) and the new one, with the same chunk costs."""
-
-    baseline: PipelineRun
-    scenario: PipelineRun
-    sm_share: float
-    traced_step: int | None
 
 
 @dataclass(frozen=True)
@@ -166,7 +132,7 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
     result.exposed_ns = {d: max(round(base.result.exposed_ns.get(d, 0) + moved[d]), 0) for d in dims}
     result.schedule = ScheduleOutcome(baseline=_summary(before), scenario=_summary(after), sm_share=sm_share,
                                       traced_step=traced.step)
-    result.details = {"traced_schedule": traced.to_json(),
+    result.details = {"traced_schedule": traced.shape(),
                       "schedule": {"name": name, "stages": traced.stages, "microbatches": m, "chunks": v},
                       "sm_share": sm_share,
                       "replayed_rounds": {"baseline": settled_before.rounds, "scenario": settled_after.rounds},
