@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
+from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, RANGES, checked_int, json_depth
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
-from tracekit.parsers._kineto_calls import kernel_op
+from tracekit.parsers._kineto_calls import as_int, kernel_op
 from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
 from tracekit.parsers.registry import Format
 from tracekit.parsers.vocabulary import dtype_bytes
@@ -947,8 +949,107 @@ def _us(ns: int) -> msgspec.Raw:
     return _RAW(b"-%d.%03d" % divmod(-ns, 1000))
 
 
+def _int_values(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """A column as int64 and the mask of its values that are ints (what `type(v) is int` accepts)."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type == pa.int64():
+        ok = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool) if arr.null_count else \
+            np.ones(len(arr), bool)
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), ok
+    ok = np.array([type(v) is int and -(2**63) <= v < 2**63 for v in values], bool)
+    return np.array([v if k else 0 for v, k in zip(values, ok.tolist(), strict=True)], np.int64), ok
+
+
+def _id_column(values: Sequence[Any], rows: np.ndarray, field_name: str, stats: SourceStats) -> pa.Array:
+    """`values[rows]` as Kineto's int64 id column (a value that is no int becomes null, counted)."""
+    try:
+        arr = pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return kineto.int_column([values[i] for i in rows.tolist()], field_name, stats)
+    return arr.take(pa.array(rows))
+
+
+def _codes(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct values of a column (first-occurrence order) and each row's index into them."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type in (pa.int64(), pa.string(), pa.null()):
+        enc = arr.dictionary_encode()
+        vals = enc.dictionary.to_pylist()
+        if enc.null_count:
+            vals.append(None)
+        return vals, pc.fill_null(enc.indices, len(vals) - 1).to_numpy(zero_copy_only=False)
+    seen: dict[tuple[type, Any], int] = {}
+    vals = []
+    idx = np.empty(len(values), np.int64)
+    for i, v in enumerate(values):
+        k = (type(v), v)
+        j = seen.get(k)
+        if j is None:
+            j = seen[k] = len(vals)
+            vals.append(v)
+        idx[i] = j
+    return vals, idx
+
+
+def _column(values: Sequence[Any], take: pa.Array, rows: list[int]) -> pa.Array | list[Any]:
+    """`values[rows]`: an Arrow array when the column is plain int64, else the Python values."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type == pa.int64() and not arr.null_count:
+        return arr.take(take)
+    return [values[i] for i in rows]
+
+
+def _pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
+    """`_codes` of the rows' (a, b) pairs."""
+    av, ai = _codes(a)
+    bv, bi = _codes(b)
+    keys, idx = np.unique(ai * len(bv) + bi, return_inverse=True)
+    return [(av[k // len(bv)], bv[k % len(bv)]) for k in keys.tolist()], idx.reshape(-1)
+
+
+def _dict_column(names: list[str], idx: np.ndarray) -> pa.DictionaryArray:
+    """Rows' strings given as distinct names (repeats allowed) and each row's index into them."""
+    d = pa.array(names, pa.string()).dictionary_encode()
+    remap = d.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(remap[idx] if len(remap) else np.zeros(0, np.int32)),
+                                          d.dictionary)
+
+
+def _constant(text: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([text], pa.string()))
+
+
+_TS_LO, _TS_HI = RANGES["time_ns"]
+_DUR_LO, _DUR_HI = RANGES["duration_ns"]
+
+
+def _times(start: np.ndarray, end: np.ndarray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+    """ts = start and dur = end - start in ns, null (and flagged) where out of Kineto's ranges."""
+    dur = end - start  # int64: a wrapped difference is flagged below
+    wrapped = ((end ^ start) & (end ^ dur)) < 0
+    ts_oor = (start < _TS_LO) | (start > _TS_HI)
+    dur_oor = wrapped | (dur < _DUR_LO) | (dur > _DUR_HI)
+    ts = pa.array(start, pa.int64(), mask=ts_oor) if ts_oor.any() else pa.array(start, pa.int64())
+    d = pa.array(dur, pa.int64(), mask=dur_oor) if dur_oor.any() else pa.array(dur, pa.int64())
+    return ts, ts_oor, d, dur_oor
+
+
+def _no_sync(n: int) -> Any:
+    return lambda _kind: ([None] * n, [None] * n)
+
+
 class _Feed:
-    """Rows of the export -> Kineto events of their rank's first pass, table by table."""
+    """Rows of the export -> columns of Kineto X events for their rank's first pass, table by
+    table, a batch at a time (never a Python object per row, only per communication marker)."""
 
     def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]]) -> None:
         self.ps, self.passes, self.by_pid = ps, passes, by_pid
@@ -970,10 +1071,21 @@ class _Feed:
         self.thread_rank[gtid] = r
         return r
 
-    def _push(self, out: dict[int, list[Any]]) -> None:
-        for r, events in out.items():
-            if events:
-                self.passes[r].add(events)
+    def _kept(self, ranks: np.ndarray, ok: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Skip (and count) the rows without a rank or usable times; the rest by rank, in row order."""
+        no_rank = ranks < 0
+        bad = ~no_rank & ~ok
+        if no_rank.any():
+            self.stats.skip("no_rank", int(no_rank.sum()))
+        if bad.any():
+            self.stats.skip("missing_or_bad_ts", int(bad.sum()))
+        keep = ~no_rank & ok
+        if not keep.any():
+            return
+        rows = np.flatnonzero(keep)
+        rk = ranks[rows]
+        for r in dict.fromkeys(rk.tolist()):
+            yield r, rows[rk == r] if len(rk) and (rk != r).any() else rows
 
     def event_records(self) -> dict[tuple[Any, Any], list[tuple[int, int]]]:
         """CUDA event records (CUPTI_ACTIVITY_KIND_CUDA_EVENT, recent releases) by (process,
@@ -1013,47 +1125,93 @@ class _Feed:
                 cols.append("copyKind")
             elif table == SYNC:
                 cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
-            cat = CATEGORY[table]
-            grouped = ps.kernel_args
             rank_of: dict[tuple[Any, Any], int | None] = {}
             for b in ps.src.batches(table, cols):
-                out: dict[int, list[Any]] = defaultdict(list)
-                kinds = b.get("copyKind") or b.get("syncType")
-                gpids, devices = b["globalPid"], b["deviceId"]
-                for i, start in enumerate(b["start"]):
-                    key = (gpids[i], devices[i])
+                keys, key_idx = _pair_codes(b["globalPid"], b["deviceId"])
+                key_rank = []
+                for key in keys:
                     r = rank_of.get(key, -1)
                     if r == -1:
                         r = rank_of[key] = self._rank_of(_pid(key[0]), key[1])
-                    end = b["end"][i]
-                    if r is None or type(start) is not int or type(end) is not int:
-                        self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
+                    key_rank.append(-1 if r is None else r)
+                ranks = np.asarray(key_rank, np.int64)[key_idx]
+                start, s_ok = _int_values(b["start"])
+                end, e_ok = _int_values(b["end"])
+                for r, rows in self._kept(ranks, s_ok & e_ok):
+                    self._activity_rows(table, b, rows, start, end, has_corr, name_col, records, self.passes[r])
+
+    def _activity_rows(self, table: str, b: dict[str, list[Any]], rows: np.ndarray, start: np.ndarray,
+                       end: np.ndarray, has_corr: bool, name_col: str | None,
+                       records: dict[tuple[Any, Any], list[tuple[int, int]]], p1: kineto.Pass1) -> None:
+        ps = self.ps
+        n = len(rows)
+        rl = rows.tolist()
+        devices = b["deviceId"]
+        corr_raw = b["correlationId"] if has_corr else None
+        if table == KERNEL:
+            if name_col:
+                vals, idx = _codes(b[name_col])
+                name = _dict_column([ps.string(v) or "unknown kernel" for v in vals], idx[rows])
+            else:
+                name = _constant("unknown kernel", n)
+        elif table == MEMCPY:
+            kinds = b.get("copyKind")
+            vals, idx = _codes([kinds[i] for i in rl] if kinds else [None] * n)
+            name = _dict_column([_MEMCPY_NAMES.get(v, "Memcpy") for v in vals], idx)
+        elif table == MEMSET:
+            name = _constant("Memset (Device)", n)
+        else:
+            kinds = b.get("syncType")
+            vals, idx = _codes([kinds[i] for i in rl] if kinds else [None] * n)
+            name = _dict_column([SYNC_NAMES.get(v, "Synchronization") for v in vals], idx)
+        grouped = ps.kernel_args if table == KERNEL else None
+        gpids = b["globalPid"]
+
+        def args_at(j: int) -> kineto.Args:
+            i = rl[j]
+            corr = corr_raw[i] if corr_raw is not None else None
+            args = grouped.get((_pid(gpids[i]), corr)) if grouped and corr is not None else None
+            if args is None:
+                return kineto.Args(correlation=corr, device=devices[i])
+            return msgspec.structs.replace(args, correlation=corr, device=devices[i])  # the group's call args
+
+        sync_columns = _no_sync(n)
+        if table == SYNC and "eventId" in b and corr_raw is not None:
+            events = b["eventId"]
+
+            def sync_columns(_kind: np.ndarray) -> tuple[list[str | None], list[int | None]]:
+                lanes: list[str | None] = [None] * n
+                waits: list[int | None] = [None] * n
+                for j, i in enumerate(rl):
+                    corr = corr_raw[i]
+                    if type(corr) is not int:
                         continue
-                    corr = b["correlationId"][i] if has_corr else None
-                    args = None
-                    if table == KERNEL:
-                        name = ps.string(b[name_col][i]) if name_col else None
-                        name = name or "unknown kernel"
-                        if grouped and corr is not None:
-                            args = grouped.get((_pid(key[0]), corr))
-                    elif table == MEMCPY:
-                        name = _MEMCPY_NAMES.get(kinds[i] if kinds else None, "Memcpy")
-                    elif table == MEMSET:
-                        name = "Memset (Device)"
-                    else:
-                        name = SYNC_NAMES.get(kinds[i] if kinds else None, "Synchronization")
-                    if args is None:
-                        args = kineto.Args(correlation=corr, device=b["deviceId"][i])
-                    else:  # the call args of the group this kernel runs
-                        args = msgspec.structs.replace(args, correlation=corr, device=b["deviceId"][i])
-                    if table == SYNC and "eventId" in b and type(corr) is int:
-                        rec = records.get((b["globalPid"][i], b["eventId"][i]))
-                        j = bisect_right(rec, (corr, -1)) - 1 if rec else -1
-                        if rec and j >= 0:  # the event's last record before this wait
-                            args.wait_corr, args.wait_on_stream = rec[j]
-                    out[r].append(kineto.XEvent(cat=cat, name=name, pid=devices[i], tid=b["streamId"][i],
-                                                ts=_us(start), dur=_us(end - start), args=args))
-                self._push(out)
+                    rec = records.get((gpids[i], events[i]))
+                    k = bisect_right(rec, (corr, -1)) - 1 if rec else -1
+                    if not rec or k < 0:
+                        continue
+                    wc, ws = rec[k]  # the event's last record before this wait
+                    if ws >= 0:
+                        dev = as_int(devices[i])
+                        lanes[j] = f"gpu{kineto.fmt(dev if dev is not None else devices[i])}/stream{ws}"
+                    if wc >= 0:
+                        waits[j] = wc
+                return lanes, waits
+
+        ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
+        take = pa.array(rows)
+        p1.add_columns(cat=_constant(CATEGORY[table], n), name=name, pids=_column(devices, take, rl),
+                       tids=_column(b["streamId"], take, rl), ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
+                       dur_empty=np.zeros(n, bool),
+                       corr=_id_column(corr_raw, rows, "correlation", self.stats) if corr_raw is not None
+                       else pa.nulls(n, pa.int64()),
+                       ext=pa.nulls(n, pa.int64()), sync_columns=sync_columns, args_at=args_at)
+
+    def _thread_ranks(self, gtids: Sequence[Any]) -> tuple[np.ndarray, list[Any], np.ndarray]:
+        """Each row's rank (-1: none) by its thread, and the distinct threads with each row's index."""
+        vals, idx = _codes(gtids)
+        ranks = np.asarray([-1 if (r := self._thread_rank(g)) is None else r for g in vals], np.int64)
+        return ranks[idx], vals, idx
 
     def runtime(self) -> None:
         ps = self.ps
@@ -1061,23 +1219,35 @@ class _Feed:
             return
         cats: dict[str, str] = {}
         for b in ps.src.batches(RUNTIME, ("start", "end", "globalTid", "correlationId", "nameId")):
-            out: dict[int, list[Any]] = defaultdict(list)
-            for i, start in enumerate(b["start"]):
-                gtid, end = b["globalTid"][i], b["end"][i]
-                r = self._thread_rank(gtid)
-                if r is None or type(start) is not int or type(end) is not int:
-                    self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
-                    continue
-                name = ps.string(b["nameId"][i]) or "unknown call"
-                corr = b["correlationId"][i]
-                cat = cats.get(name)
-                if cat is None:
-                    cat = cats[name] = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") \
-                        else "cuda_runtime"
-                out[r].append(kineto.XEvent(cat=cat, name=name, pid=_pid(gtid), tid=_tid(gtid), ts=_us(start),
-                                            dur=_us(end - start),
-                                            args=kineto.Args(correlation=corr)))
-            self._push(out)
+            ranks, threads, thread_idx = self._thread_ranks(b["globalTid"])
+            start, s_ok = _int_values(b["start"])
+            end, e_ok = _int_values(b["end"])
+            corr_raw = b["correlationId"]
+            vals, name_idx = _codes(b["nameId"])
+            names = [ps.string(v) or "unknown call" for v in vals]
+            for nm in names:
+                if nm not in cats:
+                    cats[nm] = "cuda_driver" if nm.startswith("cu") and not nm.startswith("cuda") else "cuda_runtime"
+            cat_names = [cats[nm] for nm in names]
+            for r, rows in self._kept(ranks, s_ok & e_ok):
+                n = len(rows)
+                rl = rows.tolist()
+                idx = name_idx[rows]
+                pids, tids = self._thread_columns(threads, thread_idx[rows])
+                ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
+                self.passes[r].add_columns(
+                    cat=_dict_column(cat_names, idx), name=_dict_column(names, idx),
+                    pids=pids, tids=tids, ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
+                    dur_empty=np.zeros(n, bool), corr=_id_column(corr_raw, rows, "correlation", self.stats),
+                    ext=pa.nulls(n, pa.int64()), sync_columns=_no_sync(n),
+                    args_at=lambda j, rl=rl, c=corr_raw: kineto.Args(correlation=c[rl[j]]))
+
+    @staticmethod
+    def _thread_columns(threads: list[Any], idx: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """The pid and tid of each row (threads with a rank are ints)."""
+        pid = np.asarray([_pid(g) if type(g) is int else -1 for g in threads], np.int64)
+        tid = np.asarray([_tid(g) if type(g) is int else -1 for g in threads], np.int64)
+        return pa.array(pid[idx]), pa.array(tid[idx])
 
     def nvtx(self, nv: _Nvtx | None) -> None:
         ps = self.ps
@@ -1087,7 +1257,7 @@ class _Feed:
         comm_nranks = {c.comm: c.nranks for pr in ps.procs.values() for c in pr.comms.values()}
         absorbed = ps.absorbed
         for b in ps.nvtx_batches(nv):
-            out: dict[int, list[Any]] = defaultdict(list)
+            out: dict[int, list[tuple[str, int, int, int, kineto.Args | None]]] = defaultdict(list)
             for i, et in enumerate(b["eventType"]):
                 if et not in rng:
                     self.stats.skip("nvtx_mark" if et == nv.types["NvtxMark"] else
@@ -1105,9 +1275,20 @@ class _Feed:
                     coll = None  # one call of a group its kernel carries (resolve_groups)
                 if coll is not None:
                     args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
-                out[r].append(kineto.XEvent(cat="user_annotation", name=name, pid=_pid(gtid), tid=_tid(gtid),
-                                            ts=_us(start), dur=_us(end - start), args=args))
-            self._push(out)
+                out[r].append((name, start, end, gtid, args))
+            for r, rows in out.items():
+                n = len(rows)
+                names, starts, ends, gtids, argss = (list(c) for c in zip(*rows, strict=True))
+                vals, idx = _codes(names)
+                threads, thread_idx = _codes(gtids)
+                pids, tids = self._thread_columns(threads, thread_idx)
+                ts, ts_oor, dur, dur_oor = _times(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+                self.passes[r].add_columns(
+                    cat=_constant("user_annotation", n), name=_dict_column(vals, idx), pids=pids, tids=tids,
+                    ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor, dur_empty=np.zeros(n, bool),
+                    corr=pa.nulls(n, pa.int64()), ext=pa.nulls(n, pa.int64()), sync_columns=_no_sync(n),
+                    args_at=argss.__getitem__)
+
 
     def _call_args(self, coll: str, pl: dict[str, int], gtid: int, start: int, end: int,
                    comm_nranks: dict[int, int]) -> kineto.Args:
