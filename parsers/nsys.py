@@ -12,6 +12,7 @@ markers; on NCCL 2.19+ their payloads give the communicator, the message size an
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import re
 import shutil
@@ -355,6 +356,18 @@ def payload(text: Any) -> dict[str, int]:
     return out
 
 
+#: Payload texts up to this size are decoded once: NCCL's repeat (the same comm and sizes every step).
+_PAYLOAD_CACHED_BYTES = 1024
+_payload_cached = functools.lru_cache(maxsize=8192)(payload)
+
+
+def _payload(text: Any) -> dict[str, int]:
+    """`payload`, decoded once per distinct short text (the dict it gives is shared: read only)."""
+    if isinstance(text, (str, bytes)) and len(text) <= _PAYLOAD_CACHED_BYTES:
+        return _payload_cached(text)
+    return payload(text)
+
+
 def _as_int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
@@ -483,6 +496,30 @@ def _all_to_all_splits(members: Sequence[_P2P], rank: int, nranks: int) -> tuple
 # -- the parse -----------------------------------------------------------------------------------
 
 
+class _Launches(Sequence[tuple[int, str, int]]):
+    """One thread's comm kernel launches, (launch start, kernel, correlation) in time order, as
+    arrays (a tuple per launch took about 140 bytes; this about 20)."""
+
+    def __init__(self, starts: np.ndarray, codes: np.ndarray, corrs: np.ndarray, names: list[str]) -> None:
+        self.starts, self.codes, self.corrs, self.names = starts, codes, corrs, names
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return int(self.starts[i]), self.names[self.codes[i]], int(self.corrs[i])
+
+    def first_from(self, start: int) -> int:
+        """The first launch at or after `start` (kernel names are never empty, so this is
+        `bisect_right(self, (start, ""))`)."""
+        return int(np.searchsorted(self.starts, start, "left"))
+
+
+_NO_LAUNCHES = _Launches(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64), [])
+
+
 @dataclass
 class _Nvtx:
     """The NVTX columns this export has, and its event-type numbers."""
@@ -504,9 +541,8 @@ class _Parse:
         self.rank_arg, self.rank_map = rank, rank_map or {}
         self.strings: dict[int, str] = {}
         self.procs: dict[tuple[int, int], _Proc] = {}
-        self.comm_kernels: dict[tuple[int | None, int], str] = {}  # (pid, correlation) -> comm kernel name
         #: gtid -> [(launch start, kernel, correlation)] of its comm kernels, in time order
-        self.launches: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        self.launches: dict[int, _Launches] = {}
         self.p2p: dict[int, list[_P2P]] = defaultdict(list)  # gtid -> its ncclSend/ncclRecv ranges
         self.group_marks: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)  # (start, end, is GroupStart)
         self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
@@ -584,7 +620,7 @@ class _Parse:
         j = b[nv.json][i] if nv.json else None
         if not j and nv.json_id:
             j = self.string(b[nv.json_id][i])
-        return payload(j)
+        return _payload(j)
 
     def devices(self) -> None:
         """Every (process, device) with GPU work: the report's would-be ranks."""
@@ -650,27 +686,61 @@ class _Parse:
 
     def comm_launches(self) -> None:
         """The comm kernels and their launches, joined by correlation id with queries that return
-        only those rows (a plain scan of the others): per thread, (launch start, kernel, id)."""
+        only those rows (a plain scan of the others): per thread, (launch start, kernel, id), held
+        as arrays (`_Launches`). A (process, id) pair of several comm kernels keeps the last."""
         name_col = self.kernel_name_column()
         if name_col is None or not self.src.has(KERNEL, "correlationId", "globalPid"):
             return
         ids = [v for v in self.src.distinct(KERNEL, name_col)
                if (n := self.string(v)) is not None and self.comm_re.search(n)]
-        kernels = self.comm_kernels
+        names: list[str] = []
+        code_of: dict[str, int] = {}
+        chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for b in self.src.where_in(KERNEL, ("globalPid", "correlationId", name_col), name_col, ids):
-            for g, c, n in zip(b["globalPid"], b["correlationId"], b[name_col], strict=True):
-                if type(c) is int:
-                    kernels[(_pid(g), c)] = self.string(n) or "unknown kernel"
-        if not kernels or not self.src.has(RUNTIME, "globalTid", "start", "correlationId"):
+            g, g_ok = _int_values(b["globalPid"])
+            c, c_ok = _int_values(b["correlationId"])
+            vals, idx = _codes(b[name_col])
+            codes = np.asarray([code_of.setdefault(self.string(v) or "unknown kernel", len(code_of)) for v in vals],
+                               np.int32)
+            ok = g_ok & c_ok  # a kernel without a process has no launch on a traced thread
+            chunks.append(((g[ok] >> 24) & 0xFFFFFF, c[ok], codes[idx[ok]] if len(codes) else codes))
+        names = list(code_of)
+        if not chunks or not self.src.has(RUNTIME, "globalTid", "start", "correlationId"):
             return
-        corrs = sorted({c for _, c in kernels})
+        kpid, kcorr, kcode = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        if not len(kcorr):
+            return
+        order = np.lexsort((np.arange(len(kcorr)), kcorr, kpid))
+        kpid, kcorr, kcode = kpid[order], kcorr[order], kcode[order]
+        last = np.ones(len(kcorr), bool)
+        last[:-1] = (kpid[1:] != kpid[:-1]) | (kcorr[1:] != kcorr[:-1])
+        kpid, kcorr, kcode = kpid[last], kcorr[last], kcode[last]
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        corrs = np.unique(kcorr).tolist()
         for b in self.src.where_in(RUNTIME, ("globalTid", "start", "correlationId"), "correlationId", corrs):
-            for t, st, c in zip(b["globalTid"], b["start"], b["correlationId"], strict=True):
-                k = kernels.get((_pid(t), c))
-                if k is not None and type(st) is int:
-                    self.launches[t].append((st, k, c))
-        for v in self.launches.values():
-            v.sort()
+            t, t_ok = _int_values(b["globalTid"])
+            st, st_ok = _int_values(b["start"])
+            c, c_ok = _int_values(b["correlationId"])
+            pid = (t >> 24) & 0xFFFFFF
+            at = np.full(len(t), -1, np.int64)
+            for one in np.unique(pid[t_ok]).tolist():
+                lo, hi = np.searchsorted(kpid, one, "left"), np.searchsorted(kpid, one, "right")
+                rows = np.flatnonzero(t_ok & (pid == one))
+                j = lo + np.searchsorted(kcorr[lo:hi], c[rows])
+                hit = j < hi
+                hit[hit] = kcorr[j[hit]] == c[rows[hit]]
+                at[rows[hit]] = j[hit]
+            keep = (at >= 0) & st_ok & c_ok
+            found.append((t[keep], st[keep], kcode[at[keep]], c[keep]))
+        if not found:
+            return
+        gt, st, code, c = (np.concatenate(x) for x in zip(*found, strict=True))
+        name_rank = np.argsort(np.argsort(np.asarray(names, dtype=object))) if names else np.zeros(0, np.int64)
+        order = np.lexsort((c, name_rank[code], st, gt)) if len(gt) else np.zeros(0, np.int64)
+        gt, st, code, c = gt[order], st[order], code[order], c[order]
+        bounds = np.flatnonzero(np.diff(gt)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(gt)], strict=True):
+            self.launches[int(gt[lo])] = _Launches(st[lo:hi], code[lo:hi], c[lo:hi], names)
 
     def resolve_groups(self) -> None:
         """Grouped ncclSend/ncclRecv (ncclGroupStart ... ncclGroupEnd, else the ranges before one
@@ -835,7 +905,6 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         ps.comm_launches()
         ps.resolve_groups()
         ps.p2p.clear()
-        ps.comm_kernels.clear()
         feed.activities()
         feed.runtime()
         feed.nvtx(nv)
@@ -1302,8 +1371,10 @@ class _Feed:
             fields["pg_name"] = _RAW(enc(group_name(comm)))
         if nranks is not None:
             fields["group_size"] = _RAW(enc(nranks))
-        launched = self.ps.launches.get(gtid, [])
-        j = bisect_right(launched, (start, ""))
+        launched = self.ps.launches.get(gtid)
+        if launched is None:
+            launched = _NO_LAUNCHES
+        j = launched.first_from(start)
         dtype = None
         while j < len(launched) and launched[j][0] <= end:
             dtype = kernel_dtype(launched[j][1])
