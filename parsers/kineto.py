@@ -193,6 +193,9 @@ STAGE_SCHEMA = pa.schema([
     ("external_id", pa.int64()), ("sync_lane", pa.string()), ("sync_correlation", pa.int64()),
     ("gpu", pa.bool_()),
 ])
+#: The staged columns of a pass whose reader gives each GPU row its launch's time (Nsight: a join
+#: in SQL), so that the pass keeps only the runtime rows the collectives' launch links need.
+LAUNCH_STAGE_SCHEMA = STAGE_SCHEMA.append(pa.field("launch_ts", pa.int64()))
 #: Staged event columns are held in memory up to this many bytes, then spooled to disk (Arrow IPC).
 SPOOL_MEMORY = 128 << 20
 
@@ -214,8 +217,10 @@ def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:
 class Pass1:
     """Columns of one batch of events at a time, held or spooled to an IPC stream; small state kept."""
 
-    def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
+    def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats, *,
+                 launches_given: bool = False) -> None:
         self.spool_path = spool
+        self.schema = LAUNCH_STAGE_SCHEMA if launches_given else STAGE_SCHEMA
         self.spool_memory = SPOOL_MEMORY
         self.spilled = False
         self._held: list[pa.Table] = []
@@ -290,12 +295,15 @@ class Pass1:
                     tids: Sequence[Any] | pa.Array, ts: pa.Array, ts_oor: np.ndarray, dur: pa.Array,
                     dur_oor: np.ndarray, dur_empty: np.ndarray, corr: pa.Array, ext: pa.Array,
                     sync_columns: Callable[[np.ndarray], tuple[Sequence[Any], Sequence[Any]]],
-                    args_at: Callable[[int], Args | None]) -> None:
+                    args_at: Callable[[int], Args | None], launch_ts: pa.Array | None = None,
+                    runtime_rows: np.ndarray | None = None) -> None:
         """One batch of X events given as columns (what `add` makes of decoded events; the Nsight
         reader builds them from its tables): `ts`/`dur` in ns, null where unusable (`*_oor` says
         which were out of range, `dur_empty` which were missing); `sync_columns(kind)` gives the
         sync lane and correlation of each row; `args_at(i)` row i's args, asked only of the rows
-        that become communication markers."""
+        that become communication markers. A pass made with `launches_given` takes `launch_ts`
+        (each GPU row's launch time, null when it has none) and keeps of the runtime rows only
+        `runtime_rows` (those launching a communication kernel)."""
         n = len(ts)
         cat_arr, name_arr = cat, name
         cat_vals = cat_arr.dictionary.to_pylist()
@@ -354,7 +362,9 @@ class Pass1:
             "name": name_arr, "cat": cat_arr, "ts": ts, "dur": dur, "correlation": corr,
             "external_id": ext, "sync_lane": pa.array(sync_lane, pa.string()),
             "sync_correlation": pa.array(sync_corr, pa.int64()), "gpu": pa.array(gpu, pa.bool_()),
-        }, schema=STAGE_SCHEMA)
+            **({"launch_ts": launch_ts if launch_ts is not None else pa.nulls(n, pa.int64())}
+               if self.schema is LAUNCH_STAGE_SCHEMA else {}),
+        }, schema=self.schema)
         if n_keep != n:
             table = table.filter(pa.array(keep))
         marks = mark_flags[name_idx]
@@ -379,6 +389,8 @@ class Pass1:
                 self._add_markers(mi, ordinals[sel], ts_np, dur_np, kind, gpu, lane_vals, lane_idx, name_vals,
                                   name_idx, args_at)
         rt = keep & np.isin(cat_idx, [i for i, c in enumerate(cat_vals) if c in _RUNTIME_CATS])
+        if runtime_rows is not None:
+            rt &= runtime_rows
         if rt.any():
             self.runtime.append(pa.table({
                 "correlation": corr.filter(pa.array(rt)), "ts": ts.filter(pa.array(rt)),
@@ -507,7 +519,7 @@ class Pass1:
         else:
             if not self.spilled:
                 self._sink = pa.OSFile(str(self.spool_path), "wb")
-                self._writer = ipc.new_stream(self._sink, STAGE_SCHEMA)
+                self._writer = ipc.new_stream(self._sink, self.schema)
                 self.spilled = True
                 for held in self._held:
                     self._writer.write_table(held)
@@ -866,10 +878,17 @@ class Steps:
         found = has & (self.rt_corr[idx] == corr)
         return self.rt_ts[idx], found
 
-    def assign(self, ts: np.ndarray, gpu: np.ndarray, corr: np.ndarray, has_corr: np.ndarray) -> np.ndarray:
+    def assign(self, ts: np.ndarray, gpu: np.ndarray, corr: np.ndarray, has_corr: np.ndarray,
+               launch: pa.Array | None = None) -> np.ndarray:
+        """Each row's step (-1: none); GPU rows by their launch's time when they have one
+        (`launch`: given by the reader, else found through the runtime rows)."""
         out = _lookup(self.cpu, ts)
         if gpu.any():
-            lts, found = self.launch_ts(corr, has_corr & gpu)
+            if launch is None:
+                lts, found = self.launch_ts(corr, has_corr & gpu)
+            else:
+                lts = pc.fill_null(launch, 0).to_numpy(zero_copy_only=False)
+                found = has_corr & gpu & ~np.asarray(launch.is_null().to_numpy(zero_copy_only=False), bool)
             via_launch = _lookup(self.cpu, lts)
             by_time = _lookup(self.gpu, ts) if self.gpu is not None else out
             out = np.where(gpu, np.where(found, via_launch, by_time), out)
@@ -952,7 +971,8 @@ def pass2(path: str, sink: SourceSink, p1: Pass1, meta: dict[str, Any], ident: I
                     corr_arr = batch.column("correlation")
                     has_corr = ~np.asarray(corr_arr.is_null().to_numpy(zero_copy_only=False), bool)
                     corr = pc.fill_null(corr_arr, -1).to_numpy(zero_copy_only=False)
-                    step = steps.assign(ts, gpu, corr, has_corr)
+                    step = steps.assign(ts, gpu, corr, has_corr, batch.column("launch_ts")
+                                        if "launch_ts" in batch.schema.names else None)
                     step_set.update(np.unique(step[step >= 0]).tolist())
                     coll = None
                     if len(keys):

@@ -132,6 +132,16 @@ class _Source(abc.ABC):
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
+    def index_launches(self) -> bool:
+        """Make the runtime calls findable by (process, correlation id) for `launch_batches`;
+        False when this source cannot (the pass then keeps every runtime call's time itself)."""
+        return False
+
+    def launch_batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        """`batches` plus `launchStart`: the start of the runtime call (same process, same
+        correlationId; the first such) that launched each row, None when there is none."""
+        raise NotImplementedError
+
     def close(self) -> None:  # a directory export holds nothing open
         return None
 
@@ -175,6 +185,36 @@ class _SQLite(_Source):
     def distinct(self, table: str, column: str) -> set[Any]:
         try:
             return {r[0] for r in self.db.execute(f'SELECT DISTINCT "{_ident(column)}" FROM "{_ident(table)}"')}
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+
+    def index_launches(self) -> bool:
+        """A temporary table (on disk, like SQLite's sorter: not in memory) of the runtime calls
+        the Kineto pass would keep, keyed by (pid, correlationId), the first in row order."""
+        lo, hi = RANGES["time_ns"]
+        dlo, dhi = RANGES["duration_ns"]
+        try:
+            self.db.execute("PRAGMA temp_store = FILE")
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS tracekit_launch (pid INTEGER, corr INTEGER, "
+                            "start INTEGER, PRIMARY KEY (pid, corr)) WITHOUT ROWID")
+            self.db.execute(
+                "INSERT OR IGNORE INTO temp.tracekit_launch SELECT (globalTid >> 24) & 16777215, correlationId, start "
+                f'FROM "{_ident(RUNTIME)}" WHERE typeof(globalTid) = \'integer\' AND typeof(correlationId) = '
+                "'integer' AND typeof(start) = 'integer' AND typeof(\"end\") = 'integer' "
+                f'AND start BETWEEN {lo} AND {hi} AND "end" - start BETWEEN {dlo} AND {dhi}')
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+        return True
+
+    def launch_batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        cols = ", ".join(f'k."{_ident(c)}"' for c in columns)
+        sql = (f"SELECT {cols}, (SELECT l.start FROM temp.tracekit_launch l WHERE l.pid = (k.globalPid >> 24) & "
+               f'16777215 AND l.corr = k.correlationId) FROM "{_ident(table)}" k')
+        names = [*columns, "launchStart"]
+        try:
+            cur = self.db.execute(sql)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
         except sqlite3.Error as exc:
             raise _db_error(self.path, exc) from exc
 
@@ -543,6 +583,7 @@ class _Parse:
         self.procs: dict[tuple[int, int], _Proc] = {}
         #: gtid -> [(launch start, kernel, correlation)] of its comm kernels, in time order
         self.launches: dict[int, _Launches] = {}
+        self.comm_corrs = np.zeros(0, np.int64)  # the comm kernels' correlation ids, sorted
         self.p2p: dict[int, list[_P2P]] = defaultdict(list)  # gtid -> its ncclSend/ncclRecv ranges
         self.group_marks: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)  # (start, end, is GroupStart)
         self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
@@ -716,7 +757,8 @@ class _Parse:
         last[:-1] = (kpid[1:] != kpid[:-1]) | (kcorr[1:] != kcorr[:-1])
         kpid, kcorr, kcode = kpid[last], kcorr[last], kcode[last]
         found: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        corrs = np.unique(kcorr).tolist()
+        self.comm_corrs = np.unique(kcorr)
+        corrs = self.comm_corrs.tolist()
         for b in self.src.where_in(RUNTIME, ("globalTid", "start", "correlationId"), "correlationId", corrs):
             t, t_ok = _int_values(b["globalTid"])
             st, st_ok = _int_values(b["start"])
@@ -894,13 +936,14 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         by_pid[pr.pid].append(pr)
     passes: dict[int, kineto.Pass1] = {}
     spools: list[Path] = []
+    launches_given = src.has(RUNTIME, "start", "end", "globalTid", "correlationId") and src.index_launches()
     for pr in procs:
         spool = sink.part_dir / f"_events_{pr.rank}.arrows"
         spools.append(spool)
-        p1 = kineto.Pass1(spool, ps.comm_re, stats)
+        p1 = kineto.Pass1(spool, ps.comm_re, stats, launches_given=launches_given)
         p1.spool_memory = max(8 << 20, kineto.SPOOL_MEMORY // len(procs))
         passes[pr.rank] = p1  # type: ignore[index]
-    feed = _Feed(ps, passes, by_pid)
+    feed = _Feed(ps, passes, by_pid, launches_given)
     try:
         ps.comm_launches()
         ps.resolve_groups()
@@ -1120,10 +1163,14 @@ class _Feed:
     """Rows of the export -> columns of Kineto X events for their rank's first pass, table by
     table, a batch at a time (never a Python object per row, only per communication marker)."""
 
-    def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]]) -> None:
+    def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]],
+                 launches_given: bool) -> None:
         self.ps, self.passes, self.by_pid = ps, passes, by_pid
         self.stats = ps.stats
         self.thread_rank: dict[int, int | None] = {}
+        self.launches_given = launches_given
+        #: ranks that get their process's runtime calls (its first GPU): only they have launches
+        self.has_launches = {procs[0].rank for procs in by_pid.values() if procs}
 
     def _rank_of(self, pid: int | None, device: Any) -> int | None:
         for pr in self.by_pid.get(pid, ()):  # type: ignore[arg-type]
@@ -1195,7 +1242,8 @@ class _Feed:
             elif table == SYNC:
                 cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
             rank_of: dict[tuple[Any, Any], int | None] = {}
-            for b in ps.src.batches(table, cols):
+            joined = self.launches_given and has_corr
+            for b in ps.src.launch_batches(table, cols) if joined else ps.src.batches(table, cols):
                 keys, key_idx = _pair_codes(b["globalPid"], b["deviceId"])
                 key_rank = []
                 for key in keys:
@@ -1207,12 +1255,13 @@ class _Feed:
                 start, s_ok = _int_values(b["start"])
                 end, e_ok = _int_values(b["end"])
                 for r, rows in self._kept(ranks, s_ok & e_ok):
-                    self._activity_rows(table, b, rows, start, end, has_corr, name_col, records, self.passes[r])
+                    self._activity_rows(table, b, rows, start, end, has_corr, name_col, records, r)
 
     def _activity_rows(self, table: str, b: dict[str, list[Any]], rows: np.ndarray, start: np.ndarray,
                        end: np.ndarray, has_corr: bool, name_col: str | None,
-                       records: dict[tuple[Any, Any], list[tuple[int, int]]], p1: kineto.Pass1) -> None:
+                       records: dict[tuple[Any, Any], list[tuple[int, int]]], rank: int) -> None:
         ps = self.ps
+        p1 = self.passes[rank]
         n = len(rows)
         rl = rows.tolist()
         devices = b["deviceId"]
@@ -1269,7 +1318,13 @@ class _Feed:
 
         ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
         take = pa.array(rows)
-        p1.add_columns(cat=_constant(CATEGORY[table], n), name=name, pids=_column(devices, take, rl),
+        launch_ts = None
+        if self.launches_given:
+            launch_ts = pa.nulls(n, pa.int64())
+            if "launchStart" in b and rank in self.has_launches:
+                launch_ts = pa.array(b["launchStart"], pa.int64()).take(take)
+        p1.add_columns(launch_ts=launch_ts, cat=_constant(CATEGORY[table], n), name=name,
+                       pids=_column(devices, take, rl),
                        tids=_column(b["streamId"], take, rl), ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
                        dur_empty=np.zeros(n, bool),
                        corr=_id_column(corr_raw, rows, "correlation", self.stats) if corr_raw is not None
@@ -1304,8 +1359,12 @@ class _Feed:
                 idx = name_idx[rows]
                 pids, tids = self._thread_columns(threads, thread_idx[rows])
                 ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
+                comm_launch = None
+                if self.launches_given:
+                    cv, c_ok = _int_values([corr_raw[i] for i in rows.tolist()])
+                    comm_launch = c_ok & np.isin(cv, self.ps.comm_corrs)
                 self.passes[r].add_columns(
-                    cat=_dict_column(cat_names, idx), name=_dict_column(names, idx),
+                    runtime_rows=comm_launch, cat=_dict_column(cat_names, idx), name=_dict_column(names, idx),
                     pids=pids, tids=tids, ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
                     dur_empty=np.zeros(n, bool), corr=_id_column(corr_raw, rows, "correlation", self.stats),
                     ext=pa.nulls(n, pa.int64()), sync_columns=_no_sync(n),
@@ -1374,10 +1433,11 @@ class _Feed:
         launched = self.ps.launches.get(gtid)
         if launched is None:
             launched = _NO_LAUNCHES
-        j = launched.first_from(start)
         dtype = None
-        while j < len(launched) and launched[j][0] <= end:
-            dtype = kernel_dtype(launched[j][1])
+        j = launched.first_from(start)
+        starts, codes, names = launched.starts, launched.codes, launched.names
+        while j < len(starts) and starts[j] <= end:
+            dtype = kernel_dtype(names[codes[j]])
             if dtype:
                 break
             j += 1
