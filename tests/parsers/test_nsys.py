@@ -635,7 +635,7 @@ def _with_bad_rows(path: Path) -> Path:
     """Rows the parse skips, spread through the tables: kernels without a process, runtime calls
     of an unknown one, text times, NVTX marks."""
     with closing(sqlite3.connect(path)) as db:
-        for table, pid_col in (("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid")):
+        for table, pid_col in ((nsys.KERNEL, "globalPid"), (nsys.RUNTIME, "globalTid")):
             cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
             unknown = "NULL" if table == nsys.KERNEL else f"{pid_col} + (977 << 24)"
             sel = ", ".join(unknown if c == pid_col else c for c in cols)
@@ -684,3 +684,28 @@ def test_batches_give_the_tables_of_one_batch(one_batch, tmp_path_factory, rows)
         assert got_tables[name].equals(tables[name]), name  # the same rows in the same order
     assert got.stats.to_dict() == res.stats.to_dict()
     assert got.stats.read == got.stats.stored + sum(got.stats.skipped.values())
+
+
+def test_kernels_run_after_their_step_get_the_step_of_their_launch(tmp_path, small):
+    """A GPU row's step is its launch's (the runtime call with its correlation id, joined in SQL),
+    as Kineto's is; by its own time it would have none."""
+    path = write_nsys(small, tmp_path / "n")[0]
+    k, r = nsys.KERNEL, nsys.RUNTIME
+    with closing(sqlite3.connect(path)) as db:
+        steps = db.execute("SELECT n.start, n.end, n.globalTid >> 24, coalesce(n.text, s.value) FROM NVTX_EVENTS n "
+                           "LEFT JOIN StringIds s ON s.id = n.textId WHERE coalesce(n.text, s.value) "
+                           "LIKE 'ProfilerStep#%'").fetchall()
+        last = max(e for _, e, _, _ in steps)
+        moved = db.execute(f"SELECT k.rowid, k.correlationId, r.start, r.globalTid >> 24 FROM {k} k JOIN {r} r "
+                           "ON r.correlationId = k.correlationId AND r.globalTid >> 24 = k.globalPid >> 24 "
+                           "WHERE k.rowid % 7 = 0").fetchall()
+        for rowid, *_ in moved:
+            db.execute(f"UPDATE {k} SET start = start + ?, end = end + ? WHERE rowid = ?", (last, last, rowid))
+        db.commit()
+    _, t = parse(path, tmp_path / "run")
+    ev = _str(pl.from_arrow(t["events"])).filter(pl.col("kind").is_in(["compute", "comm"]))
+    want = {}
+    for _, corr, launched, pid in moved:
+        want[corr] = next((int(n.split("#")[1]) for s, e, p, n in steps if p == pid and s <= launched <= e), None)
+    got = dict(ev.filter(pl.col("correlation").is_in(list(want))).select("correlation", "step").iter_rows())
+    assert len(want) > 10 and got == want and any(v is not None for v in want.values())
