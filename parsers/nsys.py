@@ -2,11 +2,12 @@
 
 An Nsight report holds every process and GPU of one node. Each (process, device) pair becomes a
 rank; its rows are read table by table in batches (`BATCH_ROWS`, never the whole database) and fed,
-as the Chrome-trace events Kineto would have written for them, to the Kineto parser's two passes
-(`kineto.Pass1` / `kineto.pass2`), so kernels, launches, steps and collectives follow one set of
-rules whichever profiler wrote them. NCCL's NVTX ranges (`ncclAllReduce`, ...) are the call
-markers; on NCCL 2.19+ their payloads give the communicator, the message size and (through
-`ncclCommInitRank*`) each process's comm rank and size. Release differences: docs/formats.md.
+as columns of the events Kineto would have written for them (`kineto.Pass1.add_columns`), to the
+Kineto parser's two passes (`kineto.pass2`); a GPU row's launch is joined in SQL. So kernels,
+launches, steps and collectives follow one set of rules whichever profiler wrote them. NCCL's NVTX
+ranges (`ncclAllReduce`, ...) are the call markers; on NCCL 2.19+ their payloads give the
+communicator, the message size and (through `ncclCommInitRank*`) each process's comm rank and
+size. Release differences: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -777,8 +778,10 @@ class _Parse:
         if not found:
             return
         gt, st, code, c = (np.concatenate(x) for x in zip(*found, strict=True))
+        if not len(gt):
+            return
         name_rank = np.argsort(np.argsort(np.asarray(names, dtype=object))) if names else np.zeros(0, np.int64)
-        order = np.lexsort((c, name_rank[code], st, gt)) if len(gt) else np.zeros(0, np.int64)
+        order = np.lexsort((c, name_rank[code], st, gt))
         gt, st, code, c = gt[order], st[order], code[order], c[order]
         bounds = np.flatnonzero(np.diff(gt)) + 1
         for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(gt)], strict=True):

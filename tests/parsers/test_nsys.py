@@ -709,3 +709,14 @@ def test_kernels_run_after_their_step_get_the_step_of_their_launch(tmp_path, sma
         want[corr] = next((int(n.split("#")[1]) for s, e, p, n in steps if p == pid and s <= launched <= e), None)
     got = dict(ev.filter(pl.col("correlation").is_in(list(want))).select("correlation", "step").iter_rows())
     assert len(want) > 10 and got == want and any(v is not None for v in want.values())
+
+
+def test_comm_kernels_whose_correlation_ids_only_other_processes_launch(tmp_path, small):
+    """Runtime rows with the comm kernels' correlation ids, all of another process: no launch is
+    found (a fuzz case once crashed here) and the rows are skipped as without a rank."""
+    path = write_nsys(small, tmp_path / "n")[0]
+    with closing(sqlite3.connect(path)) as db:
+        n = db.execute(f"UPDATE {nsys.RUNTIME} SET globalTid = globalTid + (977 << 24)").rowcount
+        db.commit()
+    res, t = parse(path, tmp_path / "run")
+    assert res.stats.skipped["no_rank"] == n > 0 and t["events"].num_rows == res.events
