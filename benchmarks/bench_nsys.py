@@ -15,13 +15,15 @@ Contenders, each in its own subprocess (wall and CPU time; peak RSS):
             batches of the parser's size (the floor: every row crosses into Python once)
   parse     tracekit.parsers.nsys.parse into a SourceSink (rows -> Kineto passes -> Parquet part)
 
-Printed: rows, MB, rows/s of each, the parse/select time ratio, and peak RSS per size.
+Printed: rows, MB, rows/s of each (wall and CPU), the parse/select time ratios, peak RSS per size
+and the ratio of the two sizes' parse peaks (bounded memory: about 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -135,7 +137,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracekit-bench-nsys-") as tmp:
         tmp_path = Path(tmp)
         print(f"{'size':>8} {'rows':>11} {'contender':>9} {'wall s':>8} {'cpu s':>8} {'rows/s':>11} "
-              f"{'peak MB':>8} {'vs select':>9}")
+              f"{'cpu rows/s':>11} {'peak MB':>8} {'vs select':>9} {'cpu vs':>7}")
+        peaks = []
         for mb in (max(1, args.mb // 8), args.mb):
             folder = tmp_path / f"db{mb}"
             path = make_db(folder)
@@ -145,10 +148,13 @@ def main() -> None:
             parsed = run("parse", path, tmp_path / f"run{mb}")
             for name, doc in (("select", floor), ("parse", parsed)):
                 print(f"{size:>6.0f}MB {doc['rows']:>11,} {name:>9} {doc['wall_s']:>8.1f} {doc['cpu_s']:>8.1f} "
-                      f"{doc['rows'] / doc['wall_s']:>11,.0f} {doc['peak_mb']:>8.0f} "
-                      f"{doc['wall_s'] / floor['wall_s']:>8.1f}x")
+                      f"{doc['rows'] / doc['wall_s']:>11,.0f} {doc['rows'] / doc['cpu_s']:>11,.0f} "
+                      f"{doc['peak_mb']:>8.0f} {doc['wall_s'] / floor['wall_s']:>8.1f}x "
+                      f"{doc['cpu_s'] / floor['cpu_s']:>6.1f}x")
             print(f"         parse stored {parsed['events']:,} events, {parsed['collectives']:,} collective calls, "
-                  f"ranks {parsed['ranks']}")
+                  f"ranks {parsed['ranks']}; load average {os.getloadavg()[0]:.1f}")
+            peaks.append(parsed["peak_mb"])
+        print(f"parse peak RSS at {args.mb} MB / at {max(1, args.mb // 8)} MB: {peaks[1] / peaks[0]:.2f}x")
 
 
 if __name__ == "__main__":

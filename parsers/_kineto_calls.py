@@ -99,6 +99,7 @@ class Marker:
 RAW_ARGS = ("coll", "in_nelems", "out_nelems", "in_size", "out_size", "group_size", "dtype", "in_split",
             "out_split", "pg_name", "pg_desc", "pg_ranks", "pg_id", "src_rank", "dst_rank", "seq", "comms_id",
             "input_dims", "input_type", "concrete")
+_RAW_BIT = {f: i for i, f in enumerate(RAW_ARGS)}
 _NUMERIC = {"ordinal": "q", "ts": "q", "dur": "q", "corr": "q", "ext": "q", "flags": "b", "lane": "i",
             "name": "i", "args": "i"}
 #: Bits of a marker's `flags`: on a GPU lane, a communication kernel, has a correlation, an External id.
@@ -108,14 +109,16 @@ MARK_GPU, MARK_COMM, MARK_CORR, MARK_EXT = 1, 2, 4, 8
 class MarkerStore:
     """A file's communication markers (the CPU ops and kernels of collectives) as columns: about
     50 bytes a marker plus the raw bytes of the call args it has, where a marker object with
-    its args took about 1.2 KB. Lanes and names are codes into one string table; the args'
-    raw JSON fields are packed per field (bytes + offsets)."""
+    its args took about 1.2 KB. Lanes and names are codes into one string table; a marker's
+    args are packed as the fields it has (a bit mask, then each field's length and raw JSON), so
+    a marker with args costs 12 bytes besides the lengths and the bytes of its fields."""
 
     def __init__(self, args_type: type[Args] | None = None) -> None:
         self._args_type = args_type
         self._cols = {k: array(t) for k, t in _NUMERIC.items()}
-        self._raw = {f: bytearray() for f in RAW_ARGS}
-        self._raw_off = {f: array("q", [0]) for f in RAW_ARGS}
+        self._packed = bytearray()
+        self._arg_end = array("q", [0])
+        self._arg_mask = array("I")
         self.strings: list[str] = []
         self._codes: dict[str, int] = {}
         self.n = 0
@@ -144,11 +147,15 @@ class MarkerStore:
                 continue
             rows[i] = self.n_args
             self.n_args += 1
-            for f in RAW_ARGS:
+            mask = 0
+            for bit, f in enumerate(RAW_ARGS):
                 raw = getattr(a, f)
                 if raw:
-                    self._raw[f] += raw
-                self._raw_off[f].append(len(self._raw[f]))
+                    mask |= 1 << bit
+                    self._packed += len(raw).to_bytes(4, "little")
+                    self._packed += raw
+            self._arg_mask.append(mask)
+            self._arg_end.append(len(self._packed))
         for k, t in _NUMERIC.items():
             self._cols[k].frombytes(np.ascontiguousarray(rows if k == "args" else cols[k], np.dtype(t)).tobytes())
         self.n += n
@@ -170,8 +177,15 @@ class MarkerStore:
         row = self._cols["args"][i]
         if row < 0:
             return b""
-        off = self._raw_off[field]
-        return bytes(self._raw[field][off[row]:off[row + 1]])
+        mask, want = self._arg_mask[row], _RAW_BIT[field]
+        if not mask >> want & 1:
+            return b""
+        buf, pos = self._packed, self._arg_end[row]
+        for bit in range(want):
+            if mask >> bit & 1:
+                pos += 4 + int.from_bytes(buf[pos:pos + 4], "little")
+        n = int.from_bytes(buf[pos:pos + 4], "little")
+        return bytes(buf[pos + 4:pos + 4 + n])
 
     def has_args(self, i: int) -> bool:
         return self._cols["args"][i] >= 0
@@ -180,14 +194,20 @@ class MarkerStore:
         row = self._cols["args"][i]
         if row < 0:
             return None
-        fields = {}
-        for f in RAW_ARGS:
-            off = self._raw_off[f]
-            lo, hi = off[row], off[row + 1]
-            if hi > lo:
-                fields[f] = msgspec.Raw(bytes(self._raw[f][lo:hi]))
+        fields = {f: msgspec.Raw(v) for f, v in self._fields(row).items()}
         assert self._args_type is not None, "a store with args is made with their type"
         return self._args_type(**fields)
+
+    def _fields(self, row: int) -> dict[str, bytes]:
+        """The raw fields an args row has."""
+        buf, pos, mask = self._packed, self._arg_end[row], self._arg_mask[row]
+        out = {}
+        for bit, f in enumerate(RAW_ARGS):
+            if mask >> bit & 1:
+                n = int.from_bytes(buf[pos:pos + 4], "little")
+                out[f] = bytes(buf[pos + 4:pos + 4 + n])
+                pos += 4 + n
+        return out
 
     def marker(self, i: int) -> Marker:
         c = self._cols

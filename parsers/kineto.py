@@ -14,7 +14,7 @@ import gc
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -193,6 +193,9 @@ STAGE_SCHEMA = pa.schema([
     ("external_id", pa.int64()), ("sync_lane", pa.string()), ("sync_correlation", pa.int64()),
     ("gpu", pa.bool_()),
 ])
+#: The staged columns of a pass whose reader gives each GPU row its launch's time (Nsight: a join
+#: in SQL), so that the pass keeps only the runtime rows the collectives' launch links need.
+LAUNCH_STAGE_SCHEMA = STAGE_SCHEMA.append(pa.field("launch_ts", pa.int64()))
 #: Staged event columns are held in memory up to this many bytes, then spooled to disk (Arrow IPC).
 SPOOL_MEMORY = 128 << 20
 
@@ -214,8 +217,10 @@ def compile_patterns(patterns: Iterable[str] | None) -> re.Pattern[str]:
 class Pass1:
     """Columns of one batch of events at a time, held or spooled to an IPC stream; small state kept."""
 
-    def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats) -> None:
+    def __init__(self, spool: Path, comm: re.Pattern[str], stats: SourceStats, *,
+                 launches_given: bool = False) -> None:
         self.spool_path = spool
+        self.schema = LAUNCH_STAGE_SCHEMA if launches_given else STAGE_SCHEMA
         self.spool_memory = SPOOL_MEMORY
         self.spilled = False
         self._held: list[pa.Table] = []
@@ -257,15 +262,56 @@ class Pass1:
             self.stats.skip(_PHASE_REASON.get(ph, "unsupported_phase"), c)
         if not n:
             return
-        cat_arr = pa.array([e.cat for e in xs], pa.string()).dictionary_encode()
+        argss = [e.args for e in xs]
+
+        def sync_columns(kind: np.ndarray) -> tuple[list[str | None], list[int | None]]:
+            sync_lane: list[str | None] = [None] * n
+            sync_corr: list[int | None] = [None] * n
+            for i in np.flatnonzero(kind == _SYNC).tolist():
+                a = argss[i]
+                if a is None:
+                    continue
+                ws = as_int(a.wait_on_stream)
+                if ws is not None and ws >= 0:
+                    dev = as_int(a.device)
+                    sync_lane[i] = f"gpu{fmt(dev if dev is not None else xs[i].pid)}/stream{ws}"
+                wc = as_int(a.wait_corr)
+                if wc is not None and wc >= 0:
+                    sync_corr[i] = wc
+            return sync_lane, sync_corr
+
+        ts, ts_oor, _ = _ns_column(b"\n".join([e.ts for e in xs]), n, "time_ns")
+        dur, dur_oor, dur_empty = _ns_column(b"\n".join([e.dur for e in xs]), n, "duration_ns")
+        self.add_columns(
+            cat=pa.array([e.cat for e in xs], pa.string()).dictionary_encode(),
+            name=pa.array([e.name for e in xs], pa.string()).dictionary_encode(),
+            pids=[e.pid for e in xs], tids=[e.tid for e in xs], ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
+            dur_empty=dur_empty,
+            corr=int_column([a.correlation if a is not None else None for a in argss], "correlation", self.stats),
+            ext=int_column([a.external_id if a is not None else None for a in argss], "external_id", self.stats),
+            sync_columns=sync_columns, args_at=argss.__getitem__)
+
+    def add_columns(self, *, cat: pa.DictionaryArray, name: pa.DictionaryArray, pids: Sequence[Any] | pa.Array,
+                    tids: Sequence[Any] | pa.Array, ts: pa.Array, ts_oor: np.ndarray, dur: pa.Array,
+                    dur_oor: np.ndarray, dur_empty: np.ndarray, corr: pa.Array, ext: pa.Array,
+                    sync_columns: Callable[[np.ndarray], tuple[Sequence[Any], Sequence[Any]]],
+                    args_at: Callable[[int], Args | None], launch_ts: pa.Array | None = None,
+                    runtime_rows: np.ndarray | None = None) -> None:
+        """One batch of X events given as columns (what `add` makes of decoded events; the Nsight
+        reader builds them from its tables): `ts`/`dur` in ns, null where unusable (`*_oor` says
+        which were out of range, `dur_empty` which were missing); `sync_columns(kind)` gives the
+        sync lane and correlation of each row; `args_at(i)` row i's args, asked only of the rows
+        that become communication markers. A pass made with `launches_given` takes `launch_ts`
+        (each GPU row's launch time, null when it has none) and keeps of the runtime rows only
+        `runtime_rows` (those launching a communication kernel)."""
+        n = len(ts)
+        cat_arr, name_arr = cat, name
         cat_vals = cat_arr.dictionary.to_pylist()
         cat_idx = pc.fill_null(cat_arr.indices, len(cat_vals)).to_numpy(zero_copy_only=False)
         cat_kind = np.array([_KIND_CODE.get(_CAT_KIND.get(c), -1) for c in cat_vals] + [-2], np.int8)
         cat_gpu = np.array([c in _GPU_CATS for c in cat_vals] + [False], bool)
         kind = cat_kind[cat_idx]
         gpu = cat_gpu[cat_idx]
-        names = [e.name for e in xs]
-        name_arr = pa.array(names, pa.string()).dictionary_encode()
         name_vals = name_arr.dictionary.to_pylist()
         name_idx = name_arr.indices.to_numpy(zero_copy_only=False)
         cc, mc, search = self.comm_cache, self.mark_cache, self.comm.search
@@ -281,31 +327,13 @@ class Pass1:
                 m = mc[nm] = _marker_class(nm)
             mark_flags[i] = m
         kind = np.where((kind == _COMPUTE) & comm_flags[name_idx], _COMM, kind)
-        pids = [e.pid for e in xs]
-        lane_arr, lane_vals, lane_idx = self._lane_column(pids, [e.tid for e in xs], gpu)
-        ts, ts_oor, _ = _ns_column(b"\n".join([e.ts for e in xs]), n, "time_ns")
-        dur, dur_oor, dur_empty = _ns_column(b"\n".join([e.dur for e in xs]), n, "duration_ns")
+        lane_arr, lane_vals, lane_idx = self._lane_column(pids, tids, gpu)
         dur_bad = None
         if dur.null_count:
             dur_null = np.asarray(dur.is_null().to_numpy(zero_copy_only=False), bool)
             dur_bad = dur_null & ~dur_empty
             dur = pc.fill_null(dur, 0)
-        argss = [e.args for e in xs]
-        corr = _int_column([a.correlation if a is not None else None for a in argss], "correlation", self.stats)
-        ext = _int_column([a.external_id if a is not None else None for a in argss], "external_id", self.stats)
-        sync_lane: list[str | None] = [None] * n
-        sync_corr: list[int | None] = [None] * n
-        for i in np.flatnonzero(kind == _SYNC).tolist():
-            a = argss[i]
-            if a is None:
-                continue
-            ws = as_int(a.wait_on_stream)
-            if ws is not None and ws >= 0:
-                dev = as_int(a.device)
-                sync_lane[i] = f"gpu{_fmt(dev if dev is not None else xs[i].pid)}/stream{ws}"
-            wc = as_int(a.wait_corr)
-            if wc is not None and wc >= 0:
-                sync_corr[i] = wc
+        sync_lane, sync_corr = sync_columns(kind)
         keep = kind >= 0
         ts_null = np.asarray(ts.is_null().to_numpy(zero_copy_only=False), bool) if ts.null_count else None
         if ts_null is not None:
@@ -334,7 +362,9 @@ class Pass1:
             "name": name_arr, "cat": cat_arr, "ts": ts, "dur": dur, "correlation": corr,
             "external_id": ext, "sync_lane": pa.array(sync_lane, pa.string()),
             "sync_correlation": pa.array(sync_corr, pa.int64()), "gpu": pa.array(gpu, pa.bool_()),
-        }, schema=STAGE_SCHEMA)
+            **({"launch_ts": launch_ts if launch_ts is not None else pa.nulls(n, pa.int64())}
+               if self.schema is LAUNCH_STAGE_SCHEMA else {}),
+        }, schema=self.schema)
         if n_keep != n:
             table = table.filter(pa.array(keep))
         marks = mark_flags[name_idx]
@@ -348,7 +378,7 @@ class Pass1:
             for i, t, d, g in zip(hits[marks_hit == 2].tolist(), ts_np[hits][marks_hit == 2].tolist(),
                                   dur_np[hits][marks_hit == 2].tolist(), gpu[hits][marks_hit == 2].tolist(),
                                   strict=True):
-                step = int(_STEP.match(names[i]).group(1))  # type: ignore[union-attr]
+                step = int(_STEP.match(name_vals[name_idx[i]]).group(1))  # type: ignore[union-attr]
                 if step > _STEP_MAX:
                     self.stats.drop("step")
                     continue
@@ -356,12 +386,15 @@ class Pass1:
             sel = marks_hit != 2
             mi = hits[sel]
             if len(mi):
-                self._add_markers(mi, ordinals[sel], ts_np, dur_np, kind, gpu, lane_vals, lane_idx, names, argss)
+                self._add_markers(mi, ordinals[sel], ts_np, dur_np, kind, gpu, lane_vals, lane_idx, name_vals,
+                                  name_idx, args_at)
         rt = keep & np.isin(cat_idx, [i for i, c in enumerate(cat_vals) if c in _RUNTIME_CATS])
+        if runtime_rows is not None:
+            rt &= runtime_rows
         if rt.any():
             self.runtime.append(pa.table({
                 "correlation": corr.filter(pa.array(rt)), "ts": ts.filter(pa.array(rt)),
-                "lane": pa.array([lane_vals[i] for i in lane_idx[rt].tolist()], pa.string()),
+                "lane": lane_arr.filter(pa.array(rt)),
             }))
         if table.num_rows:
             lo = pc.min(table.column("ts")).as_py()
@@ -376,7 +409,7 @@ class Pass1:
 
     def _add_markers(self, mi: np.ndarray, ordinals: np.ndarray, ts: np.ndarray, dur: np.ndarray,
                      kind: np.ndarray, gpu: np.ndarray, lane_vals: list[str], lane_idx: np.ndarray,
-                     names: list[str], argss: list[Args | None]) -> None:
+                     name_vals: list[str], name_idx: np.ndarray, args_at: Callable[[int], Args | None]) -> None:
         """Batch rows `mi` (communication markers) into the marker columns."""
         ms = self.markers
         lane_codes = np.array([ms.code(v) for v in lane_vals], np.int32)
@@ -387,8 +420,8 @@ class Pass1:
         name_codes = np.empty(n, np.int32)
         call_args: list[Args | None] = []
         for j, i in enumerate(mi.tolist()):
-            name_codes[j] = ms.code(names[i])
-            a = argss[i]
+            name_codes[j] = ms.code(name_vals[name_idx[i]])
+            a = args_at(i)
             if a is None:
                 call_args.append(None)
                 continue
@@ -420,7 +453,7 @@ class Pass1:
             self._held_bytes -= table.nbytes
             yield from table.to_batches()
 
-    def _lane_column(self, pids: list[Any], tids: list[Any], gpu: np.ndarray
+    def _lane_column(self, pids: Sequence[Any] | pa.Array, tids: Sequence[Any] | pa.Array, gpu: np.ndarray
                      ) -> tuple[pa.DictionaryArray, list[str], np.ndarray]:
         """The lane column (dictionary in first-occurrence order), its dictionary and indices.
 
@@ -428,12 +461,15 @@ class Pass1:
         Arrow and only those are named in Python; otherwise every event goes through `_lanes`.
         """
         try:
-            p, t = pa.array(pids), pa.array(tids)
+            p = pids if isinstance(pids, pa.Array) else pa.array(pids)
+            t = tids if isinstance(tids, pa.Array) else pa.array(tids)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
             p = t = None
         if (p is None or t is None or p.type != pa.int64() or t.type != pa.int64()
                 or p.null_count or t.null_count):
-            arr = pa.array(self._lanes(pids, tids, gpu), pa.string()).dictionary_encode()
+            pl = pids.to_pylist() if isinstance(pids, pa.Array) else pids
+            tl = tids.to_pylist() if isinstance(tids, pa.Array) else tids
+            arr = pa.array(self._lanes(pl, tl, gpu), pa.string()).dictionary_encode()
             return arr, arr.dictionary.to_pylist(), arr.indices.to_numpy(zero_copy_only=False)
         pe, te = p.dictionary_encode(), t.dictionary_encode()
         n_p, n_t = len(pe.dictionary), len(te.dictionary)
@@ -451,7 +487,7 @@ class Pass1:
             lane = lc.get(lk)
             if lane is None:
                 pid, tid = lk[1], lk[2]
-                lane = lc[lk] = f"gpu{_fmt(pid)}/stream{_fmt(tid)}" if g else f"cpu/thread{_fmt(tid)}"
+                lane = lc[lk] = f"gpu{fmt(pid)}/stream{fmt(tid)}" if g else f"cpu/thread{fmt(tid)}"
             j = where.get(lane)
             if j is None:
                 j = where[lane] = len(vals)
@@ -460,7 +496,7 @@ class Pass1:
         idx = np.asarray(remap, np.int32)[ke.indices.to_numpy()]
         return pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(vals, pa.string())), vals, idx
 
-    def _lanes(self, pids: list[Any], tids: list[Any], gpu: np.ndarray) -> list[str]:
+    def _lanes(self, pids: Sequence[Any], tids: Sequence[Any], gpu: np.ndarray) -> list[str]:
         """Lane names: "gpu{pid}/stream{tid}" for GPU events, "cpu/thread{tid}" otherwise."""
         lc = self.lane_cache
         lanes = []
@@ -470,7 +506,7 @@ class Pass1:
             lane = get(key)
             if lane is None:
                 g, pid, tid = key
-                lane = lc[key] = f"gpu{_fmt(pid)}/stream{_fmt(tid)}" if g else f"cpu/thread{_fmt(tid)}"
+                lane = lc[key] = f"gpu{fmt(pid)}/stream{fmt(tid)}" if g else f"cpu/thread{fmt(tid)}"
             append(lane)
         return lanes
 
@@ -483,7 +519,7 @@ class Pass1:
         else:
             if not self.spilled:
                 self._sink = pa.OSFile(str(self.spool_path), "wb")
-                self._writer = ipc.new_stream(self._sink, STAGE_SCHEMA)
+                self._writer = ipc.new_stream(self._sink, self.schema)
                 self.spilled = True
                 for held in self._held:
                     self._writer.write_table(held)
@@ -498,10 +534,11 @@ def _has_call_args(a: Args) -> bool:
     return bool(a.coll or a.pg_name or a.pg_id or a.input_dims or a.input_type or a.concrete)
 
 
-def _first_int(values: list[Any], candidates: np.ndarray, kind: str) -> int | None:
+def _first_int(values: Sequence[Any] | pa.Array, candidates: np.ndarray, kind: str) -> int | None:
     for i in candidates[:64].tolist():
-        if type(values[i]) is int:
-            return checked_int(values[i], kind)
+        v = values[i].as_py() if isinstance(values, pa.Array) else values[i]
+        if type(v) is int:
+            return checked_int(v, kind)
     return None
 
 
@@ -518,13 +555,13 @@ def _marker_class(name: str) -> int:
     return 0
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
     if type(v) is float and v.is_integer():
         return str(int(v))
     return str(v)
 
 
-def _int_column(values: list[Any], field: str, stats: SourceStats) -> pa.Array:
+def int_column(values: list[Any], field: str, stats: SourceStats) -> pa.Array:
     """int64 ids; a value that is not an integer in range becomes null and is counted."""
     try:
         return pa.array(values, pa.int64())
@@ -841,10 +878,17 @@ class Steps:
         found = has & (self.rt_corr[idx] == corr)
         return self.rt_ts[idx], found
 
-    def assign(self, ts: np.ndarray, gpu: np.ndarray, corr: np.ndarray, has_corr: np.ndarray) -> np.ndarray:
+    def assign(self, ts: np.ndarray, gpu: np.ndarray, corr: np.ndarray, has_corr: np.ndarray,
+               launch: pa.Array | None = None) -> np.ndarray:
+        """Each row's step (-1: none); GPU rows by their launch's time when they have one
+        (`launch`: given by the reader, else found through the runtime rows)."""
         out = _lookup(self.cpu, ts)
         if gpu.any():
-            lts, found = self.launch_ts(corr, has_corr & gpu)
+            if launch is None:
+                lts, found = self.launch_ts(corr, has_corr & gpu)
+            else:
+                lts = pc.fill_null(launch, 0).to_numpy(zero_copy_only=False)
+                found = has_corr & gpu & ~np.asarray(launch.is_null().to_numpy(zero_copy_only=False), bool)
             via_launch = _lookup(self.cpu, lts)
             by_time = _lookup(self.gpu, ts) if self.gpu is not None else out
             out = np.where(gpu, np.where(found, via_launch, by_time), out)
@@ -927,7 +971,8 @@ def pass2(path: str, sink: SourceSink, p1: Pass1, meta: dict[str, Any], ident: I
                     corr_arr = batch.column("correlation")
                     has_corr = ~np.asarray(corr_arr.is_null().to_numpy(zero_copy_only=False), bool)
                     corr = pc.fill_null(corr_arr, -1).to_numpy(zero_copy_only=False)
-                    step = steps.assign(ts, gpu, corr, has_corr)
+                    step = steps.assign(ts, gpu, corr, has_corr, batch.column("launch_ts")
+                                        if "launch_ts" in batch.schema.names else None)
                     step_set.update(np.unique(step[step >= 0]).tolist())
                     coll = None
                     if len(keys):

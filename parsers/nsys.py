@@ -2,16 +2,18 @@
 
 An Nsight report holds every process and GPU of one node. Each (process, device) pair becomes a
 rank; its rows are read table by table in batches (`BATCH_ROWS`, never the whole database) and fed,
-as the Chrome-trace events Kineto would have written for them, to the Kineto parser's two passes
-(`kineto.Pass1` / `kineto.pass2`), so kernels, launches, steps and collectives follow one set of
-rules whichever profiler wrote them. NCCL's NVTX ranges (`ncclAllReduce`, ...) are the call
-markers; on NCCL 2.19+ their payloads give the communicator, the message size and (through
-`ncclCommInitRank*`) each process's comm rank and size. Release differences: docs/formats.md.
+as columns of the events Kineto would have written for them (`kineto.Pass1.add_columns`), to the
+Kineto parser's two passes (`kineto.pass2`); a GPU row's launch is joined in SQL. So kernels,
+launches, steps and collectives follow one set of rules whichever profiler wrote them. NCCL's NVTX
+ranges (`ncclAllReduce`, ...) are the call markers; on NCCL 2.19+ their payloads give the
+communicator, the message size and (through `ncclCommInitRank*`) each process's comm rank and
+size. Release differences: docs/formats.md.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import re
 import shutil
@@ -27,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, checked_int, json_depth
+from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, RANGES, checked_int, json_depth
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
-from tracekit.parsers._kineto_calls import kernel_op
+from tracekit.parsers._kineto_calls import as_int, kernel_op
 from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
 from tracekit.parsers.registry import Format
 from tracekit.parsers.vocabulary import dtype_bytes
@@ -129,6 +133,16 @@ class _Source(abc.ABC):
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
+    def index_launches(self) -> bool:
+        """Make the runtime calls findable by (process, correlation id) for `launch_batches`;
+        False when this source cannot (the pass then keeps every runtime call's time itself)."""
+        return False
+
+    def launch_batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        """`batches` plus `launchStart`: the start of the runtime call (same process, same
+        correlationId; the first such) that launched each row, None when there is none."""
+        raise NotImplementedError
+
     def close(self) -> None:  # a directory export holds nothing open
         return None
 
@@ -172,6 +186,36 @@ class _SQLite(_Source):
     def distinct(self, table: str, column: str) -> set[Any]:
         try:
             return {r[0] for r in self.db.execute(f'SELECT DISTINCT "{_ident(column)}" FROM "{_ident(table)}"')}
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+
+    def index_launches(self) -> bool:
+        """A temporary table (on disk, like SQLite's sorter: not in memory) of the runtime calls
+        the Kineto pass would keep, keyed by (pid, correlationId), the first in row order."""
+        lo, hi = RANGES["time_ns"]
+        dlo, dhi = RANGES["duration_ns"]
+        try:
+            self.db.execute("PRAGMA temp_store = FILE")
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS tracekit_launch (pid INTEGER, corr INTEGER, "
+                            "start INTEGER, PRIMARY KEY (pid, corr)) WITHOUT ROWID")
+            self.db.execute(
+                "INSERT OR IGNORE INTO temp.tracekit_launch SELECT (globalTid >> 24) & 16777215, correlationId, start "
+                f'FROM "{_ident(RUNTIME)}" WHERE typeof(globalTid) = \'integer\' AND typeof(correlationId) = '
+                "'integer' AND typeof(start) = 'integer' AND typeof(\"end\") = 'integer' "
+                f'AND start BETWEEN {lo} AND {hi} AND "end" - start BETWEEN {dlo} AND {dhi}')
+        except sqlite3.Error as exc:
+            raise _db_error(self.path, exc) from exc
+        return True
+
+    def launch_batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
+        cols = ", ".join(f'k."{_ident(c)}"' for c in columns)
+        sql = (f"SELECT {cols}, (SELECT l.start FROM temp.tracekit_launch l WHERE l.pid = (k.globalPid >> 24) & "
+               f'16777215 AND l.corr = k.correlationId) FROM "{_ident(table)}" k')
+        names = [*columns, "launchStart"]
+        try:
+            cur = self.db.execute(sql)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
         except sqlite3.Error as exc:
             raise _db_error(self.path, exc) from exc
 
@@ -353,6 +397,18 @@ def payload(text: Any) -> dict[str, int]:
     return out
 
 
+#: Payload texts up to this size are decoded once: NCCL's repeat (the same comm and sizes every step).
+_PAYLOAD_CACHED_BYTES = 1024
+_payload_cached = functools.lru_cache(maxsize=8192)(payload)
+
+
+def _payload(text: Any) -> dict[str, int]:
+    """`payload`, decoded once per distinct short text (the dict it gives is shared: read only)."""
+    if isinstance(text, (str, bytes)) and len(text) <= _PAYLOAD_CACHED_BYTES:
+        return _payload_cached(text)
+    return payload(text)
+
+
 def _as_int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
@@ -481,6 +537,30 @@ def _all_to_all_splits(members: Sequence[_P2P], rank: int, nranks: int) -> tuple
 # -- the parse -----------------------------------------------------------------------------------
 
 
+class _Launches(Sequence[tuple[int, str, int]]):
+    """One thread's comm kernel launches, (launch start, kernel, correlation) in time order, as
+    arrays (a tuple per launch took about 140 bytes; this about 20)."""
+
+    def __init__(self, starts: np.ndarray, codes: np.ndarray, corrs: np.ndarray, names: list[str]) -> None:
+        self.starts, self.codes, self.corrs, self.names = starts, codes, corrs, names
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return int(self.starts[i]), self.names[self.codes[i]], int(self.corrs[i])
+
+    def first_from(self, start: int) -> int:
+        """The first launch at or after `start` (kernel names are never empty, so this is
+        `bisect_right(self, (start, ""))`)."""
+        return int(np.searchsorted(self.starts, start, "left"))
+
+
+_NO_LAUNCHES = _Launches(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64), [])
+
+
 @dataclass
 class _Nvtx:
     """The NVTX columns this export has, and its event-type numbers."""
@@ -502,9 +582,9 @@ class _Parse:
         self.rank_arg, self.rank_map = rank, rank_map or {}
         self.strings: dict[int, str] = {}
         self.procs: dict[tuple[int, int], _Proc] = {}
-        self.comm_kernels: dict[tuple[int | None, int], str] = {}  # (pid, correlation) -> comm kernel name
         #: gtid -> [(launch start, kernel, correlation)] of its comm kernels, in time order
-        self.launches: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        self.launches: dict[int, _Launches] = {}
+        self.comm_corrs = np.zeros(0, np.int64)  # the comm kernels' correlation ids, sorted
         self.p2p: dict[int, list[_P2P]] = defaultdict(list)  # gtid -> its ncclSend/ncclRecv ranges
         self.group_marks: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)  # (start, end, is GroupStart)
         self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
@@ -582,7 +662,7 @@ class _Parse:
         j = b[nv.json][i] if nv.json else None
         if not j and nv.json_id:
             j = self.string(b[nv.json_id][i])
-        return payload(j)
+        return _payload(j)
 
     def devices(self) -> None:
         """Every (process, device) with GPU work: the report's would-be ranks."""
@@ -648,27 +728,64 @@ class _Parse:
 
     def comm_launches(self) -> None:
         """The comm kernels and their launches, joined by correlation id with queries that return
-        only those rows (a plain scan of the others): per thread, (launch start, kernel, id)."""
+        only those rows (a plain scan of the others): per thread, (launch start, kernel, id), held
+        as arrays (`_Launches`). A (process, id) pair of several comm kernels keeps the last."""
         name_col = self.kernel_name_column()
         if name_col is None or not self.src.has(KERNEL, "correlationId", "globalPid"):
             return
         ids = [v for v in self.src.distinct(KERNEL, name_col)
                if (n := self.string(v)) is not None and self.comm_re.search(n)]
-        kernels = self.comm_kernels
+        names: list[str] = []
+        code_of: dict[str, int] = {}
+        chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for b in self.src.where_in(KERNEL, ("globalPid", "correlationId", name_col), name_col, ids):
-            for g, c, n in zip(b["globalPid"], b["correlationId"], b[name_col], strict=True):
-                if type(c) is int:
-                    kernels[(_pid(g), c)] = self.string(n) or "unknown kernel"
-        if not kernels or not self.src.has(RUNTIME, "globalTid", "start", "correlationId"):
+            g, g_ok = _int_values(b["globalPid"])
+            c, c_ok = _int_values(b["correlationId"])
+            vals, idx = _codes(b[name_col])
+            codes = np.asarray([code_of.setdefault(self.string(v) or "unknown kernel", len(code_of)) for v in vals],
+                               np.int32)
+            ok = g_ok & c_ok  # a kernel without a process has no launch on a traced thread
+            chunks.append(((g[ok] >> 24) & 0xFFFFFF, c[ok], codes[idx[ok]] if len(codes) else codes))
+        names = list(code_of)
+        if not chunks or not self.src.has(RUNTIME, "globalTid", "start", "correlationId"):
             return
-        corrs = sorted({c for _, c in kernels})
+        kpid, kcorr, kcode = (np.concatenate(x) for x in zip(*chunks, strict=True))
+        if not len(kcorr):
+            return
+        order = np.lexsort((np.arange(len(kcorr)), kcorr, kpid))
+        kpid, kcorr, kcode = kpid[order], kcorr[order], kcode[order]
+        last = np.ones(len(kcorr), bool)
+        last[:-1] = (kpid[1:] != kpid[:-1]) | (kcorr[1:] != kcorr[:-1])
+        kpid, kcorr, kcode = kpid[last], kcorr[last], kcode[last]
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.comm_corrs = np.unique(kcorr)
+        corrs = self.comm_corrs.tolist()
         for b in self.src.where_in(RUNTIME, ("globalTid", "start", "correlationId"), "correlationId", corrs):
-            for t, st, c in zip(b["globalTid"], b["start"], b["correlationId"], strict=True):
-                k = kernels.get((_pid(t), c))
-                if k is not None and type(st) is int:
-                    self.launches[t].append((st, k, c))
-        for v in self.launches.values():
-            v.sort()
+            t, t_ok = _int_values(b["globalTid"])
+            st, st_ok = _int_values(b["start"])
+            c, c_ok = _int_values(b["correlationId"])
+            pid = (t >> 24) & 0xFFFFFF
+            at = np.full(len(t), -1, np.int64)
+            for one in np.unique(pid[t_ok]).tolist():
+                lo, hi = np.searchsorted(kpid, one, "left"), np.searchsorted(kpid, one, "right")
+                rows = np.flatnonzero(t_ok & (pid == one))
+                j = lo + np.searchsorted(kcorr[lo:hi], c[rows])
+                hit = j < hi
+                hit[hit] = kcorr[j[hit]] == c[rows[hit]]
+                at[rows[hit]] = j[hit]
+            keep = (at >= 0) & st_ok & c_ok
+            found.append((t[keep], st[keep], kcode[at[keep]], c[keep]))
+        if not found:
+            return
+        gt, st, code, c = (np.concatenate(x) for x in zip(*found, strict=True))
+        if not len(gt):
+            return
+        name_rank = np.argsort(np.argsort(np.asarray(names, dtype=object))) if names else np.zeros(0, np.int64)
+        order = np.lexsort((c, name_rank[code], st, gt))
+        gt, st, code, c = gt[order], st[order], code[order], c[order]
+        bounds = np.flatnonzero(np.diff(gt)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(gt)], strict=True):
+            self.launches[int(gt[lo])] = _Launches(st[lo:hi], code[lo:hi], c[lo:hi], names)
 
     def resolve_groups(self) -> None:
         """Grouped ncclSend/ncclRecv (ncclGroupStart ... ncclGroupEnd, else the ranges before one
@@ -822,18 +939,18 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         by_pid[pr.pid].append(pr)
     passes: dict[int, kineto.Pass1] = {}
     spools: list[Path] = []
+    launches_given = src.has(RUNTIME, "start", "end", "globalTid", "correlationId") and src.index_launches()
     for pr in procs:
         spool = sink.part_dir / f"_events_{pr.rank}.arrows"
         spools.append(spool)
-        p1 = kineto.Pass1(spool, ps.comm_re, stats)
+        p1 = kineto.Pass1(spool, ps.comm_re, stats, launches_given=launches_given)
         p1.spool_memory = max(8 << 20, kineto.SPOOL_MEMORY // len(procs))
         passes[pr.rank] = p1  # type: ignore[index]
-    feed = _Feed(ps, passes, by_pid)
+    feed = _Feed(ps, passes, by_pid, launches_given)
     try:
         ps.comm_launches()
         ps.resolve_groups()
         ps.p2p.clear()
-        ps.comm_kernels.clear()
         feed.activities()
         feed.runtime()
         feed.nvtx(nv)
@@ -947,13 +1064,116 @@ def _us(ns: int) -> msgspec.Raw:
     return _RAW(b"-%d.%03d" % divmod(-ns, 1000))
 
 
-class _Feed:
-    """Rows of the export -> Kineto events of their rank's first pass, table by table."""
+def _int_values(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """A column as int64 and the mask of its values that are ints (what `type(v) is int` accepts)."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type == pa.int64():
+        ok = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), bool) if arr.null_count else \
+            np.ones(len(arr), bool)
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), ok
+    ok = np.array([type(v) is int and -(2**63) <= v < 2**63 for v in values], bool)
+    return np.array([v if k else 0 for v, k in zip(values, ok.tolist(), strict=True)], np.int64), ok
 
-    def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]]) -> None:
+
+def _id_column(values: Sequence[Any], rows: np.ndarray, field_name: str, stats: SourceStats) -> pa.Array:
+    """`values[rows]` as Kineto's int64 id column (a value that is no int becomes null, counted)."""
+    try:
+        arr = pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return kineto.int_column([values[i] for i in rows.tolist()], field_name, stats)
+    return arr.take(pa.array(rows))
+
+
+def _codes(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct values of a column (first-occurrence order) and each row's index into them."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type in (pa.int64(), pa.string(), pa.null()):
+        enc = arr.dictionary_encode()
+        vals = enc.dictionary.to_pylist()
+        if enc.null_count:
+            vals.append(None)
+        return vals, pc.fill_null(enc.indices, len(vals) - 1).to_numpy(zero_copy_only=False)
+    seen: dict[tuple[type, Any], int] = {}
+    vals = []
+    idx = np.empty(len(values), np.int64)
+    for i, v in enumerate(values):
+        k = (type(v), v)
+        j = seen.get(k)
+        if j is None:
+            j = seen[k] = len(vals)
+            vals.append(v)
+        idx[i] = j
+    return vals, idx
+
+
+def _column(values: Sequence[Any], take: pa.Array, rows: list[int]) -> pa.Array | list[Any]:
+    """`values[rows]`: an Arrow array when the column is plain int64, else the Python values."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        arr = None
+    if arr is not None and arr.type == pa.int64() and not arr.null_count:
+        return arr.take(take)
+    return [values[i] for i in rows]
+
+
+def _pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[list[tuple[Any, Any]], np.ndarray]:
+    """`_codes` of the rows' (a, b) pairs."""
+    av, ai = _codes(a)
+    bv, bi = _codes(b)
+    keys, idx = np.unique(ai * len(bv) + bi, return_inverse=True)
+    return [(av[k // len(bv)], bv[k % len(bv)]) for k in keys.tolist()], idx.reshape(-1)
+
+
+def _dict_column(names: list[str], idx: np.ndarray) -> pa.DictionaryArray:
+    """Rows' strings given as distinct names (repeats allowed) and each row's index into them."""
+    d = pa.array(names, pa.string()).dictionary_encode()
+    remap = d.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(remap[idx] if len(remap) else np.zeros(0, np.int32)),
+                                          d.dictionary)
+
+
+def _constant(text: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([text], pa.string()))
+
+
+_TS_LO, _TS_HI = RANGES["time_ns"]
+_DUR_LO, _DUR_HI = RANGES["duration_ns"]
+
+
+def _times(start: np.ndarray, end: np.ndarray) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+    """ts = start and dur = end - start in ns, null (and flagged) where out of Kineto's ranges."""
+    dur = end - start  # int64: a wrapped difference is flagged below
+    wrapped = ((end ^ start) & (end ^ dur)) < 0
+    ts_oor = (start < _TS_LO) | (start > _TS_HI)
+    dur_oor = wrapped | (dur < _DUR_LO) | (dur > _DUR_HI)
+    ts = pa.array(start, pa.int64(), mask=ts_oor) if ts_oor.any() else pa.array(start, pa.int64())
+    d = pa.array(dur, pa.int64(), mask=dur_oor) if dur_oor.any() else pa.array(dur, pa.int64())
+    return ts, ts_oor, d, dur_oor
+
+
+def _no_sync(n: int) -> Any:
+    return lambda _kind: ([None] * n, [None] * n)
+
+
+class _Feed:
+    """Rows of the export -> columns of Kineto X events for their rank's first pass, table by
+    table, a batch at a time (never a Python object per row, only per communication marker)."""
+
+    def __init__(self, ps: _Parse, passes: dict[int, kineto.Pass1], by_pid: dict[int, list[_Proc]],
+                 launches_given: bool) -> None:
         self.ps, self.passes, self.by_pid = ps, passes, by_pid
         self.stats = ps.stats
         self.thread_rank: dict[int, int | None] = {}
+        self.launches_given = launches_given
+        #: ranks that get their process's runtime calls (its first GPU): only they have launches
+        self.has_launches = {procs[0].rank for procs in by_pid.values() if procs}
 
     def _rank_of(self, pid: int | None, device: Any) -> int | None:
         for pr in self.by_pid.get(pid, ()):  # type: ignore[arg-type]
@@ -970,10 +1190,21 @@ class _Feed:
         self.thread_rank[gtid] = r
         return r
 
-    def _push(self, out: dict[int, list[Any]]) -> None:
-        for r, events in out.items():
-            if events:
-                self.passes[r].add(events)
+    def _kept(self, ranks: np.ndarray, ok: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Skip (and count) the rows without a rank or usable times; the rest by rank, in row order."""
+        no_rank = ranks < 0
+        bad = ~no_rank & ~ok
+        if no_rank.any():
+            self.stats.skip("no_rank", int(no_rank.sum()))
+        if bad.any():
+            self.stats.skip("missing_or_bad_ts", int(bad.sum()))
+        keep = ~no_rank & ok
+        if not keep.any():
+            return
+        rows = np.flatnonzero(keep)
+        rk = ranks[rows]
+        for r in dict.fromkeys(rk.tolist()):
+            yield r, rows[rk == r] if len(rk) and (rk != r).any() else rows
 
     def event_records(self) -> dict[tuple[Any, Any], list[tuple[int, int]]]:
         """CUDA event records (CUPTI_ACTIVITY_KIND_CUDA_EVENT, recent releases) by (process,
@@ -1013,47 +1244,101 @@ class _Feed:
                 cols.append("copyKind")
             elif table == SYNC:
                 cols += [c for c in ("syncType", "eventId") if c in ps.src.tables[table]]
-            cat = CATEGORY[table]
-            grouped = ps.kernel_args
             rank_of: dict[tuple[Any, Any], int | None] = {}
-            for b in ps.src.batches(table, cols):
-                out: dict[int, list[Any]] = defaultdict(list)
-                kinds = b.get("copyKind") or b.get("syncType")
-                gpids, devices = b["globalPid"], b["deviceId"]
-                for i, start in enumerate(b["start"]):
-                    key = (gpids[i], devices[i])
+            joined = self.launches_given and has_corr
+            for b in ps.src.launch_batches(table, cols) if joined else ps.src.batches(table, cols):
+                keys, key_idx = _pair_codes(b["globalPid"], b["deviceId"])
+                key_rank = []
+                for key in keys:
                     r = rank_of.get(key, -1)
                     if r == -1:
                         r = rank_of[key] = self._rank_of(_pid(key[0]), key[1])
-                    end = b["end"][i]
-                    if r is None or type(start) is not int or type(end) is not int:
-                        self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
+                    key_rank.append(-1 if r is None else r)
+                ranks = np.asarray(key_rank, np.int64)[key_idx]
+                start, s_ok = _int_values(b["start"])
+                end, e_ok = _int_values(b["end"])
+                for r, rows in self._kept(ranks, s_ok & e_ok):
+                    self._activity_rows(table, b, rows, start, end, has_corr, name_col, records, r)
+
+    def _activity_rows(self, table: str, b: dict[str, list[Any]], rows: np.ndarray, start: np.ndarray,
+                       end: np.ndarray, has_corr: bool, name_col: str | None,
+                       records: dict[tuple[Any, Any], list[tuple[int, int]]], rank: int) -> None:
+        ps = self.ps
+        p1 = self.passes[rank]
+        n = len(rows)
+        rl = rows.tolist()
+        devices = b["deviceId"]
+        corr_raw = b["correlationId"] if has_corr else None
+        if table == KERNEL:
+            if name_col:
+                vals, idx = _codes(b[name_col])
+                name = _dict_column([ps.string(v) or "unknown kernel" for v in vals], idx[rows])
+            else:
+                name = _constant("unknown kernel", n)
+        elif table == MEMCPY:
+            kinds = b.get("copyKind")
+            vals, idx = _codes([kinds[i] for i in rl] if kinds else [None] * n)
+            name = _dict_column([_MEMCPY_NAMES.get(v, "Memcpy") for v in vals], idx)
+        elif table == MEMSET:
+            name = _constant("Memset (Device)", n)
+        else:
+            kinds = b.get("syncType")
+            vals, idx = _codes([kinds[i] for i in rl] if kinds else [None] * n)
+            name = _dict_column([SYNC_NAMES.get(v, "Synchronization") for v in vals], idx)
+        grouped = ps.kernel_args if table == KERNEL else None
+        gpids = b["globalPid"]
+
+        def args_at(j: int) -> kineto.Args:
+            i = rl[j]
+            corr = corr_raw[i] if corr_raw is not None else None
+            args = grouped.get((_pid(gpids[i]), corr)) if grouped and corr is not None else None
+            if args is None:
+                return kineto.Args(correlation=corr, device=devices[i])
+            return msgspec.structs.replace(args, correlation=corr, device=devices[i])  # the group's call args
+
+        sync_columns = _no_sync(n)
+        if table == SYNC and "eventId" in b and corr_raw is not None:
+            events = b["eventId"]
+
+            def sync_columns(_kind: np.ndarray) -> tuple[list[str | None], list[int | None]]:
+                lanes: list[str | None] = [None] * n
+                waits: list[int | None] = [None] * n
+                for j, i in enumerate(rl):
+                    corr = corr_raw[i]
+                    if type(corr) is not int:
                         continue
-                    corr = b["correlationId"][i] if has_corr else None
-                    args = None
-                    if table == KERNEL:
-                        name = ps.string(b[name_col][i]) if name_col else None
-                        name = name or "unknown kernel"
-                        if grouped and corr is not None:
-                            args = grouped.get((_pid(key[0]), corr))
-                    elif table == MEMCPY:
-                        name = _MEMCPY_NAMES.get(kinds[i] if kinds else None, "Memcpy")
-                    elif table == MEMSET:
-                        name = "Memset (Device)"
-                    else:
-                        name = SYNC_NAMES.get(kinds[i] if kinds else None, "Synchronization")
-                    if args is None:
-                        args = kineto.Args(correlation=corr, device=b["deviceId"][i])
-                    else:  # the call args of the group this kernel runs
-                        args = msgspec.structs.replace(args, correlation=corr, device=b["deviceId"][i])
-                    if table == SYNC and "eventId" in b and type(corr) is int:
-                        rec = records.get((b["globalPid"][i], b["eventId"][i]))
-                        j = bisect_right(rec, (corr, -1)) - 1 if rec else -1
-                        if rec and j >= 0:  # the event's last record before this wait
-                            args.wait_corr, args.wait_on_stream = rec[j]
-                    out[r].append(kineto.XEvent(cat=cat, name=name, pid=devices[i], tid=b["streamId"][i],
-                                                ts=_us(start), dur=_us(end - start), args=args))
-                self._push(out)
+                    rec = records.get((gpids[i], events[i]))
+                    k = bisect_right(rec, (corr, -1)) - 1 if rec else -1
+                    if not rec or k < 0:
+                        continue
+                    wc, ws = rec[k]  # the event's last record before this wait
+                    if ws >= 0:
+                        dev = as_int(devices[i])
+                        lanes[j] = f"gpu{kineto.fmt(dev if dev is not None else devices[i])}/stream{ws}"
+                    if wc >= 0:
+                        waits[j] = wc
+                return lanes, waits
+
+        ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
+        take = pa.array(rows)
+        launch_ts = None
+        if self.launches_given:
+            launch_ts = pa.nulls(n, pa.int64())
+            if "launchStart" in b and rank in self.has_launches:
+                launch_ts = pa.array(b["launchStart"], pa.int64()).take(take)
+        p1.add_columns(launch_ts=launch_ts, cat=_constant(CATEGORY[table], n), name=name,
+                       pids=_column(devices, take, rl),
+                       tids=_column(b["streamId"], take, rl), ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
+                       dur_empty=np.zeros(n, bool),
+                       corr=_id_column(corr_raw, rows, "correlation", self.stats) if corr_raw is not None
+                       else pa.nulls(n, pa.int64()),
+                       ext=pa.nulls(n, pa.int64()), sync_columns=sync_columns, args_at=args_at)
+
+    def _thread_ranks(self, gtids: Sequence[Any]) -> tuple[np.ndarray, list[Any], np.ndarray]:
+        """Each row's rank (-1: none) by its thread, and the distinct threads with each row's index."""
+        vals, idx = _codes(gtids)
+        ranks = np.asarray([-1 if (r := self._thread_rank(g)) is None else r for g in vals], np.int64)
+        return ranks[idx], vals, idx
 
     def runtime(self) -> None:
         ps = self.ps
@@ -1061,23 +1346,39 @@ class _Feed:
             return
         cats: dict[str, str] = {}
         for b in ps.src.batches(RUNTIME, ("start", "end", "globalTid", "correlationId", "nameId")):
-            out: dict[int, list[Any]] = defaultdict(list)
-            for i, start in enumerate(b["start"]):
-                gtid, end = b["globalTid"][i], b["end"][i]
-                r = self._thread_rank(gtid)
-                if r is None or type(start) is not int or type(end) is not int:
-                    self.stats.skip("no_rank" if r is None else "missing_or_bad_ts")
-                    continue
-                name = ps.string(b["nameId"][i]) or "unknown call"
-                corr = b["correlationId"][i]
-                cat = cats.get(name)
-                if cat is None:
-                    cat = cats[name] = "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") \
-                        else "cuda_runtime"
-                out[r].append(kineto.XEvent(cat=cat, name=name, pid=_pid(gtid), tid=_tid(gtid), ts=_us(start),
-                                            dur=_us(end - start),
-                                            args=kineto.Args(correlation=corr)))
-            self._push(out)
+            ranks, threads, thread_idx = self._thread_ranks(b["globalTid"])
+            start, s_ok = _int_values(b["start"])
+            end, e_ok = _int_values(b["end"])
+            corr_raw = b["correlationId"]
+            vals, name_idx = _codes(b["nameId"])
+            names = [ps.string(v) or "unknown call" for v in vals]
+            for nm in names:
+                if nm not in cats:
+                    cats[nm] = "cuda_driver" if nm.startswith("cu") and not nm.startswith("cuda") else "cuda_runtime"
+            cat_names = [cats[nm] for nm in names]
+            for r, rows in self._kept(ranks, s_ok & e_ok):
+                n = len(rows)
+                rl = rows.tolist()
+                idx = name_idx[rows]
+                pids, tids = self._thread_columns(threads, thread_idx[rows])
+                ts, ts_oor, dur, dur_oor = _times(start[rows], end[rows])
+                comm_launch = None
+                if self.launches_given:
+                    cv, c_ok = _int_values([corr_raw[i] for i in rows.tolist()])
+                    comm_launch = c_ok & np.isin(cv, self.ps.comm_corrs)
+                self.passes[r].add_columns(
+                    runtime_rows=comm_launch, cat=_dict_column(cat_names, idx), name=_dict_column(names, idx),
+                    pids=pids, tids=tids, ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor,
+                    dur_empty=np.zeros(n, bool), corr=_id_column(corr_raw, rows, "correlation", self.stats),
+                    ext=pa.nulls(n, pa.int64()), sync_columns=_no_sync(n),
+                    args_at=lambda j, rl=rl, c=corr_raw: kineto.Args(correlation=c[rl[j]]))
+
+    @staticmethod
+    def _thread_columns(threads: list[Any], idx: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """The pid and tid of each row (threads with a rank are ints)."""
+        pid = np.asarray([_pid(g) if type(g) is int else -1 for g in threads], np.int64)
+        tid = np.asarray([_tid(g) if type(g) is int else -1 for g in threads], np.int64)
+        return pa.array(pid[idx]), pa.array(tid[idx])
 
     def nvtx(self, nv: _Nvtx | None) -> None:
         ps = self.ps
@@ -1087,7 +1388,7 @@ class _Feed:
         comm_nranks = {c.comm: c.nranks for pr in ps.procs.values() for c in pr.comms.values()}
         absorbed = ps.absorbed
         for b in ps.nvtx_batches(nv):
-            out: dict[int, list[Any]] = defaultdict(list)
+            out: dict[int, list[tuple[str, int, int, int, kineto.Args | None]]] = defaultdict(list)
             for i, et in enumerate(b["eventType"]):
                 if et not in rng:
                     self.stats.skip("nvtx_mark" if et == nv.types["NvtxMark"] else
@@ -1105,9 +1406,20 @@ class _Feed:
                     coll = None  # one call of a group its kernel carries (resolve_groups)
                 if coll is not None:
                     args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
-                out[r].append(kineto.XEvent(cat="user_annotation", name=name, pid=_pid(gtid), tid=_tid(gtid),
-                                            ts=_us(start), dur=_us(end - start), args=args))
-            self._push(out)
+                out[r].append((name, start, end, gtid, args))
+            for r, rows in out.items():
+                n = len(rows)
+                names, starts, ends, gtids, argss = (list(c) for c in zip(*rows, strict=True))
+                vals, idx = _codes(names)
+                threads, thread_idx = _codes(gtids)
+                pids, tids = self._thread_columns(threads, thread_idx)
+                ts, ts_oor, dur, dur_oor = _times(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+                self.passes[r].add_columns(
+                    cat=_constant("user_annotation", n), name=_dict_column(vals, idx), pids=pids, tids=tids,
+                    ts=ts, ts_oor=ts_oor, dur=dur, dur_oor=dur_oor, dur_empty=np.zeros(n, bool),
+                    corr=pa.nulls(n, pa.int64()), ext=pa.nulls(n, pa.int64()), sync_columns=_no_sync(n),
+                    args_at=argss.__getitem__)
+
 
     def _call_args(self, coll: str, pl: dict[str, int], gtid: int, start: int, end: int,
                    comm_nranks: dict[int, int]) -> kineto.Args:
@@ -1121,11 +1433,14 @@ class _Feed:
             fields["pg_name"] = _RAW(enc(group_name(comm)))
         if nranks is not None:
             fields["group_size"] = _RAW(enc(nranks))
-        launched = self.ps.launches.get(gtid, [])
-        j = bisect_right(launched, (start, ""))
+        launched = self.ps.launches.get(gtid)
+        if launched is None:
+            launched = _NO_LAUNCHES
         dtype = None
-        while j < len(launched) and launched[j][0] <= end:
-            dtype = kernel_dtype(launched[j][1])
+        j = launched.first_from(start)
+        starts, codes, names = launched.starts, launched.codes, launched.names
+        while j < len(starts) and starts[j] <= end:
+            dtype = kernel_dtype(names[codes[j]])
             if dtype:
                 break
             j += 1

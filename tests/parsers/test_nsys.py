@@ -626,3 +626,97 @@ def test_ungrouped_calls_and_other_kernels_are_no_group():
     assert coll == {} and absorbed == set()  # each launched inside its range; the last pair's kernel is no p2p one
     coll, absorbed = _resolve(ranges[2:], [], [(70, k, 4), (71, k, 5)], {1: (2, 0)})
     assert coll == {4: "all_to_all"} and len(absorbed) == 2
+
+
+# -- batches: the read is the same whatever the batch size ------------------------------------------
+
+
+def _with_bad_rows(path: Path) -> Path:
+    """Rows the parse skips, spread through the tables: kernels without a process, runtime calls
+    of an unknown one, text times, NVTX marks."""
+    with closing(sqlite3.connect(path)) as db:
+        for table, pid_col in ((nsys.KERNEL, "globalPid"), (nsys.RUNTIME, "globalTid")):
+            cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+            unknown = "NULL" if table == nsys.KERNEL else f"{pid_col} + (977 << 24)"
+            sel = ", ".join(unknown if c == pid_col else c for c in cols)
+            db.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {sel} FROM {table} WHERE rowid % 5 = 0")
+            db.execute(f"UPDATE {table} SET start = 'x' WHERE rowid % 97 = 3")
+        db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, text) "
+                   "SELECT start, NULL, 34, globalTid, 'mark' FROM NVTX_EVENTS WHERE rowid % 11 = 0")
+        db.commit()
+    return path
+
+
+def _read_all(path: Path, out: Path) -> tuple[nsys.ParseResult, dict[str, pl.DataFrame]]:
+    res, tables = parse(path, out)
+    return res, {k: _str(pl.from_arrow(v)) for k, v in tables.items()}
+
+
+@pytest.fixture(scope="module")
+def one_batch(tmp_path_factory, small):
+    """A report with skipped rows everywhere, read in one batch per table."""
+    base = tmp_path_factory.mktemp("batches")
+    path = _with_bad_rows(write_nsys(small, base / "n")[0])
+    with closing(sqlite3.connect(path)) as db:
+        most = max(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (nsys.KERNEL, nsys.RUNTIME))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(nsys, "BATCH_ROWS", most + 1)
+    try:
+        res, tables = _read_all(path, base / "one")
+    finally:
+        mp.undo()
+    assert res.stats.skipped["no_rank"] > 0 and res.stats.skipped["missing_or_bad_ts"] > 0
+    return path, most, res, tables
+
+
+@settings(max_examples=6, deadline=None)
+@given(rows=st.sampled_from([1, 2, 7, 64, 100, 200]))
+def test_batches_give_the_tables_of_one_batch(one_batch, tmp_path_factory, rows):
+    path, most, res, tables = one_batch
+    assert rows < most
+    mp = pytest.MonkeyPatch()
+    mp.setattr(nsys, "BATCH_ROWS", rows)
+    try:
+        got, got_tables = _read_all(path, tmp_path_factory.mktemp("b"))
+    finally:
+        mp.undo()
+    for name in ("events", *TABLES):
+        assert got_tables[name].equals(tables[name]), name  # the same rows in the same order
+    assert got.stats.to_dict() == res.stats.to_dict()
+    assert got.stats.read == got.stats.stored + sum(got.stats.skipped.values())
+
+
+def test_kernels_run_after_their_step_get_the_step_of_their_launch(tmp_path, small):
+    """A GPU row's step is its launch's (the runtime call with its correlation id, joined in SQL),
+    as Kineto's is; by its own time it would have none."""
+    path = write_nsys(small, tmp_path / "n")[0]
+    k, r = nsys.KERNEL, nsys.RUNTIME
+    with closing(sqlite3.connect(path)) as db:
+        steps = db.execute("SELECT n.start, n.end, n.globalTid >> 24, coalesce(n.text, s.value) FROM NVTX_EVENTS n "
+                           "LEFT JOIN StringIds s ON s.id = n.textId WHERE coalesce(n.text, s.value) "
+                           "LIKE 'ProfilerStep#%'").fetchall()
+        last = max(e for _, e, _, _ in steps)
+        moved = db.execute(f"SELECT k.rowid, k.correlationId, r.start, r.globalTid >> 24 FROM {k} k JOIN {r} r "
+                           "ON r.correlationId = k.correlationId AND r.globalTid >> 24 = k.globalPid >> 24 "
+                           "WHERE k.rowid % 7 = 0").fetchall()
+        for rowid, *_ in moved:
+            db.execute(f"UPDATE {k} SET start = start + ?, end = end + ? WHERE rowid = ?", (last, last, rowid))
+        db.commit()
+    _, t = parse(path, tmp_path / "run")
+    ev = _str(pl.from_arrow(t["events"])).filter(pl.col("kind").is_in(["compute", "comm"]))
+    want = {}
+    for _, corr, launched, pid in moved:
+        want[corr] = next((int(n.split("#")[1]) for s, e, p, n in steps if p == pid and s <= launched <= e), None)
+    got = dict(ev.filter(pl.col("correlation").is_in(list(want))).select("correlation", "step").iter_rows())
+    assert len(want) > 10 and got == want and any(v is not None for v in want.values())
+
+
+def test_comm_kernels_whose_correlation_ids_only_other_processes_launch(tmp_path, small):
+    """Runtime rows with the comm kernels' correlation ids, all of another process: no launch is
+    found (a fuzz case once crashed here) and the rows are skipped as without a rank."""
+    path = write_nsys(small, tmp_path / "n")[0]
+    with closing(sqlite3.connect(path)) as db:
+        n = db.execute(f"UPDATE {nsys.RUNTIME} SET globalTid = globalTid + (977 << 24)").rowcount
+        db.commit()
+    res, t = parse(path, tmp_path / "run")
+    assert res.stats.skipped["no_rank"] == n > 0 and t["events"].num_rows == res.events
