@@ -35,10 +35,10 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -55,6 +55,7 @@ MANIFEST = "manifest.json"
 MARKER = ".tracekit-run"
 LOCK = ".lock"
 STAGING = ".staging"
+T = TypeVar("T")
 COMMIT = "COMMIT"
 #: in RUN/results/: the manifest generation every file there was computed from
 RESULTS_STAMP = "GENERATION"
@@ -585,7 +586,7 @@ class Run:
             raise RunError(f"{self.path}: not a tracekit run directory (no {MANIFEST}); run `tracekit ingest` first")
         try:
             contained(self.path, manifest_path)
-            self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+            self.manifest: dict[str, Any] = json.loads(self._moved_or(manifest_path, Path.read_text))
         except OSError as exc:
             raise os_error(exc, str(manifest_path)) from exc
         except ValueError as exc:
@@ -610,6 +611,18 @@ class Run:
             if staged.is_file():
                 return staged
         return self.path / name
+
+    def _moved_or(self, path: Path, read: Callable[[Path], T]) -> T:
+        """`read(path)`; when `path` is in RUN/.staging/ and a writer finishing the commit moved it
+        into place between finding and reading it (`recover`), read it where it went."""
+        try:
+            return read(path)
+        except (OSError, TracekitError) as exc:
+            gone = isinstance(exc, FileNotFoundError) or isinstance(exc.__cause__, FileNotFoundError)
+            if not gone or path.parent != self.path / STAGING:
+                raise
+            self._staged = False
+            return read(self.path / path.name)
 
     def _check_parts(self) -> None:
         """Every events part the manifest counts must exist (a run whose files were deleted
@@ -660,7 +673,7 @@ class Run:
         path = self._file(f"{name}.parquet")
         if not path.is_file():
             return schema.empty(name)
-        return schema.conform(name, _read(self.path, path))
+        return schema.conform(name, self._moved_or(path, lambda p: _read(self.path, p)))
 
     def scan(self, name: str) -> pl.LazyFrame:
         """A polars lazy frame over the named table."""

@@ -674,3 +674,38 @@ def test_a_run_made_before_generations_keeps_its_results(clean_run: Path, tmp_pa
     assert r.write_json("hang", {"hung": False}) is not None
     assert {p.name for p in (run / "results").iterdir()} >= {"analysis.json", "hang.json", "GENERATION"}
     assert Run(run).read_json("analysis") is not None and Run(run).stale == []
+
+
+@pytest.mark.parametrize("moving", ["manifest.json", "ranks.parquet"])
+def test_a_staged_file_moved_into_place_while_a_run_opens_is_read_where_it_went(tmp_path: Path, monkeypatch,
+                                                                              moving: str) -> None:
+    """The race the looped test above hit once under load: a reader finds the committed manifest
+    (and a table) in RUN/.staging/, the writer's `recover` moves them into place, then the reader
+    reads: it must read them where they went, not fail with 'No such file or directory'."""
+    from tracekit import store
+
+    run = tmp_path / "run"
+    ingest([str(SYNTH)], run, jobs=1)
+    staging = run / store.STAGING
+    staging.mkdir()
+    for name in ("manifest.json", "ranks.parquet"):
+        shutil.copyfile(run / name, staging / name)
+    (staging / store.COMMIT).write_text(json.dumps({"tables": ["ranks"]}))
+    real_read_text, real_read = Path.read_text, store._read
+
+    def moved(path: Path) -> None:
+        if path.parent == staging and path.name == moving and path.exists():
+            path.unlink()  # what recover's os.replace does to the staged copy
+
+    def read_text_after_move(self: Path, *args, **kwargs) -> str:
+        moved(self)
+        return real_read_text(self, *args, **kwargs)
+
+    def read_after_move(run_dir: Path, path: Path):
+        moved(path)
+        return real_read(run_dir, path)
+
+    monkeypatch.setattr(Path, "read_text", read_text_after_move)
+    monkeypatch.setattr(store, "_read", read_after_move)
+    opened = store.Run(run)
+    assert opened.table("ranks").num_rows == pq.read_table(run / "ranks.parquet").num_rows
