@@ -249,204 +249,18 @@ def route_flows(mode, src, dst, channel, fhash, tables):
 
 # --------------------------------------------------------------------------------------------
 # Max-min fair fluid simulation.
-#
-# `_simulate_sorted` runs one event at a time through phase functions, each called once per
-# event: the lazy classes' finishes (`_class_finishes`), the other finishes (`_finish_due`), the
-# arrivals (`_arrive`), S's seed (`_seed`, `_drop_pinned`), the re-fill of S (`_solve`:
-# `_class_rates` or `_waterfill`, `_apply_rates`, `_verify`, `_grow`), a new lazy class
-# (`_form_class`) and the new remaining bytes and heap keys (`_rekey`); `_window_bytes` sums the
-# window integrals at the end. Its state is a few named tuples of arrays, which numba passes as one
-# tuple each: `Paths` (read only), `FlowState`, `LinkState`, `Solve` and `Fill` (scratch of one
-# event), `Lazy` and `Agg` (the lazy classes), `Heap` (the completion heap of flows and the heap of
-# lazy classes) and `Clock` (the event's time, tolerances and window). Phases unpack the fields
-# they use into locals before their loops. Phases and the helpers they call per flow are inlined
-# by numba (`njit_inline`): a compiled call passes every array of its tuples, reference counted,
-# which cost 1.6x on events of few flows; inlined, the kernel runs as fast as in one function.
-#
-# The phases' parameters, by name (each function's docstring names the others):
-#
-# | name        | type                 | meaning                                                 |
-# |-------------|----------------------|---------------------------------------------------------|
-# | ev          | Clock                | the event                                               |
-# | p           | Paths                | flows and resources (read only)                         |
-# | fs, ls      | FlowState, LinkState | per flow and per resource state                         |
-# | sv, wf      | Solve, Fill          | scratch of the event's re-solve and of `_waterfill`     |
-# | lz, ag      | Lazy, Agg            | the lazy classes and their links                        |
-# | ch, hn      | Heap, int            | completion heap of flows (key: drain time), its size    |
-# | gh, gn      | Heap, int            | heap of lazy classes (key: next member's), its size     |
-# | s_n         | int                  | the size of S (sv.s_list[:s_n])                         |
-# | n_chg       | int                  | changed resources so far (sv.chg[:n_chg])               |
-# | stamp       | int                  | a mark no earlier pass used (lmark, cmark, checked)     |
-# | b           | int                  | a lazy class, by its resource                           |
-# | rel_eps,    | float, float, int    | as `simulate_flows`                                     |
-# | merge,      |                      |                                                         |
-# | lazy_min    |                      |                                                         |
-#
-# Functions that change hn or gn (a lazy class turned back into flows moves its members to the
-# completion heap) return the new sizes.
-
-
-class Paths(NamedTuple):
-    """The flows, numbered in release order, and the resources: what the simulation never writes."""
-
-    indptr: np.ndarray   # [flow + 1] int64: start of the flow's path in `res`
-    res: np.ndarray      # [incidence] int64: the resources of each path, in path order
-    release: np.ndarray  # [flow] float64: release time (ns), ascending
-    latency: np.ndarray  # [flow] float64: latency added to its finish (ns)
-    wt: np.ndarray       # [flow] float64: weight (> 0)
-    iw: np.ndarray       # [flow] float64: 1 / weight (rates per unit weight are rate x iw)
-    cap: np.ndarray      # [resource] float64: capacity (bytes/ns)
-    lstart: np.ndarray   # [resource] int64: first slot of the resource in the per-resource pools
-    #                      (`poolf`, `bpool`, `ck`, `ci`): as many slots as paths cross it
-    unit: bool           # every weight is 1: a rate per unit weight is the rate itself
-
-
-class FlowState(NamedTuple):
-    """Per flow, what changes as it runs."""
-
-    rate: np.ndarray     # [flow] float64: current rate (bytes/ns; a lazy member's is stale)
-    rem: np.ndarray      # [flow] float64: remaining bytes at `tlast` (a lazy member: its key, the
-    #                      class's V at which it drains)
-    tlast: np.ndarray    # [flow] float64: when `rem` was last brought up to date
-    active: np.ndarray   # [flow] bool: released and not finished
-    finish: np.ndarray   # [flow] float64: finish time, latency included (nan until it finishes)
-    bott: np.ndarray     # [flow] int64: its bottleneck resource (-1: none known)
-    bpos: np.ndarray     # [flow] int64: its slot in its bottleneck's part of `LinkState.bpool`
-    lzc: np.ndarray      # [flow] int64: the lazy class (its resource) it is a member of, -1: none
-    in_s: np.ndarray     # [flow] int64: the event at which it joined S (another value: not in S)
-    orig: np.ndarray     # [flow] float64: its rate when it joined S
-    checked: np.ndarray  # [flow] int64: the stamp of the last `_verify` that checked it
-
-
-class LinkState(NamedTuple):
-    """Per resource, what changes as flows run, and the window integrals of its load."""
-
-    load: np.ndarray     # [resource] float64: sum of the rates of the flows crossing it
-    lcnt: np.ndarray     # [resource] int64: active flows crossing it
-    narr: np.ndarray     # [resource] int64: flows that arrived on it at this event
-    poolf: np.ndarray    # [incidence] int64: per resource (slots from lstart), the flows that
-    #                      crossed it since the last pass over them (finished ones are dropped then)
-    lused: np.ndarray    # [resource] int64: slots of `poolf` in use
-    bpool: np.ndarray    # [incidence] int64: per resource, the flows bottlenecked on it
-    bcnt: np.ndarray     # [resource] int64: how many
-    maxr: np.ndarray     # [resource] float64: largest rate per unit weight of its flows
-    maxr_ok: np.ndarray  # [resource] bool: `maxr` is up to date (else recomputed when read)
-    rchg: np.ndarray     # [resource] int64: the event at which it joined the changed resources
-    wd: np.ndarray       # [window + 1, resource, 2] float64: window integrals (`_simulate_sorted`)
-
-
-class Solve(NamedTuple):
-    """Scratch of one event's re-solve: S and the lists and marks its phases build."""
-
-    s_list: np.ndarray    # [flow] int64: the flows of S
-    new_rate: np.ndarray  # [flow] float64: the rate of S's member i
-    froze_at: np.ndarray  # [flow] int64: the resource that froze S's member i
-    chg: np.ndarray       # [resource] int64: the resources the event changed
-    cand: np.ndarray      # [flow] int64: flows bottlenecked on a changed resource
-    bad: np.ndarray       # [flow] int64: flows without a bottleneck
-    thr: np.ndarray       # [resource] float64: headroom (`_class_rates`), slowest rate (`_grow`)
-    marked: np.ndarray    # [resource] int64: the resources `thr` holds
-    cmark: np.ndarray     # [resource] int64: stamp of the rate class on it
-    cls_n: np.ndarray     # [resource] int64: members of the rate class on it
-    cls_w: np.ndarray     # [resource] float64: their weight
-    cls_x: np.ndarray     # [resource] float64: residual capacity, then fair share per unit weight
-    lmap: np.ndarray      # [resource] int64: its local id in `_waterfill`
-    lmark: np.ndarray     # [resource] int64: stamp of `thr` and `lmap`
-
-
-class Fill(NamedTuple):
-    """Scratch of `_waterfill`, per local link (the links S crosses, numbered as met)."""
-
-    links: np.ndarray    # [resource] int64: the resource of each local link
-    cnt: np.ndarray      # [resource + 1] int64: start of the link's members in `members`
-    fill: np.ndarray     # [resource] int64: members placed so far
-    members: np.ndarray  # [incidence] int64: per link, the S members crossing it
-    resid: np.ndarray    # [resource] float64: capacity left by the flows outside S
-    nun: np.ndarray      # [resource] int64: unfrozen members
-    wun: np.ndarray      # [resource] float64: their weight
-    used: np.ndarray     # [resource] float64: rate of the frozen members
-    ver: np.ndarray      # [resource] int64: version of the link's key (a stale heap entry differs)
-    hk: np.ndarray       # [resource + incidence + 1] float64: heap of links, key (level)
-    hi: np.ndarray       # [...] int64: its local link
-    ht: np.ndarray       # [...] int64: the version its key was computed at
-    frozen: np.ndarray   # [flow] bool: S member i is frozen
-    sptr: np.ndarray     # [flow + 1] int64: S member i's path in `sloc`
-    sloc: np.ndarray     # [incidence] int64: S's paths in local link ids
-
-
-class Lazy(NamedTuple):
-    """The lazy rate classes, one per resource b (see the comment below)."""
-
-    lzf: np.ndarray     # [resource, 4] float64: rate per unit weight, V, time of V, members' weight
-    lzi: np.ndarray     # [resource, 3] int64: members, start and length of its links in `Agg`
-    ck: np.ndarray      # [incidence] float64: per class (slots from lstart), member heap keys
-    ci: np.ndarray      # [incidence] int64: the members
-    aggpos: np.ndarray  # [incidence] int64: a member's path entry's slot in `Agg`
-    amap: np.ndarray    # [resource] int64: 1 + its slot in `Agg` while a class is formed, else 0
-    fin: np.ndarray     # [flow] int64: the members finishing at a class event
-    done_k: np.ndarray  # [resource] float64: classes applied at this event: their heap keys
-    done_i: np.ndarray  # [resource] int64: and their resources
-
-
-class Agg(NamedTuple):
-    """Per lazy class, its links other than its resource (grown as classes form)."""
-
-    agr: np.ndarray  # [slot] int64: the resource
-    agc: np.ndarray  # [slot] int64: members crossing it
-    agw: np.ndarray  # [slot] float64: their weight (0: none left)
-
-
-class Heap(NamedTuple):
-    """An indexed min-heap (`_ih_set`, `_ih_delete`): of flows by completion time, or of lazy
-    classes by their next member's."""
-
-    key: np.ndarray   # [slot] float64
-    item: np.ndarray  # [slot] int64
-    pos: np.ndarray   # [item] int64: its slot, -1: not in the heap
-
-
-class Clock(NamedTuple):
-    """One event: its time, tolerances and where its load changes go in the window integrals."""
-
-    now: float    # ns
-    tol: float    # events within `tol` of now are one event
-    tol_b: float  # relative tolerance of saturation and of the bottleneck check (1e3 x rel_eps)
-    event: int    # its number (stamps `in_s` and `rchg`)
-    w_on: bool    # it lies before the end of the last window
-    wrow: int     # its row of `LinkState.wd` (0: before the first window)
-    wfrac: float  # ns from now to the end of its window
 
 
 @njit
-def _sift_down(hk, hi, ht, n, i, key, item, tag):
-    """Put (key, item, tag) at slot i of a plain min-heap of n entries and sift it down."""
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[i] = hk[c]
-        hi[i] = hi[c]
-        ht[i] = ht[c]
-        i = c
-    hk[i] = key
-    hi[i] = item
-    ht[i] = tag
-
-
-@njit_inline
-def _fill_links(s_n, p, fs, ls, sv, stamp, wf):
-    """`_waterfill`'s setup: the local links of S (numbered as met), each link's members, residual
-    capacity, unfrozen count and weight, and S's paths in local ids; the number of local links."""
-    indptr, res, cap, wt = p.indptr, p.res, p.cap, p.wt
-    rate, load, s_list, lmap, lmark = fs.rate, ls.load, sv.s_list, sv.lmap, sv.lmark
-    links, cnt, fill, members, resid = wf.links, wf.cnt, wf.fill, wf.members, wf.resid
-    nun, wun, used, ver, frozen, sptr, sloc = wf.nun, wf.wun, wf.used, wf.ver, wf.frozen, wf.sptr, wf.sloc
+def _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, stamp, new_rate, froze_at,
+               links, cnt, fill, members, resid, nun, wun, used, ver, hk, hi, ht, frozen, sptr, sloc):
+    """Weighted max-min rates of the flows in S given every other flow's current rate (progressive
+    filling from the residual capacities: every unfrozen flow's rate is wt[f] x the level). Writes
+    new_rate[i] for S member i and froze_at[i], the resource that froze it. The remaining arguments
+    are scratch arrays (sized for all resources, incidences and flows); sptr/sloc hold S's paths in
+    local link ids; nun/wun count and weigh each link's unfrozen flows."""
     n_loc = 0
-    q = 0
+    p = 0
     sptr[0] = 0
     for i in range(s_n):
         f = s_list[i]
@@ -463,9 +277,9 @@ def _fill_links(s_n, p, fs, ls, sv, stamp, wf):
             loc = lmap[r]
             cnt[loc + 1] += 1
             wun[loc] += wt[f]
-            sloc[q] = loc
-            q += 1
-        sptr[i + 1] = q
+            sloc[p] = loc
+            p += 1
+        sptr[i + 1] = p
     cnt[0] = 0
     for j in range(n_loc):
         cnt[j + 1] += cnt[j]
@@ -481,27 +295,34 @@ def _fill_links(s_n, p, fs, ls, sv, stamp, wf):
             members[fill[loc]] = i
             fill[loc] += 1
             resid[loc] += rf
-    return n_loc
-
-
-@njit_inline
-def _waterfill(s_n, p, fs, ls, sv, stamp, wf):
-    """Weighted max-min rates of the flows in S given every other flow's current rate (progressive
-    filling from the residual capacities: every unfrozen flow's rate is wt[f] x the level). Writes
-    sv.new_rate[i] for S member i and sv.froze_at[i], the resource that froze it."""
-    wt, s_list, new_rate, froze_at = p.wt, sv.s_list, sv.new_rate, sv.froze_at
-    links, cnt, members, resid, nun, wun = wf.links, wf.cnt, wf.members, wf.resid, wf.nun, wf.wun
-    used, ver, hk, hi, ht, frozen, sptr, sloc = wf.used, wf.ver, wf.hk, wf.hi, wf.ht, wf.frozen, wf.sptr, wf.sloc
-    n_loc = _fill_links(s_n, p, fs, ls, sv, stamp, wf)
     # A link's share only grows as flows freeze (each froze at a level <= its share), so a stale
     # heap key is a lower bound: on reaching the top it is refreshed and sifted down in place.
     for j in range(n_loc):
         hk[j] = max(resid[j], 0.0) / wun[j]
         hi[j] = j
         ht[j] = 0
+    # (heap code written out: numba's inliner wraps array arguments in reference counting)
     hn = n_loc
     for j in range(n_loc // 2 - 1, -1, -1):
-        _sift_down(hk, hi, ht, hn, j, hk[j], hi[j], ht[j])
+        i = j
+        key = hk[j]
+        item = hi[j]
+        tag = ht[j]
+        while True:
+            c = 2 * i + 1
+            if c >= hn:
+                break
+            if c + 1 < hn and hk[c + 1] < hk[c]:
+                c += 1
+            if hk[c] >= key:
+                break
+            hk[i] = hk[c]
+            hi[i] = hi[c]
+            ht[i] = ht[c]
+            i = c
+        hk[i] = key
+        hi[i] = item
+        ht[i] = tag
     level = 0.0
     left = s_n
     x = 0.0
@@ -520,7 +341,22 @@ def _waterfill(s_n, p, fs, ls, sv, stamp, wf):
             item = hi[hn]
             tag = ht[hn]
         if hn > 0:
-            _sift_down(hk, hi, ht, hn, 0, key, item, tag)
+            i = 0
+            while True:
+                c = 2 * i + 1
+                if c >= hn:
+                    break
+                if c + 1 < hn and hk[c + 1] < hk[c]:
+                    c += 1
+                if hk[c] >= key:
+                    break
+                hk[i] = hk[c]
+                hi[i] = hi[c]
+                ht[i] = ht[c]
+                i = c
+            hk[i] = key
+            hi[i] = item
+            ht[i] = tag
         if not live:
             continue
         if x > level:
@@ -641,71 +477,15 @@ def _ih_delete(hk, hi, hpos, n, item):
     return n
 
 
-@njit_inline
-def _pool_remove(f, b, bpool, bpos, bcnt, lstart):
-    """Take flow f out of the pool of the flows bottlenecked on b (the last one takes its slot)."""
-    i = bpos[f]
-    last = bpool[lstart[b] + bcnt[b] - 1]
-    bpool[lstart[b] + i] = last
-    bpos[last] = i
-    bcnt[b] -= 1
-
-
-@njit_inline
-def _set_bottleneck(h, b, p, fs, ls):
-    """Make b (-1: none) flow h's bottleneck, moving h between the pools."""
-    bott, bpos, bpool, bcnt, lstart = fs.bott, fs.bpos, ls.bpool, ls.bcnt, p.lstart
-    old = bott[h]
-    if old == b:
-        return
-    if old >= 0:
-        _pool_remove(h, old, bpool, bpos, bcnt, lstart)
-    if b >= 0:
-        bpool[lstart[b] + bcnt[b]] = h
-        bpos[h] = bcnt[b]
-        bcnt[b] += 1
-    bott[h] = b
-
-
-@njit_inline
-def _leave(f, rf, per_w, late, ev, p, ls, chg, n_chg, mark):
-    """Take finishing flow f (rate rf, per unit weight per_w) off its path: loads, active counts,
-    stale largest rates, window integrals (`late`: bytes it carries after `now`) and, when `mark`,
-    the event's changed resources (chg, n_chg of them); their new count."""
-    indptr, res = p.indptr, p.res
-    lcnt, load, maxr, maxr_ok, rchg, wd = ls.lcnt, ls.load, ls.maxr, ls.maxr_ok, ls.rchg, ls.wd
-    tol_b, event, w_on, wrow, wfrac = ev.tol_b, ev.event, ev.w_on, ev.wrow, ev.wfrac
-    for k in range(indptr[f], indptr[f + 1]):
-        r = res[k]
-        lcnt[r] -= 1
-        dl = -rf
-        load[r] -= rf
-        if per_w >= maxr[r] * (1.0 - tol_b):
-            maxr_ok[r] = False
-        if lcnt[r] == 0:
-            dl -= load[r]
-            load[r] = 0.0
-        if w_on:
-            wd[wrow, r, 0] += dl * wfrac + late
-            wd[wrow, r, 1] += dl
-        if mark and rchg[r] != event:
-            rchg[r] = event
-            chg[n_chg] = r
-            n_chg += 1
-    return n_chg
-
-
-@njit_inline
-def _lz_flush(b, now, p, fs, lz, ch, hn):
+@njit
+def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn):
     """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
     exact algorithm has them); the caller takes it off the class heap. Returns the completion
     heap's new size."""
-    lzf, lzi, ck, ci = lz.lzf, lz.lzi, lz.ck, lz.ci
-    wt, rate, rem, tlast, lzc = p.wt, fs.rate, fs.rem, fs.tlast, fs.lzc
     _lz_advance(b, now, lzf)
     x = lzf[b, 0]
     v = lzf[b, 1]
-    base = p.lstart[b]
+    base = lstart[b]
     for m in range(lzi[b, 0]):
         g = ci[base + m]
         left = max(ck[base + m] - v, 0.0) * wt[g]
@@ -714,103 +494,23 @@ def _lz_flush(b, now, p, fs, lz, ch, hn):
         tlast[g] = now
         lzc[g] = -1
         hn += 1
-        _ih_set(ch.key, ch.item, ch.pos, hn, hn - 1, now + left / rate[g], g)
+        _ih_set(hk, hi, hpos, hn, hn - 1, now + left / rate[g], g)
     lzi[b, 0] = 0
     return hn
 
 
-@njit_inline
-def _unlazy(b, now, p, fs, lz, ch, hn, gh, gn):
-    """Lazy class b becomes flows again (an event reached a member): off the class heap, its
-    members onto the completion heap; the two heaps' new sizes (hn, gn)."""
-    gn = _ih_delete(gh.key, gh.item, gh.pos, gn, b)
-    hn = _lz_flush(b, now, p, fs, lz, ch, hn)
-    return hn, gn
-
-
-@njit_inline
-def _lz_raise(b, n_fin, x, ev, p, ls, lz, ag):
-    """The class share of lazy class b after its members lz.fin[:n_fin] leave, applied to the loads
-    of the class's other links (and their window integrals) if every one stays below cap (1 - tol_b)
-    with nobody else bottlenecked on it; else everything is left as it was. Returns (applied, the
-    new share, the members' weight left)."""
-    indptr, res, cap, wt = p.indptr, p.res, p.cap, p.wt
-    load, bcnt, maxr, maxr_ok, wd = ls.load, ls.bcnt, ls.maxr, ls.maxr_ok, ls.wd
-    lzf, lzi, fin, aggpos = lz.lzf, lz.lzi, lz.fin, lz.aggpos
-    agr, agc, agw = ag.agr, ag.agc, ag.agw
-    tol_b, w_on, wrow, wfrac = ev.tol_b, ev.w_on, ev.wrow, ev.wfrac
-    w_all = lzf[b, 3]
-    w_left = w_all
-    for j in range(n_fin):
-        w_left -= wt[fin[j]]
-    # the other flows on b keep their rates; the class shares what they leave
-    x_new = max(cap[b] - (load[b] - w_all * x), 0.0) / w_left
-    if not x_new > 0.0:
-        return False, x_new, w_left
-    a0 = lzi[b, 1]
-    a1 = a0 + lzi[b, 2]
-    for j in range(n_fin):
-        f = fin[j]
-        for k in range(indptr[f], indptr[f + 1]):
-            if res[k] != b:
-                q = aggpos[k]
-                agc[q] -= 1
-                agw[q] = agw[q] - wt[f] if agc[q] > 0 else 0.0
-    d = x_new - x
-    lim = 1.0 - tol_b
-    ok = True
-    # one pass: loads, their window integrals, the check, the largest rates (undone below if the
-    # check fails: a raised largest rate is then marked for recomputing)
-    for j in range(a0, a1):
-        c = agw[j]  # the members' weight on it (0: none left)
-        if c > 0.0:
-            r = agr[j]
-            dl = c * d
-            load[r] += dl
-            if w_on:
-                wd[wrow, r, 0] += dl * wfrac
-                wd[wrow, r, 1] += dl
-            if bcnt[r] > 0 or load[r] >= cap[r] * lim:
-                ok = False
-            if x_new > maxr[r]:
-                maxr[r] = x_new
-    if ok:
-        load[b] += w_left * d
-        if w_on:
-            wd[wrow, b, 0] += w_left * d * wfrac
-            wd[wrow, b, 1] += w_left * d
-        return True, x_new, w_left
-    for j in range(a0, a1):  # undo
-        c = agw[j]
-        if c > 0.0:
-            r = agr[j]
-            dl = c * d
-            load[r] -= dl
-            if w_on:
-                wd[wrow, r, 0] -= dl * wfrac
-                wd[wrow, r, 1] -= dl
-            maxr_ok[r] = False
-    for j in range(n_fin):
-        f = fin[j]
-        for k in range(indptr[f], indptr[f + 1]):
-            if res[k] != b:
-                agc[aggpos[k]] += 1
-                agw[aggpos[k]] += wt[f]
-    return False, x_new, w_left
-
-
-@njit_inline
-def _lz_event(b, ev, p, fs, ls, lz, ag, gh, gn):
+@njit
+def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
+              agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish, latency, bott, bpool, bpos,
+              bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
-    below cap (1 - tol_b) at the class's new fair share: `_lz_raise`), apply it and return True;
-    else leave everything as it was and return False."""
-    indptr, res, wt, latency, lstart = p.indptr, p.res, p.wt, p.latency, p.lstart
-    rate, rem, active, finish, bott, bpos, lzc = fs.rate, fs.rem, fs.active, fs.finish, fs.bott, fs.bpos, fs.lzc
-    bcnt = ls.bcnt
-    lzf, lzi, ck, ci, fin = lz.lzf, lz.lzi, lz.ck, lz.ci, lz.fin
-    now = ev.now
+    below cap (1 - tol) at the class's new fair share), apply it and return True; else leave
+    everything as it was and return False. The class's links other than b, with the number of
+    members crossing each and their weight, are agr/agc/agw[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
+    to its slot there. Load changes go onto the window integrals wd (row wrow, see
+    `_simulate_sorted`) when w_on."""
     base = lstart[b]
     n_all = lzi[b, 0]
     x = lzf[b, 0]
@@ -818,7 +518,7 @@ def _lz_event(b, ev, p, fs, ls, lz, ag, gh, gn):
     t0 = lzf[b, 2]
     n = n_all
     n_fin = 0
-    while n > 0 and t0 + (ck[base] - v0) / x <= now + ev.tol:
+    while n > 0 and t0 + (ck[base] - v0) / x <= now + tol:
         fin[n_fin] = ci[base]
         n_fin += 1
         _mh_pop(ck, ci, base, n)
@@ -830,9 +530,63 @@ def _lz_event(b, ev, p, fs, ls, lz, ag, gh, gn):
             if res[k] != b and bcnt[res[k]] > 0:
                 ok = False
     x_new = 0.0
-    w_left = 0.0
+    w_all = lzf[b, 3]
+    w_left = w_all
+    for j in range(n_fin):
+        w_left -= wt[fin[j]]
     if ok:
-        ok, x_new, w_left = _lz_raise(b, n_fin, x, ev, p, ls, lz, ag)
+        # the other flows on b keep their rates; the class shares what they leave
+        x_new = max(cap[b] - (load[b] - w_all * x), 0.0) / w_left
+        ok = x_new > 0.0
+    a0 = lzi[b, 1]
+    a1 = a0 + lzi[b, 2]
+    if ok:
+        for j in range(n_fin):
+            f = fin[j]
+            for k in range(indptr[f], indptr[f + 1]):
+                if res[k] != b:
+                    q = aggpos[k]
+                    agc[q] -= 1
+                    agw[q] = agw[q] - wt[f] if agc[q] > 0 else 0.0
+        d = x_new - x
+        lim = 1.0 - tol_b
+        # one pass: loads, their window integrals, the check, the largest rates (undone below if
+        # the check fails: a raised largest rate is then marked for recomputing)
+        for j in range(a0, a1):
+            c = agw[j]  # the members' weight on it (0: none left)
+            if c > 0.0:
+                r = agr[j]
+                dl = c * d
+                load[r] += dl
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac
+                    wd[wrow, r, 1] += dl
+                if bcnt[r] > 0 or load[r] >= cap[r] * lim:
+                    ok = False
+                if x_new > maxr[r]:
+                    maxr[r] = x_new
+        if ok:
+            load[b] += w_left * d
+            if w_on:
+                wd[wrow, b, 0] += w_left * d * wfrac
+                wd[wrow, b, 1] += w_left * d
+        else:  # undo
+            for j in range(a0, a1):
+                c = agw[j]
+                if c > 0.0:
+                    r = agr[j]
+                    dl = c * d
+                    load[r] -= dl
+                    if w_on:
+                        wd[wrow, r, 0] -= dl * wfrac
+                        wd[wrow, r, 1] -= dl
+                    maxr_ok[r] = False
+            for j in range(n_fin):
+                f = fin[j]
+                for k in range(indptr[f], indptr[f + 1]):
+                    if res[k] != b:
+                        agc[aggpos[k]] += 1
+                        agw[aggpos[k]] += wt[f]
     if not ok:
         for j in range(n_fin):  # put the finished flows back
             f = fin[j]
@@ -840,652 +594,43 @@ def _lz_event(b, ev, p, fs, ls, lz, ag, gh, gn):
             n += 1
         return False
     _lz_advance(b, now, lzf)
-    if x_new > ls.maxr[b]:
-        ls.maxr[b] = x_new
+    if x_new > maxr[b]:
+        maxr[b] = x_new
     for j in range(n_fin):
         f = fin[j]
-        t_proj = t0 + (rem[f] - v0) / x
+        key = rem[f]
+        t_proj = t0 + (key - v0) / x
         finish[f] = t_proj + latency[f]
         active[f] = False
         lzc[f] = -1
-        _pool_remove(f, b, ls.bpool, bpos, bcnt, lstart)
+        i = bpos[f]
+        last = bpool[lstart[b] + bcnt[b] - 1]
+        bpool[lstart[b] + i] = last
+        bpos[last] = i
+        bcnt[b] -= 1
         bott[f] = -1
         x_f = x * wt[f]
-        # bytes it carries after `now` (|t_proj - now| <= tol)
-        _leave(f, x_f, x, x_f * (t_proj - now), ev, p, ls, fin, 0, False)
+        late = x_f * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            lcnt[r] -= 1
+            dl = -x_f
+            load[r] -= x_f
+            if x >= maxr[r] * (1.0 - tol_b):
+                maxr_ok[r] = False
+            if lcnt[r] == 0:
+                dl -= load[r]
+                load[r] = 0.0
+            if w_on:
+                wd[wrow, r, 0] += dl * wfrac + late
+                wd[wrow, r, 1] += dl
         rate[f] = 0.0
         rem[f] = 0.0
     lzi[b, 0] = n
     lzf[b, 0] = x_new
     lzf[b, 3] = w_left
-    _ih_set(gh.key, gh.item, gh.pos, gn, gh.pos[b], now + (ck[base] - lzf[b, 1]) / x_new, b)
+    _ih_set(gk, gi, gpos, gn, gpos[b], now + (ck[base] - lzf[b, 1]) / x_new, b)
     return True
-
-
-@njit_inline
-def _clock(now, event, rel_eps, n_win, t_origin, window_ns):
-    """The event at `now`: its tolerances and its row and fraction of the window integrals."""
-    w_on = False
-    wrow = 0
-    wfrac = 0.0
-    if n_win > 0:
-        ew = math.floor((now - t_origin) / window_ns)
-        if ew < n_win:
-            w_on = True
-            if ew >= 0:
-                wrow = ew + 1
-                wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
-    return Clock(now, rel_eps * abs(now) + 1e-6, 1e3 * rel_eps, event, w_on, wrow, wfrac)
-
-
-@njit_inline
-def _class_finishes(ev, p, fs, ls, lz, ag, ch, hn, gh, gn):
-    """Each lazy class with members finishing now: a lazy class event, else flows again (the
-    classes are independent, so one after the other at `now` is the same as all together). The
-    heaps' new sizes (hn, gn)."""
-    gk, gi, gpos, done_k, done_i = gh.key, gh.item, gh.pos, lz.done_k, lz.done_i
-    lim = ev.now + ev.tol
-    n_done = 0
-    while gn > 0 and gk[0] <= lim:
-        cb = gi[0]
-        if _lz_event(cb, ev, p, fs, ls, lz, ag, gh, gn):
-            done_k[n_done] = gk[gpos[cb]]
-            done_i[n_done] = cb
-            n_done += 1
-            gn = _ih_delete(gk, gi, gpos, gn, cb)
-        else:
-            hn, gn = _unlazy(cb, ev.now, p, fs, lz, ch, hn, gh, gn)
-    for j in range(n_done):
-        gn += 1
-        _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
-    return hn, gn
-
-
-@njit_inline
-def _finish_due(ev, merge, p, fs, ls, sv, ch, hn):
-    """The flows of the completion heap that drain by now (within the tolerance, or within `merge`
-    x their age) finish; the heap's new size and the number of resources they changed."""
-    release, latency, iw, unit = p.release, p.latency, p.iw, p.unit
-    rate, rem, tlast, active, finish = fs.rate, fs.rem, fs.tlast, fs.active, fs.finish
-    hk, hi, hpos = ch.key, ch.item, ch.pos
-    now, tol = ev.now, ev.tol
-    n_chg = 0
-    while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
-        f = hi[0]
-        t_proj = hk[0]
-        tf = t_proj if t_proj <= now + tol else now
-        hn = _ih_delete(hk, hi, hpos, hn, f)
-        # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
-        late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
-        rem[f] = 0.0
-        finish[f] = tf + latency[f]
-        active[f] = False
-        _set_bottleneck(f, -1, p, fs, ls)
-        rf = rate[f]
-        n_chg = _leave(f, rf, rf if unit else rf * iw[f], late, ev, p, ls, sv.chg, n_chg, True)
-        rate[f] = 0.0
-    return hn, n_chg
-
-
-@njit_inline
-def _arrive(ev, order, nxt, n_chg, p, fs, ls, sv):
-    """The flows released by now (`order[nxt:]`) start, each into S and onto its resources' flow
-    lists; an empty or zero-byte flow finishes at once. Returns (nxt, the size of S, the number of
-    changed resources, whether any flow started)."""
-    indptr, res, release, latency, lstart = p.indptr, p.res, p.release, p.latency, p.lstart
-    rate, rem, tlast, active, finish, in_s, orig = fs.rate, fs.rem, fs.tlast, fs.active, fs.finish, fs.in_s, fs.orig
-    poolf, lused, lcnt, narr, rchg = ls.poolf, ls.lused, ls.lcnt, ls.narr, ls.rchg
-    s_list, chg = sv.s_list, sv.chg
-    now, event = ev.now, ev.event
-    n_flows = release.size
-    s_n = 0
-    arrivals = False
-    while nxt < n_flows and release[order[nxt]] <= now + ev.tol:
-        f = order[nxt]
-        nxt += 1
-        if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
-            finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
-            continue
-        active[f] = True
-        arrivals = True
-        tlast[f] = now
-        rate[f] = 0.0
-        in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
-        orig[f] = 0.0
-        s_list[s_n] = f
-        s_n += 1
-        for k in range(indptr[f], indptr[f + 1]):
-            r = res[k]
-            poolf[lstart[r] + lused[r]] = f
-            lused[r] += 1
-            lcnt[r] += 1
-            narr[r] += 1
-            if rchg[r] != event:
-                rchg[r] = event
-                chg[n_chg] = r
-                n_chg += 1
-    return nxt, s_n, n_chg, arrivals
-
-
-@njit_inline
-def _seed(ev, arrivals, s_n, n_chg, p, fs, ls, sv, lz, ch, hn, gh, gn):
-    """S0: with the arrivals (in S already), the flows on a changed resource (all of them when flows
-    arrived, else those bottlenecked there); a lazy class reached becomes flows. Returns (the size
-    of S, hn, gn)."""
-    lstart = p.lstart
-    rate, active, lzc, in_s, orig = fs.rate, fs.active, fs.lzc, fs.in_s, fs.orig
-    poolf, lused, lcnt, narr, bpool, bcnt = ls.poolf, ls.lused, ls.lcnt, ls.narr, ls.bpool, ls.bcnt
-    s_list, chg = sv.s_list, sv.chg
-    now, event = ev.now, ev.event
-    for c in range(n_chg):
-        r = chg[c]
-        if arrivals:
-            every = narr[r] == lcnt[r]
-            narr[r] = 0
-            if every:  # all its flows arrived now
-                continue
-            w = lstart[r]
-            for q in range(lstart[r], lstart[r] + lused[r]):
-                g = poolf[q]
-                if not active[g]:
-                    continue
-                poolf[w] = g
-                w += 1
-                if lzc[g] >= 0:
-                    hn, gn = _unlazy(lzc[g], now, p, fs, lz, ch, hn, gh, gn)
-                if in_s[g] != event:
-                    in_s[g] = event
-                    orig[g] = rate[g]
-                    s_list[s_n] = g
-                    s_n += 1
-            lused[r] = w - lstart[r]
-        else:
-            for q in range(lstart[r], lstart[r] + bcnt[r]):
-                g = bpool[q]
-                if lzc[g] >= 0:
-                    hn, gn = _unlazy(lzc[g], now, p, fs, lz, ch, hn, gh, gn)
-                if in_s[g] != event:
-                    in_s[g] = event
-                    orig[g] = rate[g]
-                    s_list[s_n] = g
-                    s_n += 1
-    return s_n, hn, gn
-
-
-@njit_inline
-def _find_bottleneck(h, hint, skip, tol_b, p, fs, ls, lzf):
-    """A bottleneck of flow h: a resource of its path, saturated (load >= cap (1 - tol_b)), on
-    which its rate per unit weight is the largest (to within tol_b), trying `hint` first (-1:
-    none) and passing over resources whose `rchg` is `skip`; -1 if there is none. A stale largest
-    rate it reads is recomputed (dropping finished flows from the resource's list)."""
-    indptr, res, cap, lstart, iw, unit = p.indptr, p.res, p.cap, p.lstart, p.iw, p.unit
-    rate, active, lzc = fs.rate, fs.active, fs.lzc
-    load, poolf, lused, maxr, maxr_ok, rchg = ls.load, ls.poolf, ls.lused, ls.maxr, ls.maxr_ok, ls.rchg
-    p0 = indptr[h]
-    for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
-        r = hint if a < 0 else res[p0 + a]
-        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
-            continue
-        if not maxr_ok[r]:
-            maxr_ok[r] = True
-            m = 0.0
-            w = lstart[r]
-            for q in range(lstart[r], lstart[r] + lused[r]):
-                g = poolf[q]
-                if active[g]:
-                    poolf[w] = g
-                    w += 1
-                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
-            lused[r] = w - lstart[r]
-            maxr[r] = m
-        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
-            return r
-    return -1
-
-
-@njit_inline
-def _drop_pinned(ev, s_n, p, fs, ls, sv, lzf):
-    """With no arrivals, a flow of S pinned by a valid bottleneck on a resource the event did not
-    change keeps its rate and leaves S; the new size of S."""
-    s_list, in_s = sv.s_list, fs.in_s
-    kept = 0
-    for i in range(s_n):
-        h = s_list[i]
-        b = _find_bottleneck(h, -1, ev.event, ev.tol_b, p, fs, ls, lzf)
-        if b >= 0:
-            _set_bottleneck(h, b, p, fs, ls)
-            in_s[h] = -1
-        else:
-            s_list[kept] = h
-            kept += 1
-    return kept
-
-
-@njit_inline
-def _class_rates(ev, s_n, stamp, p, fs, ls, sv):
-    """Rate classes: flows of S bottlenecked on the same resource b are one class. When no flow of S
-    crosses another class's resource and, with each class at its resource's fair share x_b, every
-    other resource S crosses stays clearly unsaturated, progressive filling freezes each class at
-    x_b on b: the water-fill's result without running it (most events of a skewed all-to-all; the
-    same numbers, in the same order). Writes sv.new_rate and sv.froze_at then; returns (whether
-    it did, the class's resource when there is one class, else -1)."""
-    indptr, res, cap, wt = p.indptr, p.res, p.cap, p.wt
-    rate, bott, load = fs.rate, fs.bott, ls.load
-    s_list, new_rate, froze_at, thr, marked = sv.s_list, sv.new_rate, sv.froze_at, sv.thr, sv.marked
-    cmark, cls_n, cls_w, cls_x, lmark = sv.cmark, sv.cls_n, sv.cls_w, sv.cls_x, sv.lmark
-    n_cls = 0
-    for i in range(s_n):
-        b = bott[s_list[i]]
-        if b < 0:
-            return False, -1
-        if cmark[b] != stamp:
-            cmark[b] = stamp
-            n_cls += 1
-            cls_n[b] = 0
-            cls_w[b] = 0.0
-            cls_x[b] = cap[b] - load[b]
-        cls_n[b] += 1
-        cls_w[b] += wt[s_list[i]]
-        cls_x[b] += rate[s_list[i]]
-    n_mark = 0
-    for i in range(s_n):
-        g = s_list[i]
-        b = bott[g]
-        if cls_n[b] > 0:  # first member: resid -> fair share
-            x = max(cls_x[b], 0.0) / cls_w[b]
-            cls_x[b] = x
-            cls_n[b] = -1
-            if x <= 0.0:
-                return False, -1
-        d = cls_x[b] * wt[g] - rate[g]
-        for k in range(indptr[g], indptr[g + 1]):
-            r = res[k]
-            if r == b:
-                continue
-            if cmark[r] == stamp:  # crosses another class's resource
-                return False, -1
-            if lmark[r] != stamp:
-                lmark[r] = stamp
-                thr[r] = cap[r] - load[r]
-                marked[n_mark] = r
-                n_mark += 1
-            thr[r] -= d
-    for i in range(n_mark):
-        r = marked[i]
-        if thr[r] <= cap[r] * ev.tol_b:
-            return False, -1
-    for i in range(s_n):
-        b = bott[s_list[i]]
-        new_rate[i] = cls_x[b] * wt[s_list[i]]
-        froze_at[i] = b
-    return True, bott[s_list[0]] if n_cls == 1 else -1
-
-
-@njit_inline
-def _apply_rates(ev, s_n, n_chg, rel_eps, p, fs, ls, sv):
-    """S takes its new rates: loads, their window integrals and largest rates; a resource whose
-    load moved by more than rel_eps joins the changed ones. Their new count."""
-    indptr, res, iw, unit = p.indptr, p.res, p.iw, p.unit
-    rate = fs.rate
-    load, maxr, maxr_ok, rchg, wd = ls.load, ls.maxr, ls.maxr_ok, ls.rchg, ls.wd
-    s_list, new_rate, chg = sv.s_list, sv.new_rate, sv.chg
-    tol_b, event, w_on, wrow, wfrac = ev.tol_b, ev.event, ev.w_on, ev.wrow, ev.wfrac
-    for i in range(s_n):
-        g = s_list[i]
-        d = new_rate[i] - rate[g]
-        if d != 0.0:
-            big = abs(d) > rel_eps * max(rate[g], new_rate[i])
-            for k in range(indptr[g], indptr[g + 1]):
-                r = res[k]
-                load[r] += d
-                if w_on:
-                    wd[wrow, r, 0] += d * wfrac
-                    wd[wrow, r, 1] += d
-                if d > 0.0:
-                    nr = new_rate[i] if unit else new_rate[i] * iw[g]
-                    if nr > maxr[r]:
-                        maxr[r] = nr
-                elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
-                    # r x (1/w) can round below the share it was set from: a rate that falls (or
-                    # a flow that leaves) near the largest marks it for recomputing
-                    maxr_ok[r] = False
-                if big and rchg[r] != event:
-                    rchg[r] = event
-                    chg[n_chg] = r
-                    n_chg += 1
-            rate[g] = new_rate[i]
-    return n_chg
-
-
-@njit_inline
-def _verify(ev, s_n, n_chg, stamp, p, fs, ls, sv, lz, ch, hn, gh, gn):
-    """Max-min's condition: every flow of S (first trying the resource that froze it) and every flow
-    bottlenecked on a changed resource needs a bottleneck; each moves to its bottleneck's pool, and
-    those without one are listed in sv.bad. Returns (their number, hn, gn)."""
-    lstart, bott, lzc, checked, bpool, bcnt = p.lstart, fs.bott, fs.lzc, fs.checked, ls.bpool, ls.bcnt
-    s_list, froze_at, chg, cand, bad, lzf = sv.s_list, sv.froze_at, sv.chg, sv.cand, sv.bad, lz.lzf
-    n_bad = 0
-    for i in range(s_n):
-        h = s_list[i]
-        checked[h] = stamp
-        b = _find_bottleneck(h, froze_at[i], -2, ev.tol_b, p, fs, ls, lzf)
-        _set_bottleneck(h, b, p, fs, ls)
-        if b < 0:
-            bad[n_bad] = h
-            n_bad += 1
-    n_chk = 0
-    for c in range(n_chg):
-        r = chg[c]
-        for q in range(lstart[r], lstart[r] + bcnt[r]):
-            h = bpool[q]
-            if lzc[h] >= 0:
-                hn, gn = _unlazy(lzc[h], ev.now, p, fs, lz, ch, hn, gh, gn)
-            if checked[h] != stamp:
-                checked[h] = stamp
-                cand[n_chk] = h
-                n_chk += 1
-    for i in range(n_chk):
-        h = cand[i]
-        b = _find_bottleneck(h, bott[h], -2, ev.tol_b, p, fs, ls, lzf)
-        _set_bottleneck(h, b, p, fs, ls)
-        if b < 0:
-            bad[n_bad] = h
-            n_bad += 1
-    return n_bad, hn, gn
-
-
-@njit_inline
-def _grow(ev, n_bad, s_n, stamp, p, fs, ls, sv, lz, ch, hn, gh, gn):
-    """S grows by the flows without a bottleneck and, on each saturated resource they cross, the
-    flows at least as fast (per unit weight, within tol_b) as the slowest of them there. Returns
-    (the size of S, whether it grew, hn, gn)."""
-    indptr, res, cap, lstart, iw, unit = p.indptr, p.res, p.cap, p.lstart, p.iw, p.unit
-    rate, active, lzc, in_s, orig = fs.rate, fs.active, fs.lzc, fs.in_s, fs.orig
-    load, poolf, lused = ls.load, ls.poolf, ls.lused
-    s_list, bad, thr, marked, lmark, lzf = sv.s_list, sv.bad, sv.thr, sv.marked, sv.lmark, lz.lzf
-    event, tol_b = ev.event, ev.tol_b
-    grew = False
-    n_mark = 0
-    for i in range(n_bad):
-        h = bad[i]
-        if in_s[h] != event:
-            in_s[h] = event
-            orig[h] = rate[h]
-            s_list[s_n] = h
-            s_n += 1
-            grew = True
-        for kk in range(indptr[h], indptr[h + 1]):
-            rr = res[kk]
-            if load[rr] < cap[rr] * (1.0 - tol_b):
-                continue
-            if lmark[rr] != stamp:
-                lmark[rr] = stamp
-                thr[rr] = rate[h] if unit else rate[h] * iw[h]
-                marked[n_mark] = rr
-                n_mark += 1
-            elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
-                thr[rr] = rate[h] if unit else rate[h] * iw[h]
-    for i in range(n_mark):
-        rr = marked[i]
-        limit = thr[rr] * (1.0 - tol_b)
-        w = lstart[rr]
-        for qq in range(lstart[rr], lstart[rr] + lused[rr]):
-            g = poolf[qq]
-            if not active[g]:
-                continue
-            poolf[w] = g
-            w += 1
-            nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
-            if in_s[g] != event and nr >= limit:
-                if lzc[g] >= 0:
-                    hn, gn = _unlazy(lzc[g], ev.now, p, fs, lz, ch, hn, gh, gn)
-                in_s[g] = event
-                orig[g] = rate[g]
-                s_list[s_n] = g
-                s_n += 1
-                grew = True
-        lused[rr] = w - lstart[rr]
-    return s_n, grew, hn, gn
-
-
-@njit_inline
-def _solve(ev, s_n, n_chg, stamp, rel_eps, p, fs, ls, sv, wf, lz, ch, hn, gh, gn):
-    """Re-fill S until max-min's condition holds: rates by classes or by water-filling, applied,
-    verified, S grown by the flows without a bottleneck. Returns (the size of S, the resource of
-    its one class when the last fill was a one-class event, else -1, the last stamp, hn, gn)."""
-    fast_cls = -1
-    while s_n > 0:
-        stamp += 1
-        one, fast_cls = _class_rates(ev, s_n, stamp, p, fs, ls, sv)
-        if not one:
-            stamp += 1
-            _waterfill(s_n, p, fs, ls, sv, stamp, wf)
-        n_chg = _apply_rates(ev, s_n, n_chg, rel_eps, p, fs, ls, sv)
-        stamp += 1
-        n_bad, hn, gn = _verify(ev, s_n, n_chg, stamp, p, fs, ls, sv, lz, ch, hn, gh, gn)
-        if n_bad == 0:
-            break
-        stamp += 1
-        s_n, grew, hn, gn = _grow(ev, n_bad, s_n, stamp, p, fs, ls, sv, lz, ch, hn, gh, gn)
-        if not grew:
-            fast_cls = -1
-            break
-    return s_n, fast_cls, stamp, hn, gn
-
-
-@njit_inline
-def _form_class(ev, s_n, fast_cls, lazy_min, p, fs, ls, sv, lz, ag, ag_used):
-    """After a one-class event that set the rate of every flow bottlenecked on its resource (at least
-    `lazy_min` of them), keep the class lazily from now on: its rate, V, weight and its links other
-    than its resource, with the members crossing each and their weight, at ag[ag_used:] (grown when
-    full). Returns (its resource, -1 when not kept, the `Agg` arrays, their slots in use)."""
-    indptr, res, wt = p.indptr, p.res, p.wt
-    rate, bott, bcnt = fs.rate, fs.bott, ls.bcnt
-    s_list, cls_x = sv.s_list, sv.cls_x
-    lzf, lzi, aggpos, amap = lz.lzf, lz.lzi, lz.aggpos, lz.amap
-    if lazy_min <= 0 or fast_cls < 0 or s_n < lazy_min or bcnt[fast_cls] != s_n:
-        return -1, ag, ag_used
-    b = fast_cls
-    for i in range(s_n):
-        g = s_list[i]
-        if bott[g] != b or rate[g] != cls_x[b] * wt[g]:
-            return -1, ag, ag_used
-    lzf[b, 0] = cls_x[b]
-    lzf[b, 1] = 0.0
-    lzf[b, 2] = ev.now
-    lzi[b, 0] = s_n
-    w_cls = 0.0
-    for i in range(s_n):
-        w_cls += wt[s_list[i]]
-    lzf[b, 3] = w_cls
-    n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
-    for i in range(s_n):
-        n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
-    if ag_used + s_n * n_inc > ag.agr.size:
-        size = max(2 * ag.agr.size, ag_used + s_n * n_inc)
-        agr = np.empty(size, np.int64)
-        agr[:ag_used] = ag.agr[:ag_used]
-        agc = np.empty(size, np.int64)
-        agc[:ag_used] = ag.agc[:ag_used]
-        agw = np.empty(size, np.float64)
-        agw[:ag_used] = ag.agw[:ag_used]
-        ag = Agg(agr, agc, agw)
-    agr, agc, agw = ag.agr, ag.agc, ag.agw
-    a0 = ag_used
-    for i in range(s_n):
-        g = s_list[i]
-        for k in range(indptr[g], indptr[g + 1]):
-            r = res[k]
-            if r == b:
-                continue
-            if amap[r] == 0:
-                agr[ag_used] = r
-                agc[ag_used] = 0
-                agw[ag_used] = 0.0
-                ag_used += 1
-                amap[r] = ag_used
-            aggpos[k] = amap[r] - 1
-            agc[amap[r] - 1] += 1
-            agw[amap[r] - 1] += wt[g]
-    for j in range(a0, ag_used):
-        amap[agr[j]] = 0
-    lzi[b, 1] = a0
-    lzi[b, 2] = ag_used - a0
-    return b, ag, ag_used
-
-
-@njit_inline
-def _rekey(ev, s_n, lz_b, p, fs, sv, lz, ch, hn, gh, gn):
-    """The flows of S whose rate changed: remaining bytes brought up to `now` and new completion
-    keys; with a new lazy class (lz_b >= 0) every member goes to the class's heap instead, keyed by
-    the V (0 now) at which it drains, and the class onto the class heap. Returns (hn, gn)."""
-    lstart, iw, unit = p.lstart, p.iw, p.unit
-    rate, rem, tlast, orig, lzc = fs.rate, fs.rem, fs.tlast, fs.orig, fs.lzc
-    hk, hi, hpos, s_list, ck, ci = ch.key, ch.item, ch.pos, sv.s_list, lz.ck, lz.ci
-    now = ev.now
-    for i in range(s_n):
-        g = s_list[i]
-        if rate[g] == orig[g] and lz_b < 0:
-            continue
-        if orig[g] > 0.0:
-            rem[g] -= orig[g] * (now - tlast[g])
-            if rem[g] < 0.0:
-                rem[g] = 0.0
-        tlast[g] = now
-        if lz_b >= 0:
-            if hpos[g] >= 0:
-                hn = _ih_delete(hk, hi, hpos, hn, g)
-            lzc[g] = lz_b
-            rem[g] = rem[g] if unit else rem[g] * iw[g]
-            _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
-            continue
-        r_g = rate[g] if rate[g] > 0.0 else 1e-300
-        key = now + rem[g] / r_g
-        j = hpos[g]
-        if j < 0:
-            j = hn
-            hn += 1
-        _ih_set(hk, hi, hpos, hn, j, key, g)
-    if lz_b >= 0:
-        gn += 1
-        _ih_set(gh.key, gh.item, gh.pos, gn, gn - 1, now + ck[lstart[lz_b]] / lz.lzf[lz_b, 0], lz_b)
-    return hn, gn
-
-
-@njit
-def _window_bytes(wd, window_ns):
-    """Bytes per resource per window from the window integrals (`_simulate_sorted`)."""
-    n_win = wd.shape[0] - 1
-    n_res = wd.shape[1]
-    out = np.empty((n_res, n_win), np.float64)
-    for r in range(n_res):
-        level = wd[0, r, 1]
-        for w in range(n_win):
-            out[r, w] = wd[w + 1, r, 0] + level * window_ns
-            level += wd[w + 1, r, 1]
-    return out
-
-
-@njit
-def _new_state(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win, wt):
-    """The simulation's state at the start: `Paths`, `FlowState`, `LinkState`, `Solve`, `Fill`,
-    `Lazy`, `Agg` and the two `Heap`s (completion heap of flows, heap of lazy classes)."""
-    n_flows, n_res, n_inc = nbytes.size, cap.size, res.size
-    unit = True
-    for f in range(n_flows):
-        if wt[f] != 1.0:
-            unit = False
-    static = np.zeros(n_res, np.int64)
-    latency = np.zeros(n_flows, np.float64)
-    for f in range(n_flows):
-        lat = 0.0
-        for k in range(indptr[f], indptr[f + 1]):
-            static[res[k]] += 1
-            lat += res_lat[res[k]]
-        latency[f] = lat * lat_mult[f]
-    lstart = np.zeros(n_res, np.int64)
-    for r in range(1, n_res):
-        lstart[r] = lstart[r - 1] + static[r - 1]
-    p = Paths(indptr, res, release, latency, wt, 1.0 / wt, cap, lstart, unit)
-    fs = FlowState(np.zeros(n_flows, np.float64), nbytes.astype(np.float64).copy(), np.zeros(n_flows, np.float64),
-                   np.zeros(n_flows, np.bool_), np.full(n_flows, np.nan), np.full(n_flows, -1, np.int64),
-                   np.zeros(n_flows, np.int64), np.full(n_flows, -1, np.int64), np.full(n_flows, -1, np.int64),
-                   np.zeros(n_flows, np.float64), np.full(n_flows, -1, np.int64))
-    ls = LinkState(np.zeros(n_res, np.float64), np.zeros(n_res, np.int64), np.zeros(n_res, np.int64),
-                   np.empty(n_inc, np.int64), np.zeros(n_res, np.int64), np.empty(n_inc, np.int64),
-                   np.zeros(n_res, np.int64), np.zeros(n_res, np.float64), np.zeros(n_res, np.bool_),
-                   np.full(n_res, -1, np.int64), np.zeros((n_win + 1, n_res, 2), np.float64))
-    sv = Solve(np.empty(n_flows, np.int64), np.empty(n_flows, np.float64), np.empty(n_flows, np.int64),
-               np.empty(n_res, np.int64), np.empty(n_flows, np.int64), np.empty(n_flows, np.int64),
-               np.zeros(n_res, np.float64), np.empty(n_res, np.int64), np.full(n_res, -1, np.int64),
-               np.zeros(n_res, np.int64), np.zeros(n_res, np.float64), np.zeros(n_res, np.float64),
-               np.zeros(n_res, np.int64), np.full(n_res, -1, np.int64))
-    n_heap = n_res + n_inc + 1
-    wf = Fill(np.empty(n_res, np.int64), np.zeros(n_res + 1, np.int64), np.empty(n_res, np.int64),
-              np.empty(n_inc, np.int64), np.empty(n_res, np.float64), np.empty(n_res, np.int64),
-              np.empty(n_res, np.float64), np.empty(n_res, np.float64), np.empty(n_res, np.int64),
-              np.empty(n_heap, np.float64), np.empty(n_heap, np.int64), np.empty(n_heap, np.int64),
-              np.empty(n_flows, np.bool_), np.empty(n_flows + 1, np.int64), np.empty(n_inc, np.int64))
-    lz = Lazy(np.zeros((n_res, 4), np.float64), np.zeros((n_res, 3), np.int64), np.empty(n_inc, np.float64),
-              np.empty(n_inc, np.int64), np.empty(n_inc, np.int64), np.zeros(n_res, np.int64),
-              np.empty(n_flows, np.int64), np.empty(n_res, np.float64), np.empty(n_res, np.int64))
-    ag = Agg(np.empty(1024, np.int64), np.empty(1024, np.int64), np.empty(1024, np.float64))
-    ch = Heap(np.empty(n_flows, np.float64), np.empty(n_flows, np.int64), np.full(n_flows, -1, np.int64))
-    gh = Heap(np.empty(n_res, np.float64), np.empty(n_res, np.int64), np.full(n_res, -1, np.int64))
-    return p, fs, ls, sv, wf, lz, ag, ch, gh
-
-
-@njit
-def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                     t_origin, rel_eps, merge, lazy_min, wt):
-    """`simulate_flows` on flows numbered in release order (`wt`: their weights), one event at a
-    time through the phases above. Rates compare per unit weight wherever max-min compares them:
-    the largest rate of a link (`maxr`), the bottleneck check, a class's fair share and a lazy
-    class's rate are all rate / weight.
-
-    Bytes per window are integrals of the link loads: a change dl of load[r] at `now`, in window
-    w, adds dl * (end of w - now) to w and dl * window_ns to each later window. LinkState.wd[w + 1,
-    r] holds those two parts (row 0: changes before the first window); `_window_bytes` sums them
-    up. Every change of a load is a change of flows' rates, so this is the bytes each flow carried
-    in each window, at O(1) per change instead of O(windows) per flow."""
-    n_flows = nbytes.size
-    n_win = max(n_windows, 0)
-    if n_flows == 0:
-        return np.full(n_flows, np.nan), np.zeros((cap.size, n_win), np.float64)
-    p, fs, ls, sv, wf, lz, ag, ch, gh = _new_state(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win, wt)
-    order = np.argsort(release, kind="mergesort")
-    hn = 0
-    gn = 0
-    nxt = 0
-    event = 0
-    stamp = 0
-    ag_used = 0
-    if merge != 0.0:
-        lazy_min = 0
-    while True:
-        t_rel = release[order[nxt]] if nxt < n_flows else np.inf
-        t_fin = ch.key[0] if hn > 0 else np.inf
-        t_cls = gh.key[0] if gn > 0 else np.inf
-        if t_rel == np.inf and t_fin == np.inf and t_cls == np.inf:
-            break
-        event += 1
-        ev = _clock(min(t_rel, t_fin, t_cls), event, rel_eps, n_win, t_origin, window_ns)
-        if gn == 0:
-            ag_used = 0
-        else:
-            hn, gn = _class_finishes(ev, p, fs, ls, lz, ag, ch, hn, gh, gn)
-            lim = ev.now + ev.tol
-            if t_rel > lim and (hn == 0 or ch.key[0] > lim):
-                continue
-        hn, n_chg = _finish_due(ev, merge, p, fs, ls, sv, ch, hn)
-        nxt, s_n, n_chg, arrivals = _arrive(ev, order, nxt, n_chg, p, fs, ls, sv)
-        s_n, hn, gn = _seed(ev, arrivals, s_n, n_chg, p, fs, ls, sv, lz, ch, hn, gh, gn)
-        if not arrivals:
-            s_n = _drop_pinned(ev, s_n, p, fs, ls, sv, lz.lzf)
-        s_n, fast_cls, stamp, hn, gn = _solve(ev, s_n, n_chg, stamp, rel_eps, p, fs, ls, sv, wf, lz, ch, hn, gh, gn)
-        lz_b, ag, ag_used = _form_class(ev, s_n, fast_cls, lazy_min, p, fs, ls, sv, lz, ag, ag_used)
-        hn, gn = _rekey(ev, s_n, lz_b, p, fs, sv, lz, ch, hn, gh, gn)
-    return fs.finish, _window_bytes(ls.wd, window_ns)
 
 
 @njit
@@ -1505,27 +650,6 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     S starts as the flows on the touched resources, is water-filled on the residual capacities,
     and grows until every flow next to a changed resource has a bottleneck (a saturated resource
     on which its rate is the largest), which is the max-min fairness condition.
-
-    | name      | shape        | dtype   | meaning                                                 |
-    |-----------|--------------|---------|---------------------------------------------------------|
-    | indptr    | [flow + 1]   | int64   | start of each flow's path in `res` (CSR)                |
-    | res       | [incidence]  | int64   | the resources of each path, in path order               |
-    | nbytes    | [flow]       | number  | bytes to carry (<= 0: finishes at its release)          |
-    | release   | [flow]       | float64 | release time (ns)                                       |
-    | lat_mult  | [flow]       | float64 | latency multiplier: latency = lat_mult x sum of res_lat |
-    | cap       | [resource]   | float64 | capacity (bytes/ns)                                     |
-    | res_lat   | [resource]   | float64 | latency (ns)                                            |
-    | n_windows | scalar       | int     | windows of bytes per resource (0: none)                 |
-    | window_ns | scalar       | float   | their length (ns)                                       |
-    | t_origin  | scalar       | float   | start of the first window (ns)                          |
-    | rel_eps   | scalar       | float   | event tolerance rel_eps x abs(now) + 1e-6 ns; 1e3 x     |
-    |           |              |         | rel_eps: of saturation and of the bottleneck check      |
-    | merge     | scalar       | float   | early finish within merge x the flow's age (0: exact)   |
-    | lazy_min  | scalar       | int     | members of the smallest lazy rate class (0: none)       |
-    | weight    | [flow], None | float64 | max-min weight (> 0; None: all 1)                       |
-
-    Returns finish [flow] float64 (ns, latency included; inf: bytes but no path) and bytes
-    [resource, window] float64.
     """
     # Flows are renumbered by release time, then by the last resource of their path (the
     # destination's downlink), so that the flows active together, and the flows an incast makes
@@ -1552,6 +676,638 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     finish = np.empty(n_flows, np.float64)
     finish[order] = finish2
     return finish, win
+
+
+@njit
+def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
+                     t_origin, rel_eps, merge, lazy_min, wt):
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights). Rates compare
+    per unit weight wherever max-min compares them: the largest rate of a link (`maxr`), the
+    bottleneck check, a class's fair share and a lazy class's rate are all rate / weight."""
+    n_flows = nbytes.size
+    n_res = cap.size
+    finish = np.full(n_flows, np.nan)
+    # Bytes per window are integrals of the link loads: a change dl of load[r] at `now`, in window
+    # w, adds dl * (end of w - now) to w and dl * window_ns to each later window. wd[w + 1, r]
+    # holds those two parts (row 0: changes before the first window); one pass at the end sums
+    # them up. Every change of a load is a change of flows' rates, so this is the bytes each flow
+    # carried in each window, at O(1) per change instead of O(windows) per flow.
+    n_win = max(n_windows, 0)
+    wd = np.zeros((n_win + 1, n_res, 2), np.float64)
+    if n_flows == 0:
+        return finish, np.zeros((n_res, n_win), np.float64)
+    iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
+    unit = True
+    for f in range(n_flows):
+        if wt[f] != 1.0:
+            unit = False
+    static = np.zeros(n_res, np.int64)
+    latency = np.zeros(n_flows, np.float64)
+    for f in range(n_flows):
+        lat = 0.0
+        for k in range(indptr[f], indptr[f + 1]):
+            static[res[k]] += 1
+            lat += res_lat[res[k]]
+        latency[f] = lat * lat_mult[f]
+    lstart = np.zeros(n_res, np.int64)
+    for r in range(1, n_res):
+        lstart[r] = lstart[r - 1] + static[r - 1]
+    # per resource, the flows that crossed it since the last pass over them (finished flows are
+    # dropped by the next pass: removing them on finishing was a random access per hop);
+    # lcnt: the active ones
+    poolf = np.empty(res.size, np.int64)
+    lused = np.zeros(n_res, np.int64)
+    lcnt = np.zeros(n_res, np.int64)
+    narr = np.zeros(n_res, np.int64)
+    load = np.zeros(n_res, np.float64)
+    rate = np.zeros(n_flows, np.float64)
+    rem = nbytes.astype(np.float64).copy()
+    tlast = np.zeros(n_flows, np.float64)
+    active = np.zeros(n_flows, np.bool_)
+    bott = np.full(n_flows, -1, np.int64)
+    bpool = np.empty(res.size, np.int64)
+    bcnt = np.zeros(n_res, np.int64)
+    bpos = np.zeros(n_flows, np.int64)
+    cand = np.empty(n_flows, np.int64)
+    thr = np.zeros(n_res, np.float64)
+    marked = np.empty(n_res, np.int64)
+    cmark = np.full(n_res, -1, np.int64)
+    cls_n = np.zeros(n_res, np.int64)
+    cls_w = np.zeros(n_res, np.float64)
+    cls_x = np.zeros(n_res, np.float64)
+    w_links = np.empty(n_res, np.int64)
+    w_cnt = np.zeros(n_res + 1, np.int64)
+    w_fill = np.empty(n_res, np.int64)
+    w_members = np.empty(res.size, np.int64)
+    w_resid = np.empty(n_res, np.float64)
+    w_nun = np.empty(n_res, np.int64)
+    w_wun = np.empty(n_res, np.float64)
+    w_used = np.empty(n_res, np.float64)
+    w_ver = np.empty(n_res, np.int64)
+    w_hk = np.empty(n_res + res.size + 1, np.float64)
+    w_hi = np.empty(n_res + res.size + 1, np.int64)
+    w_ht = np.empty(n_res + res.size + 1, np.int64)
+    w_frozen = np.empty(n_flows, np.bool_)
+    w_sptr = np.empty(n_flows + 1, np.int64)
+    w_sloc = np.empty(res.size, np.int64)
+    froze_at = np.empty(n_flows, np.int64)
+    in_s = np.full(n_flows, -1, np.int64)
+    orig = np.zeros(n_flows, np.float64)
+    checked = np.full(n_flows, -1, np.int64)
+    rchg = np.full(n_res, -1, np.int64)
+    maxr_ok = np.zeros(n_res, np.bool_)
+    maxr = np.zeros(n_res, np.float64)
+    lmap = np.zeros(n_res, np.int64)
+    lmark = np.full(n_res, -1, np.int64)
+    s_list = np.empty(n_flows, np.int64)
+    new_rate = np.empty(n_flows, np.float64)
+    chg_links = np.empty(n_res, np.int64)
+    bad = np.empty(n_flows, np.int64)
+    order = np.argsort(release, kind="mergesort")
+    hk = np.empty(n_flows, np.float64)
+    hi = np.empty(n_flows, np.int64)
+    hpos = np.full(n_flows, -1, np.int64)
+    hn = 0
+    nxt = 0
+    event = 0
+    wstamp = 0
+    lzf = np.zeros((n_res, 4), np.float64)
+    lzi = np.zeros((n_res, 3), np.int64)
+    agr = np.empty(1024, np.int64)
+    agc = np.empty(1024, np.int64)
+    agw = np.empty(1024, np.float64)
+    ag_used = 0
+    aggpos = np.empty(res.size, np.int64)
+    amap = np.zeros(n_res, np.int64)
+    lzc = np.full(n_flows, -1, np.int64)
+    ck = np.empty(res.size, np.float64)
+    ci = np.empty(res.size, np.int64)
+    gk = np.empty(n_res, np.float64)
+    gi = np.empty(n_res, np.int64)
+    gpos = np.full(n_res, -1, np.int64)
+    gn = 0
+    fin = np.empty(n_flows, np.int64)
+    done_k = np.empty(n_res, np.float64)
+    done_i = np.empty(n_res, np.int64)
+    if merge != 0.0:
+        lazy_min = 0
+    while True:
+        t_rel = release[order[nxt]] if nxt < n_flows else np.inf
+        t_fin = hk[0] if hn > 0 else np.inf
+        t_cls = gk[0] if gn > 0 else np.inf
+        if t_rel == np.inf and t_fin == np.inf and t_cls == np.inf:
+            break
+        now = min(t_rel, t_fin, t_cls)
+        tol = rel_eps * abs(now) + 1e-6
+        tol_b = 1e3 * rel_eps
+        event += 1
+        w_on = False
+        wrow = 0
+        wfrac = 0.0
+        if n_win > 0:
+            ew = math.floor((now - t_origin) / window_ns)
+            if ew < n_win:
+                w_on = True
+                if ew >= 0:
+                    wrow = ew + 1
+                    wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
+        if gn == 0:
+            ag_used = 0
+        else:
+            # each class with flows finishing now: a lazy class event, else flows again (the classes
+            # are independent, so one after the other at `now` is the same as all together)
+            lim = now + tol
+            n_done = 0
+            while gn > 0 and gk[0] <= lim:
+                cb = gi[0]
+                if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
+                             agr, agc, agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish,
+                             latency, bott,
+                             bpool, bpos, bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
+                    done_k[n_done] = gk[gpos[cb]]
+                    done_i[n_done] = cb
+                    n_done += 1
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                else:
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+            for j in range(n_done):
+                gn += 1
+                _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
+            if t_rel > lim and (hn == 0 or hk[0] > lim):
+                continue
+        s_n = 0
+        n_chg = 0
+        while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
+            f = hi[0]
+            t_proj = hk[0]
+            tf = t_proj if t_proj <= now + tol else now
+            # pop the heap top (inlined, as are the other helpers of this loop: numba's inliner
+            # wraps array arguments in reference counting, which cost a third of the time)
+            hpos[f] = -1
+            hn -= 1
+            if hn > 0:
+                hk[0] = hk[hn]
+                hi[0] = hi[hn]
+                hpos[hi[0]] = 0
+                key = hk[0]
+                item = hi[0]
+                i = 0
+                while True:
+                    c = 2 * i + 1
+                    if c >= hn:
+                        break
+                    if c + 1 < hn and hk[c + 1] < hk[c]:
+                        c += 1
+                    if hk[c] >= key:
+                        break
+                    hk[i] = hk[c]
+                    hi[i] = hi[c]
+                    hpos[hi[i]] = i
+                    i = c
+                hk[i] = key
+                hi[i] = item
+                hpos[item] = i
+            # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
+            late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
+            rem[f] = 0.0
+            finish[f] = tf + latency[f]
+            active[f] = False
+            old = bott[f]
+            if old >= 0:
+                i = bpos[f]
+                last = bpool[lstart[old] + bcnt[old] - 1]
+                bpool[lstart[old] + i] = last
+                bpos[last] = i
+                bcnt[old] -= 1
+                bott[f] = -1
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                lcnt[r] -= 1
+                dl = -rate[f]
+                load[r] -= rate[f]
+                if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
+                    maxr_ok[r] = False
+                if lcnt[r] == 0:
+                    dl -= load[r]
+                    load[r] = 0.0
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac + late
+                    wd[wrow, r, 1] += dl
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+            rate[f] = 0.0
+        arrivals = False
+        while nxt < n_flows and release[order[nxt]] <= now + tol:
+            f = order[nxt]
+            nxt += 1
+            if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
+                finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
+                continue
+            active[f] = True
+            arrivals = True
+            tlast[f] = now
+            rate[f] = 0.0
+            in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
+            orig[f] = 0.0
+            s_list[s_n] = f
+            s_n += 1
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                poolf[lstart[r] + lused[r]] = f
+                lused[r] += 1
+                lcnt[r] += 1
+                narr[r] += 1
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+        # S0: the flows on a touched resource that arrived now (in S already) or were bottlenecked there
+        for c in range(n_chg):
+            r = chg_links[c]
+            if arrivals:
+                every = narr[r] == lcnt[r]
+                narr[r] = 0
+                if every:  # all its flows arrived now
+                    continue
+                w = lstart[r]
+                for q in range(lstart[r], lstart[r] + lused[r]):
+                    g = poolf[q]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+                lused[r] = w - lstart[r]
+            else:
+                for q in range(lstart[r], lstart[r] + bcnt[r]):
+                    g = bpool[q]
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+        if not arrivals:
+            # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
+            kept = 0
+            skip = event
+            hint = -1
+            for i in range(s_n):
+                h = s_list[i]
+                b = -1
+                p0 = indptr[h]
+                for a in range(0, indptr[h + 1] - p0):
+                    r = hint if a < 0 else res[p0 + a]
+                    if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                        continue
+                    if not maxr_ok[r]:
+                        maxr_ok[r] = True
+                        m = 0.0
+                        w = lstart[r]
+                        for q in range(lstart[r], lstart[r] + lused[r]):
+                            g = poolf[q]
+                            if active[g]:
+                                poolf[w] = g
+                                w += 1
+                                m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                        lused[r] = w - lstart[r]
+                        maxr[r] = m
+                    if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                        b = r
+                        break
+                if b >= 0:
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    in_s[h] = -1
+                else:
+                    s_list[kept] = h
+                    kept += 1
+            s_n = kept
+        fast_cls = -1
+        while s_n > 0:
+            wstamp += 1
+            fast_cls = -1
+            n_cls = 0
+            # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
+            # flow of S crosses another class's resource and, with each class at its resource's
+            # fair share x_b, every other resource S crosses stays clearly unsaturated, progressive
+            # filling freezes each class at x_b on b: the water-fill's result without running it
+            # (most events of a skewed all-to-all; the same numbers, in the same order).
+            one = True
+            for i in range(s_n):
+                b = bott[s_list[i]]
+                if b < 0:
+                    one = False
+                    break
+                if cmark[b] != wstamp:
+                    cmark[b] = wstamp
+                    n_cls += 1
+                    cls_n[b] = 0
+                    cls_w[b] = 0.0
+                    cls_x[b] = cap[b] - load[b]
+                cls_n[b] += 1
+                cls_w[b] += wt[s_list[i]]
+                cls_x[b] += rate[s_list[i]]
+            if one:
+                n_mark = 0
+                for i in range(s_n):
+                    g = s_list[i]
+                    b = bott[g]
+                    if cls_n[b] > 0:  # first member: resid -> fair share
+                        x = max(cls_x[b], 0.0) / cls_w[b]
+                        cls_x[b] = x
+                        cls_n[b] = -1
+                        if x <= 0.0:
+                            one = False
+                            break
+                    d = cls_x[b] * wt[g] - rate[g]
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        if r == b:
+                            continue
+                        if cmark[r] == wstamp:  # crosses another class's resource
+                            one = False
+                            break
+                        if lmark[r] != wstamp:
+                            lmark[r] = wstamp
+                            thr[r] = cap[r] - load[r]
+                            marked[n_mark] = r
+                            n_mark += 1
+                        thr[r] -= d
+                    if not one:
+                        break
+                if one:
+                    for i in range(n_mark):
+                        r = marked[i]
+                        if thr[r] <= cap[r] * tol_b:
+                            one = False
+                            break
+            if one:
+                for i in range(s_n):
+                    b = bott[s_list[i]]
+                    new_rate[i] = cls_x[b] * wt[s_list[i]]
+                    froze_at[i] = b
+                if n_cls == 1:
+                    fast_cls = bott[s_list[0]]
+            else:
+                wstamp += 1
+                _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, wstamp, new_rate,
+                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver,
+                           w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
+            for i in range(s_n):
+                g = s_list[i]
+                d = new_rate[i] - rate[g]
+                if d != 0.0:
+                    big = abs(d) > rel_eps * max(rate[g], new_rate[i])
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        load[r] += d
+                        if w_on:
+                            wd[wrow, r, 0] += d * wfrac
+                            wd[wrow, r, 1] += d
+                        if d > 0.0:
+                            nr = new_rate[i] if unit else new_rate[i] * iw[g]
+                            if nr > maxr[r]:
+                                maxr[r] = nr
+                        elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
+                            # r x (1/w) can round below the share it was set from: a rate that
+                            # falls (or a flow that leaves) near the largest marks it for recomputing
+                            maxr_ok[r] = False
+                        if big and rchg[r] != event:
+                            rchg[r] = event
+                            chg_links[n_chg] = r
+                            n_chg += 1
+                    rate[g] = new_rate[i]
+            # verify: every flow in S or on a changed resource needs a bottleneck
+            wstamp += 1
+            n_bad = 0
+            skip = -2
+            for phase in range(2):
+                # phase 0: the flows of S (first trying the resource that froze them); phase 1:
+                # the flows bottlenecked on a changed resource
+                n_chk = s_n
+                if phase == 1:
+                    n_chk = 0
+                    for c in range(n_chg):
+                        r = chg_links[c]
+                        for q in range(lstart[r], lstart[r] + bcnt[r]):
+                            h = bpool[q]
+                            if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
+                                cb = lzc[h]
+                                gn = _ih_delete(gk, gi, gpos, gn, cb)
+                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
+                                               hpos, hn)
+                            if checked[h] != wstamp:
+                                checked[h] = wstamp
+                                cand[n_chk] = h
+                                n_chk += 1
+                for i in range(n_chk):
+                    if phase == 0:
+                        h = s_list[i]
+                        checked[h] = wstamp
+                        hint = froze_at[i]
+                    else:
+                        h = cand[i]
+                        hint = bott[h]
+                    b = -1
+                    p0 = indptr[h]
+                    for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
+                        r = hint if a < 0 else res[p0 + a]
+                        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                            continue
+                        if not maxr_ok[r]:
+                            maxr_ok[r] = True
+                            m = 0.0
+                            w = lstart[r]
+                            for q in range(lstart[r], lstart[r] + lused[r]):
+                                g = poolf[q]
+                                if active[g]:
+                                    poolf[w] = g
+                                    w += 1
+                                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                            lused[r] = w - lstart[r]
+                            maxr[r] = m
+                        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                            b = r
+                            break
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    if b < 0:
+                        bad[n_bad] = h
+                        n_bad += 1
+            if n_bad == 0:
+                break
+            grew = False
+            wstamp += 1
+            n_mark = 0
+            for i in range(n_bad):
+                h = bad[i]
+                if in_s[h] != event:
+                    in_s[h] = event
+                    orig[h] = rate[h]
+                    s_list[s_n] = h
+                    s_n += 1
+                    grew = True
+                for kk in range(indptr[h], indptr[h + 1]):
+                    rr = res[kk]
+                    if load[rr] < cap[rr] * (1.0 - 1e3 * rel_eps):
+                        continue
+                    if lmark[rr] != wstamp:
+                        lmark[rr] = wstamp
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
+                        marked[n_mark] = rr
+                        n_mark += 1
+                    elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
+            for i in range(n_mark):
+                rr = marked[i]
+                limit = thr[rr] * (1.0 - 1e3 * rel_eps)
+                w = lstart[rr]
+                for qq in range(lstart[rr], lstart[rr] + lused[rr]):
+                    g = poolf[qq]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
+                    nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
+                    if in_s[g] != event and nr >= limit:
+                        if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                            cb = lzc[g]
+                            gn = _ih_delete(gk, gi, gpos, gn, cb)
+                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
+                                           hpos, hn)
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+                        grew = True
+                lused[rr] = w - lstart[rr]
+            if not grew:
+                fast_cls = -1
+                break
+        # a one-class event that set the rate of every flow bottlenecked on its resource: keep the
+        # class lazily from now on
+        lz_b = -1
+        if lazy_min > 0 and fast_cls >= 0 and s_n >= lazy_min and bcnt[fast_cls] == s_n:
+            lz_b = fast_cls
+            for i in range(s_n):
+                g = s_list[i]
+                if bott[g] != lz_b or rate[g] != cls_x[lz_b] * wt[g]:
+                    lz_b = -1
+                    break
+        if lz_b >= 0:
+            lzf[lz_b, 0] = cls_x[lz_b]
+            lzf[lz_b, 1] = 0.0
+            lzf[lz_b, 2] = now
+            lzi[lz_b, 0] = s_n
+            w_cls = 0.0
+            for i in range(s_n):
+                w_cls += wt[s_list[i]]
+            lzf[lz_b, 3] = w_cls
+            # the class's links other than lz_b, with the number of members crossing each
+            n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
+            for i in range(s_n):
+                n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
+            if ag_used + s_n * n_inc > agr.size:
+                size = max(2 * agr.size, ag_used + s_n * n_inc)
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agr[:ag_used]
+                agr = grown_i
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agc[:ag_used]
+                agc = grown_i
+                grown_f = np.empty(size, np.float64)
+                grown_f[:ag_used] = agw[:ag_used]
+                agw = grown_f
+            a0 = ag_used
+            for i in range(s_n):
+                g = s_list[i]
+                for k in range(indptr[g], indptr[g + 1]):
+                    r = res[k]
+                    if r == lz_b:
+                        continue
+                    if amap[r] == 0:
+                        agr[ag_used] = r
+                        agc[ag_used] = 0
+                        agw[ag_used] = 0.0
+                        ag_used += 1
+                        amap[r] = ag_used
+                    aggpos[k] = amap[r] - 1
+                    agc[amap[r] - 1] += 1
+                    agw[amap[r] - 1] += wt[g]
+            for j in range(a0, ag_used):
+                amap[agr[j]] = 0
+            lzi[lz_b, 1] = a0
+            lzi[lz_b, 2] = ag_used - a0
+        for i in range(s_n):
+            g = s_list[i]
+            if rate[g] == orig[g] and lz_b < 0:
+                continue
+            if orig[g] > 0.0:
+                rem[g] -= orig[g] * (now - tlast[g])
+                if rem[g] < 0.0:
+                    rem[g] = 0.0
+            tlast[g] = now
+            if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
+                if hpos[g] >= 0:
+                    hn = _ih_delete(hk, hi, hpos, hn, g)
+                lzc[g] = lz_b
+                rem[g] = rem[g] if unit else rem[g] * iw[g]
+                _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
+                continue
+            r_g = rate[g] if rate[g] > 0.0 else 1e-300
+            key = now + rem[g] / r_g
+            i = hpos[g]
+            if i < 0:
+                i = hn
+                hn += 1
+            _ih_set(hk, hi, hpos, hn, i, key, g)
+        if lz_b >= 0:
+            gn += 1
+            _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
+    out = np.empty((n_res, n_win), np.float64)
+    for r in range(n_res):
+        level = wd[0, r, 1]
+        for w in range(n_win):
+            out[r, w] = wd[w + 1, r, 0] + level * window_ns
+            level += wd[w + 1, r, 1]
+    return finish, out
 
 
 # --------------------------------------------------------------------------------------------
