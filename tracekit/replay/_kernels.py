@@ -256,9 +256,28 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, stamp
                links, cnt, fill, members, resid, nun, wun, used, ver, hk, hi, ht, frozen, sptr, sloc):
     """Weighted max-min rates of the flows in S given every other flow's current rate (progressive
     filling from the residual capacities: every unfrozen flow's rate is wt[f] x the level). Writes
-    new_rate[i] for S member i and froze_at[i], the resource that froze it. The remaining arguments
-    are scratch arrays (sized for all resources, incidences and flows); sptr/sloc hold S's paths in
-    local link ids; nun/wun count and weigh each link's unfrozen flows."""
+    new_rate[i] for S member i and froze_at[i], the resource that froze it.
+
+    | name              | shape                  | dtype   | meaning                                  |
+    |-------------------|------------------------|---------|------------------------------------------|
+    | s_list, s_n       | [flow], scalar         | int64   | the flows of S: s_list[:s_n]             |
+    | indptr, res       | [flow + 1], [incidence]| int64   | the paths (CSR)                          |
+    | cap, load         | [resource]             | float64 | capacity; sum of the current rates       |
+    | rate, wt          | [flow]                 | float64 | current rate; weight                     |
+    | lmap, lmark, stamp| [resource], scalar     | int64   | local id of a resource, valid where      |
+    |                   |                        |         | lmark == stamp (a value no pass used)    |
+    | new_rate, froze_at| [flow]                 | f8, i8  | out: S member i's rate, freezing resource|
+    | links             | [resource]             | int64   | scratch, per local link: its resource    |
+    | cnt, fill         | [resource + 1], [res.] | int64   | start of its members; members placed     |
+    | members           | [incidence]            | int64   | per link, the S members crossing it      |
+    | resid, used       | [resource]             | float64 | capacity left by the flows outside S;    |
+    |                   |                        |         | rate of its frozen members               |
+    | nun, wun          | [resource]             | i8, f8  | its unfrozen members; their weight       |
+    | ver               | [resource]             | int64   | version of its key (stale heap entries)  |
+    | hk, hi, ht        | [res. + incidence + 1] | f8,i8,i8| heap of links: key, local link, version  |
+    | frozen            | [flow]                 | bool    | S member i is frozen                     |
+    | sptr, sloc        | [flow + 1], [incidence]| int64   | S's paths in local link ids              |
+    """
     n_loc = 0
     p = 0
     sptr[0] = 0
@@ -481,7 +500,8 @@ def _ih_delete(hk, hi, hpos, n, item):
 def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn):
     """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
     exact algorithm has them); the caller takes it off the class heap. Returns the completion
-    heap's new size."""
+    heap's new size. lzf, lzi, ck, ci, lzc, lstart: the classes (`_lz_event`); rate, wt, rem,
+    tlast: per flow; hk, hi, hpos, hn: the completion heap and its size."""
     _lz_advance(b, now, lzf)
     x = lzf[b, 0]
     v = lzf[b, 1]
@@ -510,7 +530,39 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
     everything as it was and return False. The class's links other than b, with the number of
     members crossing each and their weight, are agr/agc/agw[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
     to its slot there. Load changes go onto the window integrals wd (row wrow, see
-    `_simulate_sorted`) when w_on."""
+    `_simulate_sorted`) when w_on.
+
+    | name              | shape                   | dtype   | meaning                                    |
+    |-------------------|-------------------------|---------|--------------------------------------------|
+    | b                 | scalar                  | int     | the class, by its resource                 |
+    | now, tol, tol_b   | scalar                  | float   | the event; its tolerance; that of          |
+    |                   |                         |         | saturation and of the bottleneck check     |
+    | lzf               | [resource, 4]           | float64 | per class: rate per unit weight, V, time   |
+    |                   |                         |         | of V, the members' weight                  |
+    | lzi               | [resource, 3]           | int64   | per class: members, start and length of    |
+    |                   |                         |         | its links in agr/agc/agw                   |
+    | ck, ci            | [incidence]             | f8, i8  | member heaps (slots from lstart[b]): key   |
+    |                   |                         |         | (V at which it drains), member             |
+    | lzc               | [flow]                  | int64   | a flow's class (-1: none)                  |
+    | gk, gi, gpos, gn  | [resource], scalar      |         | the heap of classes and its size           |
+    | lstart            | [resource]              | int64   | first slot of a resource in the pools      |
+    | indptr, res       | [flow + 1], [incidence] | int64   | the paths (CSR)                            |
+    | agr, agc, agw     | [slot]                  | i8,i8,f8| a class's links: resource, members         |
+    |                   |                         |         | crossing it, their weight                  |
+    | aggpos            | [incidence]             | int64   | a member's path entry's slot in agr        |
+    | cap, load         | [resource]              | float64 | capacity; sum of the current rates         |
+    | maxr, maxr_ok     | [resource]              | f8, bool| largest rate per unit weight; up to date   |
+    | rate, wt, rem     | [flow]                  | float64 | rate; weight; remaining bytes (a member:   |
+    |                   |                         |         | its key)                                   |
+    | active, finish    | [flow]                  | b1, f8  | running; finish time (out)                 |
+    | latency           | [flow]                  | float64 | latency added to the finish                |
+    | bott, bpos        | [flow]                  | int64   | bottleneck; slot in its part of bpool      |
+    | bpool, bcnt       | [incidence], [resource] | int64   | flows bottlenecked on each resource; count |
+    | lcnt              | [resource]              | int64   | active flows crossing it                   |
+    | fin               | [flow]                  | int64   | scratch: the members finishing             |
+    | wd, w_on, wrow,   | [window + 1, resource,  | float64 | window integrals; whether, in which row    |
+    | wfrac             | 2], scalars             |         | and for how long (ns) this event counts    |
+    """
     base = lstart[b]
     n_all = lzi[b, 0]
     x = lzf[b, 0]
@@ -650,6 +702,27 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     S starts as the flows on the touched resources, is water-filled on the residual capacities,
     and grows until every flow next to a changed resource has a bottleneck (a saturated resource
     on which its rate is the largest), which is the max-min fairness condition.
+
+    | name      | shape        | dtype   | meaning                                                 |
+    |-----------|--------------|---------|---------------------------------------------------------|
+    | indptr    | [flow + 1]   | int64   | start of each flow's path in `res` (CSR)                |
+    | res       | [incidence]  | int64   | the resources of each path, in path order               |
+    | nbytes    | [flow]       | number  | bytes to carry (<= 0: finishes at its release)          |
+    | release   | [flow]       | float64 | release time (ns)                                       |
+    | lat_mult  | [flow]       | float64 | latency multiplier: latency = lat_mult x sum of res_lat |
+    | cap       | [resource]   | float64 | capacity (bytes/ns)                                     |
+    | res_lat   | [resource]   | float64 | latency (ns)                                            |
+    | n_windows | scalar       | int     | windows of bytes per resource (0: none)                 |
+    | window_ns | scalar       | float   | their length (ns)                                       |
+    | t_origin  | scalar       | float   | start of the first window (ns)                          |
+    | rel_eps   | scalar       | float   | event tolerance rel_eps x abs(now) + 1e-6 ns; 1e3 x     |
+    |           |              |         | rel_eps: of saturation and of the bottleneck check      |
+    | merge     | scalar       | float   | early finish within merge x the flow's age (0: exact)   |
+    | lazy_min  | scalar       | int     | members of the smallest lazy rate class (0: none)       |
+    | weight    | [flow], None | float64 | max-min weight (> 0; None: all 1)                       |
+
+    Returns finish [flow] float64 (ns, latency included; inf: bytes but no path) and bytes
+    [resource, window] float64.
     """
     # Flows are renumbered by release time, then by the last resource of their path (the
     # destination's downlink), so that the flows active together, and the flows an incast makes
