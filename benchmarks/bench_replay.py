@@ -15,8 +15,8 @@ Two cases:
    every class event flow by flow), with the largest relative difference between the kernels'
    completion times. Target: 1M flows < 30 s.
 
-A baseline is a git revision (`--baseline REV`, repeatable; default 22bb94d, the code before the
-flow kernel was split into phases; 5c2e060 is the kernel before the scale work) checked out in a
+A baseline is a git revision (`--baseline REV`, repeatable; default 22bb94d, the kernel before the
+rounds' release-at-finish change 969ea55; 5c2e060 is the kernel before the scale work) checked out in a
 worktree and imported by a worker subprocess (`_baseline.py`); this kernel and the baseline's
 alternate, `--repeat` times each, and the least CPU time of each is compared.
 
