@@ -658,6 +658,8 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
         inferred = True
         stats.warnings.append(f"no test name in the report's args; inferred {test} from the columns ({why})")
     op = op_of_test(test)
+    if salvaged:
+        stats.warnings.append(f"truncated or corrupt JSON: salvaged {len(rows)} results")
     if nranks is None and op is not None:
         nranks, why = infer_nranks(rows, op)
         stats.warnings.append(f"no devices in the report; {nranks} ranks inferred from {why}" if nranks else
@@ -672,8 +674,6 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
                    hosts=len(hosts) or None, ranks_per_host=max(hosts.values()) if hosts else None,
                    devices=names or None, host_names=host_names, iters=iters, warmup_iters=warm, graph=graph,
                    nccl_version=version)
-    if salvaged:
-        stats.warnings.append(f"truncated or corrupt JSON: salvaged {len(rows)} results")
     return _finish(where, sink, stats, rows)
 
 
