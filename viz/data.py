@@ -688,10 +688,11 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
 
 def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
     """Per nccl-tests file: per table, measured and predicted busbw by size (the rows the model
-    predicts), and each table's health sentence (the same words as `tracekit replay --nccl-tests`)."""
+    predicts), and each table's health sentence and latency-floor sentence (None unless the floor is
+    high; the same words as `tracekit replay --nccl-tests`)."""
     from pathlib import Path
 
-    from tracekit.present import health_sentence
+    from tracekit.present import floor_sentence, health_sentence
 
     files = []
     for source in report.sources:
@@ -701,6 +702,7 @@ def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
                     and r.measured_us > 0]
             tables.append({"table": t.table, "label": f"table {t.table}: {t.test or t.op}"[:MAX_NAME_CHARS],
                            "op": t.op, "verdict": t.health.verdict, "sentence": health_sentence(t),
+                           "floor": floor_sentence(t),
                            "size_bytes": [r.size_bytes for r in rows],
                            "size": [fmt_bytes(r.size_bytes) for r in rows],
                            "measured": [r.timed_busbw for r in rows],

@@ -603,12 +603,13 @@ def _gantt(g: Mapping[str, Any], *, width: int, span_ms: float) -> Any:
 
 def microbench_figures(md: Mapping[str, Any], *, width: int = 1400) -> LayoutDOM:
     """Per nccl-tests file, busbw by size: measured (solid) and predicted on the topology (dashed), one
-    colour per table, with each table's health sentence above the plot."""
+    colour per table, with each table's health sentence (and its latency-floor sentence) above the plot."""
     blocks: list[Any] = []
     notes = "".join(f"<div class='note'>{_esc(t)}</div>" for t in md.get("findings") or [])
     blocks.append(html_div(f"<h2>nccl-tests replayed on {_esc(md['topology'])}</h2>{notes}", width=width))
     for f in md["files"]:
         said = "".join(f"<div class='{'warn' if t['verdict'] == 'degraded' else 'note'}'>{_esc(t['sentence'])}</div>"
+                       + (f"<div class='note'>{_esc(t['floor'])}</div>" if t.get("floor") else "")
                        for t in f["tables"])
         blocks.append(html_div(f"<h3>{_esc(f['file'])}</h3>{said}", width=width))
         p = figure(width=min(width, 1000), height=420, x_axis_type="log", y_axis_type="log",

@@ -203,6 +203,9 @@ def test_folder_gives_the_error_by_file_op_and_band(tmp_path):
     for case in CASES:
         assert case.file in text
     assert "slow_copy.txt" in text and "check cabling" in text
+    floors = [x for x in lines if x.startswith("    small messages")]
+    assert floors and all("the network adds about" in x for x in floors)  # the A3-Mega floor and its copy
+    assert "the network adds about 51 us per hop" in text  # the report says it under the same table
 
 
 def test_not_an_nccl_tests_file_is_a_one_line_error(tmp_path):
@@ -243,6 +246,7 @@ def test_report_data_is_per_file_with_the_cli_sentences():
     assert first[0]["size_bytes"] == [MIB, 64 * MIB] and first[1]["size_bytes"] == []
     assert first[0]["measured"] == pytest.approx([r.timed_busbw for r in rows[:2]])
     assert first[0]["sentence"] == health_sentence(report.tables[0])
+    assert first[0]["floor"] is None  # no row of 64 KiB or below
 
 
 @needs_real
