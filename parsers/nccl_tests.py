@@ -364,11 +364,8 @@ class TableReader:
                 self.warnings.append(f"table {rows[0]['run']}: no test name and the columns do not tell ({why})")
         op = op_of_test(test)
         if nranks is None and op is not None:
-            nranks, why = infer_nranks(rows, op)
-            where = f"table {rows[0]['run']}: no device lines"
-            self.warnings.append(f"{where}; {nranks} ranks inferred from {why}" if nranks else
-                                 f"{where} and the rank count cannot be told from the columns ({why}): "
-                                 "its rows cannot be replayed")
+            nranks, warning = _missing_nranks(rows, op, f"table {rows[0]['run']}: no device lines")
+            self.warnings.append(warning)
         hosts, per_host = run.hosts()
         devices = run.devices()
         for r in rows:
@@ -432,28 +429,42 @@ def _parse_ts(day: str, clock: str) -> int | None:
 
 #: Ops whose `count` column is per rank, so size / (count x type bytes) is the rank count.
 _COUNT_PER_RANK = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
-#: Ops whose busbw / algbw factor names the rank count: f(n) inverted.
-_FACTOR_TO_RANKS = {"all_reduce": lambda f: 2.0 / (2.0 - f), "all_gather": lambda f: 1.0 / (1.0 - f),
-                    "reduce_scatter": lambda f: 1.0 / (1.0 - f), "all_to_all": lambda f: 1.0 / (1.0 - f)}
-_FACTOR_LIMIT = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+#: busbw / algbw = c (n - 1) / n for these ops (nccl-tests' factors), so n = c / (c - f).
+_BUS_FACTOR_SCALE = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 #: nccl-tests prints algbw and busbw with two decimals: each printed value is within this of the true one.
 _PRINTED_HALF_UNIT = 0.005
+
+
+def _share_ratios(rows: list[dict[str, Any]]) -> list[float]:
+    """size / (count x type bytes) of every row that has all three: how many ranks' worth of data it names."""
+    out = []
+    for r in rows:
+        width = TYPE_BYTES.get(str(r.get("dtype") or "").lower())
+        if width and r.get("count") and r.get("size_bytes"):
+            out.append(r["size_bytes"] / (r["count"] * width))
+    return out
+
+
+def _missing_nranks(rows: list[dict[str, Any]], op: str, where: str) -> tuple[int | None, str]:
+    """`infer_nranks` for a table with no device lines, and the warning that says how (or that its
+    rows cannot be replayed)."""
+    nranks, why = infer_nranks(rows, op)
+    if nranks:
+        return nranks, f"{where}; {nranks} ranks inferred from {why}"
+    return None, f"{where} and the rank count cannot be told from the columns ({why}): its rows cannot be replayed"
 
 
 def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
     """The rank count of a table printed without its `Using devices` lines (outputs pasted in docs
     and READMEs): size / count where the count is per rank, else nccl-tests' busbw / algbw factor
-    (2(n-1)/n for all_reduce, (n-1)/n for the gathers) inverted on the rows with the most digits."""
+    inverted. Each printed value is taken as exact to half its last digit, and n is kept only when
+    one whole number fits every row: a coarse table gives no count, never a wrong one."""
     if op in _COUNT_PER_RANK:
-        ratios = set()
-        for r in rows:
-            width = TYPE_BYTES.get(str(r.get("dtype") or "").lower())
-            if width and r.get("count") and r.get("size_bytes"):
-                ratios.add(r["size_bytes"] / (r["count"] * width))
+        ratios = set(_share_ratios(rows))
         if len(ratios) == 1 and (n := ratios.pop()) >= 2 and n == int(n):
             return int(n), f"size / count = {int(n)} on every row"
-    invert = _FACTOR_TO_RANKS.get(op)
-    if invert is None:
+    scale = _BUS_FACTOR_SCALE.get(op)
+    if scale is None:
         return None, f"{op}'s busbw equals its algbw whatever the rank count"
     low, high, values = 2.0, math.inf, 0
     for r in rows:
@@ -464,8 +475,8 @@ def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
             values += 1
             f_low = (b - _PRINTED_HALF_UNIT) / (a + _PRINTED_HALF_UNIT)
             f_high = (b + _PRINTED_HALF_UNIT) / (a - _PRINTED_HALF_UNIT)
-            low = max(low, invert(f_low))
-            high = min(high, invert(f_high) if f_high < _FACTOR_LIMIT[op] else math.inf)
+            low = max(low, scale / (scale - f_low))
+            high = min(high, scale / (scale - f_high) if f_high < scale else math.inf)
     if not values:
         return None, "no row whose busbw exceeds its algbw"
     whole = range(math.ceil(low), math.floor(high) + 1) if high < math.inf else range(0)
@@ -480,13 +491,10 @@ def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
 def infer_test(rows: list[dict[str, Any]], nranks: int | None) -> tuple[str | None, str]:
     """Guess the binary from a table: the size/count ratio (how many ranks' worth of data a row
     names), whether there is a reduction and a root, and the busbw/algbw factor."""
-    ratios, factors = [], []
+    ratios, factors = _share_ratios(rows), []
     redop = any(r.get("redop") not in (None, "none") for r in rows)
     rooted = any(r.get("root") is not None and r["root"] >= 0 for r in rows)
     for r in rows:
-        width = TYPE_BYTES.get(str(r.get("dtype") or "").lower())
-        if width and r.get("count") and r.get("size_bytes"):
-            ratios.append(r["size_bytes"] / (r["count"] * width))
         for side in ("oop", "ip"):
             a, b = r.get(f"{side}_algbw"), r.get(f"{side}_busbw")
             if a and b and a >= 0.1:
@@ -661,10 +669,8 @@ def _parse_json(where: str, sink: SourceSink) -> NcclTestsResult:
     if salvaged:
         stats.warnings.append(f"truncated or corrupt JSON: salvaged {len(rows)} results")
     if nranks is None and op is not None:
-        nranks, why = infer_nranks(rows, op)
-        stats.warnings.append(f"no devices in the report; {nranks} ranks inferred from {why}" if nranks else
-                              f"no devices in the report and the rank count cannot be told from the results "
-                              f"({why}): its rows cannot be replayed")
+        nranks, warning = _missing_nranks(rows, op, "no devices in the report")
+        stats.warnings.append(warning)
     iters = _i32(str(cfg.get("iterations"))) if cfg else None
     warm = _i32(str(cfg.get("warmup_iters"))) if cfg else None
     graph = _i32(str(cfg.get("graph"))) if cfg else None
