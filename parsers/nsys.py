@@ -140,8 +140,9 @@ class _Source(abc.ABC):
 
     def launch_batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
         """`batches` plus `launchStart`: the start of the runtime call (same process, same
-        correlationId; the first such) that launched each row, None when there is none."""
-        raise NotImplementedError
+        correlationId; the first such) that launched each row, None when there is none. Called only
+        when `index_launches` said yes, which a source without SQL never does."""
+        raise NotImplementedError(f"{type(self).__name__} has no launch index (index_launches() is False)")
 
     def close(self) -> None:  # a directory export holds nothing open
         return None

@@ -196,3 +196,18 @@ def test_a3_mega_floor_predicts_the_sizes_it_was_not_read_from():
     assert round(statistics.median(errors), 2) == 0.16  # the README's "within 16% (median)"
     before = sorted(abs(r.time_error) for r in replay_microbench(held_out, TOPOLOGY))
     assert before[len(before) // 2] > 1.0
+
+
+def test_rows_skipped_for_any_reason_are_named_by_the_same_rule():
+    """`replay_microbench` skips and `unreplayable` names through one rule (`not_replayable`): an
+    in-place-only row (no out-of-place time) is named too, with its reason."""
+    from tracekit.replay.validate import not_replayable, unreplayable
+
+    base = dict(source="a.log", run=0, test="all_gather_perf", op="all_gather", size_bytes=1 << 30, nranks=8,
+                ranks_per_host=8, hosts=1, oop_time_us=2900.0, oop_busbw=None)
+    rows = [base, {**base, "oop_time_us": None}, {**base, "op": None}]
+    assert [not_replayable(r) for r in rows] == [None, "it has no out-of-place time", "its op is unknown"]
+    table = pa.Table.from_pylist(rows)
+    assert len(replay_microbench(table, "rail-optimized:hosts=1,gpus=8")) == 1
+    assert sorted(f.text.split(": ", 3)[-1] for f in unreplayable(table)) == ["it has no out-of-place time",
+                                                                              "its op is unknown"]

@@ -12,15 +12,13 @@ import dataclasses
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.errors import TracekitError
@@ -160,12 +158,9 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
     out: list[MicrobenchRow] = []
     built: dict[tuple[int, int], object] = {}
     for row in rows:
-        op = str(row["op"] or "")
-        n = int(row["nranks"] or 0)
-        size = row["size_bytes"]
-        measured_us = row["oop_time_us"]
-        if not op or n < 1 or size is None or measured_us is None:
+        if not_replayable(row) is not None:
             continue
+        op, n, size, measured_us = str(row["op"]), int(row["nranks"]), row["size_bytes"], row["oop_time_us"]
         spec = with_gpu(given, devices.get(row.get("source")))
         per_host = int(row["ranks_per_host"] or min(n, spec.gpus))
         hosts = int(row["hosts"] or math.ceil(n / per_host))
@@ -208,6 +203,20 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
             source=str(row.get("source") or ""), table=int(row.get("run") or 0), test=str(row.get("test") or ""),
             modelled=modelled, gpu=topo.spec.gpu))
     return out
+
+
+def not_replayable(row: dict[str, Any]) -> str | None:
+    """Why `replay_microbench` cannot replay a `microbench` row, or None when it can (the one rule,
+    used to skip rows and to name them in `unreplayable`)."""
+    if not row.get("op"):
+        return "its op is unknown"
+    if not row.get("nranks") or row["nranks"] < 1:
+        return "its rank count is unknown (no device lines, and the columns do not tell it)"
+    if row.get("size_bytes") is None:
+        return "its size is missing"
+    if row.get("oop_time_us") is None:
+        return "it has no out-of-place time"
+    return None
 
 
 def _devices_by_source(rows: list[dict[str, Any]]) -> dict[Any, str]:
@@ -348,13 +357,24 @@ def table_health(rows: Sequence[MicrobenchRow]) -> Health:
                   measured_busbw=measured, predicted_busbw=predicted, sizes=sizes, rows=len(large))
 
 
-def bench_tables(rows: Sequence[MicrobenchRow]) -> list[BenchTable]:
-    """One `BenchTable` per (source, table, test) block, in the order of the rows."""
-    blocks: dict[tuple[str, int, str], list[MicrobenchRow]] = {}
+TableKey = tuple[str, int, str]  # (source, table, test): one nccl-tests table
+
+
+def table_blocks(rows: Sequence[MicrobenchRow]) -> dict[TableKey, list[MicrobenchRow]]:
+    """The rows of each nccl-tests table, in the order of the rows."""
+    blocks: dict[TableKey, list[MicrobenchRow]] = {}
     for r in rows:
         blocks.setdefault((r.source, r.table, r.test), []).append(r)
+    return blocks
+
+
+def bench_tables(rows: Sequence[MicrobenchRow],
+                 floors: Mapping[TableKey, LatencyFloor | None] | None = None) -> list[BenchTable]:
+    """One `BenchTable` per (source, table, test) block, in the order of the rows, with its
+    latency floor when `floors` has one."""
     return [BenchTable(source=source, table=table, test=test, op=part[0].op, nranks=part[0].nranks,
-                       health=table_health(part)) for (source, table, test), part in blocks.items()]
+                       health=table_health(part), latency_floor=(floors or {}).get((source, table, test)))
+            for (source, table, test), part in table_blocks(rows).items()]
 
 
 def error_bands(rows: Sequence[MicrobenchRow]) -> list[ErrorBand]:
@@ -373,11 +393,13 @@ def error_bands(rows: Sequence[MicrobenchRow]) -> list[ErrorBand]:
 
 
 def microbench_report(rows: Sequence[MicrobenchRow], topology: str, *, path: str = "",
-                      findings: Sequence[Finding] = ()) -> MicrobenchReport:
-    """Rows replayed by `replay_microbench`, with their tables' health and the error bands."""
+                      findings: Sequence[Finding] = (),
+                      floors: Mapping[TableKey, LatencyFloor | None] | None = None) -> MicrobenchReport:
+    """Rows replayed by `replay_microbench`, with their tables' health (and latency floors) and the
+    error bands."""
     given = parse_spec(topology)
     profiles = tuple(dict.fromkeys(hardware.describe_profile(with_gpu(given, r.gpu or None)) for r in rows))
-    return MicrobenchReport(topology=topology, path=path, rows=tuple(rows), tables=tuple(bench_tables(rows)),
+    return MicrobenchReport(topology=topology, path=path, rows=tuple(rows), tables=tuple(bench_tables(rows, floors)),
                             bands=tuple(error_bands(rows)), findings=tuple(findings), profiles=profiles)
 
 
@@ -393,20 +415,19 @@ def nccl_tests_report(microbench: pa.Table, topology: str, *, path: str | os.Pat
     if not rows and skipped:
         raise ReplayError(skipped[0].text)
     spec = with_gpu(parse_spec(topology), rows[0].gpu if rows else None)
-    report = microbench_report(rows, topology, path=os.fspath(path), findings=[*skipped, *physics_caps(spec)])
-    tables = tuple(msgspec.structs.replace(t, latency_floor=latency_floor(microbench, t, rows, topology, algo=algo))
-                   for t in report.tables)
-    return dataclasses.replace(report, tables=tables)
+    floors = {key: latency_floor(microbench, key, part, topology, algo=algo)
+              for key, part in table_blocks(rows).items()}
+    return microbench_report(rows, topology, path=os.fspath(path), findings=[*skipped, *physics_caps(spec)],
+                             floors=floors)
 
 
-def latency_floor(microbench: pa.Table, table: BenchTable, rows: Sequence[MicrobenchRow],
+def latency_floor(microbench: pa.Table, key: TableKey, rows: Sequence[MicrobenchRow],
                   topology: str | TopologySpec, *, algo: str = "auto") -> LatencyFloor | None:
-    """The fixed cost a table measures at its smallest sizes against the model's, and, when it is
-    `HIGH_FLOOR_RATIO` or more times the model's on a table that crosses hosts, the per-hop
-    `net_latency_us` that meets it. The model's fixed cost is linear in that field while the
-    algorithm holds, so two replays give the slope and a third checks the answer."""
-    small = [r for r in rows if r.source == table.source and r.table == table.table and r.test == table.test
-             and r.modelled and r.size_bytes <= FLOOR_BYTES]
+    """The fixed cost one table (`key`, its replayed `rows`) measures at its smallest sizes against
+    the model's, and, when it is `HIGH_FLOOR_RATIO` or more times the model's on a table that
+    crosses hosts, the per-hop `net_latency_us` that meets it. The model's fixed cost is linear in
+    that field while the algorithm holds, so two replays give the slope and a third checks the answer."""
+    small = [r for r in rows if r.modelled and r.size_bytes <= FLOOR_BYTES]
     if not small:
         return None
     measured = statistics.median(r.measured_us for r in small)
@@ -415,13 +436,12 @@ def latency_floor(microbench: pa.Table, table: BenchTable, rows: Sequence[Microb
     floor = LatencyFloor(measured_us=measured, predicted_us=predicted, rows=len(small), high=high)
     if not high:
         return floor
+    source, table, _ = key
     sizes = {r.size_bytes for r in small}
     microbench = schema.conform("microbench", microbench)
-    size_type = microbench.schema.field("size_bytes").type
-    part = microbench.filter(pc.and_(
-        pc.and_(pc.equal(pc.fill_null(microbench["source"], ""), table.source),
-                pc.equal(pc.fill_null(microbench["run"], 0), table.table)),
-        pc.is_in(microbench["size_bytes"], pa.array(sorted(sizes), size_type))))
+    part = pa.Table.from_pylist([row for row in microbench.to_pylist() if str(row["source"] or "") == source
+                                 and int(row["run"] or 0) == table and row["size_bytes"] in sizes],
+                                schema=microbench.schema)
     if part.num_rows == 0:
         return floor
     spec = parse_spec(topology)
@@ -439,25 +459,21 @@ def latency_floor(microbench: pa.Table, table: BenchTable, rows: Sequence[Microb
     got = floor_at(guess)
     if abs(got - measured) > 0.1 * measured and got != predicted:
         guess = max(0.0, guess + (measured - got) * (guess - base) / (got - predicted))
-    return msgspec.structs.replace(floor, net_latency_us=round(guess, 1))
+    return LatencyFloor(measured_us=measured, predicted_us=predicted, rows=len(small), high=True,
+                        net_latency_us=round(guess, 1))
 
 
 def unreplayable(microbench: pa.Table) -> list[Finding]:
-    """One `microbench` finding per table whose rows `replay_microbench` cannot replay (no op, or
-    a rank count neither the output's device lines nor its columns give), so none drops silently."""
-    counts: dict[tuple[str, int], list[Any]] = {}
-    for row in schema.conform("microbench", microbench).select(["source", "run", "op", "nranks", "test"]).to_pylist():
-        if not row["op"] or not row["nranks"] or row["nranks"] < 1:
-            got = counts.setdefault((str(row["source"] or ""), int(row["run"] or 0)), [0, row])
-            got[0] += 1
-    out = []
-    for (source, table), (n, row) in counts.items():
-        why = "its op is unknown" if not row["op"] else "its rank count is unknown (no device lines, and " \
-            "the columns do not tell it)"
-        out.append(Finding("microbench", f"{source}: table {table} ({row['test'] or 'unknown test'}): {n} "
-                           f"row{'s' if n != 1 else ''} not replayed: {why}", severity="warning",
-                           data={"source": source, "table": table, "rows": n}))
-    return out
+    """One `microbench` warning per table and reason for the rows `replay_microbench` skips
+    (`not_replayable`), so none drops silently."""
+    counts: dict[tuple[str, int, str, str], int] = {}
+    for row in schema.conform("microbench", microbench).to_pylist():
+        if (why := not_replayable(row)) is not None:
+            key = (str(row["source"] or ""), int(row["run"] or 0), str(row["test"] or "unknown test"), why)
+            counts[key] = counts.get(key, 0) + 1
+    return [Finding("microbench", f"{source}: table {table} ({test}): {n} row{'s' if n != 1 else ''} not replayed: "
+                    f"{why}", severity="warning", data={"source": source, "table": table, "rows": n})
+            for (source, table, test, why), n in counts.items()]
 
 
 def is_folder(report: MicrobenchReport) -> bool:
