@@ -332,16 +332,13 @@ def _replay_details(result: ReplayResult) -> list[str]:
         lines.append("dependency edges per rule: " + ", ".join(f"{k} {v}" for k, v in result.dependencies.items()))
     err = result.results[0].replay_error
     assert err is not None
-    if err.calibrated_on is not None:
-        kinds_shown, heads = ("uncalibrated", "cross_validated"), "uncalibrated | out of sample"
-    else:
-        kinds_shown = ("uncalibrated", "in_sample", "cross_validated")
-        heads = "uncalibrated | in sample | cross-validated"
+    heads = ("uncalibrated | out of sample" if err.calibrated_on is not None
+             else "uncalibrated | in sample | cross-validated")
     lines.append(f"replay error per op (median / p90): {heads}")
     for op, kinds in err.by_op.items():
         lines.append(f"  {printable(op)}: " + " | ".join(
-            f"{kinds[k].median:.1%} / {kinds[k].p90:.1%}" for k in kinds_shown))
-    unseen = result.errors.unseen if result.errors is not None else {}
+            f"{kinds[k].median:.1%} / {kinds[k].p90:.1%}" for k in err.kinds))
+    unseen = result.unseen
     if unseen:
         lines.append("buckets without a fit of their own under cross-validation: " + ", ".join(
             f"{printable(b)} ({how})" for b, how in unseen.items()))

@@ -140,10 +140,10 @@ def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
         if write:
             from tracekit.export import REPLAY_TIMELINES, replay_timelines
 
-            run.write_json("replay", result.to_json())
-            doc = engine.calibration_document(result, str(run.path))
-            if doc is not None:
-                run.write_json("calibration", doc)
+            run.write_json("replay", to_builtins(result.summary))
+            fitted = engine.calibration_document(result, str(run.path))
+            if fitted is not None:
+                run.write_json("calibration", to_builtins(fitted))
             run.write_result_table(REPLAY_TIMELINES, replay_timelines(result))
             run.write_table("link_samples", engine.with_replayed(run.table("link_samples"), result))
         if run.has("counters") and result.results:

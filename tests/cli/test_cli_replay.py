@@ -133,15 +133,19 @@ def test_calibration_from_another_run_is_out_of_sample(tmp_path):
 
 def test_out_of_sample_errors_round_trip():
     from tracekit.replay.calibration import ErrorStats, ReplayErrors
+    from tracekit.results import from_builtins, to_builtins
 
-    s = ErrorStats(0.1, 0.3, 5)
-    err = ReplayErrors(ErrorStats(0.2, 0.4, 5), s, s, by_op={"all_reduce": {"uncalibrated": s, "in_sample": s,
+    s = ErrorStats(0.1, 0.3)
+    err = ReplayErrors.measured(ErrorStats(0.2, 0.4), s, s, {"all_reduce": {"uncalibrated": s, "in_sample": s,
                                                                             "cross_validated": s}},
-                       split="out-of-sample", calibrated_on="runs/healthy")
-    doc = err.to_dict()
-    assert doc["out_of_sample"] == {"median": 0.1, "p90": 0.3} and "in_sample" not in doc
-    back = ReplayErrors.from_dict(json.loads(json.dumps(doc)))
-    assert back.to_dict() == doc and (back.median, back.p90, back.calibrated_on) == (0.1, 0.3, "runs/healthy")
+                                "out-of-sample", calibrated_on="runs/healthy")
+    doc = to_builtins(err)
+    assert list(doc) == ["uncalibrated", "out_of_sample", "by_op", "split", "calibrated_on", "basis"]
+    assert doc["out_of_sample"] == {"median": 0.1, "p90": 0.3} and list(doc["by_op"]["all_reduce"]) == [
+        "uncalibrated", "out_of_sample"]
+    back = from_builtins(json.loads(json.dumps(doc)), ReplayErrors)
+    assert to_builtins(back) == doc and (back.median, back.p90, back.calibrated_on) == (0.1, 0.3, "runs/healthy")
+    assert back.in_sample == back.cross_validated == s and back.kinds == ("uncalibrated", "out_of_sample")
 
 
 

@@ -17,8 +17,10 @@ from tracekit.replay.calibration import (
     calibrate,
     fit_two_terms,
     replay_errors,
+    unseen_buckets,
 )
 from tracekit.replay.engine import replay
+from tracekit.results import from_builtins, to_builtins
 
 S7, S20 = "gpu0/stream7", "gpu0/stream20"
 
@@ -82,7 +84,7 @@ def test_one_step_leaves_one_instance_out():
 
 def test_what_ifs_carry_the_baselines_error_and_say_so():
     res = replay(_allreduces([PHYSICS_NS, 2 * PHYSICS_NS]), [BASE, SLOW8])
-    base, slow = (r.to_dict()["replay_error"] for r in res.results)
+    base, slow = (to_builtins(r.replay_error) for r in res.results)
     assert list(base)[:4] == ["uncalibrated", "in_sample", "cross_validated", "by_op"]
     assert base["basis"] == "measured" and slow["basis"] == "baseline"
     assert "baseline's cross-validated error plus the model's limits" in slow["note"]
@@ -93,7 +95,7 @@ def test_caution_when_cross_validated_p90_is_high():
     res = replay(_allreduces([PHYSICS_NS, 2 * PHYSICS_NS]), [BASE])
     cautions = [f for f in res.findings if f.data.get("reason") == "cross_validated_p90"]
     assert len(cautions) == 1 and isinstance(cautions[0], Finding) and cautions[0].kind == "replay_caution"
-    assert res.to_json()["findings"][0]["kind"] == "replay_caution"
+    assert to_builtins(res.summary)["findings"][0]["kind"] == "replay_caution"
     quiet = replay(_allreduces([PHYSICS_NS, PHYSICS_NS]), [BASE])
     assert not [f for f in quiet.findings if f.severity == "warning"]
 
@@ -112,9 +114,9 @@ def test_unseen_bucket_is_interpolated_from_neighbouring_sizes_and_flagged():
     # an op with nothing fitted gets no calibration at all
     assert cal.cross_validated[3] == 1.0 and cal.cross_validated_source[3] == UNCALIBRATED
     assert cal.in_sample_source == [FITTED] * 4
-    err = replay_errors(ops, nbytes, traced, modelled, cal)
-    assert err.unseen == {"all_reduce:2^20": INTERPOLATED, "all_reduce:2^22": INTERPOLATED,
-                          "all_reduce:2^24": INTERPOLATED, "all_to_all:2^20": UNCALIBRATED}
+    assert unseen_buckets(ops, nbytes, traced, modelled, cal) == {
+        "all_reduce:2^20": INTERPOLATED, "all_reduce:2^22": INTERPOLATED, "all_reduce:2^24": INTERPOLATED,
+        "all_to_all:2^20": UNCALIBRATED}
 
 
 def test_leave_one_instance_out_medians():
@@ -188,12 +190,12 @@ def test_one_size_falls_back_to_one_factor():
 
 def test_terms_round_trip_through_the_replay_json():
     from tracekit.replay.calibration import TwoTerms
-    from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.engine import ReplayResult, ReplaySummary
 
     res = replay(_allreduces([PHYSICS_NS, 2 * PHYSICS_NS]), [BASE])
-    doc = res.to_json()
+    doc = to_builtins(res.summary)
     doc["calibration"]["terms"] = {"all_reduce:ring": {"latency": 2.0, "transfer": 1.5, "n": 3, "buckets": 2}}
-    back = ReplayResult.from_json(doc)
+    back = ReplayResult.of(from_builtins(doc, ReplaySummary))
     assert back.terms == {"all_reduce:ring": TwoTerms(2.0, 1.5, 3, 2)}
 
 

@@ -9,7 +9,8 @@ import pytest
 from hand_traces import BASE, PHYSICS_NS, Trace
 
 from tracekit.replay import engine
-from tracekit.replay.engine import ReplayResult, replay
+from tracekit.replay.engine import ReplayResult, ReplaySummary, replay
+from tracekit.results import from_builtins
 
 
 def _late_all_reduce():
@@ -70,12 +71,12 @@ def test_each_unsettled_topology_gets_its_own_caution():
 
 def test_convergence_round_trips_and_old_json_reads_as_unknown():
     res = replay(_late_all_reduce(), [BASE], max_iter=1)
-    back = ReplayResult.from_json(json.loads(res.dumps()))
+    back = ReplayResult.of(from_builtins(json.loads(res.dumps()), ReplaySummary))
     assert back.results[0].convergence == res.results[0].convergence
     assert [f.data for f in back.findings] == [f.data for f in res.findings]
     old = json.loads(res.dumps())
     del old["results"][0]["convergence"]
-    assert ReplayResult.from_json(old).results[0].convergence is None
+    assert ReplayResult.of(from_builtins(old, ReplaySummary)).results[0].convergence is None
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from hand_traces import BASE, SLOW8, T0, Trace, at_slow8
 
 from tracekit.replay.engine import replay
+from tracekit.results import to_builtins
 
 S7, S20 = "gpu0/stream7", "gpu0/stream20"
 
@@ -111,7 +112,7 @@ def test_gap_rule_is_the_last_resort_without_launch_times():
     res = replay(tr.tables(), [BASE, SLOW8])
     assert res.dependencies == {"stream": 2, "sync": 0, "launch": 0, "gap": 4, "sync_unresolved": 0}
     assert res.results[1].step_ns["0"] - res.results[0].step_ns["0"] == at_slow8(1_000_000) - 1_000_000
-    assert res.to_json()["dependencies"] == res.dependencies
+    assert to_builtins(res.summary)["dependencies"] == res.dependencies
 
 
 def test_sync_pointing_at_an_unknown_lane_is_counted_not_dropped():

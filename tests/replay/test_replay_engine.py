@@ -5,6 +5,7 @@ import pyarrow as pa
 import pytest
 
 from tracekit.replay.engine import ReplayError, replay
+from tracekit.results import to_builtins
 from tracekit.synth import make_run_tables
 
 T0 = 1_700_000_000_000_000_000
@@ -63,7 +64,7 @@ def test_faster_network_shortens_the_step_by_the_exposed_comm():
 
 
 def test_json_shape_is_exact():
-    doc = replay(_hand_tables(), ["single-switch:gpus=1"]).to_json()
+    doc = to_builtins(replay(_hand_tables(), ["single-switch:gpus=1"]).summary)
     assert list(doc) == ["topologies", "results", "identity", "dependencies", "calibration", "findings"]
     r = doc["results"][0]
     assert list(r) == ["topology", "step_ns", "traced_step_ns", "comm_ns", "exposed_ns", "instances",
@@ -135,9 +136,9 @@ def test_link_samples_cover_every_link(synth_result):
 
 def test_deterministic():
     tables, _ = make_run_tables(steps=1)
-    a = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).to_json()
-    b = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).to_json()
-    assert json.dumps(a) == json.dumps(b)
+    a = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).dumps()
+    b = replay(tables, ["rail-optimized:gpus=4", "fat-tree:gpus=4,oversub=2"]).dumps()
+    assert a == b
 
 
 def _with_gap(sync: bool):

@@ -19,11 +19,13 @@ from tracekit.cli import main
 from tracekit.replay.validate import (
     DEGRADED_BELOW,
     MicrobenchRow,
+    MicrobenchRowSummary,
     bench_tables,
     error_bands,
     microbench_report,
     table_health,
 )
+from tracekit.results import to_builtins
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests"
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/real_traces/nccl_tests")
@@ -37,11 +39,11 @@ FOLDER_SPEC = "rail-optimized:gpus=8,nic_gbps=200"
 def _row(size: int, measured_us: float, predicted_us: float, *, op: str = "all_reduce", table: int = 0,
          source: str = "a.txt", modelled: bool = True) -> MicrobenchRow:
     factor = 2 * 15 / 16
-    return MicrobenchRow(op=op, size_bytes=size, nranks=16, measured_us=measured_us, predicted_us=predicted_us,
-                         measured_busbw=size / measured_us / 1000 * factor,
-                         predicted_busbw=size / predicted_us / 1000 * factor, algo="ring", proto="Simple",
-                         channels=8, latency_bound=size < 64 * MIB, source=source, table=table,
-                         test=f"{op}_perf", modelled=modelled)
+    return MicrobenchRow(MicrobenchRowSummary(
+        op=op, size_bytes=size, measured_us=measured_us, predicted_us=predicted_us,
+        measured_busbw=size / measured_us / 1000 * factor, predicted_busbw=size / predicted_us / 1000 * factor,
+        algo="ring", proto="Simple", channels=8, latency_bound=size < 64 * MIB, source=source, table=table,
+        test=f"{op}_perf", modelled=modelled), nranks=16)
 
 
 def test_health_is_the_median_ratio_at_64_mib_and_up():
@@ -99,7 +101,7 @@ def test_bands_include_their_edges():
 
 def test_report_json_carries_table_indices_and_health():
     rows = [_row(64 * MIB, 100.0, 90.0, table=0), _row(64 * MIB, 100.0, 20.0, op="all_gather", table=1)]
-    doc = microbench_report(rows, "rail-optimized", path="a.txt").to_json()
+    doc = to_builtins(microbench_report(rows, "rail-optimized", path="a.txt").summary)
     assert [r["table"] for r in doc["rows"]] == [0, 1]
     assert doc["tables"][1]["health"] == {"verdict": "degraded", "measured_over_predicted": pytest.approx(0.2),
                                           "measured_busbw": pytest.approx(rows[1].timed_busbw),

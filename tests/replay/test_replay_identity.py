@@ -7,6 +7,7 @@ import pytest
 from hand_traces import BASE, T0, Trace
 
 from tracekit.replay.engine import ReplayError, identity, replay
+from tracekit.results import to_builtins
 
 ROOT = Path(__file__).parents[2]
 REAL = ROOT.parent / "shared" / "real_traces"
@@ -39,12 +40,12 @@ def test_members_ending_far_apart_fall_back_and_keep_their_relation():
     res = replay(tr.tables(), [BASE])
     assert res.identity.max_event_error_ns == 0
     assert [f.reason for f in res.identity.fallbacks] == ["members_end_apart"]
-    assert res.to_json()["identity"]["instances_fallen_back"] == 1
+    assert to_builtins(res.summary)["identity"]["instances_fallen_back"] == 1
     assert res.results[0].instances[0].fallback == "members_end_apart"
 
 
 def test_identity_json_shape():
-    doc = replay(_buffered_send(), [BASE]).to_json()
+    doc = to_builtins(replay(_buffered_send(), [BASE]).summary)
     assert list(doc["identity"])[:2] == ["max_step_error", "instances_fallen_back"]
     assert doc["identity"]["max_step_error"] == 0.0
 

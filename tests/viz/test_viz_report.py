@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from viz_runs import GLOO_TOPOLOGIES, HOSTILE, SAMPLES
 
 from tracekit.cli import main
+from tracekit.results import to_builtins
 from tracekit.viz import report as R
 from tracekit.viz.summary import summary_html
 
@@ -42,7 +43,7 @@ def test_results_must_be_typed(gloo) -> None:
     with pytest.raises(TypeError, match="AnalysisResult"):
         R.build_report_data(gloo.run, analysis=gloo.analysis.to_json())
     with pytest.raises(TypeError, match="ReplayResult"):
-        R.build_report_data(gloo.run, analysis=gloo.analysis, replay=gloo.replay.to_json())
+        R.build_report_data(gloo.run, analysis=gloo.analysis, replay=to_builtins(gloo.replay.summary))
 
 
 def test_title_names_the_input_not_a_cache_hash(tmp_path) -> None:

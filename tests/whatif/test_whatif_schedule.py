@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tracekit.pipeline import SCHEDULES
+from tracekit.results import to_builtins
 from tracekit.synth import make_run_tables
 from tracekit.whatif import WhatIfError, whatif
 from tracekit.whatif.chunk_flows import SETTLE_TOLERANCE
@@ -80,7 +81,7 @@ def test_more_micro_batches_cut_the_same_batch(one_f_one_b) -> None:
 
 
 def test_json_carries_both_pipelines(one_f_one_b) -> None:
-    doc = one_f_one_b.to_json()["scenarios"][0]
+    doc = to_builtins(one_f_one_b.summary)["scenarios"][0]
     assert doc["kind"] == "schedule" and doc["details"]["schedule"]["name"] == "gpipe"
     assert doc["details"]["traced_schedule"] == {"name": "1f1b", "stages": 2, "microbatches": 4, "chunks": 1}
     placed = doc["schedule"]["scenario"]["placed"][0]

@@ -99,14 +99,13 @@ def _physics_notes(topologies: tuple[str, ...]) -> None:
 
 def _nccl_tests(path: Path, topology: str, cache: Path | None, algo: str, as_json: bool, verbose: bool,
                 report_path: Path | None) -> None:
-    import json
-
     from tracekit import workflows
     from tracekit.present import nccl_tests_lines
+    from tracekit.results import dumps
 
     report = workflows.nccl_tests(path, topology, cache=cache, algo=algo)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(dumps(report.summary, indent=2))
     else:
         echo_lines(nccl_tests_lines(report, verbose=verbose))
     if report_path is not None:

@@ -10,7 +10,9 @@ from tracekit.replay.engine import (
     Identity,
     ReplayError,
     ReplayResult,
+    ReplaySummary,
     TopologyResult,
+    TopologySummary,
     dependency_edges,
     identity,
     replay,
@@ -27,6 +29,7 @@ from tracekit.replay.topology import (
 )
 
 __all__ = [
-    "Identity", "ReplayError", "ReplayResult", "Topology", "TopologyError", "TopologyResult", "TopologySpec",
+    "Identity", "ReplayError", "ReplayResult", "ReplaySummary", "Topology", "TopologyError", "TopologyResult",
+    "TopologySpec", "TopologySummary",
     "build", "dependency_edges", "describe", "identity", "parse_spec", "presets", "replay", "sized",
 ]

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from tracekit.results import Result
 
@@ -57,52 +58,80 @@ def bucket_name(op: str, exponent: int) -> str:
     return f"{op}:2^{exponent}"
 
 
-@dataclass(frozen=True)
-class ErrorStats:
-    """Median and 90th percentile of |replayed - traced| / traced over `n` instances."""
+class ErrorStats(Result, frozen=True):
+    """Median and 90th percentile of |replayed - traced| / traced over the instances scored."""
 
-    median: float
-    p90: float
-    n: int
+    median: float = 0.0
+    p90: float = 0.0
 
     @classmethod
     def of(cls, rel: np.ndarray) -> ErrorStats:
         rel = np.asarray(rel, np.float64)
         if rel.size == 0:
-            return cls(0.0, 0.0, 0)
-        return cls(float(np.median(rel)), float(np.percentile(rel, 90)), int(rel.size))
-
-    def to_dict(self) -> dict[str, float]:
-        return {"median": self.median, "p90": self.p90}
-
-    @classmethod
-    def from_dict(cls, doc: Any) -> ErrorStats:
-        return cls(float(doc.get("median") or 0.0), float(doc.get("p90") or 0.0), int(doc.get("n") or 0))
+            return cls()
+        return cls(float(np.median(rel)), float(np.percentile(rel, 90)))
 
 
-@dataclass(frozen=True)
-class ReplayErrors:
-    """The replay error of a topology. `basis` is "measured" on the baseline; a what-if
-    topology carries the baseline's figures with basis "baseline" (see WHAT_IF_NOTE).
+class ReplayErrors(Result, frozen=True, kw_only=True):
+    """The replay error of a topology, as results/replay.json gives it. `basis` is "measured" on the
+    baseline; a what-if topology carries the baseline's figures with basis "baseline" and `note`
+    (WHAT_IF_NOTE).
 
-    With a calibration fitted on another run (`calibrated_on` names it) nothing is fitted here:
-    the error is out of sample (`out_of_sample`, the figure quoted), and `in_sample` /
-    `cross_validated` hold the same figures internally but are not reported."""
+    Measured here, the error is `uncalibrated`, `in_sample` and `cross_validated`. With a
+    calibration fitted on another run (`calibrated_on` names it) nothing is fitted here: the error
+    is `out_of_sample` (the figure quoted), which `in_sample` and `cross_validated` also read;
+    `by_op` holds the same kinds as the totals. Build one with `measured`."""
 
     uncalibrated: ErrorStats
-    in_sample: ErrorStats
-    cross_validated: ErrorStats
-    by_op: dict[str, dict[str, ErrorStats]]
-    split: str
+    measured_in_sample: ErrorStats | UnsetType = msgspec.field(default=UNSET, name="in_sample")
+    measured_cross_validated: ErrorStats | UnsetType = msgspec.field(default=UNSET, name="cross_validated")
+    out_of_sample: ErrorStats | UnsetType = UNSET
+    by_op: dict[str, dict[str, ErrorStats]] = msgspec.field(default_factory=dict)
+    split: str = ""
+    calibrated_from: str | UnsetType = msgspec.field(default=UNSET, name="calibrated_on")
     basis: str = "measured"
-    unseen: dict[str, str] = field(default_factory=dict)
-    calibrated_on: str | None = None
+    note: str | UnsetType = UNSET
+
+    @classmethod
+    def measured(cls, uncalibrated: ErrorStats, in_sample: ErrorStats, cross_validated: ErrorStats,
+                 by_op: Mapping[str, Mapping[str, ErrorStats]], split: str,
+                 calibrated_on: str | None = None) -> ReplayErrors:
+        """The baseline's error from its three figures (each op's under the KINDS names); with
+        `calibrated_on`, the cross-validated figures are the out-of-sample ones (`in_sample` unused)."""
+        if calibrated_on is None:
+            return cls(uncalibrated=uncalibrated, measured_in_sample=in_sample,
+                       measured_cross_validated=cross_validated,
+                       by_op={op: dict(kinds) for op, kinds in by_op.items()}, split=split)
+        return cls(uncalibrated=uncalibrated, out_of_sample=cross_validated,
+                   by_op={op: {"uncalibrated": kinds["uncalibrated"], "out_of_sample": kinds["cross_validated"]}
+                          for op, kinds in by_op.items()},
+                   split=split, calibrated_from=calibrated_on)
+
+    @property
+    def calibrated_on(self) -> str | None:
+        return self.calibrated_from if isinstance(self.calibrated_from, str) else None
+
+    @property
+    def in_sample(self) -> ErrorStats:
+        return self.measured_in_sample if isinstance(self.measured_in_sample, ErrorStats) else self.quoted
+
+    @property
+    def cross_validated(self) -> ErrorStats:
+        return self.quoted
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of error `by_op` holds per op, in the order they are reported."""
+        return ("uncalibrated", "out_of_sample") if self.calibrated_on is not None else KINDS
 
     @property
     def quoted(self) -> ErrorStats:
         """The figure quoted as "replay error": cross-validated, or out of sample when the
         calibration came from another run."""
-        return self.cross_validated
+        for figure in (self.measured_cross_validated, self.out_of_sample):
+            if isinstance(figure, ErrorStats):
+                return figure
+        return ErrorStats()
 
     @property
     def label(self) -> str:
@@ -118,44 +147,8 @@ class ReplayErrors:
         return self.quoted.p90
 
     def inherited(self) -> ReplayErrors:
-        return replace(self, basis="baseline")
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.calibrated_on is not None:
-            kinds = {"uncalibrated": "uncalibrated", "out_of_sample": "cross_validated"}
-            out = {k: getattr(self, attr).to_dict() for k, attr in kinds.items()}
-            out["by_op"] = {op: {k: per[attr].to_dict() for k, attr in kinds.items()}
-                            for op, per in self.by_op.items()}
-            out["split"] = self.split
-            out["calibrated_on"] = self.calibrated_on
-            out["basis"] = self.basis
-            if self.basis != "measured":
-                out["note"] = WHAT_IF_NOTE
-            return out
-        out: dict[str, Any] = {k: getattr(self, k).to_dict() for k in KINDS}
-        out["by_op"] = {op: {k: s.to_dict() for k, s in kinds.items()} for op, kinds in self.by_op.items()}
-        out["split"] = self.split
-        out["basis"] = self.basis
-        if self.basis != "measured":
-            out["note"] = WHAT_IF_NOTE
-        return out
-
-    @classmethod
-    def from_dict(cls, doc: Any) -> ReplayErrors:
-        """The errors `to_dict` wrote (results/replay.json), typed again."""
-        if doc.get("calibrated_on") is not None:
-            oos = ErrorStats.from_dict(doc.get("out_of_sample") or {})
-            return cls(ErrorStats.from_dict(doc.get("uncalibrated") or {}), oos, oos,
-                       by_op={op: {"uncalibrated": ErrorStats.from_dict(kinds.get("uncalibrated") or {}),
-                                   "in_sample": ErrorStats.from_dict(kinds.get("out_of_sample") or {}),
-                                   "cross_validated": ErrorStats.from_dict(kinds.get("out_of_sample") or {})}
-                              for op, kinds in (doc.get("by_op") or {}).items()},
-                       split=str(doc.get("split") or ""), basis=str(doc.get("basis") or "measured"),
-                       calibrated_on=str(doc["calibrated_on"]))
-        return cls(*(ErrorStats.from_dict(doc.get(k) or {}) for k in KINDS),
-                   by_op={op: {k: ErrorStats.from_dict(s) for k, s in kinds.items()}
-                          for op, kinds in (doc.get("by_op") or {}).items()},
-                   split=str(doc.get("split") or ""), basis=str(doc.get("basis") or "measured"))
+        """These figures as a what-if topology carries them."""
+        return msgspec.structs.replace(self, basis="baseline", note=WHAT_IF_NOTE)
 
 
 class TwoTerms(Result, frozen=True):
@@ -411,11 +404,10 @@ def applied(ops: Sequence[str], nbytes: np.ndarray, modelled: np.ndarray, effici
 def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
                   cal: Calibration, calibrated_on: str | None = None, *, latency: np.ndarray | None = None
                   ) -> ReplayErrors:
-    """The three errors over the instances the model gives traffic, overall and per op; the
-    buckets that cross-validation had to fill without a fit of their own are listed in `unseen`.
+    """The three errors over the instances the model gives traffic, overall and per op.
     `latency`: the modelled latency part of `modelled` (None: 0). `calibrated_on`: `cal` was
     fitted on that other run (`applied`), so the error is out of sample."""
-    valid = (modelled > 0) & (traced > 0)
+    valid = _scored(traced, modelled)
     tr = np.where(valid, traced, 1.0)
     lat = np.zeros(modelled.size) if latency is None else np.clip(np.asarray(latency, np.float64), 0.0, modelled)
     rel = {"uncalibrated": np.abs(modelled - tr) / tr,
@@ -424,12 +416,23 @@ def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, mo
     ops_arr = np.asarray(list(ops), dtype=object)
     by_op = {op: {k: ErrorStats.of(rel[k][valid & (ops_arr == op)]) for k in KINDS}
              for op in sorted({ops[k] for k in np.nonzero(valid)[0].tolist()})}
+    return ReplayErrors.measured(*(ErrorStats.of(rel[k][valid]) for k in KINDS), by_op=by_op,
+                                 split="out-of-sample" if calibrated_on is not None else cal.split,
+                                 calibrated_on=calibrated_on)
+
+
+def unseen_buckets(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, modelled: np.ndarray,
+                   cal: Calibration) -> dict[str, str]:
+    """The size buckets, among the instances `replay_errors` scores, that cross-validation had to
+    fill without a fit of their own, and how (interpolated or uncalibrated), by name."""
+    valid = _scored(traced, modelled)
     unseen: dict[str, str] = {}
     for k in np.nonzero(valid)[0].tolist():
         if cal.cross_validated_source[k] != FITTED:
             unseen[bucket_name(ops[k], bucket_exponent(nbytes[k]))] = cal.cross_validated_source[k]
-    return ReplayErrors(uncalibrated=ErrorStats.of(rel["uncalibrated"][valid]),
-                        in_sample=ErrorStats.of(rel["in_sample"][valid]),
-                        cross_validated=ErrorStats.of(rel["cross_validated"][valid]),
-                        by_op=by_op, split="out-of-sample" if calibrated_on is not None else cal.split,
-                        unseen=dict(sorted(unseen.items())), calibrated_on=calibrated_on)
+    return dict(sorted(unseen.items()))
+
+
+def _scored(traced: np.ndarray, modelled: np.ndarray) -> np.ndarray:
+    """The instances an error is measured on: traffic in the model and a traced time."""
+    return (modelled > 0) & (traced > 0)

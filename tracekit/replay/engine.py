@@ -18,13 +18,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute
+from msgspec import UNSET, UnsetType
 
 from tracekit import __version__, schema
 from tracekit._progress import status
@@ -42,6 +43,7 @@ from tracekit.replay.calibration import (
     applied,
     calibrate,
     replay_errors,
+    unseen_buckets,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.observed import build_observed, is_observed, observed_spec
@@ -67,11 +69,9 @@ from tracekit.replay.topology import (
     sized,
     with_gpu,
 )
-from tracekit.results import Result, from_builtins, to_builtins
+from tracekit.results import Result, dumps, from_builtins
 from tracekit.store import Run
-
-if TYPE_CHECKING:
-    from tracekit.telemetry.compare import TelemetryComparison
+from tracekit.telemetry.compare import TelemetryComparison
 
 TIMED_KINDS = ("compute", "comm", "memcpy", "memset")
 DEP_GAP_NS = deps.DEP_GAP_NS
@@ -156,52 +156,72 @@ class HotLink(Result, frozen=True, kw_only=True):
     bytes: int
 
 
-@dataclass
-class TopologyResult:
-    """Replay of one topology."""
+class TopologySummary(Result, frozen=True, kw_only=True):
+    """What results/replay.json keeps of one topology's replay."""
 
     topology: str
-    step_ns: dict[str, int]
-    traced_step_ns: dict[str, int]
-    comm_ns: dict[str, int]
-    exposed_ns: dict[str, int]
-    instances: list[InstanceReplay]
-    hot_links: list[HotLink]
-    replay_error: ReplayErrors | None
-    link_samples: pa.Table
-    topology_nodes: pa.Table
-    topology_links: pa.Table
-    link_bytes: np.ndarray
-    n_flows: int
+    step_ns: dict[str, int] = msgspec.field(default_factory=dict)
+    traced_step_ns: dict[str, int] = msgspec.field(default_factory=dict)
+    comm_ns: dict[str, int] = msgspec.field(default_factory=dict)
+    exposed_ns: dict[str, int] = msgspec.field(default_factory=dict)
+    instances: list[InstanceReplay] = msgspec.field(default_factory=list)
+    hot_links: list[HotLink] = msgspec.field(default_factory=list)
+    replay_error: ReplayErrors | None = None
+    convergence: Convergence | UnsetType = UNSET  # unset: a replay.json written before it was kept
+
+
+@dataclass
+class TopologyResult:
+    """Replay of one topology: its `summary` (the JSON) and the tables and arrays the JSON leaves out
+    (empty when read back from results/replay.json: the link samples are in the run's table)."""
+
+    summary: TopologySummary
+    link_samples: pa.Table = field(default_factory=lambda: pa.table({}))
+    topology_nodes: pa.Table = field(default_factory=lambda: pa.table({}))
+    topology_links: pa.Table = field(default_factory=lambda: pa.table({}))
+    link_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    n_flows: int = 0
     step_error: dict[str, float] = field(default_factory=dict)
     timeline: pa.Table | None = None  # per replayed event: rank, lane, kind, replayed and traced ts/dur
     tier_bytes: dict[str, dict[str, int]] = field(default_factory=dict)  # tier -> dim -> bytes sent up into it
     storage_ns: dict[str, int] = field(default_factory=dict)  # north-south transfer tag -> duration
-    convergence: Convergence | None = None  # None: read back from a replay.json written before it was kept
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topology": self.topology, "step_ns": self.step_ns, "traced_step_ns": self.traced_step_ns,
-            "comm_ns": self.comm_ns, "exposed_ns": self.exposed_ns, "instances": to_builtins(self.instances),
-            "hot_links": to_builtins(self.hot_links),
-            "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
-            **({"convergence": to_builtins(self.convergence)} if self.convergence is not None else {}),
-        }
+    @property
+    def topology(self) -> str:
+        return self.summary.topology
 
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> TopologyResult:
-        """A result read back from results/replay.json (its link samples are in the run's
-        `link_samples` table, not in the JSON)."""
-        empty = pa.table({})
-        return cls(topology=str(doc["topology"]), step_ns=dict(doc.get("step_ns") or {}),
-                   traced_step_ns=dict(doc.get("traced_step_ns") or {}), comm_ns=dict(doc.get("comm_ns") or {}),
-                   exposed_ns=dict(doc.get("exposed_ns") or {}),
-                   instances=from_builtins(doc.get("instances") or [], list[InstanceReplay]),
-                   hot_links=from_builtins(doc.get("hot_links") or [], list[HotLink]),
-                   replay_error=ReplayErrors.from_dict(doc["replay_error"]) if doc.get("replay_error") else None,
-                   link_samples=empty, topology_nodes=empty, topology_links=empty, link_bytes=np.zeros(0),
-                   n_flows=0,
-                   convergence=from_builtins(doc["convergence"], Convergence) if doc.get("convergence") else None)
+    @property
+    def step_ns(self) -> dict[str, int]:
+        return self.summary.step_ns
+
+    @property
+    def traced_step_ns(self) -> dict[str, int]:
+        return self.summary.traced_step_ns
+
+    @property
+    def comm_ns(self) -> dict[str, int]:
+        return self.summary.comm_ns
+
+    @property
+    def exposed_ns(self) -> dict[str, int]:
+        return self.summary.exposed_ns
+
+    @property
+    def instances(self) -> list[InstanceReplay]:
+        return self.summary.instances
+
+    @property
+    def hot_links(self) -> list[HotLink]:
+        return self.summary.hot_links
+
+    @property
+    def replay_error(self) -> ReplayErrors | None:
+        return self.summary.replay_error
+
+    @property
+    def convergence(self) -> Convergence | None:
+        """None: read back from a replay.json written before it was kept."""
+        return self.summary.convergence if isinstance(self.summary.convergence, Convergence) else None
 
 
 class Fallback(Result, frozen=True, kw_only=True):
@@ -227,9 +247,33 @@ class Identity(Result, frozen=True, kw_only=True):
     exposed_ns: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class CalibrationSummary(Result, frozen=True, kw_only=True):
+    """The `calibration` block of results/replay.json: the efficiency per bucket, the two-term fits,
+    how the error was split, the run the factors came from, and the buckets cross-validation filled
+    without a fit of their own."""
+
+    efficiency: dict[str, float] = msgspec.field(default_factory=dict)
+    terms: dict[str, TwoTerms] = msgspec.field(default_factory=dict)
+    split: str | None = None
+    calibrated_on: str | None = None
+    unseen_buckets: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ReplaySummary(Result, frozen=True, kw_only=True):
+    """results/replay.json (and `tracekit replay --json`'s replay)."""
+
+    topologies: list[str] = msgspec.field(default_factory=list)
+    results: list[TopologySummary] = msgspec.field(default_factory=list)
+    identity: Identity | None = None
+    dependencies: dict[str, int] = msgspec.field(default_factory=dict)
+    calibration: CalibrationSummary = msgspec.field(default_factory=CalibrationSummary)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    telemetry: TelemetryComparison | UnsetType = UNSET  # set when the run has telemetry
+
+
 @dataclass
 class ReplayResult:
-    """Results per topology; the first is the baseline (the observed network)."""
+    """Results per topology; the first is the baseline (the observed network). `summary` is its JSON."""
 
     topologies: list[str]
     results: list[TopologyResult]
@@ -241,40 +285,38 @@ class ReplayResult:
     dependencies: dict[str, int] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     telemetry: TelemetryComparison | None = None  # when the run has telemetry
+    unseen: dict[str, str] = field(default_factory=dict)  # buckets without a fit under cross-validation
 
-    def to_json(self) -> dict[str, Any]:
-        return {"topologies": list(self.topologies), "results": [r.to_dict() for r in self.results],
-                "identity": to_builtins(self.identity) if self.identity is not None else None,
-                "dependencies": dict(self.dependencies),
-                "calibration": {"efficiency": dict(self.efficiency),
-                                "terms": to_builtins(self.terms),
-                                "split": self.errors.split if self.errors else None,
-                                "calibrated_on": self.errors.calibrated_on if self.errors else None,
-                                "unseen_buckets": dict(self.errors.unseen) if self.errors else {}},
-                "findings": to_builtins(self.findings),
-                **({"telemetry": to_builtins(self.telemetry)} if self.telemetry is not None else {})}
+    @property
+    def summary(self) -> ReplaySummary:
+        err = self.errors
+        return ReplaySummary(
+            topologies=list(self.topologies), results=[r.summary for r in self.results], identity=self.identity,
+            dependencies=dict(self.dependencies),
+            calibration=CalibrationSummary(efficiency=dict(self.efficiency), terms=self.terms,
+                                           split=err.split if err else None,
+                                           calibrated_on=err.calibrated_on if err else None,
+                                           unseen_buckets=dict(self.unseen) if err else {}),
+            findings=self.findings, telemetry=self.telemetry if self.telemetry is not None else UNSET)
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=False)
+        return dumps(self.summary)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ReplayResult:
-        """The result `to_json` wrote (results/replay.json), typed again."""
-        results = [TopologyResult.from_dict(r) for r in doc.get("results") or []]
+    def of(cls, summary: ReplaySummary) -> ReplayResult:
+        """The replay a stored summary (results/replay.json) describes, without the tables it leaves out."""
+        results = [TopologyResult(summary=r) for r in summary.results]
         names = [r.topology for r in results]
-        return cls(topologies=list(doc.get("topologies") or names), results=results,
-                   baseline=names[0] if names else "",
-                   efficiency=dict((doc.get("calibration") or {}).get("efficiency") or {}),
-                   terms=from_builtins((doc.get("calibration") or {}).get("terms") or {}, dict[str, TwoTerms]),
-                   errors=results[0].replay_error if results else None,
-                   dependencies=dict(doc.get("dependencies") or {}),
-                   findings=from_builtins(doc.get("findings") or [], list[Finding]))
+        cal = summary.calibration
+        return cls(topologies=summary.topologies or names, results=results, baseline=names[0] if names else "",
+                   efficiency=cal.efficiency, terms=cal.terms, errors=results[0].replay_error if results else None,
+                   dependencies=summary.dependencies, findings=summary.findings, unseen=cal.unseen_buckets)
 
     @classmethod
     def load(cls, run: Run | str | os.PathLike[str]) -> ReplayResult | None:
         """The replay stored in a run directory (results/replay.json), or None."""
         doc = (run if isinstance(run, Run) else Run(run)).read_json("replay")
-        return cls.from_json(doc) if isinstance(doc, Mapping) else None
+        return cls.of(from_builtins(doc, ReplaySummary)) if isinstance(doc, Mapping) else None
 
     def result(self, name: str) -> TopologyResult:
         for r in self.results:
@@ -844,14 +886,16 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
         results.append(_replay_one(prep, net, name, cal, no_flow, traced, max_iter, merge, window_ns,
                                    n_windows, first))
     base = results[0]
-    base.replay_error = errors
+    for r in results:
+        r.summary = msgspec.structs.replace(
+            r.summary, replay_error=errors if r is base or errors is None else errors.inherited())
     for r in results[1:]:
-        r.replay_error = errors.inherited() if errors is not None else None
         r.step_error = dict(base.step_error)
     findings = ([unsimulated] if unsimulated is not None else []) + _cautions(base, errors, identity, results)
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         terms=dict(cal.terms), errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
-                        findings=findings)
+                        findings=findings,
+                        unseen=unseen_buckets(ops, nbytes, traced, modelled, cal) if errors is not None else {})
 
 
 @dataclass(frozen=True)
@@ -1206,18 +1250,18 @@ def _replay_one(prep: _Prepared, net: _Net, name: str, cal: Calibration, no_flow
                                 algo_source=net.plans[k].source if net.plans[k] is not None else None)
                  for k, i in enumerate(prep.instances)]
     return TopologyResult(
-        topology=name, step_ns=step_ns, traced_step_ns=traced_step,
-        comm_ns=exposure.comm_ns, exposed_ns=exposure.exposed_ns,
-        instances=instances, hot_links=hot, replay_error=None,
+        summary=TopologySummary(
+            topology=name, step_ns=step_ns, traced_step_ns=traced_step, comm_ns=exposure.comm_ns,
+            exposed_ns=exposure.exposed_ns, instances=instances, hot_links=hot,
+            convergence=Convergence(rounds=len(moves), residual_ns=moves[-1], tolerance_ns=tolerance,
+                                    converged=moves[-1] <= tolerance, moves_ns=tuple(moves), cycle=period,
+                                    cycle_from=cycle_from,
+                                    **_oscillating(prep, *swings, tolerance if moves[-1] > tolerance else math.inf))),
         link_samples=samples, topology_nodes=topo.nodes, topology_links=topo.links,
         link_bytes=cable_bytes, n_flows=len(net.flows), timeline=_timeline(prep, start, end),
         tier_bytes=_tier_bytes(prep, net), storage_ns=net.storage_ns(out),
         step_error={"median": float(np.median(step_rel)) if step_rel else 0.0,
-                    "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0},
-        convergence=Convergence(rounds=len(moves), residual_ns=moves[-1], tolerance_ns=tolerance,
-                                converged=moves[-1] <= tolerance, moves_ns=tuple(moves), cycle=period,
-                                cycle_from=cycle_from,
-                                **_oscillating(prep, *swings, tolerance if moves[-1] > tolerance else math.inf)))
+                    "p90": float(np.percentile(step_rel, 90)) if step_rel else 0.0})
 
 
 #: The link windows' cells (resources x windows) a replay may hold: a topology of many resources
@@ -1438,14 +1482,25 @@ def with_replayed(link_samples: pa.Table, result: ReplayResult) -> pa.Table:
     return pa.concat_tables([schema.conform("link_samples", old), *replayed], promote_options="permissive")
 
 
-def calibration_document(result: ReplayResult, run_name: str) -> dict[str, Any] | None:
+class CalibrationFile(Result, frozen=True, kw_only=True):
+    """results/calibration.json: the factors a replay fitted on its own run, what `read_calibration`
+    reads back."""
+
+    run: str
+    topology: str
+    efficiency: dict[str, float]
+    terms: dict[str, TwoTerms]
+    split: str
+    tracekit_version: str = __version__
+
+
+def calibration_document(result: ReplayResult, run_name: str) -> CalibrationFile | None:
     """results/calibration.json of a replay fitted on its own run (None when it applied another
-    run's calibration, or had nothing to fit): what `read_calibration` reads back."""
+    run's calibration, or had nothing to fit)."""
     if result.errors is None or result.errors.calibrated_on is not None:
         return None
-    return {"run": run_name, "topology": result.baseline, "efficiency": dict(result.efficiency),
-            "terms": to_builtins(result.terms),
-            "split": result.errors.split, "tracekit_version": __version__}
+    return CalibrationFile(run=run_name, topology=result.baseline, efficiency=dict(result.efficiency),
+                           terms=result.terms, split=result.errors.split)
 
 
 @dataclass(frozen=True)

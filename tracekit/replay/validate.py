@@ -27,7 +27,7 @@ from tracekit.replay import hardware
 from tracekit.replay.decompose import Instance, decompose_plan
 from tracekit.replay.simulate import route, simulate
 from tracekit.replay.topology import TopologySpec, build, parse_spec, with_gpu
-from tracekit.results import Result, to_builtins
+from tracekit.results import Result
 
 
 class ReplayError(TracekitError):
@@ -59,26 +59,94 @@ _BUS_FACTOR = {
 }
 
 
-@dataclass(frozen=True)
-class MicrobenchRow:
-    """One size of a sweep: measured vs predicted (out-of-place), bandwidths in GB/s."""
+class MicrobenchRowSummary(Result, frozen=True, kw_only=True):
+    """One size of a sweep as `replay --nccl-tests --json` gives it: measured vs predicted
+    (out-of-place), bandwidths in GB/s."""
 
+    source: str = ""  # the nccl-tests file the row was read from
+    table: int = 0  # index of its table (one test's sweep) in that file
+    test: str = ""  # the test binary, e.g. all_reduce_perf
     op: str
     size_bytes: int
-    nranks: int
-    measured_us: float
-    predicted_us: float
     measured_busbw: float
     predicted_busbw: float
+    measured_us: float
+    predicted_us: float
     algo: str
     proto: str
     channels: int
     latency_bound: bool
-    source: str = ""  # the nccl-tests file the row was read from
-    table: int = 0  # index of its table (one test's sweep) in that file
-    test: str = ""  # the test binary, e.g. all_reduce_perf
     modelled: bool = True  # False when the model has no flows and no latency for the op (nothing predicted)
     gpu: str = ""  # the hardware profile the row was replayed with (hardware.GPUS)
+
+
+@dataclass(frozen=True)
+class MicrobenchRow:
+    """One size of a sweep: its `summary` (the JSON) and the ranks it ran on, which the JSON leaves
+    out (the table gives them)."""
+
+    summary: MicrobenchRowSummary
+    nranks: int
+
+    @property
+    def source(self) -> str:
+        return self.summary.source
+
+    @property
+    def table(self) -> int:
+        return self.summary.table
+
+    @property
+    def test(self) -> str:
+        return self.summary.test
+
+    @property
+    def op(self) -> str:
+        return self.summary.op
+
+    @property
+    def size_bytes(self) -> int:
+        return self.summary.size_bytes
+
+    @property
+    def measured_busbw(self) -> float:
+        return self.summary.measured_busbw
+
+    @property
+    def predicted_busbw(self) -> float:
+        return self.summary.predicted_busbw
+
+    @property
+    def measured_us(self) -> float:
+        return self.summary.measured_us
+
+    @property
+    def predicted_us(self) -> float:
+        return self.summary.predicted_us
+
+    @property
+    def algo(self) -> str:
+        return self.summary.algo
+
+    @property
+    def proto(self) -> str:
+        return self.summary.proto
+
+    @property
+    def channels(self) -> int:
+        return self.summary.channels
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.summary.latency_bound
+
+    @property
+    def modelled(self) -> bool:
+        return self.summary.modelled
+
+    @property
+    def gpu(self) -> str:
+        return self.summary.gpu
 
     @property
     def error(self) -> float:
@@ -97,14 +165,6 @@ class MicrobenchRow:
         if not self.modelled or self.predicted_us <= 0 or self.measured_us <= 0:
             return math.nan
         return self.measured_us / self.predicted_us - 1.0
-
-    def to_json(self) -> dict[str, object]:
-        return {"source": self.source, "table": self.table, "test": self.test, "op": self.op,
-                "size_bytes": self.size_bytes, "measured_busbw": self.measured_busbw,
-                "predicted_busbw": self.predicted_busbw, "measured_us": self.measured_us,
-                "predicted_us": self.predicted_us, "algo": self.algo, "proto": self.proto,
-                "channels": self.channels, "latency_bound": self.latency_bound, "modelled": self.modelled,
-                "gpu": self.gpu}
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -193,15 +253,15 @@ def replay_microbench(microbench: pa.Table, topology: str | TopologySpec, *,
         modelled = predicted_ns > 0
         predicted_us = max(predicted_ns / 1000.0, 1e-9)
         factor = busbw_factor(op, n)
-        out.append(MicrobenchRow(
-            op=op, size_bytes=int(size), nranks=n, measured_us=float(measured_us), predicted_us=predicted_us,
+        out.append(MicrobenchRow(MicrobenchRowSummary(
+            op=op, size_bytes=int(size), measured_us=float(measured_us), predicted_us=predicted_us,
             measured_busbw=float(row["oop_busbw"]) if row["oop_busbw"] is not None
             else size / measured_us / 1000.0 * factor,
             predicted_busbw=size / predicted_us / 1000.0 * factor,
             algo=plan.algo if plan else "p2p", proto=plan.proto if plan else "Simple",
             channels=plan.channels if plan else 1, latency_bound=size < LATENCY_BOUND_BYTES,
             source=str(row.get("source") or ""), table=int(row.get("run") or 0), test=str(row.get("test") or ""),
-            modelled=modelled, gpu=topo.spec.gpu))
+            modelled=modelled, gpu=topo.spec.gpu), nranks=n))
     return out
 
 
@@ -313,6 +373,18 @@ class ErrorBand(Result, frozen=True, kw_only=True):
     worst_error: float
 
 
+class MicrobenchSummary(Result, frozen=True, kw_only=True):
+    """What `tracekit replay --nccl-tests --json` prints."""
+
+    topology: str
+    path: str
+    rows: tuple[MicrobenchRowSummary, ...] = ()
+    tables: tuple[BenchTable, ...] = ()
+    bands: tuple[ErrorBand, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    profiles: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class MicrobenchReport:
     """nccl-tests outputs replayed on a topology: every row, a health verdict per table, the error
@@ -331,10 +403,10 @@ class MicrobenchReport:
         """The files read, in the order their rows came."""
         return list(dict.fromkeys(r.source for r in self.rows))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"topology": self.topology, "path": self.path, "rows": [r.to_json() for r in self.rows],
-                "tables": [to_builtins(t) for t in self.tables], "bands": [to_builtins(b) for b in self.bands],
-                "findings": to_builtins(self.findings), "profiles": list(self.profiles)}
+    @property
+    def summary(self) -> MicrobenchSummary:
+        return MicrobenchSummary(topology=self.topology, path=self.path, rows=tuple(r.summary for r in self.rows),
+                                 tables=self.tables, bands=self.bands, findings=self.findings, profiles=self.profiles)
 
 
 def table_health(rows: Sequence[MicrobenchRow]) -> Health:

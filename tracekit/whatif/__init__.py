@@ -19,6 +19,7 @@ from tracekit.whatif.core import (
     Slowdown,
     WhatIfError,
     WhatIfResult,
+    WhatIfSummary,
     make_baseline,
     traced_placement,
 )
@@ -31,7 +32,7 @@ from tracekit.whatif.scenarios import Scenario, parse_scenario, run_scenario, wh
 
 __all__ = [
     "Baseline", "Change", "EplbError", "ExpertLoads", "ExpertPlan", "Placement", "RankLoad", "Scenario",
-    "ScenarioResult", "Slowdown", "WhatIfError", "WhatIfResult", "eplb", "make_baseline", "named_placement",
-    "node_limited", "parse_scenario", "placement", "read_expert_loads", "read_expert_map", "read_placement",
-    "rebalance_experts", "run_scenario", "scale", "traced_placement", "whatif",
+    "ScenarioResult", "Slowdown", "WhatIfError", "WhatIfResult", "WhatIfSummary", "eplb", "make_baseline",
+    "named_placement", "node_limited", "parse_scenario", "placement", "read_expert_loads", "read_expert_map",
+    "read_placement", "rebalance_experts", "run_scenario", "scale", "traced_placement", "whatif",
 ]

@@ -9,7 +9,6 @@ on the unchanged run), so the change is not fitted away.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from tracekit.finding import Finding
 from tracekit.replay import ReplayResult, TopologyResult, TopologySpec, replay
 from tracekit.replay.calibration import ReplayErrors
 from tracekit.replay.engine import InstanceReplay
-from tracekit.results import Result, to_builtins
+from tracekit.results import Result, dumps
 
 DEFAULT_TOPOLOGY = "rail-optimized"
 COMPARISON = ("each scenario is replayed and compared with the baseline replay of the unchanged run on "
@@ -204,28 +203,53 @@ class SkippedScenario(Result, frozen=True, kw_only=True):
     reason: str
 
 
-@dataclass
-class WhatIfResult:
-    """Every scenario of one `whatif` call against the same baseline replay."""
+class WhatIfSummary(Result, frozen=True, kw_only=True):
+    """What `tracekit whatif --json` prints: every scenario against the baseline replay, its error
+    and cautions, and the scenarios not replayed."""
 
     topology: str
-    baseline_step_ns: dict[str, int]
-    baseline_exposed_ns: dict[str, int]
-    replay_error: ReplayErrors | None
-    scenarios: list[ScenarioResult]
-    cautions: list[Finding] = field(default_factory=list)
     comparison: str = COMPARISON
-    skipped: list[SkippedScenario] = field(default_factory=list)
+    replay_error: ReplayErrors | None = None
+    cautions: list[Finding] = msgspec.field(default_factory=list)
+    scenarios: list[ScenarioResult] = msgspec.field(default_factory=list)
+    skipped: list[SkippedScenario] = msgspec.field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"topology": self.topology, "comparison": self.comparison,
-                "replay_error": self.replay_error.to_dict() if self.replay_error is not None else None,
-                "cautions": to_builtins(self.cautions),
-                "scenarios": to_builtins(self.scenarios),
-                "skipped": to_builtins(self.skipped)}
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """Every scenario of one `whatif` call against the same baseline replay: its `summary` (the
+    JSON) and the baseline's step and exposed times the scenarios are compared with."""
+
+    summary: WhatIfSummary
+    baseline_step_ns: dict[str, int] = field(default_factory=dict)
+    baseline_exposed_ns: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def topology(self) -> str:
+        return self.summary.topology
+
+    @property
+    def comparison(self) -> str:
+        return self.summary.comparison
+
+    @property
+    def replay_error(self) -> ReplayErrors | None:
+        return self.summary.replay_error
+
+    @property
+    def cautions(self) -> list[Finding]:
+        return self.summary.cautions
+
+    @property
+    def scenarios(self) -> list[ScenarioResult]:
+        return self.summary.scenarios
+
+    @property
+    def skipped(self) -> list[SkippedScenario]:
+        return self.summary.skipped
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1)
+        return dumps(self.summary)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from tracekit.whatif.core import (
     SkippedScenario,
     WhatIfError,
     WhatIfResult,
+    WhatIfSummary,
     as_int,
     load_tables,
     make_baseline,
@@ -140,8 +141,7 @@ def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], 
     tables = load_tables(source)
     cpu = cpu_backend(tables)
     if cpu is not None:
-        return WhatIfResult(topology=topology, baseline_step_ns={}, baseline_exposed_ns={}, replay_error=None,
-                            scenarios=[], cautions=[cpu])
+        return WhatIfResult(WhatIfSummary(topology=topology, cautions=[cpu]))
     base = make_baseline(tables, topology, **replay_options)
     results, skipped = [], []
     for k, s in enumerate(parsed, 1):
@@ -156,7 +156,6 @@ def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], 
         if base.replay.errors is None and s.kind != "schedule":
             result.notes.append(NO_COLLECTIVE_TO_SLOW)
         results.append(result)
-    return WhatIfResult(topology=topology, baseline_step_ns=dict(base.result.step_ns),
-                        baseline_exposed_ns=dict(base.result.exposed_ns),
-                        replay_error=base.replay.errors, scenarios=results, cautions=list(base.replay.findings),
-                        skipped=skipped)
+    return WhatIfResult(WhatIfSummary(topology=topology, replay_error=base.replay.errors, scenarios=results,
+                                      cautions=list(base.replay.findings), skipped=skipped),
+                        baseline_step_ns=dict(base.result.step_ns), baseline_exposed_ns=dict(base.result.exposed_ns))
