@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -28,7 +28,7 @@ from tracekit.atomic import atomic_write_text
 from tracekit.errors import InputError, TracekitError
 from tracekit.executors import Executor, parse_executor, run_tasks
 from tracekit.parsers import detect, registry
-from tracekit.results import Result, from_builtins, to_builtins
+from tracekit.results import Result, dumps, from_builtins, to_builtins
 from tracekit.store import (
     LOCK,
     MANIFEST,
@@ -51,6 +51,9 @@ from tracekit.store import (
     take_written,
 )
 from tracekit.validity import RunValidity
+
+if TYPE_CHECKING:
+    from tracekit.telemetry import RatesFile
 
 SOURCE_RECORD = "source.json"
 #: With `jobs` unset, inputs smaller than this in total are parsed in-process (workers cost more).
@@ -258,13 +261,13 @@ def _parse_one(path: str, run_dir: str, key: str, fmt: str, rank: int | None,
             parts = sink.close()
             pa.default_memory_pool().release_unused()  # the next parse or the merge starts from a low RSS
         if not res.stats.balanced:
-            raise InputError(path, f"internal accounting error: {res.stats.to_dict()}")
+            raise InputError(path, f"internal accounting error: {to_builtins(res.stats.counts())}")
         nulled = schema.overflows() - overflows_before
         if nulled:
             res.stats.warnings.append(f"{nulled} number(s) beyond the 64-bit range stored as null")
         record = {
             "key": key, "format": fmt, "parser_version": spec.version, "parts": parts,
-            **res.stats.to_dict(), "ranks": res.all_ranks, "events": res.events,
+            **to_builtins(res.stats.counts()), "ranks": res.all_ranks, "events": res.events,
             "collectives": res.collectives, "groups": res.groups, "steps": res.steps,
             "ts_min_ns": res.ts_min_ns, "ts_max_ns": res.ts_max_ns, "error": None,
         }
@@ -597,7 +600,7 @@ def _ingest_locked(paths: Sequence[str | os.PathLike[str]], run_dir: Path, *, jo
     if telemetry is not None or (run_dir / "results").is_dir():
         results = claim_results(run_dir, manifest["generation"])  # results of the old data go
     if telemetry is not None:
-        text = json.dumps(telemetry, indent=1, sort_keys=True)
+        text = dumps(telemetry, indent=1, sort_keys=True)
         atomic_write(results / "telemetry.json", lambda t: Path(t).write_text(text), run_dir)
     return report
 
@@ -1060,7 +1063,7 @@ def _first_wins(table: pa.Table, key: str) -> pa.Table:
 
 
 def _rate_telemetry(merged: dict[str, pa.Table | None], report: IngestReport,
-                    copies: Mapping[str, Path] | None = None) -> dict[str, Any] | None:
+                    copies: Mapping[str, Path] | None = None) -> RatesFile | None:
     """Counters from the sources become telemetry `link_samples` (after the merge: a port's
     samples may come from several files, and links from ibnetdiscover or a link map). Updates
     `merged`; returns results/telemetry.json's document (None without counters). When the

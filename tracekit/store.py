@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute
@@ -49,6 +50,7 @@ from tracekit import schema
 from tracekit.atomic import atomic_write_all, atomic_write_with
 from tracekit.errors import TracekitError
 from tracekit.manifest import check_manifest
+from tracekit.results import Result
 
 MANIFEST = "manifest.json"
 #: Marks a directory as a tracekit run from the moment ingest creates it (before any manifest).
@@ -73,9 +75,21 @@ class RunError(TracekitError):
     """A run directory is missing, unreadable or inconsistent."""
 
 
+class SourceCounts(Result, frozen=True, kw_only=True):
+    """A parser's accounting of one source as its record and the manifest keep it: the reasons and
+    fields in name order."""
+
+    read: int = 0
+    stored: int = 0
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    dropped: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 @dataclass
 class SourceStats:
-    """What one parser did with one source file: every event read is stored or skipped with a reason."""
+    """What one parser did with one source file: every event read is stored or skipped with a reason
+    (kept while it parses; `counts` is what it reports)."""
 
     read: int = 0
     stored: int = 0
@@ -100,9 +114,9 @@ class SourceStats:
     def balanced(self) -> bool:
         return self.read == self.stored + sum(self.skipped.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "stored": self.stored, "skipped": dict(sorted(self.skipped.items())),
-                "warnings": list(self.warnings), "dropped": dict(sorted(self.dropped.items()))}
+    def counts(self) -> SourceCounts:
+        return SourceCounts(read=self.read, stored=self.stored, skipped=dict(sorted(self.skipped.items())),
+                            warnings=list(self.warnings), dropped=dict(sorted(self.dropped.items())))
 
 
 @dataclass

@@ -15,9 +15,30 @@ from tracekit.fabric import Communicator
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
-from tracekit.replay.calibration import TwoTerms
+from tracekit.replay.calibration import KINDS, WHAT_IF_NOTE, ErrorStats, ReplayErrors, TwoTerms
+from tracekit.replay.engine import (
+    CalibrationFile,
+    CalibrationSummary,
+    Convergence,
+    Fallback,
+    HotLink,
+    Identity,
+    InstanceReplay,
+    Oscillation,
+    ReplaySummary,
+    TopologySummary,
+)
+from tracekit.replay.validate import (
+    BenchTable,
+    ErrorBand,
+    Health,
+    LatencyFloor,
+    MicrobenchRowSummary,
+    MicrobenchSummary,
+)
 from tracekit.results import dumps, from_builtins, to_builtins
-from tracekit.telemetry import FlaggedWindow, LinkSummary
+from tracekit.store import SourceCounts
+from tracekit.telemetry import FlaggedWindow, LinkSummary, RateCounts, RatesFile
 from tracekit.telemetry.compare import LinkAgreement, TelemetryComparison
 from tracekit.validity import Job, RunValidity
 from tracekit.whatif.core import (
@@ -27,16 +48,19 @@ from tracekit.whatif.core import (
     PlacementChange,
     RankLoad,
     ScenarioResult,
+    SkippedScenario,
     Slowdown,
+    WhatIfSummary,
 )
 from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/fabric.py", "tracekit/analysis/schedule.py"]
+             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/fabric.py", "tracekit/analysis/schedule.py",
+             "tracekit/replay/calibration.py", "tracekit/replay/engine.py", "tracekit/replay/validate.py",
+             "tracekit/whatif/core.py", "tracekit/telemetry/__init__.py", "tracekit/store.py"]
 #: modules with types left to convert (issue 19): no serializer but the named classes'
-PARTLY = {"tracekit/whatif/core.py": {"WhatIfResult"}, "tracekit/replay/calibration.py": {"ErrorStats", "ReplayErrors"},
-          "tracekit/telemetry/__init__.py": {"RateStats"}}
+PARTLY = {"tracekit/analysis/core.py": {"AnalysisResult"}}
 
 ints = st.lists(st.integers(0, 64), max_size=5)
 opt_int = st.none() | st.integers(0, 2**62)
@@ -140,6 +164,84 @@ shapes = st.builds(ScheduleShape, name=word, stages=st.integers(1, 8), microbatc
                    chunks=st.none() | st.integers(1, 4))
 
 
+errors = st.builds(ErrorStats, fl, fl)
+by_kind = st.fixed_dictionaries({k: errors for k in KINDS})
+
+
+@st.composite
+def replay_errors(draw):
+    calibrated_on = draw(st.none() | word)
+    err = ReplayErrors.measured(draw(errors), draw(errors), draw(errors),
+                                draw(st.dictionaries(word, by_kind, max_size=2)), draw(word),
+                                calibrated_on=calibrated_on)
+    return err.inherited() if draw(st.booleans()) else err
+
+
+oscillations = st.builds(Oscillation, group=word, seq=st.integers(0, 99), op=word, dim=word, start_swing_ns=fl,
+                         duration_swing_ns=fl)
+convergences = st.builds(Convergence, rounds=st.integers(1, 9), residual_ns=fl, tolerance_ns=fl,
+                         converged=st.booleans(), moves_ns=st.lists(fl, max_size=3).map(tuple),
+                         cycle=st.integers(0, 4), cycle_from=st.integers(0, 4), n_oscillating=st.integers(0, 9),
+                         oscillating=st.lists(oscillations, max_size=2).map(tuple))
+opt_word = st.none() | word
+instance_replays = st.builds(InstanceReplay, group=word, seq=st.integers(0, 99), op=word, dim=word,
+                             traced_ns=st.integers(0, 2**40), replayed_ns=st.integers(0, 2**40), calibration=opt_word,
+                             cross_validation=opt_word, fallback=opt_word, algo=opt_word, proto=opt_word,
+                             algo_source=opt_word)
+hot_links = st.builds(HotLink, link=word, peak_util=fl, mean_util=fl, bytes=st.integers(0, 2**50))
+topology_summaries = st.builds(
+    TopologySummary, topology=word, step_ns=per_dim, traced_step_ns=per_dim, comm_ns=per_dim, exposed_ns=per_dim,
+    instances=st.lists(instance_replays, max_size=2), hot_links=st.lists(hot_links, max_size=2),
+    replay_error=st.none() | replay_errors(), convergence=maybe | convergences)
+identities = st.builds(Identity, max_step_error=fl, instances_fallen_back=st.integers(0, 9), max_event_error_ns=fl,
+                       fallbacks=st.lists(st.builds(Fallback, group=word, seq=st.integers(0, 9), op=word, reason=word,
+                                                    ranks=st.tuples(st.integers(0, 9)), text=word),
+                                          max_size=2).map(tuple),
+                       comm_ns=per_dim, exposed_ns=per_dim)
+terms = st.dictionaries(word, st.builds(TwoTerms, fl, fl, st.integers(0, 99), st.integers(0, 9)), max_size=2)
+effs = st.dictionaries(word, fl, max_size=2)
+calibration_summaries = st.builds(CalibrationSummary, efficiency=effs, terms=terms, split=opt_word,
+                                  calibrated_on=opt_word, unseen_buckets=st.dictionaries(word, word, max_size=2))
+replay_summaries = st.builds(
+    ReplaySummary, topologies=st.lists(word, max_size=2), results=st.lists(topology_summaries, max_size=2),
+    identity=st.none() | identities, dependencies=counts, calibration=calibration_summaries,
+    findings=st.lists(findings, max_size=2), telemetry=maybe | comparisons)
+calibration_files = st.builds(CalibrationFile, run=word, topology=word, efficiency=effs, terms=terms, split=word)
+whatif_summaries = st.builds(
+    WhatIfSummary, topology=word, comparison=word, replay_error=st.none() | replay_errors(),
+    cautions=st.lists(findings, max_size=2), scenarios=st.lists(scenarios, max_size=2),
+    skipped=st.lists(st.builds(SkippedScenario, scenario=word, reason=word), max_size=2))
+bench_rows = st.builds(
+    MicrobenchRowSummary, source=word, table=st.integers(0, 9), test=word, op=word, size_bytes=st.integers(0, 2**40),
+    measured_busbw=fl, predicted_busbw=fl, measured_us=fl, predicted_us=fl, algo=word, proto=word,
+    channels=st.integers(1, 32), latency_bound=st.booleans(), modelled=st.booleans(), gpu=word)
+healths = st.builds(Health, verdict=st.sampled_from(["healthy", "degraded", "unknown"]), measured_over_predicted=opt_fl,
+                    measured_busbw=opt_fl, predicted_busbw=opt_fl, sizes=word, rows=st.integers(0, 9))
+floors = st.builds(LatencyFloor, measured_us=fl, predicted_us=fl, rows=st.integers(0, 9), high=st.booleans(),
+                   net_latency_us=opt_fl)
+microbench_summaries = st.builds(
+    MicrobenchSummary, topology=word, path=word, rows=st.lists(bench_rows, max_size=2).map(tuple),
+    tables=st.lists(st.builds(BenchTable, source=word, table=st.integers(0, 9), test=word, op=word,
+                              nranks=st.integers(1, 64), health=healths, latency_floor=st.none() | floors),
+                    max_size=2).map(tuple),
+    bands=st.lists(st.builds(ErrorBand, source=word, op=word, band=word, rows=st.integers(0, 9), median_abs_error=fl,
+                             median_error=fl, worst_error=fl), max_size=2).map(tuple),
+    findings=st.lists(findings, max_size=2).map(tuple), profiles=st.lists(word, max_size=2).map(tuple))
+source_counts = st.builds(SourceCounts, read=st.integers(0), stored=st.integers(0), skipped=counts,
+                          warnings=st.lists(word, max_size=2), dropped=counts)
+rate_counts = st.builds(RateCounts, read=st.integers(0), used=st.integers(0), skipped=counts,
+                        windows=st.integers(0), flagged=counts, ports=st.integers(0), mapped_ports=st.integers(0))
+rates_files = st.builds(RatesFile, stats=rate_counts, warnings=st.lists(word, max_size=2),
+                        links=st.lists(link_summaries, max_size=2))
+
+
+@given(st.one_of(errors, replay_errors(), convergences, instance_replays, hot_links, topology_summaries, identities,
+                 calibration_summaries, replay_summaries, calibration_files, whatif_summaries, bench_rows,
+                 microbench_summaries, source_counts, rate_counts, rates_files))
+def test_replay_results_round_trip(x):
+    assert from_builtins(to_builtins(x), type(x)) == x
+
+
 @given(st.one_of(findings, validities, links, comparisons, mismatches, group_hangs, locations, log_messages, hangs,
                  placements(), scenarios, layouts, source_reports, ingest_reports,
                  st.builds(TwoTerms, fl, fl, st.integers(0, 99), st.integers(0, 9)), communicators, link_summaries,
@@ -193,3 +295,23 @@ def test_ingest_report_json_names_the_run_and_its_ranks():
     doc = to_builtins(report)
     assert list(doc) == ["run", "sources", "ranks", "tables", "warnings", "ignored", "validity"]
     assert doc["run"] == "out" and doc["ranks"] == [1, 3] and not report.committed
+
+
+def test_replay_errors_keep_the_two_layouts():
+    """Measured here: three figures; calibrated on another run: the out-of-sample one alone, and a
+    what-if topology's carries the note."""
+    e, by_op = ErrorStats(0.1, 0.2), {"a": {k: ErrorStats(0.3, 0.4) for k in KINDS}}
+    measured = ReplayErrors.measured(e, e, ErrorStats(0.5, 0.6), by_op, "leave-one-step-out")
+    assert list(to_builtins(measured)) == ["uncalibrated", "in_sample", "cross_validated", "by_op", "split", "basis"]
+    assert list(to_builtins(measured)["by_op"]["a"]) == list(KINDS) and measured.median == 0.5
+    assert measured.calibrated_on is None and measured.kinds == KINDS
+    oos = ReplayErrors.measured(e, e, ErrorStats(0.5, 0.6), by_op, "out-of-sample", calibrated_on="r").inherited()
+    doc = to_builtins(oos)
+    assert list(doc) == ["uncalibrated", "out_of_sample", "by_op", "split", "calibrated_on", "basis", "note"]
+    assert list(doc["by_op"]["a"]) == ["uncalibrated", "out_of_sample"] and doc["note"] == WHAT_IF_NOTE
+    assert oos.in_sample == oos.cross_validated == oos.quoted == ErrorStats(0.5, 0.6) and oos.calibrated_on == "r"
+
+
+def test_topology_summary_leaves_out_an_unknown_convergence():
+    assert list(to_builtins(TopologySummary(topology="t")))[-1] == "replay_error"
+    assert list(to_builtins(ReplaySummary()))[-1] == "findings"

@@ -658,7 +658,7 @@ def run_case(fmt: str, module: Any, case: bytes, gz: bool, work: Path, *, timeou
     if on_stats is not None:
         on_stats({"stats": st})
     if st.read != st.stored + sum(st.skipped.values()) or st.stored < 0:
-        return Outcome("crash", f"accounting: {st.to_dict()}", "accounting")
+        return Outcome("crash", f"accounting: {st.counts()}", "accounting")
     if check_tables:
         try:
             bad = _check_memory(sink) if memory else _check_tables(run_dir)

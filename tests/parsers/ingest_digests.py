@@ -26,6 +26,7 @@ from nccl_eras import Job, job_log, rank_log  # noqa: E402
 
 from tracekit.errors import InputError  # noqa: E402
 from tracekit.ingest import ingest  # noqa: E402
+from tracekit.results import dumps  # noqa: E402
 from tracekit.store import SMALL_TABLES, Run  # noqa: E402
 
 ROOT = HERE.parents[1]
@@ -59,7 +60,7 @@ def parse_case(path: Path, tmp: Path) -> dict[str, str]:
     except InputError as exc:
         return {"error": str(exc).replace(str(path), "<path>")}
     return {"events": digest(parsed.events), "collectives": digest(parsed.collectives),
-            "groups": digest(parsed.groups), "stats": json.dumps(parsed.result.stats.to_dict(), sort_keys=True)}
+            "groups": digest(parsed.groups), "stats": dumps(parsed.result.stats.counts(), indent=None, sort_keys=True)}
 
 
 def _split_log(tmp: Path) -> list[Path]:

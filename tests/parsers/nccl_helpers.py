@@ -36,7 +36,7 @@ def parse_file(path: Path, out: Path, key: str = "k") -> Parsed:
         p = out / "sources" / key / f"{name}.parquet"
         tables[name] = schema.conform(name, pq.read_table(p)) if p.is_file() else schema.empty(name)
         assert not schema.validate(name, tables[name]), schema.validate(name, tables[name])
-    assert res.stats.balanced, res.stats.to_dict()
+    assert res.stats.balanced, res.stats.counts()
     return Parsed(res, tables)
 
 

@@ -38,7 +38,7 @@ def parse_file(path: Path, out: Path, key: str = "k") -> Parsed:
         res = module.parse(path, sink)
     finally:
         sink.close()
-    assert res.stats.balanced, res.stats.to_dict()
+    assert res.stats.balanced, res.stats.counts()
 
     def table(name: str) -> pa.Table:
         p = out / "sources" / key / f"{name}.parquet"

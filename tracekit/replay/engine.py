@@ -310,7 +310,9 @@ class ReplayResult:
         cal = summary.calibration
         return cls(topologies=summary.topologies or names, results=results, baseline=names[0] if names else "",
                    efficiency=cal.efficiency, terms=cal.terms, errors=results[0].replay_error if results else None,
-                   dependencies=summary.dependencies, findings=summary.findings, unseen=cal.unseen_buckets)
+                   identity=summary.identity, dependencies=summary.dependencies, findings=summary.findings,
+                   telemetry=summary.telemetry if isinstance(summary.telemetry, TelemetryComparison) else None,
+                   unseen=cal.unseen_buckets)
 
     @classmethod
     def load(cls, run: Run | str | os.PathLike[str]) -> ReplayResult | None:

@@ -38,6 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -69,9 +70,22 @@ PORT_KEY = ("host", "device", "port")
 SERIES_KEY = (*PORT_KEY, "metric", "direction", "qualifier")
 
 
+class RateCounts(Result, frozen=True, kw_only=True):
+    """The accounting of one rating as results/telemetry.json keeps it: the reasons and flags in name order."""
+
+    read: int = 0
+    used: int = 0
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
+    windows: int = 0
+    flagged: dict[str, int] = msgspec.field(default_factory=dict)
+    ports: int = 0
+    mapped_ports: int = 0
+
+
 @dataclass
 class RateStats:
-    """Accounting of one rating: every counter sample is used or skipped with a reason."""
+    """Accounting of one rating: every counter sample is used or skipped with a reason (kept while it
+    rates; `counts` is what it reports)."""
 
     read: int = 0
     used: int = 0
@@ -85,10 +99,10 @@ class RateStats:
     def balanced(self) -> bool:
         return self.read == self.used + sum(self.skipped.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "used": self.used, "skipped": dict(sorted(self.skipped.items())),
-                "windows": self.windows, "flagged": dict(sorted(self.flagged.items())),
-                "ports": self.ports, "mapped_ports": self.mapped_ports}
+    def counts(self) -> RateCounts:
+        return RateCounts(read=self.read, used=self.used, skipped=dict(sorted(self.skipped.items())),
+                          windows=self.windows, flagged=dict(sorted(self.flagged.items())), ports=self.ports,
+                          mapped_ports=self.mapped_ports)
 
 
 @dataclass
@@ -513,10 +527,18 @@ def with_rates(link_samples: pa.Table, rates: TelemetryRates) -> pa.Table:
     return schema.conform("link_samples", pa.concat_tables([old, rates.link_samples], promote_options="permissive"))
 
 
-def rates_doc(rates: TelemetryRates) -> dict[str, Any]:
-    """results/telemetry.json: accounting and per-link summaries."""
-    return {"stats": rates.stats.to_dict(), "warnings": rates.warnings,
-            "links": to_builtins(link_summaries(rates.link_samples))}
+class RatesFile(Result, frozen=True, kw_only=True):
+    """results/telemetry.json: the rating's accounting, its warnings and the per-link summaries."""
+
+    stats: RateCounts = msgspec.field(default_factory=RateCounts)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    links: list[LinkSummary] = msgspec.field(default_factory=list)
+
+
+def rates_doc(rates: TelemetryRates) -> RatesFile:
+    """results/telemetry.json of a rating."""
+    return RatesFile(stats=rates.stats.counts(), warnings=list(rates.warnings),
+                     links=link_summaries(rates.link_samples))
 
 
 def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
