@@ -55,7 +55,7 @@ def test_partly_simulated_run_says_how_many_were_not_and_scores_the_rest():
     assert dict(found[0].data) == {"instances": 2, "simulated": 1, "not_simulated": 1, "members_outside": 1,
                                   "no_bytes": 0, "no_peer": 0, "ranks_present": 2}
     assert "1 of 2 collective instances were not simulated (1 with members outside the run)" in found[0].text
-    assert res.errors is not None and res.errors.cross_validated.n == 1
+    assert res.errors is not None and res.scored == 1
     assert res.results[1].replay_error is not None
     lines = replay_comparison(res)
     assert any(line.startswith("caution: 1 of 2 collective instances were not simulated") for line in lines)
@@ -115,7 +115,7 @@ def test_four_ranks_of_the_bundled_sample_score_only_their_simulated_collectives
         "instances": 102, "simulated": 54, "not_simulated": 48, "members_outside": 48}
     idle = {(i.dim, i.op) for i in res.results[0].instances if i.calibration == "no_flows"}
     assert idle == {("PP", "send")}
-    assert res.errors is not None and res.errors.cross_validated.n == 54
+    assert res.errors is not None and res.scored == 54
 
 
 # -- the real one-rank traces -----------------------------------------------------------------

@@ -407,7 +407,7 @@ def replay_errors(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, mo
     """The three errors over the instances the model gives traffic, overall and per op.
     `latency`: the modelled latency part of `modelled` (None: 0). `calibrated_on`: `cal` was
     fitted on that other run (`applied`), so the error is out of sample."""
-    valid = _scored(traced, modelled)
+    valid = scored(traced, modelled)
     tr = np.where(valid, traced, 1.0)
     lat = np.zeros(modelled.size) if latency is None else np.clip(np.asarray(latency, np.float64), 0.0, modelled)
     rel = {"uncalibrated": np.abs(modelled - tr) / tr,
@@ -425,7 +425,7 @@ def unseen_buckets(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, m
                    cal: Calibration) -> dict[str, str]:
     """The size buckets, among the instances `replay_errors` scores, that cross-validation had to
     fill without a fit of their own, and how (interpolated or uncalibrated), by name."""
-    valid = _scored(traced, modelled)
+    valid = scored(traced, modelled)
     unseen: dict[str, str] = {}
     for k in np.nonzero(valid)[0].tolist():
         if cal.cross_validated_source[k] != FITTED:
@@ -433,6 +433,6 @@ def unseen_buckets(ops: Sequence[str], nbytes: np.ndarray, traced: np.ndarray, m
     return dict(sorted(unseen.items()))
 
 
-def _scored(traced: np.ndarray, modelled: np.ndarray) -> np.ndarray:
-    """The instances an error is measured on: traffic in the model and a traced time."""
+def scored(traced: np.ndarray, modelled: np.ndarray) -> np.ndarray:
+    """Which instances the replay error is measured on: traffic in the model and a traced time."""
     return (modelled > 0) & (traced > 0)

@@ -43,6 +43,7 @@ from tracekit.replay.calibration import (
     applied,
     calibrate,
     replay_errors,
+    scored,
     unseen_buckets,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
@@ -286,6 +287,7 @@ class ReplayResult:
     findings: list[Finding] = field(default_factory=list)
     telemetry: TelemetryComparison | None = None  # when the run has telemetry
     unseen: dict[str, str] = field(default_factory=dict)  # buckets without a fit under cross-validation
+    scored: int = 0  # the collective instances the replay error scores (0 when read back)
 
     @property
     def summary(self) -> ReplaySummary:
@@ -897,7 +899,8 @@ def replay(tables: Mapping[str, pa.Table], topologies: Sequence[str | TopologySp
     return ReplayResult(topologies=names, results=results, baseline=names[0], efficiency=cal.efficiency,
                         terms=dict(cal.terms), errors=errors, identity=identity, dependencies=dict(prep.dep_counts),
                         findings=findings,
-                        unseen=unseen_buckets(ops, nbytes, traced, modelled, cal) if errors is not None else {})
+                        unseen=unseen_buckets(ops, nbytes, traced, modelled, cal) if errors is not None else {},
+                        scored=int(scored(traced, modelled).sum()) if errors is not None else 0)
 
 
 @dataclass(frozen=True)
