@@ -315,3 +315,50 @@ def test_replay_errors_keep_the_two_layouts():
 def test_topology_summary_leaves_out_an_unknown_convergence():
     assert list(to_builtins(TopologySummary(topology="t")))[-1] == "replay_error"
     assert list(to_builtins(ReplaySummary()))[-1] == "findings"
+
+
+def test_json_keys_are_those_written_before_the_split():
+    """The keys, in order, that the hand-written serializers wrote (commit 3257cb9)."""
+    row = MicrobenchRowSummary(op="all_reduce", size_bytes=1, measured_busbw=1.0, predicted_busbw=1.0,
+                               measured_us=1.0, predicted_us=1.0, algo="ring", proto="Simple", channels=1,
+                               latency_bound=True)
+    assert list(to_builtins(row)) == ["source", "table", "test", "op", "size_bytes", "measured_busbw",
+                                      "predicted_busbw", "measured_us", "predicted_us", "algo", "proto", "channels",
+                                      "latency_bound", "modelled", "gpu"]
+    assert list(to_builtins(MicrobenchSummary(topology="t", path="p"))) == [
+        "topology", "path", "rows", "tables", "bands", "findings", "profiles"]
+    assert list(to_builtins(WhatIfSummary(topology="t"))) == [
+        "topology", "comparison", "replay_error", "cautions", "scenarios", "skipped"]
+    assert list(to_builtins(CalibrationSummary())) == ["efficiency", "terms", "split", "calibrated_on",
+                                                       "unseen_buckets"]
+    assert list(to_builtins(CalibrationFile(run="r", topology="t", efficiency={}, terms={}, split="s"))) == [
+        "run", "topology", "efficiency", "terms", "split", "tracekit_version"]
+    assert list(to_builtins(SourceCounts())) == ["read", "stored", "skipped", "warnings", "dropped"]
+    assert list(to_builtins(RateCounts())) == ["read", "used", "skipped", "windows", "flagged", "ports",
+                                               "mapped_ports"]
+    assert list(to_builtins(RatesFile())) == ["stats", "warnings", "links"]
+
+
+def test_accounting_snapshots_sort_their_reasons():
+    from collections import Counter
+
+    from tracekit.store import SourceStats
+    from tracekit.telemetry import RateStats
+
+    src = SourceStats(skipped=Counter({"b": 1, "a": 2}), dropped=Counter({"z": 1, "y": 1}))
+    assert list(src.counts().skipped) == ["a", "b"] and list(src.counts().dropped) == ["y", "z"]
+    rate = RateStats(skipped=Counter({"b": 1, "a": 2}), flagged=Counter({"z": 1, "y": 1}))
+    assert list(rate.counts().skipped) == ["a", "b"] and list(rate.counts().flagged) == ["y", "z"]
+
+
+def test_microbench_summary_is_its_rows_json_and_the_rest():
+    from tracekit.replay.validate import MicrobenchReport, MicrobenchRow
+
+    row = MicrobenchRowSummary(op="all_reduce", size_bytes=1, measured_busbw=1.0, predicted_busbw=1.0,
+                               measured_us=1.0, predicted_us=1.0, algo="ring", proto="Simple", channels=1,
+                               latency_bound=True)
+    report = MicrobenchReport(topology="t", path="p", rows=(MicrobenchRow(row, nranks=8),), tables=(), bands=(),
+                              profiles=("h100: 8 GPUs",))
+    doc = to_builtins(report.summary)
+    assert list(doc["rows"]) == [to_builtins(row)] and list(doc["profiles"]) == ["h100: 8 GPUs"]
+    assert "nranks" not in doc["rows"][0]

@@ -59,3 +59,15 @@ def test_stored_replay_json_reads_back_whole(tmp_path, kind):
     assert (err.calibrated_on is None) == (kind == "measured")
     assert err.cross_validated == err.quoted and err.in_sample.median >= 0
     assert back.results[0].convergence is not None and back.results[0].link_samples.num_rows == 0
+
+
+def test_buckets_cross_validation_could_not_fit_reach_the_json():
+    """Two sizes, one per step: leaving a step out leaves its size bucket without a fit of its own."""
+    tr = Trace()
+    for k, nbytes in enumerate((2**20, 2**24)):
+        for r in (0, 1):
+            tr.kernel(r, "gpu0/stream20", "comm", 10_000_000 * k, PHYSICS_NS, step=k,
+                      coll=tr.collective(k, "all_reduce", "dp", k, r, nbytes=nbytes, step=k))
+    res = replay(tr.tables(), [BASE])
+    assert res.unseen == {"all_reduce:2^20": "interpolated", "all_reduce:2^24": "interpolated"}
+    assert to_builtins(res.summary)["calibration"]["unseen_buckets"] == res.unseen
