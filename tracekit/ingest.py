@@ -798,7 +798,7 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
     NCCL fills (global peers through the rank maps; algo/proto through lookups built in a
     first pass over the same sorted rows) and is appended to `out`. The rows are those of
     sorting the concatenated parts (a stable sort), bit for bit."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     parts: list[_Part] = []
     schemas = []
@@ -830,9 +830,9 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
             mask = pa.compute.and_(pa.compute.is_valid(algo), pa.compute.is_valid(table.column("seq")))
             keep = order[mask.to_numpy(zero_copy_only=False)[order]] if order is not None else \
                 np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-            have.append(fabric.fill_have(table.take(keep)))
+            have.append(nccl_fabric.fill_have(table.take(keep)))
             del table, order
-        lookups = fabric.fill_lookups(have, fill.donors)
+        lookups = nccl_fabric.fill_lookups(have, fill.donors)
         del have
     rows, filled = _write_collectives(run_dir, batches, unified, final, fill, lookups, out)
     if lookups is not None and odd and not filled:
@@ -843,14 +843,14 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
 def _write_collectives(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema,
                        final: pa.Schema, fill: _Fill | None, lookups: Any, out: Path) -> tuple[int, int]:
     """Stream the sorted rows into `out` with the NCCL fills: (rows, rows whose algo was filled)."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     rows = filled = 0
     pending: list[pa.Table] = []
     with pq.ParquetWriter(out, final, **parquet_options(final)) as writer:
         for chunk in _sorted_chunks(run_dir, batches, unified):
             if fill is not None:
-                chunk, _ = fabric.resolve_peers(chunk, fill.maps, [("peer", "peer_local")])
+                chunk, _ = nccl_fabric.resolve_peers(chunk, fill.maps, [("peer", "peer_local")])
             if lookups is not None:
                 algo, proto, n = lookups.apply(chunk)
                 filled += n
@@ -1106,12 +1106,12 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     merged `groups.rank_map`), one row per channel edge, and bus ids / hosts for ranks another
     format describes; returns what the collectives merge needs to resolve peers and fill
     algo/proto (None without NCCL logs)."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     logs = [s for s in sources if _is(s.format, "nccl_facts")]
     if not any(_is(s.format, "maps_peers") for s in sources):
         return None
-    maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
+    maps = nccl_fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
     if "groups" in tables and "world" in tables["groups"].column_names:
         worlds = [g for g, w in zip(tables["groups"].column("group").to_pylist(),
                                     tables["groups"].column("world").to_pylist(), strict=True) if w]
@@ -1120,7 +1120,7 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
                             "global ranks of the logs whose largest communicator is not the job's world are local "
                             "to it")
     if "channels" in tables:
-        ch, unknown = fabric.resolve_peers(fabric.dedup_channels(tables["channels"]), maps,
+        ch, unknown = nccl_fabric.resolve_peers(nccl_fabric.dedup_channels(tables["channels"]), maps,
                                            [("peer_rank", "peer_comm_rank"), ("proxy_rank", "proxy_comm_rank")])
         tables["channels"] = ch
         if unknown:
@@ -1137,7 +1137,7 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     if "ranks" in tables:
         others = [t for s in logs if (t := _read_part(run_dir, s.key or "", "ranks")) is not None]
         if others:
-            tables["ranks"] = fabric.fill_rank_facts(tables["ranks"],
+            tables["ranks"] = nccl_fabric.fill_rank_facts(tables["ranks"],
                                                      pa.concat_tables(others, promote_options="permissive"))
     return _Fill(maps, donor)
 
@@ -1160,7 +1160,7 @@ def _distinct_rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
     """One row per group. Applying a row twice changes nothing, so repeats are dropped first."""
-    from tracekit.fabric import merge_rank_maps
+    from tracekit.nccl_fabric import merge_rank_maps
 
     merged: dict[str, dict[str, Any]] = {}
     for row in _distinct_rows(table):
@@ -1241,7 +1241,7 @@ def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence
 
 def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """A plain summary of a run directory (for `tracekit info`)."""
-    from tracekit.fabric import communicators, nccl_warnings
+    from tracekit.nccl_fabric import communicators, nccl_warnings
     from tracekit.store import Run
 
     run = Run(run_dir)

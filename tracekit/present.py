@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tracekit.analysis.schedule import TracedSchedule
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
-    from tracekit.replay.validate import BenchTable, MicrobenchReport
+    from tracekit.replay.microbench import BenchTable, MicrobenchReport
     from tracekit.whatif.core import WhatIfResult
     from tracekit.whatif.schedule import PipelineRun, ScheduleOutcome
 
@@ -381,7 +381,7 @@ def health_sentence(table: BenchTable, *, with_file: bool = False) -> str:
     """One nccl-tests table's verdict in words, with the figures it rests on."""
     from pathlib import Path
 
-    from tracekit.replay.validate import DEGRADED_BELOW
+    from tracekit.replay.microbench import DEGRADED_BELOW
 
     where = f"{Path(table.source).name} " if with_file else ""
     head = f"{printable(where)}table {table.table} ({printable(table.test or table.op)})"
@@ -416,7 +416,7 @@ def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list
     size band (a folder; the rows too with `verbose`), then each table's health."""
     from pathlib import Path
 
-    from tracekit.replay.validate import DEGRADED_BELOW, format_microbench, is_folder
+    from tracekit.replay.microbench import DEGRADED_BELOW, format_microbench, is_folder
 
     lines = [f"note: {printable(f.text)}" for f in report.findings]
     name = printable(Path(report.path).name or report.path)

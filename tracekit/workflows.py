@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from tracekit.hang import HangResult
     from tracekit.ingest import IngestReport
     from tracekit.replay.engine import ReplayResult, SavedCalibration
+    from tracekit.replay.microbench import MicrobenchReport
     from tracekit.replay.topology import TopologySpec
-    from tracekit.replay.validate import MicrobenchReport
     from tracekit.telemetry.compare import TelemetryComparison
     from tracekit.viz.report import ReportInfo
     from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
@@ -188,9 +188,9 @@ def calibration(source: str | os.PathLike[str], topologies: Sequence[str | Topol
 def nccl_tests(path: str | os.PathLike[str], topology: str, *, cache: str | os.PathLike[str] | None = None,
                algo: str = "auto") -> MicrobenchReport:
     """An nccl-tests output file, or a folder of them (or a run holding its `microbench` table),
-    ingested like any trace and replayed on `topology` (`tracekit.replay.validate`)."""
+    ingested like any trace and replayed on `topology` (`tracekit.replay.microbench`)."""
     from tracekit.errors import InputError
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
 
     run = open(path, cache=cache)
     if not run.has("microbench"):

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracekit.analysis.schedule import ScheduleShape
-from tracekit.fabric import Communicator
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
+from tracekit.nccl_fabric import Communicator
 from tracekit.replay.calibration import TwoTerms
 from tracekit.results import dumps, from_builtins, to_builtins
 from tracekit.telemetry import FlaggedWindow, LinkSummary
@@ -33,7 +33,8 @@ from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/fabric.py", "tracekit/analysis/schedule.py"]
+             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/nccl_fabric.py",
+             "tracekit/analysis/schedule.py"]
 #: modules with types left to convert (issue 19): no serializer but the named classes'
 PARTLY = {"tracekit/whatif/core.py": {"WhatIfResult"}, "tracekit/replay/calibration.py": {"ErrorStats", "ReplayErrors"},
           "tracekit/telemetry/__init__.py": {"RateStats"}}

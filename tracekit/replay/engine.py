@@ -30,8 +30,8 @@ from tracekit import __version__, schema
 from tracekit._progress import status
 from tracekit.analysis.breakdown import BUSY, COMPUTE, DimExposure, breakdown, mean_exposure
 from tracekit.errors import TracekitError
-from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
+from tracekit.nccl_fabric import NcclFabric, replay_fabric
 from tracekit.replay import _kernels, hardware
 from tracekit.replay import dependencies as deps
 from tracekit.replay.backend import cpu_backend
@@ -44,7 +44,7 @@ from tracekit.replay.calibration import (
     replay_errors,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
-from tracekit.replay.observed import build_observed, is_observed, observed_spec
+from tracekit.replay.fabric_graph import build_observed, is_observed, observed_spec
 from tracekit.replay.replicate import Replication, replicated_plan
 from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import (
@@ -340,7 +340,7 @@ class _Prepared:
     placement: dict[int, tuple[int, int]]  # rank -> (host index, local index)
     hosts: int
     gpus_per_host: int
-    fabric: ObservedFabric  # rings, channel counts and network hops NCCL built (from NCCL logs)
+    fabric: NcclFabric  # rings, channel counts and network hops NCCL built (from NCCL logs)
     has_steps: bool
     dep_counts: dict[str, int] = field(default_factory=dict)
     dep_rule: np.ndarray | None = None
