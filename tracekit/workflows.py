@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tracekit.replay.engine import ReplayResult, SavedCalibration
     from tracekit.replay.microbench import MicrobenchReport
     from tracekit.replay.topology import TopologySpec
+    from tracekit.runinfo import RunInfo
     from tracekit.telemetry.compare import TelemetryComparison
     from tracekit.viz.report import ReportInfo
     from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 RunSource = Run | str | os.PathLike[str]
 Paths = Sequence[str | os.PathLike[str]]
 
-__all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "nccl_tests", "open",
+__all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "info", "nccl_tests",
+           "open",
            "opened", "replay", "report", "whatif", "whatif_tables"]
 
 
@@ -196,6 +198,21 @@ def nccl_tests(path: str | os.PathLike[str], topology: str, *, cache: str | os.P
     if not run.has("microbench"):
         raise InputError(path, "no nccl-tests rows were read (the run has no microbench table)")
     return nccl_tests_report(run.table("microbench"), topology, path=path, algo=algo)
+
+
+# ------------------------------------------------------------------------------------------
+# info
+
+
+def info(source: RunSource) -> RunInfo:
+    """What the run holds (`tracekit.runinfo.describe`), with its telemetry section when it has counters."""
+    from tracekit.runinfo import describe
+    from tracekit.telemetry import describe as describe_telemetry
+
+    run = _run(source)
+    found = describe(run)
+    telemetry = describe_telemetry(run)
+    return found if telemetry is None else msgspec.structs.replace(found, telemetry=telemetry)
 
 
 # ------------------------------------------------------------------------------------------
