@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tracekit.ingest import ingest
-from tracekit.workflows import info
 from tracekit.store import Run
+from tracekit.workflows import info
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "gloo_moe_8rank"
