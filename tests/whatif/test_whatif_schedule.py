@@ -46,17 +46,43 @@ def test_rebuilding_the_traced_schedule_is_the_baseline(name: str) -> None:
     assert s.details["traced_schedule"].name == name
 
 
-def test_other_schedules_move_the_step_by_the_pipeline_span(one_f_one_b) -> None:
+def test_other_schedules_move_the_step_by_the_pipeline_and_the_step_after_it(one_f_one_b) -> None:
     base = one_f_one_b.baseline_step_ns
     by_name = {s.scenario: s for s in one_f_one_b.scenarios}
+    off_span = 0
     for s in one_f_one_b.scenarios:
-        span = s.schedule.scenario.span_ns - s.schedule.baseline.span_ns
-        assert all(s.step_ns[k] == round(base[k] + span) for k in base), s.scenario
+        moved = s.schedule.scenario.step_ns - s.schedule.baseline.step_ns
+        assert all(s.step_ns[k] == round(base[k] + moved) for k in base), s.scenario
+        assert s.schedule.scenario.step_ns > s.schedule.scenario.span_ns  # the DP all-reduce and optimizer after it
+        off_span += abs(moved - (s.schedule.scenario.span_ns - s.schedule.baseline.span_ns)) > 1_000
+    assert off_span  # the step after the pipeline is replayed, not carried over
     assert by_name["schedule:1f1b"].step_ns == base
     bubble = {k: max(s.schedule.scenario.bubble_ns) for k, s in by_name.items()}
     assert bubble["schedule:interleaved-1f1b"] < bubble["schedule:1f1b"]  # v=2 halves the (PP-1)(F+B) part
     assert bubble["schedule:zb-h1"] < bubble["schedule:1f1b"]
     assert bubble["schedule:dualpipe"] < bubble["schedule:zb-h1"]  # PP=2: (PP/2-1) = 0, transfers left
+
+
+def test_the_dp_all_reduces_follow_the_chunks_they_followed_in_the_trace() -> None:
+    """The synth run issues two gradient buckets per stage: one after half its backward kernels
+    (inside the pipeline), one after the last; then the optimizer (400 us of kernels)."""
+    from tracekit.analysis.schedule import read_schedule
+    from tracekit.pipeline import plan
+    from tracekit.whatif.core import make_baseline
+    from tracekit.whatif.schedule import _costs
+
+    tables = _tables("1f1b")
+    base = make_baseline(tables, "rail-optimized")
+    traced = read_schedule(tables)
+    tail = _costs(base, traced, plan("1f1b", 2, 4)).tail
+    replayed = {float(i.replayed_ns) for i in base.result.instances if i.dim == "DP"}
+    for d, calls in enumerate(tail.calls):
+        assert [c.cls for c in calls] == [("DP", d, 0), ("DP", d, 1)]
+        first, last = calls
+        assert 0.3 < first.share < 0.7 and last.share == 1.0
+        assert all(0 <= c.delay_ns < 20_000 for c in calls)
+        assert {c.nominal_ns for c in calls} <= replayed  # at their baseline-replay times
+        assert tail.after_ns[d] == pytest.approx(400_000, rel=0.05)
 
 
 def test_dualpipe_pairs_hide_the_all_to_all_the_share_of_sms_taken_shows(one_f_one_b) -> None:

@@ -7,6 +7,8 @@ the job starts in the placement. All jobs' flows are simulated together on the t
 that now overlap share links. A job's time is its nominal time (the baseline replay's) times its
 contention factor: simulated time per nominal ns, relative to its class's in the traced schedule
 rebuilt (so the traced order keeps, class by class, its baseline-replay communication time).
+The step after the pipeline (`Tail`: each stage's DP all-reduces and what follows them) is placed
+after the chunks it followed in the trace and replayed with them, so it shares their links.
 Placing and simulating alternate until the factors settle (`settle`).
 """
 
@@ -133,15 +135,39 @@ def templates_from(routed: RoutedFlows, classes: Mapping[Hashable, tuple[Sequenc
 
 
 @dataclass(frozen=True)
+class TailCall:
+    """A DP call of a stage's step after (or overlapping) its pipeline: issued once the stage has
+    done `share` of its chunk compute, `delay_ns` later; its class's flows at `nominal_ns`."""
+
+    cls: Hashable
+    share: float
+    delay_ns: float
+    nominal_ns: float
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Per stage, the step outside its pipeline: its DP calls, and the time from the later of its
+    pipeline's end and its last DP call's end to the end of its step (`after_ns`: optimizer, host)."""
+
+    calls: tuple[tuple[TailCall, ...], ...]
+    after_ns: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Settled:
     """A plan placed with its communication replayed: the placement, each job's contention
-    factor, the per-class reference (simulated per nominal ns) and how the rounds went."""
+    factor, the per-class reference (simulated per nominal ns) and how the rounds went; with a
+    `Tail`, `step_ns` is when the last stage's step ends (else the pipeline's span), and
+    `dp_exposed_ns` per stage the part of its DP calls that runs past its last chunk."""
 
     simulation: Simulation
     factors: Mapping[Hashable, float]
     reference: Mapping[Hashable, float]
     rounds: int
     converged: bool
+    step_ns: float = 0.0
+    dp_exposed_ns: tuple[float, ...] = ()
 
 
 CostOf = Callable[[int, Chunk], ChunkCost]
@@ -149,9 +175,10 @@ TransferOf = Callable[[int, int, Chunk], float]
 
 
 def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *, sm_share: float = 0.0,
-           reference: Mapping[Hashable, float] | None = None) -> Settled:
-    """Place `p` and replay its jobs until the factors settle. Without `reference`, `p` is the
-    traced schedule: its own classes' mean simulated time per nominal ns is the reference."""
+           reference: Mapping[Hashable, float] | None = None, tail: Tail | None = None) -> Settled:
+    """Place `p` and replay its jobs (and `tail`'s DP calls) until the factors settle. Without
+    `reference`, `p` is the traced schedule: its own classes' mean simulated time per nominal ns
+    is the reference."""
     slot_of = {(d, c): i for d, slots in enumerate(p.slots) for i, s in enumerate(slots) for c in s.chunks}
     factors: dict[Hashable, float] = {}
     ref: dict[Hashable, float] = dict(reference or {})
@@ -162,7 +189,7 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
         if rounds >= MAX_ROUNDS:
             break
         rounds += 1
-        jobs = _jobs(p, sim, cost, transfer, network)
+        jobs = _jobs(p, sim, cost, transfer, network) + _tail_jobs(sim, tail, network)
         if session is None or session.keys != [job.key for job in jobs]:
             session = network.session(jobs)
         took = session.times(np.array([job.release_ns for job in jobs], np.float64))
@@ -183,7 +210,46 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
             converged = True
             sim = _place(p, cost, transfer, sm_share, factors, slot_of)
             break
-    return Settled(sim, factors, ref, rounds, converged)
+    step, dp_exposed = _step_end(sim, tail, factors)
+    return Settled(sim, factors, ref, rounds, converged, step, dp_exposed)
+
+
+def compute_reached(sim: Simulation, device: int, share: float) -> float:
+    """When `device` has done `share` of its placed chunk compute (a slot computes from its start)."""
+    mine = sorted((x for x in sim.placed if x.device == device), key=lambda x: x.start_ns)
+    target = share * sum(x.compute_ns for x in mine)
+    done = 0.0
+    for x in mine:
+        if done + x.compute_ns >= target:
+            return x.start_ns + max(target - done, 0.0)
+        done += x.compute_ns
+    return mine[-1].start_ns + mine[-1].compute_ns if mine else 0.0
+
+
+def _tail_jobs(sim: Simulation, tail: Tail | None, network: ChunkNetwork) -> list[Job]:
+    if tail is None:
+        return []
+    return [Job(("dp", d, i), call.cls, compute_reached(sim, d, call.share) + call.delay_ns, call.nominal_ns)
+            for d, calls in enumerate(tail.calls) for i, call in enumerate(calls)
+            if call.nominal_ns > 0 and call.cls in network.templates]
+
+
+def _step_end(sim: Simulation, tail: Tail | None, factors: Mapping[Hashable, float]) -> tuple[float, tuple[
+        float, ...]]:
+    """When the last stage's step ends (the pipeline's span without a tail), and per stage the
+    time its DP calls run past its last chunk."""
+    if tail is None:
+        return sim.span_ns, ()
+    last = [0.0] * sim.plan.stages
+    for x in sim.placed:
+        last[x.device] = max(last[x.device], x.end_ns)
+    ends, exposed = [], []
+    for d, calls in enumerate(tail.calls):
+        dp_end = max((compute_reached(sim, d, c.share) + c.delay_ns + c.nominal_ns * factors.get(("dp", d, i), 1.0)
+                      for i, c in enumerate(calls)), default=0.0)
+        ends.append(max(last[d], dp_end) + tail.after_ns[d])
+        exposed.append(max(dp_end - last[d], 0.0))
+    return max(ends, default=sim.span_ns), tuple(exposed)
 
 
 def _place(p: Plan, cost: CostOf, transfer: TransferOf, sm_share: float, factors: Mapping[Hashable, float],

@@ -24,7 +24,7 @@ from statistics import median
 
 import polars as pl
 
-from tracekit.analysis import frame
+from tracekit.analysis import breakdown, frame
 from tracekit.analysis.schedule import DEFAULT_RATIO, StageCosts, TracedSchedule, read_schedule
 from tracekit.pipeline import (
     BACKWARD,
@@ -37,11 +37,19 @@ from tracekit.pipeline import (
     ChunkCost,
     Plan,
     ScheduleError,
-    Simulation,
     plan,
 )
 from tracekit.replay.engine import routed_flows
-from tracekit.whatif.chunk_flows import ChunkNetwork, CostOf, Settled, TransferOf, settle, templates_from
+from tracekit.whatif.chunk_flows import (
+    ChunkNetwork,
+    CostOf,
+    Settled,
+    Tail,
+    TailCall,
+    TransferOf,
+    settle,
+    templates_from,
+)
 from tracekit.whatif.core import Baseline, PipelineRun, PlacedChunk, ScenarioResult, ScheduleOutcome, WhatIfError
 
 FIELDS = ("microbatches", "chunks", "sm_share")
@@ -66,6 +74,7 @@ class _Costs:
     transfer_ns: Mapping[tuple[int, int], float]
     default_transfer_ns: float
     network: ChunkNetwork
+    tail: Tail
 
 
 def parse(rest: str) -> tuple[str, dict[str, str]]:
@@ -123,15 +132,15 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
         base.memo[("schedule", sm_share)] = _run(traced_plan, costs, sm_share)
     settled_before: Settled = base.memo[("schedule", sm_share)]
     settled_after = _run(target, costs, sm_share, settled_before.reference)
-    before, after = settled_before.simulation, settled_after.simulation
-    delta = after.span_ns - before.span_ns
+    delta = settled_after.step_ns - settled_before.step_ns
     result = base.compare(text, "schedule", base.result)
     result.step_ns = {k: round(v + delta) for k, v in base.result.step_ns.items()}
-    dims = sorted(set(before.exposed_ns) | set(after.exposed_ns) | set(base.result.exposed_ns))
-    moved = {d: (after.exposed_ns.get(d, 0.0) - before.exposed_ns.get(d, 0.0)) / traced.stages for d in dims}
+    was, now = _exposed(settled_before), _exposed(settled_after)
+    dims = sorted(set(was) | set(now) | set(base.result.exposed_ns))
+    moved = {d: (now.get(d, 0.0) - was.get(d, 0.0)) / traced.stages for d in dims}
     result.exposed_ns = {d: max(round(base.result.exposed_ns.get(d, 0) + moved[d]), 0) for d in dims}
-    result.schedule = ScheduleOutcome(baseline=_summary(before), scenario=_summary(after), sm_share=sm_share,
-                                      traced_step=traced.step)
+    result.schedule = ScheduleOutcome(baseline=_summary(settled_before), scenario=_summary(settled_after),
+                                      sm_share=sm_share, traced_step=traced.step)
     result.details = {"traced_schedule": traced.shape(),
                       "schedule": {"name": name, "stages": traced.stages, "microbatches": m, "chunks": v},
                       "sm_share": sm_share,
@@ -175,12 +184,81 @@ def _costs(base: Baseline, traced: TracedSchedule, traced_plan: Plan) -> _Costs:
     transfer = {k: median(v) for k, v in times.items()}
     everything = [t for v in times.values() for t in v]
     return _Costs(traced, traced_plan, scale, transfer, median(everything) if everything else 0.0,
-                  _network(base, traced, stage_of))
+                  _network(base, traced, stage_of), _tail(base, traced, coll, replayed))
+
+
+def _tail(base: Baseline, traced: TracedSchedule, coll: pl.DataFrame,
+          replayed: Mapping[tuple[str, int], tuple[int, int]]) -> Tail:
+    """Per stage, from its traced rank's step: each DP call (by its order in its group's step)
+    with the share of the stage's chunk compute done when it was issued and the delay after it,
+    at its baseline-replay time; and the time from the later of the pipeline's end (its last
+    chunk's compute and EP/TP/PP calls) and the last DP call's end to the rank's last GPU work."""
+    ranks = [c.rank for c in traced.costs]
+    ev = frame(base.tables.get("events"), "events").filter(pl.col("rank").is_in(ranks))
+    if traced.step is not None and "step" in ev.columns:
+        ev = ev.filter(pl.col("step") == traced.step)
+    ev = ev.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+    compute = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, coll))
+    calls_out: list[tuple[TailCall, ...]] = []
+    after: list[float] = []
+    for d, rank in enumerate(ranks):
+        mine = coll.filter((pl.col("rank") == rank) & pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
+        gpu = ev.filter((pl.col("rank") == rank) & pl.col("kind").is_in(["compute", "comm"]))
+        intervals = _merged(compute.filter(pl.col("rank") == rank).select("s", "e").sort("s").rows())
+        dp = mine.filter(pl.col("dim") == "DP").sort("ts_ns")
+        chunk_calls = mine.filter(pl.col("dim").is_in(["EP", "TP", "PP"]))
+        pipeline_end = float(chunk_calls.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item() or 0)
+        if dp.height:
+            last_issue = float(dp.get_column("ts_ns").max())
+            pipeline_end = max([pipeline_end] + [e for s, e in intervals if s < last_issue])
+        total = _done_by(intervals, pipeline_end)
+        order: dict[str, list[int]] = {}
+        for group, seq in dp.select("group", "seq").iter_rows():
+            order.setdefault(str(group), []).append(int(seq))
+        calls = []
+        dp_end = 0.0
+        for group, seq, ts, dur in dp.select("group", "seq", "ts_ns", "dur_ns").iter_rows():
+            done = min(_done_by(intervals, float(ts)), total)
+            share = done / total if total > 0 else 1.0
+            delay = float(ts) - _reached(intervals, done)
+            nominal = float(replayed.get((str(group), int(seq)), (0, dur))[1])
+            calls.append(TailCall(("DP", d, sorted(order[str(group)]).index(int(seq))), share, delay, nominal))
+            dp_end = max(dp_end, float(ts + dur))
+        gpu_end = float(gpu.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item() or 0) if gpu.height else 0.0
+        calls_out.append(tuple(calls))
+        after.append(max(gpu_end - max(pipeline_end, dp_end), 0.0))
+    return Tail(tuple(calls_out), tuple(after))
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in intervals:
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], float(e)))
+        else:
+            out.append((float(s), float(e)))
+    return out
+
+
+def _done_by(intervals: list[tuple[float, float]], t: float) -> float:
+    """Compute done before `t` (merged intervals)."""
+    return sum(max(min(e, t) - s, 0.0) for s, e in intervals)
+
+
+def _reached(intervals: list[tuple[float, float]], amount: float) -> float:
+    """The first time `amount` of compute is done (merged intervals)."""
+    done = 0.0
+    for s, e in intervals:
+        if done + (e - s) >= amount:
+            return s + (amount - done)
+        done += e - s
+    return intervals[-1][1] if intervals else 0.0
 
 
 def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]) -> ChunkNetwork:
     """The traced step's flows on the baseline topology, by class: (dim, stage) for the EP/TP
-    communication of a stage's ranks, ("PP", a, b) for the PP sends from stage a to b; each with
+    communication of a stage's ranks, ("DP", stage, i) for the i-th DP call of the step in each
+    of the stage's DP groups, ("PP", a, b) for the PP sends from stage a to b; each with
     the baseline-replay time of its instances on the stage's traced rank (what the chunk costs
     are made of)."""
     routed = routed_flows(base.tables, base.topology, algo=base.options.get("algo", "auto"),
@@ -192,6 +270,11 @@ def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]
     chain = [c.rank for c in traced.costs]
     members: dict[tuple, list[int]] = {}
     nominal: dict[tuple, float] = {}
+    seqs: dict[str, list[int]] = {}
+    for inst in routed.instances:
+        if inst.dim == "DP" and (traced.step is None or inst.step == traced.step):
+            seqs.setdefault(inst.group, []).append(inst.seq)
+    dp_order = {(g, q): i for g, qs in seqs.items() for i, q in enumerate(sorted(qs))}
     for k, inst in enumerate(routed.instances):
         if traced.step is not None and inst.step != traced.step:
             continue
@@ -201,12 +284,13 @@ def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]
                 continue
             cls: tuple = ("PP", a, b)
             mine = inst.src == chain[a] and inst.dst == chain[b]
-        elif inst.dim in ("EP", "TP"):
+        elif inst.dim in ("EP", "TP", "DP"):
             stages = {stage_of.get(r) for r in inst.ranks}
             if len(stages) != 1 or None in stages:
                 continue
             d = stages.pop()
-            cls, mine = (inst.dim, d), chain[d] in inst.ranks
+            cls = ("DP", d, dp_order[(inst.group, inst.seq)]) if inst.dim == "DP" else (inst.dim, d)
+            mine = chain[d] in inst.ranks
         else:
             continue
         members.setdefault(cls, []).append(k)
@@ -249,7 +333,7 @@ def _cost_functions(p: Plan, costs: _Costs) -> tuple[CostOf, TransferOf]:
 def _run(p: Plan, costs: _Costs, sm_share: float, reference: Mapping[Hashable, float] | None = None) -> Settled:
     """`p` placed in time with its communication replayed on the topology (`chunk_flows.settle`)."""
     cost, transfer = _cost_functions(p, costs)
-    return settle(p, cost, transfer, costs.network, sm_share=sm_share, reference=reference)
+    return settle(p, cost, transfer, costs.network, sm_share=sm_share, reference=reference, tail=costs.tail)
 
 
 def _position_costs(costs: _Costs) -> list[tuple[StageCosts, Mapping[str, float]]]:
@@ -291,7 +375,16 @@ def _spread(factors: Mapping[Hashable, float]) -> dict[str, float]:
     return {"min": round(min(values), 4), "max": round(max(values), 4)}
 
 
-def _summary(sim: Simulation) -> PipelineRun:
+def _exposed(settled: Settled) -> dict[str, float]:
+    """Exposed communication per dim summed over stages: the pipeline's, and DP past the last chunks."""
+    out = dict(settled.simulation.exposed_ns)
+    if settled.dp_exposed_ns:
+        out["DP"] = out.get("DP", 0.0) + sum(settled.dp_exposed_ns)
+    return out
+
+
+def _summary(settled: Settled) -> PipelineRun:
+    sim = settled.simulation
     placed = []
     for x in sim.placed:
         label = "+".join(f"{c.kind}{c.mb}" for c in x.chunks)
@@ -301,4 +394,5 @@ def _summary(sim: Simulation) -> PipelineRun:
     p = sim.plan
     return PipelineRun(name=p.name, stages=p.stages, microbatches=p.microbatches,
                        chunks=p.chunks if p.name == "interleaved-1f1b" else 1, span_ns=sim.span_ns,
-                       bubble_ns=sim.bubble_ns, exposed_ns=dict(sim.exposed_ns), placed=tuple(placed))
+                       bubble_ns=sim.bubble_ns, exposed_ns=dict(sim.exposed_ns), placed=tuple(placed),
+                       step_ns=settled.step_ns, dp_exposed_ns=settled.dp_exposed_ns)
