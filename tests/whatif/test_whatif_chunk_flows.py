@@ -174,6 +174,7 @@ def test_a_dp_all_reduce_shares_its_link_with_the_pipeline_that_now_overlaps_it(
     assert after.converged
     assert after.step_ns == pytest.approx(5 * c + 2 * a, rel=1e-6)
     assert after.factors[("dp", 0, 0)] == pytest.approx(2.0, rel=1e-6)
+    assert after.dp_exposed_ns[0] == pytest.approx(c + 2 * a, rel=1e-6)  # from stage 0's last chunk end, 4C
     assert after.factors[("comm", 1, 3, "EP")] == pytest.approx(2.0, rel=1e-6)
 
 
