@@ -57,11 +57,15 @@ class Job:
 
 
 class ChunkNetwork:
-    """Templates per class on one topology; `times(jobs)` simulates jobs together."""
+    """Templates per class on one topology; `times(jobs)` simulates jobs together. A class the
+    traced order never ran (an interleaved hop between stages the trace did not join) takes its
+    contention reference from the traced class it stands in for (`stands_for`)."""
 
-    def __init__(self, topology: Topology, templates: Mapping[Hashable, Template]) -> None:
+    def __init__(self, topology: Topology, templates: Mapping[Hashable, Template],
+                 stands_for: Mapping[Hashable, Hashable] | None = None) -> None:
         self.topology = topology
         self.templates = dict(templates)
+        self.stands_for = dict(stands_for or {})
 
     def times(self, jobs: Sequence[Job]) -> np.ndarray:
         """Per job, from its release to its last flow's finish (ns), all jobs' flows sharing the topology."""
@@ -201,7 +205,8 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
                 acc[0] += t
                 acc[1] += job.nominal_ns
             ref = {cls: s / n for cls, (s, n) in per.items() if n > 0 and s > 0}
-        new = {job.key: rate[job.key] / ref[job.cls] if ref.get(job.cls) else 1.0 for job in jobs}
+        base = {job.cls: ref.get(job.cls) or ref.get(network.stands_for.get(job.cls)) for job in jobs}
+        new = {job.key: rate[job.key] / base[job.cls] if base[job.cls] else 1.0 for job in jobs}
         if rounds > DAMP_FROM:
             new = {k: 0.5 * (v + factors.get(k, 1.0)) for k, v in new.items()}
         moved = max((abs(v - factors.get(k, 1.0)) / max(v, 1e-12) for k, v in new.items()), default=0.0)

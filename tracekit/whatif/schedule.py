@@ -18,10 +18,11 @@ compute, the communication taking `sm_share` of the SMs while it runs.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+import numpy as np
 import polars as pl
 
 from tracekit.analysis import breakdown, frame
@@ -39,13 +40,15 @@ from tracekit.pipeline import (
     ScheduleError,
     plan,
 )
-from tracekit.replay.engine import routed_flows
+from tracekit.replay.engine import RoutedFlows, routed_flows
+from tracekit.replay.simulate import Flows, route
 from tracekit.whatif.chunk_flows import (
     ChunkNetwork,
     CostOf,
     Settled,
     Tail,
     TailCall,
+    Template,
     TransferOf,
     settle,
     templates_from,
@@ -75,6 +78,7 @@ class _Costs:
     default_transfer_ns: float
     network: ChunkNetwork
     tail: Tail
+    hop_scale: Mapping[tuple[int, int], float]  # an untraced hop's bytes over its stand-in's (see `_network`)
 
 
 def parse(rest: str) -> tuple[str, dict[str, str]]:
@@ -183,8 +187,18 @@ def _costs(base: Baseline, traced: TracedSchedule, traced_plan: Plan) -> _Costs:
             times.setdefault((stage_of[rank], stage_of[peer]), []).append(float(replayed[(group, seq)][1]))
     transfer = {k: median(v) for k, v in times.items()}
     everything = [t for v in times.values() for t in v]
+    network = _network(base, traced, stage_of)
+    sent: dict[tuple[int, int], list[float]] = {}
+    for rank, peer, nbytes in pp.select("rank", "peer", "in_bytes").iter_rows():
+        if rank in stage_of and peer in stage_of and nbytes is not None:
+            sent.setdefault((stage_of[rank], stage_of[peer]), []).append(float(nbytes))
+    hop_scale = {}
+    for (_, a, b), twin in network.stands_for.items():
+        mine = [x for (s, _), v in sent.items() if s == a for x in v]
+        theirs = sent.get(twin[1:], [])
+        hop_scale[(a, b)] = median(mine) / median(theirs) if mine and theirs and median(theirs) > 0 else 1.0
     return _Costs(traced, traced_plan, scale, transfer, median(everything) if everything else 0.0,
-                  _network(base, traced, stage_of), _tail(base, traced, coll, replayed))
+                  network, _tail(base, traced, coll, replayed), hop_scale)
 
 
 def _tail(base: Baseline, traced: TracedSchedule, coll: pl.DataFrame,
@@ -297,7 +311,59 @@ def _network(base: Baseline, traced: TracedSchedule, stage_of: Mapping[int, int]
         if mine:
             nominal[cls] = nominal.get(cls, 0.0) + replayed[k]
     classes = {cls: (ks, nominal.get(cls, 0.0)) for cls, ks in members.items()}
-    return ChunkNetwork(routed.topology, templates_from(routed, classes))
+    templates = templates_from(routed, classes)
+    stands_for: dict[Hashable, Hashable] = {}
+    host = base.placement.host_of
+    for a, b in _untraced_hops(traced.stages, templates):
+        crossing = host(chain[a]) != host(chain[b])
+        like = sorted(k for k in templates if k[0] == "PP" and (host(chain[k[1]]) != host(chain[k[2]])) == crossing)
+        if not like:
+            continue
+        twin = next((k for k in like if k[1] == a), like[0])
+        template = _rerouted(routed, members[twin], traced.stage_ranks, (a, b), templates[twin].nominal_ns)
+        if template is not None:
+            templates[("PP", a, b)] = template
+            stands_for[("PP", a, b)] = twin
+    return ChunkNetwork(routed.topology, templates, stands_for)
+
+
+def _untraced_hops(stages: int, templates: Mapping[Hashable, object]) -> list[tuple[int, int]]:
+    """Interleaved 1F1B's hops between the last stage and the first when the trace never made
+    them (more than 2 stages)."""
+    if stages <= 2:
+        return []
+    return [(a, b) for a, b in ((stages - 1, 0), (0, stages - 1)) if ("PP", a, b) not in templates]
+
+
+def _rerouted(routed: RoutedFlows, instances: Sequence[int], stage_ranks: Sequence[Sequence[int]],
+              now: tuple[int, int], nominal_ns: float) -> Template | None:
+    """The flows of a traced hop's instances, each moved to the ranks of stages `now` at its
+    sender's and receiver's places in their stages, routed on the topology (bytes and flows as
+    traced: a hop of the same kind, within a host or across hosts)."""
+    where = {r: i for ranks in stage_ranks for i, r in enumerate(ranks)}
+
+    def moved(rank: int, stage: int) -> int:
+        return stage_ranks[stage][where[rank] % len(stage_ranks[stage])]
+
+    src, dst, nbytes, lat, cap, channel = [], [], [], [], [], []
+    for k in instances:
+        inst = routed.instances[k]
+        sender, receiver = moved(inst.src, now[0]), moved(inst.dst, now[1])
+        if sender not in routed.gpu_of or receiver not in routed.gpu_of:
+            continue
+        for j, f in enumerate(np.flatnonzero(routed.key == k)):
+            src.append(routed.gpu_of[sender])
+            dst.append(routed.gpu_of[receiver])
+            nbytes.append(float(routed.nbytes[f]))
+            lat.append(float(routed.lat_mult[f]))
+            cap.append(float(routed.max_gbs[f]))
+            channel.append(j)
+    if not src or nominal_ns <= 0:
+        return None
+    flows = Flows.from_lists(src, dst, nbytes, lat_mult=lat, channel=channel, max_gbs=cap)
+    indptr, ids = route(routed.topology, flows)
+    return Template(indptr.astype(np.int64), ids.astype(np.int64), np.asarray(nbytes), np.asarray(lat),
+                    np.asarray(cap), nominal_ns)
 
 
 def _cost_functions(p: Plan, costs: _Costs) -> tuple[CostOf, TransferOf]:
@@ -325,7 +391,12 @@ def _cost_functions(p: Plan, costs: _Costs) -> tuple[CostOf, TransferOf]:
         return ChunkCost(compute * size, {dim: t * size for dim, t in comm.items()})
 
     def transfer(a: int, b: int, chunk: Chunk) -> float:
-        return costs.transfer_ns.get((a, b), costs.default_transfer_ns) * size
+        if (a, b) in costs.transfer_ns:
+            return costs.transfer_ns[(a, b)] * size
+        twin = costs.network.stands_for.get(("PP", a, b))
+        if twin is None:
+            return costs.default_transfer_ns * size
+        return costs.transfer_ns.get(twin[1:], costs.default_transfer_ns) * costs.hop_scale.get((a, b), 1.0) * size
 
     return cost, transfer
 
