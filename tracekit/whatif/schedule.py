@@ -62,9 +62,10 @@ ASSUMPTIONS = (
     "chunks rebuilt from the traced schedule: compute per chunk kind as traced, the model cut evenly along the new "
     "schedule's route; EP/TP communication inside chunks and PP transfers replayed on the topology in the new order "
     "(flows of the traced step's instances, released where the chunks run, so transfers that now overlap share "
-    "links), each at its baseline-replay time times its contention relative to the traced order's; the step "
-    "outside the pipeline (DP all-reduce, optimizer, host time) as in the baseline replay; other micro-batch counts "
-    "cut the same batch (per micro-batch times scale by traced/new)")
+    "links), each at its baseline-replay time times its contention relative to the traced order's; each stage's DP "
+    "all-reduces issued after the same share of its chunk compute as traced (the last when its last chunk's compute "
+    "ends) and replayed with them, the optimizer and host time after them as traced; other micro-batch counts cut "
+    "the same batch (per micro-batch times scale by traced/new)")
 
 
 @dataclass(frozen=True)
