@@ -28,8 +28,8 @@ from tracekit.replay.topology import Topology
 
 #: Rounds of place-and-simulate before the factors are given up on as unsettled.
 MAX_ROUNDS = 40
-#: From this round on, each round moves the factors half way (a damped fixed point).
-DAMP_FROM = 6
+#: From this round on, a factor that turned back moves half way (a damped fixed point).
+DAMP_FROM = 2
 #: Factors settled: none moved by more than this (relative).
 SETTLE_TOLERANCE = 1e-6
 
@@ -187,6 +187,7 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
     factors: dict[Hashable, float] = {}
     ref: dict[Hashable, float] = dict(reference or {})
     rounds, converged = 0, False
+    last_step: dict[Hashable, float] = {}
     session: JobFlows | None = None
     while True:
         sim = _place(p, cost, transfer, sm_share, factors, slot_of)
@@ -207,8 +208,10 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
             ref = {cls: s / n for cls, (s, n) in per.items() if n > 0 and s > 0}
         base = {job.cls: ref.get(job.cls) or ref.get(network.stands_for.get(job.cls)) for job in jobs}
         new = {job.key: rate[job.key] / base[job.cls] if base[job.cls] else 1.0 for job in jobs}
-        if rounds > DAMP_FROM:
-            new = {k: 0.5 * (v + factors.get(k, 1.0)) for k, v in new.items()}
+        if rounds > DAMP_FROM:  # half steps where a factor turned back (an oscillation), full ones elsewhere
+            new = {k: 0.5 * (v + factors.get(k, 1.0)) if (v - factors.get(k, 1.0)) * last_step.get(k, 0.0) < 0
+                   else v for k, v in new.items()}
+        last_step = {k: v - factors.get(k, 1.0) for k, v in new.items()}
         moved = max((abs(v - factors.get(k, 1.0)) / max(v, 1e-12) for k, v in new.items()), default=0.0)
         factors = new
         if moved <= SETTLE_TOLERANCE:
