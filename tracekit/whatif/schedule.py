@@ -214,6 +214,10 @@ def _tail(base: Baseline, traced: TracedSchedule, coll: pl.DataFrame,
         ev = ev.filter(pl.col("step") == traced.step)
     ev = ev.filter(pl.col("ts_ns").is_not_null() & pl.col("dur_ns").is_not_null())
     compute = breakdown.compute_intervals(ev, breakdown.comm_intervals(ev, coll))
+    dp_calls = coll.filter(pl.col("dim") == "DP").select(pl.col("group").cast(pl.Utf8), "rank").unique()
+    members: dict[str, list[int]] = {}
+    for group, rank in dp_calls.iter_rows():
+        members.setdefault(group, []).append(int(rank))
     calls_out: list[tuple[TailCall, ...]] = []
     after: list[float] = []
     for d, rank in enumerate(ranks):
@@ -237,7 +241,9 @@ def _tail(base: Baseline, traced: TracedSchedule, coll: pl.DataFrame,
             share = done / total if total > 0 else 1.0
             delay = float(ts) - _reached(intervals, done)
             nominal = float(replayed.get((str(group), int(seq)), (0, dur))[1])
-            calls.append(TailCall(("DP", d, sorted(order[str(group)]).index(int(seq))), share, delay, nominal))
+            within = set(members.get(str(group), ())) <= set(traced.stage_ranks[d])
+            cls = ("DP", d, sorted(order[str(group)]).index(int(seq))) if within else ("DP", str(group), int(seq))
+            calls.append(TailCall(cls, share, delay, nominal))  # a DP call across stages: no flows, its replayed time
             dp_end = max(dp_end, float(ts + dur))
         gpu_end = float(gpu.select((pl.col("ts_ns") + pl.col("dur_ns")).max()).item() or 0) if gpu.height else 0.0
         calls_out.append(tuple(calls))
