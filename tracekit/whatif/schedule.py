@@ -9,9 +9,11 @@ placement's communication is then replayed on the topology in its own order
 model is cut evenly along each schedule's route (an interleaved or V-shape chunk holds its share
 of a traced stage's layers; DualPipe's second chunk on a device is the mirrored stage's). Both
 the traced schedule and the new one are placed by `tracekit.pipeline.simulate` with these same
-costs and replayed; the scenario's step is the baseline replay's step moved by the difference of the two
-pipeline spans, so the part of the step outside the pipeline (gradient all-reduce, optimizer,
-host time) stays as replayed, and rebuilding the traced schedule gives the baseline exactly.
+costs and replayed, each stage's DP all-reduces issued after the same share of its chunk compute
+as traced and replayed with them (`chunk_flows.Tail`), the optimizer after them as traced; the
+scenario's step is the baseline replay's step moved by the difference of the two steps so
+placed, so rebuilding the traced schedule gives the baseline exactly. An interleaved hop the
+trace never made is a traced hop of the same kind moved to its stages.
 DualPipe's paired forward and backward overlap one chunk's communication with the other's
 compute, the communication taking `sm_share` of the SMs while it runs.
 """
