@@ -883,6 +883,7 @@ class RoutedFlows:
     max_gbs: np.ndarray
     key: np.ndarray
     instances: tuple[RoutedInstance, ...]
+    gpu_of: Mapping[int, int] = field(default_factory=dict)  # rank -> GPU on `topology`
 
 
 def routed_flows(tables: Mapping[str, pa.Table], topology: str | TopologySpec, *, algo: str = "auto",
@@ -896,7 +897,7 @@ def routed_flows(tables: Mapping[str, pa.Table], topology: str | TopologySpec, *
                                  src=i.src, dst=i.dst, step=i.step) for i in prep.instances)
     return RoutedFlows(topology=net.topology, indptr=net.indptr[:n + 1], ids=net.ids[:net.indptr[n]],
                        nbytes=net.nbytes[:n], lat_mult=net.lat_mult[:n], max_gbs=net.max_gbs[:n],
-                       key=np.asarray(net.flows.key[:n], np.int64), instances=insts)
+                       key=np.asarray(net.flows.key[:n], np.int64), instances=insts, gpu_of=dict(net.gmap))
 
 
 def _not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:
