@@ -703,7 +703,7 @@ def _fr_parts(run: Any, fmt: str = "flight_recorder") -> tuple[pa.Table | None, 
 
 
 def _global_peers(coll: pa.Table, groups: pa.Table) -> pa.Table:
-    from tracekit.fabric import rank_maps, resolve_peers
+    from tracekit.nccl_fabric import rank_maps, resolve_peers
 
     table, _ = resolve_peers(coll, rank_maps(groups), [("peer", "peer_local")])
     return table

@@ -801,7 +801,7 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
     NCCL fills (global peers through the rank maps; algo/proto through lookups built in a
     first pass over the same sorted rows) and is appended to `out`. The rows are those of
     sorting the concatenated parts (a stable sort), bit for bit."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     parts: list[_Part] = []
     schemas = []
@@ -833,9 +833,9 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
             mask = pa.compute.and_(pa.compute.is_valid(algo), pa.compute.is_valid(table.column("seq")))
             keep = order[mask.to_numpy(zero_copy_only=False)[order]] if order is not None else \
                 np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-            have.append(fabric.fill_have(table.take(keep)))
+            have.append(nccl_fabric.fill_have(table.take(keep)))
             del table, order
-        lookups = fabric.fill_lookups(have, fill.donors)
+        lookups = nccl_fabric.fill_lookups(have, fill.donors)
         del have
     rows, filled = _write_collectives(run_dir, batches, unified, final, fill, lookups, out)
     if lookups is not None and odd and not filled:
@@ -846,14 +846,14 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
 def _write_collectives(run_dir: Path, batches: list[list[_Part]], unified: pa.Schema,
                        final: pa.Schema, fill: _Fill | None, lookups: Any, out: Path) -> tuple[int, int]:
     """Stream the sorted rows into `out` with the NCCL fills: (rows, rows whose algo was filled)."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     rows = filled = 0
     pending: list[pa.Table] = []
     with pq.ParquetWriter(out, final, **parquet_options(final)) as writer:
         for chunk in _sorted_chunks(run_dir, batches, unified):
             if fill is not None:
-                chunk, _ = fabric.resolve_peers(chunk, fill.maps, [("peer", "peer_local")])
+                chunk, _ = nccl_fabric.resolve_peers(chunk, fill.maps, [("peer", "peer_local")])
             if lookups is not None:
                 algo, proto, n = lookups.apply(chunk)
                 filled += n
@@ -1109,12 +1109,12 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     merged `groups.rank_map`), one row per channel edge, and bus ids / hosts for ranks another
     format describes; returns what the collectives merge needs to resolve peers and fill
     algo/proto (None without NCCL logs)."""
-    from tracekit import fabric
+    from tracekit import nccl_fabric
 
     logs = [s for s in sources if _is(s.format, "nccl_facts")]
     if not any(_is(s.format, "maps_peers") for s in sources):
         return None
-    maps = fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
+    maps = nccl_fabric.rank_maps(tables["groups"]) if "groups" in tables else {}
     if "groups" in tables and "world" in tables["groups"].column_names:
         worlds = [g for g, w in zip(tables["groups"].column("group").to_pylist(),
                                     tables["groups"].column("world").to_pylist(), strict=True) if w]
@@ -1123,7 +1123,7 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
                             "global ranks of the logs whose largest communicator is not the job's world are local "
                             "to it")
     if "channels" in tables:
-        ch, unknown = fabric.resolve_peers(fabric.dedup_channels(tables["channels"]), maps,
+        ch, unknown = nccl_fabric.resolve_peers(nccl_fabric.dedup_channels(tables["channels"]), maps,
                                            [("peer_rank", "peer_comm_rank"), ("proxy_rank", "proxy_comm_rank")])
         tables["channels"] = ch
         if unknown:
@@ -1140,7 +1140,7 @@ def _merge_nccl(run_dir: Path, sources: list[SourceReport], primary: dict[int, l
     if "ranks" in tables:
         others = [t for s in logs if (t := _read_part(run_dir, s.key or "", "ranks")) is not None]
         if others:
-            tables["ranks"] = fabric.fill_rank_facts(tables["ranks"],
+            tables["ranks"] = nccl_fabric.fill_rank_facts(tables["ranks"],
                                                      pa.concat_tables(others, promote_options="permissive"))
     return _Fill(maps, donor)
 
@@ -1163,7 +1163,7 @@ def _distinct_rows(table: pa.Table) -> list[dict[str, Any]]:
 
 def _merge_groups(table: pa.Table, warnings: list[str]) -> pa.Table:
     """One row per group. Applying a row twice changes nothing, so repeats are dropped first."""
-    from tracekit.fabric import merge_rank_maps
+    from tracekit.nccl_fabric import merge_rank_maps
 
     merged: dict[str, dict[str, Any]] = {}
     for row in _distinct_rows(table):
@@ -1240,94 +1240,6 @@ def _manifest(report: IngestReport, *, rank: int | None, comm_patterns: Sequence
         "primary_sources": {str(r): keys for r, keys in
                             sorted(primary_sources([s for s in report.sources if s.ok and s.key]).items())},
     }
-
-
-def describe_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """A plain summary of a run directory (for `tracekit info`)."""
-    from tracekit.fabric import communicators, nccl_warnings
-    from tracekit.store import Run
-
-    run = Run(run_dir)
-    m = run.manifest
-    ranks = run.table("ranks").to_pylist()
-    groups = run.table("groups").to_pylist()
-    coll = run.table("collectives")
-    per_group: dict[str, int] = {}
-    if coll.num_rows:
-        import pyarrow.compute as pc
-        counts = pc.value_counts(coll.column("group").cast(pa.string())).to_pylist()
-        per_group = {c["values"]: c["counts"] for c in counts if c["values"] is not None}
-    sources = m.get("sources", [])
-    ok = [s for s in sources if not s.get("error")]
-    primary = {k for keys in (m.get("primary_sources") or {}).values() for k in keys}
-    timed = [s for s in ok if not primary or s.get("key") in primary]
-    starts = [s["ts_min_ns"] for s in timed if s.get("ts_min_ns") is not None]
-    ends = [s["ts_max_ns"] for s in timed if s.get("ts_max_ns") is not None]
-    formats: dict[str, int] = {}
-    for s in ok:
-        formats[s["format"]] = formats.get(s["format"], 0) + 1
-    from tracekit.microbench import microbench_runs
-    from tracekit.results import to_builtins
-
-    bench = microbench_runs(run.table("microbench")) if run.has("microbench") else []
-    rank_ids = sorted({r["rank"] for r in ranks})
-    hosts = sorted({r["host"] for r in ranks if r["host"]})
-    devices = sorted({r["device_name"] for r in ranks if r["device_name"]})
-    ranks_from = "traces" if rank_ids else None
-    if not rank_ids and bench:
-        # an nccl-tests run: its header names every rank, its host and its device
-        rank_ids = list(range(max(b.nranks or 0 for b in bench)))
-        hosts = sorted({h for b in bench for h in b.host_names})
-        devices = sorted({d for b in bench for d in b.devices})
-        ranks_from = "nccl-tests header"
-    return {
-        "run": str(run.path),
-        "tracekit_version": m.get("tracekit_version"),
-        "schema_version": m.get("schema_version"),
-        "ranks": rank_ids,
-        "ranks_from": ranks_from,
-        "world_sizes": sorted({r["world_size"] for r in ranks if r["world_size"] is not None}),
-        "hosts": hosts,
-        "devices": devices,
-        "microbench": [{k: v for k, v in to_builtins(b).items() if k != "sizes"} | {"sizes": len(b.sizes)}
-                       for b in bench],
-        "formats": formats,
-        "steps": sorted({st for s in ok for st in s.get("steps", [])}),
-        "analyzed_steps": _analyzed_steps(run),
-        "span": {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
-                 "duration_s": (max(ends) - min(starts)) / 1e9 if starts and ends else None},
-        "tables": m.get("tables", {}),
-        "groups": [{**g, "dims": list(g["dims"] or []), "ranks": list(g["ranks"] or []),
-                    "collectives": per_group.get(g["group"], 0)} for g in groups],
-        "communicators": to_builtins(communicators(run.table("groups"), run.table("channels"), run.table("ranks"))),
-        "nccl_warnings": to_builtins(nccl_warnings(run.table("log_messages"))),
-        "sources": [{k: s.get(k) for k in ("path", "format", "ranks", "read", "stored", "skipped",
-                                            "warnings", "error", "cached")} for s in sources],
-        "warnings": m.get("warnings", []),
-        "validity": _validity_json(run),
-    }
-
-
-#: How `analyze` found a run's steps (`steps.step_windows`), in words.
-STEP_SOURCES = {"annotation": "ProfilerStep annotations", "events.step": "the events' step numbers",
-                "cadence": "the cadence of a repeated collective", "whole": "the whole trace (no step marks)"}
-
-
-def _analyzed_steps(run: Any) -> dict[str, Any] | None:
-    """The steps the stored analysis (results/analysis.json) found, and from what; None before `analyze`."""
-    doc = run.read_json("analysis")
-    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
-        return None
-    summary = doc["summary"]
-    return {"steps": list(summary.get("steps") or []),
-            "from": [STEP_SOURCES.get(s, s) for s in summary.get("step_sources") or []]}
-
-
-def _validity_json(run: Any) -> dict[str, Any]:
-    from tracekit.validity import run_validity
-
-    v = run_validity(run)
-    return {**to_builtins(v), "findings": to_builtins(v.findings())}
 
 
 #: how long a command on raw traces waits for another one ingesting the same traces into the cache

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from tracekit.analysis.schedule import TracedSchedule
     from tracekit.replay.calibration import ErrorStats
     from tracekit.replay.engine import ReplayResult
-    from tracekit.replay.validate import BenchTable, MicrobenchReport
+    from tracekit.replay.microbench import BenchTable, MicrobenchReport
+    from tracekit.replay.topology import TopologyDescription
     from tracekit.whatif.core import WhatIfResult
     from tracekit.whatif.schedule import PipelineRun, ScheduleOutcome
 
@@ -378,7 +379,7 @@ def health_sentence(table: BenchTable, *, with_file: bool = False) -> str:
     """One nccl-tests table's verdict in words, with the figures it rests on."""
     from pathlib import Path
 
-    from tracekit.replay.validate import DEGRADED_BELOW
+    from tracekit.replay.microbench import DEGRADED_BELOW
 
     where = f"{Path(table.source).name} " if with_file else ""
     head = f"{printable(where)}table {table.table} ({printable(table.test or table.op)})"
@@ -413,7 +414,7 @@ def nccl_tests_lines(report: MicrobenchReport, *, verbose: bool = False) -> list
     size band (a folder; the rows too with `verbose`), then each table's health."""
     from pathlib import Path
 
-    from tracekit.replay.validate import DEGRADED_BELOW, format_microbench, is_folder
+    from tracekit.replay.microbench import DEGRADED_BELOW, format_microbench, is_folder
 
     lines = [f"note: {printable(f.text)}" for f in report.findings]
     name = printable(Path(report.path).name or report.path)
@@ -612,3 +613,33 @@ def schedule_lines(outcome: ScheduleOutcome) -> list[str]:
                                                enumerate(zip(base.bubble_ns, new.bubble_ns, strict=True))),
             *([f"  communication's share of the SMs in DualPipe's pairs: {outcome.sm_share:.3f}"]
               if new.name.startswith("dualpipe") else [])]
+
+
+def topology_description(info: TopologyDescription) -> str:
+    """The lines `tracekit topology` prints for a spec."""
+    lines = [
+        f"topology      {info.name} ({info.kind}, routing {info.routing}"
+        f"{', PXN' if info.pxn else ''}{', SHARP' if info.sharp else ''}"
+        f"{', NVLS' if info.nvls else ''})",
+        f"GPUs          {info.gpus} ({info.hosts} hosts x {info.gpus_per_host}, "
+        f"NVLink domain {info.nvlink_domain})",
+        f"switches      {info.leaves} leaf, {info.spines} spine, {info.cores} core, "
+        f"{info.planes} plane(s)",
+        "links per tier:",
+    ]
+    for tier, entry in info.links_per_tier.items():
+        lines.append(f"  {tier:<11} {entry.links:>6} links {entry.cables:>7} cables "
+                     f"{entry.gbps / 1000:>10.1f} Tb/s per direction  {entry.medium}, {entry.network}")
+    lines.append(f"bisection     {info.bisection_gbps / 1000:.1f} Tb/s" if info.hosts > 1 else
+                 "bisection     - (one host: no cut between hosts; its GPUs talk over NVLink)")
+    if info.profile:
+        lines.append(info.profile)
+    lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info.oversubscription.items()))
+    if info.frontend:
+        fe = info.frontend
+        lines.append(f"front-end     {fe.nics_per_host} x {fe.gbps_per_nic:g} Gb/s Ethernet per host, "
+                     f"ToR uplinks {fe.oversub:g}:1")
+    if info.storage:
+        st = info.storage
+        lines.append(f"storage       {st.nodes} node(s) of {st.gbps:g} Gb/s on the {st.network}")
+    return "\n".join(lines)

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from tracekit.hang import HangResult
     from tracekit.ingest import IngestReport
     from tracekit.replay.engine import ReplayResult, SavedCalibration
+    from tracekit.replay.microbench import MicrobenchReport
     from tracekit.replay.topology import TopologySpec
-    from tracekit.replay.validate import MicrobenchReport
+    from tracekit.runinfo import RunInfo
     from tracekit.telemetry.compare import TelemetryComparison
     from tracekit.viz.report import ReportInfo
     from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 RunSource = Run | str | os.PathLike[str]
 Paths = Sequence[str | os.PathLike[str]]
 
-__all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "nccl_tests", "open",
+__all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "info", "nccl_tests",
+           "open",
            "opened", "replay", "report", "whatif", "whatif_tables"]
 
 
@@ -188,14 +190,29 @@ def calibration(source: str | os.PathLike[str], topologies: Sequence[str | Topol
 def nccl_tests(path: str | os.PathLike[str], topology: str, *, cache: str | os.PathLike[str] | None = None,
                algo: str = "auto") -> MicrobenchReport:
     """An nccl-tests output file, or a folder of them (or a run holding its `microbench` table),
-    ingested like any trace and replayed on `topology` (`tracekit.replay.validate`)."""
+    ingested like any trace and replayed on `topology` (`tracekit.replay.microbench`)."""
     from tracekit.errors import InputError
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
 
     run = open(path, cache=cache)
     if not run.has("microbench"):
         raise InputError(path, "no nccl-tests rows were read (the run has no microbench table)")
     return nccl_tests_report(run.table("microbench"), topology, path=path, algo=algo)
+
+
+# ------------------------------------------------------------------------------------------
+# info
+
+
+def info(source: RunSource) -> RunInfo:
+    """What the run holds (`tracekit.runinfo.describe`), with its telemetry section when it has counters."""
+    from tracekit.runinfo import describe
+    from tracekit.telemetry import describe as describe_telemetry
+
+    run = _run(source)
+    found = describe(run)
+    telemetry = describe_telemetry(run)
+    return found if telemetry is None else msgspec.structs.replace(found, telemetry=telemetry)
 
 
 # ------------------------------------------------------------------------------------------

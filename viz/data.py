@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tracekit.analysis import AnalysisResult
     from tracekit.hang import HangResult
     from tracekit.replay.engine import ReplayResult
-    from tracekit.replay.validate import MicrobenchReport
+    from tracekit.replay.microbench import MicrobenchReport
     from tracekit.whatif.core import Placement, WhatIfResult
     from tracekit.whatif.schedule import PipelineRun
 

@@ -271,7 +271,7 @@ def write_microbench_report(report: Any, out_path: str | os.PathLike[str], *, cd
                             width: int = WIDTH) -> ReportInfo:
     """Write a standalone HTML page drawing an nccl-tests replay (`validate.MicrobenchReport`):
     predicted against measured busbw per file, and each table's health."""
-    from tracekit.replay.validate import MicrobenchReport
+    from tracekit.replay.microbench import MicrobenchReport
     from tracekit.viz._bokeh import standalone_html
     from tracekit.viz.figures import microbench_figures
 

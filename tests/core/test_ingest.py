@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tracekit import SCHEMA_VERSION, __version__, schema
 from tracekit.errors import TracekitError
-from tracekit.ingest import describe_run, ingest
+from tracekit.ingest import ingest
 from tracekit.results import to_builtins
 from tracekit.store import Run
 
@@ -236,14 +236,6 @@ def test_file_order_does_not_matter(dlrm: list[Path], tmp_path_factory: pytest.T
     for name in ("ranks", "groups", "collectives"):
         assert pq.read_table(out / f"{name}.parquet").equals(pq.read_table(base / "run" / f"{name}.parquet"))
     assert ref.ranks == [0, 1, 2, 3]
-
-
-def test_describe_run(dlrm_run: Path) -> None:
-    doc = describe_run(dlrm_run)
-    assert doc["ranks"] == list(range(8)) and doc["world_sizes"] == [8]
-    assert doc["steps"] == [10] and doc["formats"] == {"kineto": 8}
-    assert doc["groups"][0]["collectives"] == 64
-    assert doc["span"]["duration_s"] and doc["span"]["duration_s"] < 1
 
 
 def test_reparse_removes_the_sources_stale_event_files(dlrm: list[Path], tmp_path: Path) -> None:

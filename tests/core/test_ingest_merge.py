@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracekit import fabric, ingest, schema
+from tracekit import ingest, nccl_fabric, schema
 from tracekit.ingest import SourceReport, _Fill, _merge_collectives
 
 
@@ -52,8 +52,8 @@ def _eager(run: Path, order: list[SourceReport], primary: dict[int, list[str]], 
     table = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries()
     table = table.sort_by([("rank", "ascending"), ("ts_ns", "ascending"), ("coll_id", "ascending")])
     if fill is not None:
-        table, _ = fabric.resolve_peers(table, fill.maps, [("peer", "peer_local")])
-        table, _ = fabric.fill_algo_proto(table, fill.donors)
+        table, _ = nccl_fabric.resolve_peers(table, fill.maps, [("peer", "peer_local")])
+        table, _ = nccl_fabric.fill_algo_proto(table, fill.donors)
     return schema.conform("collectives", table)
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.ingest import describe_run, ingest
+from tracekit.ingest import ingest
 from tracekit.store import Run
+from tracekit.workflows import info
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "gloo_moe_8rank"
@@ -102,13 +103,12 @@ def test_profiler_rows_take_nccls_algorithm(mixed: Path) -> None:
 
 
 def test_info_shows_the_fabric(mixed: Path) -> None:
-    doc = describe_run(mixed)
-    comms = {c["group"]: c for c in doc["communicators"]}
+    comms = {c.group: c for c in info(mixed).communicators}
     world = comms[f"0x{COMM_ID:016x}"]
-    assert world["hosts"] == ["node-0", "node-1"] and world["size"] == 8
-    assert world["transports"]["ring"] == {"NET": 4, "P2P": 12}
-    assert world["nics_used"] == {"node-0": ["mlx5_0:1"], "node-1": ["mlx5_0:1"]}
-    assert any("only 1 of 2 NICs on node-0 carried traffic" in n for n in world["notes"])
+    assert world.hosts == ["node-0", "node-1"] and world.size == 8
+    assert world.transports["ring"] == {"NET": 4, "P2P": 12}
+    assert world.nics_used == {"node-0": ["mlx5_0:1"], "node-1": ["mlx5_0:1"]}
+    assert any("only 1 of 2 NICs on node-0 carried traffic" in n for n in world.notes)
     from click.testing import CliRunner
 
     from tracekit.cli import main
@@ -117,7 +117,7 @@ def test_info_shows_the_fabric(mixed: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "NCCL communicators" in out.output and "only 1 of 2 NICs on node-0" in out.output
     assert "nccl: rank 5 logged WARN: NET/IB : Got completion from peer" in out.output
-    assert [list(w["ranks"]) for w in doc["nccl_warnings"]] == [[5]]  # tuples in memory, lists in JSON
+    assert [list(w.ranks) for w in info(mixed).nccl_warnings] == [[5]]
 
 
 def test_hang_prefers_flight_recorder_in_a_mixed_run(mixed: Path) -> None:
@@ -138,6 +138,6 @@ def test_a_log_cut_during_setup_says_so_instead_of_blaming_nics(tmp_path: Path) 
     report = ingest([src], tmp_path / "run")
     (s,) = report.sources
     assert s.read == s.stored + sum(s.skipped.values()) and s.skipped.get("not an NCCL line") == 1
-    (comm,) = describe_run(tmp_path / "run")["communicators"]
-    assert any("no transport line" in n for n in comm["notes"])
-    assert not any(n.startswith("only ") for n in comm["notes"])
+    (comm,) = info(tmp_path / "run").communicators
+    assert any("no transport line" in n for n in comm.notes)
+    assert not any(n.startswith("only ") for n in comm.notes)

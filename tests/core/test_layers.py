@@ -25,8 +25,8 @@ FRONT_DOOR = "tracekit.workflows"
 PARSERS = "tracekit.parsers"
 #: the bottom layer: it imports nothing but itself
 CORE = tuple(f"tracekit.{m}" for m in ("store", "schema", "results", "finding", "errors", "atomic", "manifest",
-                                       "executors", "validity", "fabric", "_text", "_progress", "_jit", "_private_dir",
-                                       "_limits", "_yaml"))
+                                       "executors", "validity", "nccl_fabric", "_text", "_progress", "_jit",
+                                       "_private_dir", "_limits", "_yaml"))
 #: calls that write RUN/results/ (the store's own methods are where they are defined)
 RESULT_WRITERS = ("write_json", "claim_results")
 #: the run directory's layout, which only the store (and ingest, which lays it out) spells out

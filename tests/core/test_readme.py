@@ -177,8 +177,8 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
         elif line.startswith("  bubble per stage:"):
             bubbles[name] = [tuple(map(float, b)) for b in re.findall(r"\d: ([\d.]+) ms -> ([\d.]+) ms", line)]
     # 2 micro-batches: GPipe's bubble, but for the contention of stage 1's other order
-    assert all(abs(a / b - 1) <= 0.003 for b, a in bubbles["schedule:1f1b:"])
-    assert "(bubbles within 0.3%)" in " ".join(text.split())
+    assert all(abs(a / b - 1) <= 0.004 for b, a in bubbles["schedule:1f1b:"])
+    assert "(bubbles within 0.4%)" in " ".join(text.split())
     halved = [a / b for b, a in bubbles["schedule:1f1b,microbatches=4:"]]
     again = [i / h for (_, i), (_, h) in zip(bubbles["schedule:interleaved-1f1b,microbatches=4:"],
                                              bubbles["schedule:1f1b,microbatches=4:"], strict=True)]
@@ -187,6 +187,10 @@ def test_schedule_whatif_block_and_prose_are_the_real_output(tmp_path):
     step = {row.split()[0]: float(row.split()[1]) for row in rows}
     change = 1 - step["schedule:dualpipe,microbatches=4,sm_share=0"] / step["schedule:dualpipe,microbatches=4"]
     assert f"(`sm_share=0`) moves the step by {change:.1%}" in " ".join(text.split())
+    dp = {row.split()[0]: float(row.split()[4]) for row in rows}  # exposed DP per step (ms)
+    base_dp = float(block[table - len(scenarios) - 1].split()[3])
+    assert f"exposed DP grows by up to {max(dp.values()) / base_dp - 1:.1%}" in " ".join(text.split())
+    assert dp["schedule:zb-h1,microbatches=4"] > dp["schedule:1f1b,microbatches=4"] > base_dp
 
 
 def test_nsight_example_output_is_the_real_output(tmp_path, monkeypatch):

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tracekit.analysis.schedule import ScheduleShape
-from tracekit.fabric import Communicator
 from tracekit.finding import SEVERITIES, Finding
 from tracekit.hang import GroupHang, HangResult, Location, LogMessage, Mismatch, MismatchValue
 from tracekit.ingest import IgnoredFile, IngestReport, SourceReport
+from tracekit.nccl_fabric import Communicator
 from tracekit.replay.calibration import KINDS, WHAT_IF_NOTE, ErrorStats, ReplayErrors, TwoTerms
 from tracekit.replay.engine import (
     CalibrationFile,
@@ -28,7 +28,7 @@ from tracekit.replay.engine import (
     ReplaySummary,
     TopologySummary,
 )
-from tracekit.replay.validate import (
+from tracekit.replay.microbench import (
     BenchTable,
     ErrorBand,
     Health,
@@ -56,9 +56,10 @@ from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/fabric.py", "tracekit/analysis/schedule.py",
-             "tracekit/replay/calibration.py", "tracekit/replay/engine.py", "tracekit/replay/validate.py",
-             "tracekit/whatif/core.py", "tracekit/telemetry/__init__.py", "tracekit/store.py"]
+             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/nccl_fabric.py",
+             "tracekit/analysis/schedule.py", "tracekit/replay/calibration.py", "tracekit/replay/engine.py",
+             "tracekit/replay/microbench.py", "tracekit/whatif/core.py", "tracekit/telemetry/__init__.py",
+             "tracekit/store.py"]
 #: modules with types left to convert (issue 19): no serializer but the named classes'
 PARTLY = {"tracekit/analysis/core.py": {"AnalysisResult"}}
 
@@ -352,7 +353,7 @@ def test_accounting_snapshots_sort_their_reasons():
 
 
 def test_microbench_summary_is_its_rows_json_and_the_rest():
-    from tracekit.replay.validate import MicrobenchReport, MicrobenchRow
+    from tracekit.replay.microbench import MicrobenchReport, MicrobenchRow
 
     row = MicrobenchRowSummary(op="all_reduce", size_bytes=1, measured_busbw=1.0, predicted_busbw=1.0,
                                measured_us=1.0, predicted_us=1.0, algo="ring", proto="Simple", channels=1,

@@ -11,8 +11,8 @@ import pytest
 from kineto_helpers import REAL as REAL_KINETO
 from nccl_eras import Job, job_log
 
-from tracekit import fabric, store
 from tracekit import ingest as ingest_mod
+from tracekit import nccl_fabric, store
 from tracekit.ingest import ingest
 from tracekit.parsers import _lines, _stream, kineto, nccl_log
 from tracekit.store import SMALL_TABLES, Run
@@ -32,7 +32,7 @@ def _ingest_both(paths: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with monkeypatch.context() as m:
         m.setattr(nccl_log, "BATCH_ROWS", 7)
         m.setattr(store, "SPILL_ROWS", 5)
-        m.setattr(fabric, "FILL_CHUNK_ROWS", 3)
+        m.setattr(nccl_fabric, "FILL_CHUNK_ROWS", 3)
         m.setattr(ingest_mod, "MERGE_ROWS", 5)
         m.setattr(ingest_mod, "SPLIT_ROWS", 12)
         m.setattr(_stream, "CHUNK", 4096)

@@ -131,7 +131,7 @@ ORDER = re.compile(r"NCCL INFO Channel (\d+)/(\d+) :((?: +\d+)+) *$")
 def test_ring_orders_reach_replay(real: tuple) -> None:
     """The rings rank 0 printed (`Channel 00/16 :  0  7  6 ...`) are the replay's rings, one per
     channel NCCL built; the network edges go through the NICs the NET lines name."""
-    from tracekit.fabric import replay_fabric
+    from tracekit.nccl_fabric import replay_fabric
 
     _, p, lines = real
     printed = {int(m.group(1)): [int(x) for x in m.group(3).split()] for ln in lines if (m := ORDER.search(ln))}

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from tests.replay.naive import nccl_btree_children_naive
 from tracekit.replay import hardware
 from tracekit.replay.decompose import Instance, btree_parent, decompose_plan, dtree_parent
+from tracekit.replay.microbench import replay_microbench
 from tracekit.replay.simulate import route, simulate
 from tracekit.replay.topology import TopologyError, build, parse_spec, with_gpu
-from tracekit.replay.validate import replay_microbench
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests"
 NO_REAL = pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/real_traces/nccl_tests")

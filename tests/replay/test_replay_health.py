@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from nccl_tests_table import CASES
 
 from tracekit.cli import main
-from tracekit.replay.validate import (
+from tracekit.replay.microbench import (
     DEGRADED_BELOW,
     MicrobenchRow,
     MicrobenchRowSummary,

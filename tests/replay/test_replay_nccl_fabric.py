@@ -155,7 +155,7 @@ def test_printed_rings_repeat_over_duplicated_channels_and_gloo_groups_stay_apar
     import pyarrow as pa
 
     from tracekit import schema
-    from tracekit.fabric import replay_fabric
+    from tracekit.nccl_fabric import replay_fabric
 
     groups = schema.conform("groups", pa.Table.from_pylist([
         {"group": COMM, "backend": "nccl", "ranks": [0, 1, 2, 3], "size": 4, "ranks_complete": True,

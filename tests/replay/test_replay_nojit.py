@@ -16,6 +16,6 @@ def test_kernel_and_routing_twins_pass_with_numba_disabled():
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-k", SLOW_UNDER_PYTHON,
          str(HERE / "test_replay_routing.py"), str(HERE / "test_replay_kernels.py"), str(HERE / "test_replay_hash.py"),
-         str(HERE / "test_replay_observed.py")],
+         str(HERE / "test_replay_fabric_graph.py")],
         env=env, cwd=HERE.parent.parent, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -14,9 +14,9 @@ import pytest
 
 from tracekit.replay import tuning
 from tracekit.replay.decompose import Instance, decompose_plan
+from tracekit.replay.microbench import busbw_factor, replay_microbench
 from tracekit.replay.simulate import Flows, route, simulate
 from tracekit.replay.topology import build, parse_spec
-from tracekit.replay.validate import busbw_factor, replay_microbench
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests"
 N1 = REAL / "xxrjun_cluster01_N1_G8_cnode3-002_h100_5ops.log"

@@ -1,11 +1,11 @@
 import pytest
 
 from tracekit.errors import TracekitError
+from tracekit.present import topology_description
 from tracekit.replay.topology import (
     TopologyError,
     build,
     describe,
-    format_description,
     parse_spec,
     presets,
     sized,
@@ -21,13 +21,13 @@ def test_preset_string_parameters():
 
 def test_dgx_h100_superpod_matches_reference_architecture():
     info = describe(parse_spec("dgx-h100-superpod"))
-    assert info["gpus"] == 256
-    assert info["leaves"] == 8 and info["spines"] == 4
-    tiers = info["links_per_tier"]
-    assert tiers["nic-leaf"]["cables"] == 256
-    assert tiers["leaf-spine"]["cables"] == 256
-    assert info["oversubscription"] == {"leaf": 1.0}
-    assert info["bisection_gbps"] == pytest.approx(128 * 400)
+    assert info.gpus == 256
+    assert info.leaves == 8 and info.spines == 4
+    tiers = info.links_per_tier
+    assert tiers["nic-leaf"].cables == 256
+    assert tiers["leaf-spine"].cables == 256
+    assert info.oversubscription == {"leaf": 1.0}
+    assert info.bisection_gbps == pytest.approx(128 * 400)
 
 
 def test_tables_conform_to_schema():
@@ -42,18 +42,18 @@ def test_tables_conform_to_schema():
 def test_oversubscription_halves_leaf_uplinks():
     full = describe(parse_spec("fat-tree:hosts=16,gpus=1,leaf_radix=8"))
     half = describe(parse_spec("fat-tree:hosts=16,gpus=1,leaf_radix=8,oversub=2"))
-    assert half["links_per_tier"]["leaf-spine"]["gbps"] == pytest.approx(
-        full["links_per_tier"]["leaf-spine"]["gbps"] / 2)
-    assert half["bisection_gbps"] == pytest.approx(full["bisection_gbps"] / 2)
-    assert half["oversubscription"]["leaf"] == 2.0
+    assert half.links_per_tier["leaf-spine"].gbps == pytest.approx(
+        full.links_per_tier["leaf-spine"].gbps / 2)
+    assert half.bisection_gbps == pytest.approx(full.bisection_gbps / 2)
+    assert half.oversubscription["leaf"] == 2.0
 
 
 @pytest.mark.parametrize("kind", ["rail-optimized", "fat-tree"])
 def test_uplinks_follow_the_hosts_attached_not_the_radix(kind):
     """A leaf with fewer hosts than ports gets uplinks for what is attached, so oversub holds."""
     info = describe(parse_spec(f"{kind}:hosts=4,gpus=4,nic_gbps=400,oversub=2,leaf_radix=16"))
-    tiers = info["links_per_tier"]
-    assert tiers["leaf-spine"]["gbps"] == pytest.approx(tiers["nic-leaf"]["gbps"] / 2)
+    tiers = info.links_per_tier
+    assert tiers["leaf-spine"].gbps == pytest.approx(tiers["nic-leaf"].gbps / 2)
 
 
 @pytest.mark.parametrize("text, field", [
@@ -97,7 +97,7 @@ def test_sized_from_run():
 def test_every_preset_builds_and_formats():
     for name in presets():
         spec = parse_spec(name)
-        text = format_description(describe(sized(spec, hosts=spec.hosts or 2)))
+        text = topology_description(describe(sized(spec, hosts=spec.hosts or 2)))
         assert "GPUs" in text and "bisection" in text
 
 
@@ -135,3 +135,16 @@ def test_placement_keeps_hosts_or_packs_and_says_how():
     assert gmap == {r: r for r in range(16)} and "re-placed on 4 hosts of 4" in note.text
     _, note = place(parse_spec("rail-optimized:nvlink_domain=32"), hosts)
     assert "joins 4 hosts" in note.text
+
+
+def test_the_description_reads_back_equal_and_keeps_its_key_order():
+    from tracekit.replay.topology import TopologyDescription
+    from tracekit.results import from_builtins, to_builtins
+
+    for name in presets():
+        spec = parse_spec(name)
+        info = describe(sized(spec, hosts=spec.hosts or 2))
+        doc = to_builtins(info)
+        assert list(doc)[:4] == ["name", "kind", "hosts", "gpus"] and list(doc)[-3:] == ["profile", "frontend",
+                                                                                         "storage"]
+        assert from_builtins(doc, TopologyDescription) == info

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracekit.pipeline import FORWARD, Chunk, ChunkCost, Plan, Slot
+from tracekit.pipeline import BACKWARD, FORWARD, Chunk, ChunkCost, Plan, Slot
 from tracekit.replay import build, parse_spec
 from tracekit.replay.simulate import Flows, route
-from tracekit.whatif.chunk_flows import ChunkNetwork, Job, Template, settle
+from tracekit.whatif.chunk_flows import ChunkNetwork, Job, Tail, TailCall, Template, compute_reached, settle
 
 COMPUTE_NS = 1_000.0
 NBYTES = 5e6
@@ -120,3 +120,79 @@ def test_later_rounds_re_simulating_what_moved_match_one_simulation_of_all() -> 
         release = rng.uniform(0, 4 * a, len(jobs))
         fresh = network.session(jobs).times(release)
         assert session.times(release) == pytest.approx(fresh, rel=1e-9)
+
+
+def _tail_plans() -> tuple[Plan, Plan]:
+    """Micro-batch 0 runs through both stages (F, then B back), micro-batch 1 on stage 1 alone.
+    Traced: stage 1 runs micro-batch 1 first, so stage 0's last backward waits until 4C and ends
+    at 5C, after stage 1's (4C). New: stage 1 runs micro-batch 0 first: stage 0 ends at 4C,
+    stage 1 at 5C; the span stays 5C (no communication in the chunks)."""
+    f0, b0, f1, b1 = Chunk(FORWARD, 0, 0), Chunk(BACKWARD, 0, 0), Chunk(FORWARD, 1, 0), Chunk(BACKWARD, 1, 0)
+    routes = (((0, 0), (1, 0)), ((1, 0),))
+    stage0 = (Slot((f0,)), Slot((b0,)))
+    traced = Plan("traced", 2, 2, 1, (stage0, (Slot((f1,)), Slot((b1,)), Slot((f0,)), Slot((b0,)))), routes)
+    new = Plan("new", 2, 2, 1, (stage0, (Slot((f0,)), Slot((b0,)), Slot((f1,)), Slot((b1,)))), routes)
+    return traced, new
+
+
+def test_a_dp_all_reduce_that_starts_earlier_hides_under_the_other_stage() -> None:
+    """Stage 0's DP all-reduce (one flow alone on its link, A = its time) starts when stage 0's
+    last chunk ends. Traced: 5C + A; new: stage 0 ends at 4C + A <= 5C (C = 2A), so the step is
+    stage 1's 5C: A shorter although the pipeline's span did not move."""
+    network, a = _network(0, 1)
+    network = ChunkNetwork(network.topology, {("DP", 0, 0): network.templates[("EP", 0)]})
+    c = 2 * a
+    tail = Tail(((TailCall(("DP", 0, 0), share=1.0, delay_ns=0.0, nominal_ns=a),), ()), (0.0, 0.0))
+    traced, new = _tail_plans()
+    before = settle(traced, lambda d, ch: ChunkCost(c), lambda s, t, ch: 0.0, network, tail=tail)
+    after = settle(new, lambda d, ch: ChunkCost(c), lambda s, t, ch: 0.0, network, reference=before.reference,
+                   tail=tail)
+    assert before.simulation.span_ns == after.simulation.span_ns == pytest.approx(5 * c)
+    assert before.step_ns == pytest.approx(5 * c + a, rel=1e-9)
+    assert after.step_ns == pytest.approx(5 * c, rel=1e-9)
+    assert after.dp_exposed_ns == pytest.approx((a, 0.0), rel=1e-9)  # past stage 0's last chunk, under stage 1's
+
+
+def test_a_dp_all_reduce_shares_its_link_with_the_pipeline_that_now_overlaps_it() -> None:
+    """Stage 1's micro-batch-1 backward has an all-to-all (A alone) on the link stage 0's DP
+    all-reduce (A alone, issued C after stage 0's last chunk) uses. Traced: the all-to-all runs at
+    2C, the DP at 6C + A, alone: step 6C + 2A. New: both start at 5C on one link, each at half
+    its capacity: 2A, the step 5C + 2A (5C + A if they did not share the link)."""
+    network, a = _network(0, 1)
+    network = ChunkNetwork(network.topology, {("DP", 0, 0): network.templates[("EP", 0)],
+                                              ("EP", 1): network.templates[("EP", 0)]})
+    c = 2 * a
+    tail = Tail(((TailCall(("DP", 0, 0), share=1.0, delay_ns=c, nominal_ns=a),), ()), (0.0, 0.0))
+
+    def cost(device: int, chunk: Chunk) -> ChunkCost:
+        return ChunkCost(c, {"EP": a} if (device, chunk) == (1, Chunk(BACKWARD, 1, 0)) else {})
+
+    traced, new = _tail_plans()
+    before = settle(traced, cost, lambda s, t, ch: 0.0, network, tail=tail)
+    after = settle(new, cost, lambda s, t, ch: 0.0, network, reference=before.reference, tail=tail)
+    assert before.step_ns == pytest.approx(6 * c + 2 * a, rel=1e-9)
+    assert after.converged
+    assert after.step_ns == pytest.approx(5 * c + 2 * a, rel=1e-6)
+    assert after.factors[("dp", 0, 0)] == pytest.approx(2.0, rel=1e-6)
+    assert after.dp_exposed_ns[0] == pytest.approx(c + 2 * a, rel=1e-6)  # from stage 0's last chunk end, 4C
+    assert after.factors[("comm", 1, 3, "EP")] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_without_a_tail_the_step_is_the_span() -> None:
+    network, a = _network(0, 1)
+    before, _ = _settle(network, a)
+    assert before.step_ns == before.simulation.span_ns
+
+
+def test_a_call_issued_during_the_pipeline_follows_the_same_share_of_the_compute() -> None:
+    """Of stage 1's compute (4 chunks of C), half is done when its second slot ends (2C traced) and
+    five eighths half-way through its third: at 2.5C in the traced order, 3.5C in the new one
+    (stage 1 waits C for stage 0's forward there)."""
+    traced, new = _tail_plans()
+    cost = lambda d, ch: ChunkCost(COMPUTE_NS)  # noqa: E731
+    before = settle(traced, cost, lambda s, t, ch: 0.0, ChunkNetwork(None, {}))
+    after = settle(new, cost, lambda s, t, ch: 0.0, ChunkNetwork(None, {}))
+    assert compute_reached(before.simulation, 1, 0.5) == pytest.approx(2 * COMPUTE_NS)
+    assert compute_reached(before.simulation, 1, 0.625) == pytest.approx(2.5 * COMPUTE_NS)
+    assert compute_reached(after.simulation, 1, 0.625) == pytest.approx(3.5 * COMPUTE_NS)
+    assert compute_reached(after.simulation, 0, 1.0) == pytest.approx(4 * COMPUTE_NS)

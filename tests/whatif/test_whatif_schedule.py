@@ -47,17 +47,43 @@ def test_rebuilding_the_traced_schedule_is_the_baseline(name: str) -> None:
     assert s.details["traced_schedule"].name == name
 
 
-def test_other_schedules_move_the_step_by_the_pipeline_span(one_f_one_b) -> None:
+def test_other_schedules_move_the_step_by_the_pipeline_and_the_step_after_it(one_f_one_b) -> None:
     base = one_f_one_b.baseline_step_ns
     by_name = {s.scenario: s for s in one_f_one_b.scenarios}
+    off_span = 0
     for s in one_f_one_b.scenarios:
-        span = s.schedule.scenario.span_ns - s.schedule.baseline.span_ns
-        assert all(s.step_ns[k] == round(base[k] + span) for k in base), s.scenario
+        moved = s.schedule.scenario.step_ns - s.schedule.baseline.step_ns
+        assert all(s.step_ns[k] == round(base[k] + moved) for k in base), s.scenario
+        assert s.schedule.scenario.step_ns > s.schedule.scenario.span_ns  # the DP all-reduce and optimizer after it
+        off_span += abs(moved - (s.schedule.scenario.span_ns - s.schedule.baseline.span_ns)) > 1_000
+    assert off_span  # the step after the pipeline is replayed, not carried over
     assert by_name["schedule:1f1b"].step_ns == base
     bubble = {k: max(s.schedule.scenario.bubble_ns) for k, s in by_name.items()}
     assert bubble["schedule:interleaved-1f1b"] < bubble["schedule:1f1b"]  # v=2 halves the (PP-1)(F+B) part
     assert bubble["schedule:zb-h1"] < bubble["schedule:1f1b"]
     assert bubble["schedule:dualpipe"] < bubble["schedule:zb-h1"]  # PP=2: (PP/2-1) = 0, transfers left
+
+
+def test_the_dp_all_reduces_follow_the_chunks_they_followed_in_the_trace() -> None:
+    """The synth run issues two gradient buckets per stage: one after half its backward kernels
+    (inside the pipeline), one after the last; then the optimizer (400 us of kernels)."""
+    from tracekit.analysis.schedule import read_schedule
+    from tracekit.pipeline import plan
+    from tracekit.whatif.core import make_baseline
+    from tracekit.whatif.schedule import _costs
+
+    tables = _tables("1f1b")
+    base = make_baseline(tables, "rail-optimized")
+    traced = read_schedule(tables)
+    tail = _costs(base, traced, plan("1f1b", 2, 4)).tail
+    replayed = {float(i.replayed_ns) for i in base.result.instances if i.dim == "DP"}
+    for d, calls in enumerate(tail.calls):
+        assert [c.cls for c in calls] == [("DP", d, 0), ("DP", d, 1)]
+        first, last = calls
+        assert 0.3 < first.share < 0.7 and last.share == 1.0
+        assert all(0 <= c.delay_ns < 20_000 for c in calls)
+        assert {c.nominal_ns for c in calls} <= replayed  # at their baseline-replay times
+        assert tail.after_ns[d] == pytest.approx(400_000, rel=0.05)
 
 
 def test_dualpipe_pairs_hide_the_all_to_all_the_share_of_sms_taken_shows(one_f_one_b) -> None:
@@ -140,3 +166,44 @@ def test_a_baseline_of_other_instances_is_refused(monkeypatch) -> None:
     monkeypatch.setattr(module, "routed_flows", shuffled)
     with pytest.raises(WhatIfError, match="not the run's as decomposed again"):
         whatif(_tables("1f1b"), ["schedule:zb-h1"])
+
+
+def test_an_interleaved_hop_the_trace_never_made_is_replayed_like_a_traced_one() -> None:
+    """PP=4 over 2 hosts (stages 0-1 on host 0, 2-3 on host 1), traced 1F1B: interleaved 1F1B's
+    hops between stage 3 and stage 0 were never traced. Each takes the traced hop across hosts
+    (stage 1 to 2: the same bytes) moved to stages 3 and 0, is routed there, and replayed with the
+    rest: alone it keeps that hop's replayed time, and where it overlaps other traffic it slows."""
+    from tracekit.analysis.schedule import read_schedule
+    from tracekit.pipeline import Chunk, plan
+    from tracekit.replay.simulate import Flows, route
+    from tracekit.whatif.core import make_baseline
+    from tracekit.whatif.schedule import _cost_functions, _costs, _run
+
+    tables = _tables("1f1b", pp=4)
+    base = make_baseline(tables, "rail-optimized")
+    traced = read_schedule(tables)
+    traced_plan = plan("1f1b", 4, 4)
+    costs = _costs(base, traced, traced_plan)
+    network = costs.network
+    assert network.stands_for == {("PP", 3, 0): ("PP", 1, 2), ("PP", 0, 3): ("PP", 1, 2)}
+    twin, hop = network.templates[("PP", 1, 2)], network.templates[("PP", 3, 0)]
+    assert hop.nbytes.tolist() == twin.nbytes.tolist() and hop.nominal_ns == twin.nominal_ns
+    gpu = _gpus(base)
+    indptr, ids = route(network.topology, Flows.from_lists([gpu[6], gpu[7]], [gpu[0], gpu[1]], [1.0, 1.0]))
+    expected = {tuple(ids[indptr[i]:indptr[i + 1]].tolist()) for i in range(2)}
+    assert tuple(hop.ids[hop.indptr[0]:hop.indptr[1]].tolist()) in expected  # stage 3's GPUs to stage 0's
+    assert hop.ids.tolist() != twin.ids.tolist()
+    interleaved = plan("interleaved-1f1b", 4, 4, 2)
+    _, transfer = _cost_functions(interleaved, costs)
+    assert transfer(3, 0, Chunk("F", 0, 1)) == pytest.approx(costs.transfer_ns[(1, 2)])
+    before = _run(traced_plan, costs, 0.0)
+    after = _run(interleaved, costs, 0.0, before.reference)
+    wrap = [f for k, f in after.factors.items() if k[0] == "pp" and {k[1], k[2]} == {0, 3}]
+    assert len(wrap) == 8  # 4 micro-batches forward (3 -> 0) and backward (0 -> 3)
+    assert min(wrap) == pytest.approx(1.0, rel=1e-6) and max(wrap) > 1.2
+
+
+def _gpus(base):
+    from tracekit.replay.engine import routed_flows
+
+    return routed_flows(base.tables, base.topology, placement=dict(base.placement.slots)).gpu_of

@@ -6,6 +6,7 @@ from whatif_helpers import RunBuilder
 
 from tracekit.replay import build, describe, parse_spec
 from tracekit.replay.topology import TopologyError
+from tracekit.results import to_builtins
 from tracekit.whatif import WhatIfError, make_baseline, parse_scenario, run_scenario
 from tracekit.whatif.storage import other_traffic
 
@@ -132,9 +133,9 @@ def test_topology_front_end_and_storage_fields(tmp_path):
     kinds = dict(zip(topo.nodes.column("node").to_pylist(), topo.nodes.column("kind").to_pylist(), strict=True))
     assert kinds["storage0"] == "storage"
     info = describe(topo)
-    assert info["links_per_tier"]["host-tor"]["links"] == 4
-    assert info["links_per_tier"]["tor-agg"]["gbps"] == 800
-    assert info["storage"] == {"nodes": 2, "network": "frontend", "gbps": 400.0}
+    assert info.links_per_tier["host-tor"].links == 4
+    assert info.links_per_tier["tor-agg"].gbps == 800
+    assert to_builtins(info.storage) == {"nodes": 2, "network": "frontend", "gbps": 400.0}
     (tmp_path / "t.yaml").write_text("preset: rail-optimized\nfrontend_gbps: 100\nstorage: 1\n"
                                      "storage_network: backend\n")
     assert parse_spec(str(tmp_path / "t.yaml")).storage_network == "backend"

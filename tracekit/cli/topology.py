@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from tracekit.cli._common import echo, json_option, user_errors
@@ -18,13 +16,15 @@ from tracekit.cli._common import echo, json_option, user_errors
 def topology(spec: str, hosts: int | None, as_json: bool) -> None:
     """Describe a topology SPEC (a preset string such as `rail-optimized:hosts=16,oversub=2`,
     or a YAML file): GPUs, links per tier, bisection bandwidth and oversubscription per tier."""
-    from tracekit.replay.topology import describe, format_description, parse_spec
+    from tracekit.present import topology_description
+    from tracekit.replay.topology import describe, parse_spec
+    from tracekit.results import dumps
 
     parsed = parse_spec(spec)
     if hosts is not None:
         parsed = parsed.replace(hosts=hosts)
     info = describe(parsed)
     if as_json:
-        click.echo(json.dumps(info, indent=1))
+        click.echo(dumps(info))
     else:
-        echo(format_description(info))
+        echo(topology_description(info))

@@ -150,7 +150,7 @@ def decompose_plan(instances: Sequence[Instance], topology: Topology,
     is the channel count); `channels`: channel count per group from NCCL logs; else NCCL's default
     for the topology. `hops`: per group, (channel, rank, next rank) of an observed ring edge NCCL
     sent over the network -> (rank whose NIC sent it, rank whose NIC received it), from NCCL logs
-    (`tracekit.fabric.replay_fabric`): that edge leaves and enters through those GPUs' NICs (over
+    (`tracekit.nccl_fabric.replay_fabric`): that edge leaves and enters through those GPUs' NICs (over
     NVLink to them when they are not the edge's own GPUs) and is never re-routed through a PXN proxy.
     `algo`/`proto`: "auto" follows each instance's traced algo/proto (one algorithm, or the set a
     kernel name narrows it to) where the shape can run it, and NCCL's tuning rule where unknown; a

@@ -31,8 +31,8 @@ from tracekit import __version__, schema
 from tracekit._progress import status
 from tracekit.analysis.breakdown import BUSY, COMPUTE, DimExposure, breakdown, mean_exposure
 from tracekit.errors import TracekitError
-from tracekit.fabric import ObservedFabric, replay_fabric
 from tracekit.finding import Finding
+from tracekit.nccl_fabric import NcclFabric, replay_fabric
 from tracekit.replay import _kernels, hardware
 from tracekit.replay import dependencies as deps
 from tracekit.replay.backend import cpu_backend
@@ -47,7 +47,7 @@ from tracekit.replay.calibration import (
     unseen_buckets,
 )
 from tracekit.replay.decompose import Instance, decompose_plan
-from tracekit.replay.observed import build_observed, is_observed, observed_spec
+from tracekit.replay.fabric_graph import build_observed, is_observed, observed_spec
 from tracekit.replay.replicate import Replication, replicated_plan
 from tracekit.replay.rounds import Rounds
 from tracekit.replay.simulate import (
@@ -386,7 +386,7 @@ class _Prepared:
     placement: dict[int, tuple[int, int]]  # rank -> (host index, local index)
     hosts: int
     gpus_per_host: int
-    fabric: ObservedFabric  # rings, channel counts and network hops NCCL built (from NCCL logs)
+    fabric: NcclFabric  # rings, channel counts and network hops NCCL built (from NCCL logs)
     has_steps: bool
     dep_counts: dict[str, int] = field(default_factory=dict)
     dep_rule: np.ndarray | None = None
@@ -932,6 +932,7 @@ class RoutedFlows:
     max_gbs: np.ndarray
     key: np.ndarray
     instances: tuple[RoutedInstance, ...]
+    gpu_of: Mapping[int, int] = field(default_factory=dict)  # rank -> GPU on `topology`
 
 
 def routed_flows(tables: Mapping[str, pa.Table], topology: str | TopologySpec, *, algo: str = "auto",
@@ -945,7 +946,7 @@ def routed_flows(tables: Mapping[str, pa.Table], topology: str | TopologySpec, *
                                  src=i.src, dst=i.dst, step=i.step) for i in prep.instances)
     return RoutedFlows(topology=net.topology, indptr=net.indptr[:n + 1], ids=net.ids[:net.indptr[n]],
                        nbytes=net.nbytes[:n], lat_mult=net.lat_mult[:n], max_gbs=net.max_gbs[:n],
-                       key=np.asarray(net.flows.key[:n], np.int64), instances=insts)
+                       key=np.asarray(net.flows.key[:n], np.int64), instances=insts, gpu_of=dict(net.gmap))
 
 
 def _not_simulated(prep: _Prepared, no_flow: np.ndarray) -> Finding | None:

@@ -83,7 +83,7 @@ def route(topology: Topology, flows: Flows) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"flow endpoints outside the topology's {n_gpus} GPUs")
     fhash = _kernels.flow_hashes(flows.src, flows.dst, flows.channel, flows.key)
     if isinstance(r, GraphRoutes):
-        from tracekit.replay.observed import route_graph
+        from tracekit.replay.fabric_graph import route_graph
 
         if len(flows) and not pair.all():
             raise ValueError("the observed fabric routes GPU-to-GPU flows only (no in-network reduction)")

@@ -27,6 +27,7 @@ from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.replay import hardware
 from tracekit.replay._kernels import FatTreeTables, GraphTables
+from tracekit.results import Result
 
 KINDS = ("single-switch", "fat-tree", "rail-optimized")
 ROUTINGS = ("ecmp", "spray")
@@ -706,7 +707,60 @@ def _storage(b: _Builder, spec: TopologySpec, *, leaf_names: list[str], spine_na
                          has_frontend=spec.frontend_gbps > 0, **out)
 
 
-def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
+class TierLinks(Result):
+    """The links of one tier: how many, their cables, their bandwidth (Gb/s one way) and what they are."""
+
+    links: int
+    cables: int
+    gbps: float
+    medium: str | None
+    network: str | None
+
+
+class FrontendInfo(Result):
+    """The front-end (north-south) Ethernet of a spec."""
+
+    gbps_per_nic: float
+    nics_per_host: int
+    oversub: float
+
+
+class StorageInfo(Result):
+    """The storage nodes of a spec and the network they sit on."""
+
+    nodes: int
+    network: str
+    gbps: float
+
+
+class TopologyDescription(Result):
+    """What `tracekit topology` shows of a spec: GPUs, switches, links per tier, bisection
+    bandwidth and oversubscription per tier, the hardware profile, front end and storage."""
+
+    name: str
+    kind: str
+    hosts: int | None
+    gpus: int
+    gpus_per_host: int
+    nvlink_domain: int | None
+    nics: int
+    leaves: int
+    spines: int
+    cores: int
+    planes: int
+    links_per_tier: dict[str, TierLinks]
+    bisection_gbps: float
+    oversubscription: dict[str, float]
+    routing: str
+    pxn: bool
+    sharp: bool
+    nvls: bool
+    profile: str | None
+    frontend: FrontendInfo | None
+    storage: StorageInfo | None
+
+
+def describe(topology: Topology | TopologySpec | str) -> TopologyDescription:
     """Summary: GPUs, links per tier, bisection bandwidth and oversubscription per tier."""
     if not isinstance(topology, Topology):
         spec = parse_spec(topology) if not isinstance(topology, TopologySpec) else topology
@@ -730,31 +784,31 @@ def describe(topology: Topology | TopologySpec | str) -> dict[str, Any]:
     oversub = {"leaf": spec.oversub if r.use_spines else 1.0}
     if "spine-core" in per_tier:
         oversub["spine"] = spec.core_oversub
-    return {
-        "name": spec.name,
-        "kind": spec.kind,
-        "hosts": spec.hosts,
-        "gpus": topology.n_gpus,
-        "gpus_per_host": spec.gpus,
-        "nvlink_domain": spec.domain,
-        "nics": topology.n_gpus * spec.nics_per_gpu,
-        "leaves": r.n_leaves,
-        "spines": r.n_spines,
-        "cores": r.n_core if "spine-core" in per_tier else 0,
-        "planes": spec.planes,
-        "links_per_tier": {t: per_tier[t] for t in TIER_NAMES if t in per_tier},
-        "bisection_gbps": bisection_gbps(topology),
-        "oversubscription": oversub,
-        "routing": spec.routing,
-        "pxn": bool(r.pxn),
-        "sharp": spec.sharp,
-        "nvls": spec.nvls,
-        "profile": hardware.describe_profile(spec),
-        "frontend": ({"gbps_per_nic": spec.frontend_gbps, "nics_per_host": spec.frontend_nics,
-                      "oversub": spec.frontend_oversub} if spec.frontend_gbps else None),
-        "storage": ({"nodes": spec.storage, "network": spec.storage_network, "gbps": spec.storage_gbps}
-                    if spec.storage else None),
-    }
+    return TopologyDescription(
+        name=spec.name,
+        kind=spec.kind,
+        hosts=spec.hosts,
+        gpus=topology.n_gpus,
+        gpus_per_host=spec.gpus,
+        nvlink_domain=spec.domain,
+        nics=topology.n_gpus * spec.nics_per_gpu,
+        leaves=r.n_leaves,
+        spines=r.n_spines,
+        cores=r.n_core if "spine-core" in per_tier else 0,
+        planes=spec.planes,
+        links_per_tier={t: TierLinks(**per_tier[t]) for t in TIER_NAMES if t in per_tier},
+        bisection_gbps=bisection_gbps(topology),
+        oversubscription=oversub,
+        routing=spec.routing,
+        pxn=bool(r.pxn),
+        sharp=spec.sharp,
+        nvls=spec.nvls,
+        profile=hardware.describe_profile(spec),
+        frontend=(FrontendInfo(gbps_per_nic=spec.frontend_gbps, nics_per_host=spec.frontend_nics,
+                               oversub=spec.frontend_oversub) if spec.frontend_gbps else None),
+        storage=(StorageInfo(nodes=spec.storage, network=spec.storage_network, gbps=spec.storage_gbps)
+                 if spec.storage else None),
+    )
 
 
 def bisection_gbps(topology: Topology) -> float:
@@ -770,36 +824,6 @@ def bisection_gbps(topology: Topology) -> float:
         return float(nic_side)
     leaf_side = r.n_leaves / 2 * r.leaf_up_gbps
     return float(min(nic_side, leaf_side))
-
-
-def format_description(info: dict[str, Any]) -> str:
-    """Human-readable lines for `describe` output."""
-    lines = [
-        f"topology      {info['name']} ({info['kind']}, routing {info['routing']}"
-        f"{', PXN' if info['pxn'] else ''}{', SHARP' if info['sharp'] else ''}"
-        f"{', NVLS' if info['nvls'] else ''})",
-        f"GPUs          {info['gpus']} ({info['hosts']} hosts x {info['gpus_per_host']}, "
-        f"NVLink domain {info['nvlink_domain']})",
-        f"switches      {info['leaves']} leaf, {info['spines']} spine, {info['cores']} core, "
-        f"{info['planes']} plane(s)",
-        "links per tier:",
-    ]
-    for tier, entry in info["links_per_tier"].items():
-        lines.append(f"  {tier:<11} {entry['links']:>6} links {entry['cables']:>7} cables "
-                     f"{entry['gbps'] / 1000:>10.1f} Tb/s per direction  {entry['medium']}, {entry['network']}")
-    lines.append(f"bisection     {info['bisection_gbps'] / 1000:.1f} Tb/s" if info["hosts"] > 1 else
-                 "bisection     - (one host: no cut between hosts; its GPUs talk over NVLink)")
-    if info.get("profile"):
-        lines.append(info["profile"])
-    lines.append("oversubscription " + ", ".join(f"{t} {v:g}:1" for t, v in info["oversubscription"].items()))
-    if info.get("frontend"):
-        fe = info["frontend"]
-        lines.append(f"front-end     {fe['nics_per_host']} x {fe['gbps_per_nic']:g} Gb/s Ethernet per host, "
-                     f"ToR uplinks {fe['oversub']:g}:1")
-    if info.get("storage"):
-        st = info["storage"]
-        lines.append(f"storage       {st['nodes']} node(s) of {st['gbps']:g} Gb/s on the {st['network']}")
-    return "\n".join(lines)
 
 
 def place(spec: TopologySpec, hosts: list[list[int]]) -> tuple[dict[int, int], Finding | None]:

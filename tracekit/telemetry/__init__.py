@@ -594,19 +594,18 @@ def link_summaries(link_samples: pa.Table, *, origin: str = ORIGIN,
     return out
 
 
-def describe(run: Run | str | os.PathLike[str], *, max_flagged: int = 100) -> dict[str, Any] | None:
+def describe(run: Run | str | os.PathLike[str], *, max_flagged: int = 100) -> TelemetryInfo | None:
     """The telemetry section of `tracekit info`: per link peak/mean utilisation and flagged
     windows with their reasons, plus the rating's accounting; None when the run has no counters."""
     run = run if isinstance(run, Run) else Run(run)
     if not run.has("counters"):
         return None
-    samples = run.table("link_samples")
-    links = to_builtins(link_summaries(samples, max_flagged=max_flagged))
     saved = run.read_json("telemetry") or {}
     summary = telemetry_summary(run)
-    return {"links": links, "stats": saved.get("stats"), "warnings": saved.get("warnings", []),
-            "counters": run.table("counters").num_rows,
-            "summary": to_builtins(summary) | {"accounting": summary.accounting()} if summary else None}
+    return TelemetryInfo(links=link_summaries(run.table("link_samples"), max_flagged=max_flagged),
+                         stats=saved.get("stats"), warnings=saved.get("warnings", []),
+                         counters=run.table("counters").num_rows,
+                         summary=TelemetrySummaryInfo.of(summary) if summary else None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -661,6 +660,27 @@ class TelemetrySummary(Result):
         """The headline as a `telemetry` finding (the report's Summary lists it)."""
         return Finding(kind="telemetry", text=self.headline(), value=float(self.counters),
                        data={"counters": self.counters, "used": self.used, "windows": self.windows})
+
+
+class TelemetrySummaryInfo(TelemetrySummary):
+    """A `TelemetrySummary` with its accounting sentence, as `info` shows it."""
+
+    accounting_text: str = msgspec.field(name="accounting")
+
+    @classmethod
+    def of(cls, summary: TelemetrySummary) -> TelemetrySummaryInfo:
+        fields = {f: getattr(summary, f) for f in TelemetrySummary.__struct_fields__}
+        return cls(**fields, accounting_text=summary.accounting())
+
+
+class TelemetryInfo(Result):
+    """The telemetry section of `tracekit info` (`describe`)."""
+
+    links: list[LinkSummary]
+    stats: dict[str, Any] | None
+    warnings: list[str]
+    counters: int
+    summary: TelemetrySummaryInfo | None
 
 
 def telemetry_summary(run: Run | str | os.PathLike[str]) -> TelemetrySummary | None:

@@ -7,6 +7,8 @@ the job starts in the placement. All jobs' flows are simulated together on the t
 that now overlap share links. A job's time is its nominal time (the baseline replay's) times its
 contention factor: simulated time per nominal ns, relative to its class's in the traced schedule
 rebuilt (so the traced order keeps, class by class, its baseline-replay communication time).
+The step after the pipeline (`Tail`: each stage's DP all-reduces and what follows them) is placed
+after the chunks it followed in the trace and replayed with them, so it shares their links.
 Placing and simulating alternate until the factors settle (`settle`).
 """
 
@@ -26,8 +28,8 @@ from tracekit.replay.topology import Topology
 
 #: Rounds of place-and-simulate before the factors are given up on as unsettled.
 MAX_ROUNDS = 40
-#: From this round on, each round moves the factors half way (a damped fixed point).
-DAMP_FROM = 6
+#: From this round on, a factor that turned back moves half way (a damped fixed point).
+DAMP_FROM = 2
 #: Factors settled: none moved by more than this (relative).
 SETTLE_TOLERANCE = 1e-6
 
@@ -55,11 +57,15 @@ class Job:
 
 
 class ChunkNetwork:
-    """Templates per class on one topology; `times(jobs)` simulates jobs together."""
+    """Templates per class on one topology; `times(jobs)` simulates jobs together. A class the
+    traced order never ran (an interleaved hop between stages the trace did not join) takes its
+    contention reference from the traced class it stands in for (`stands_for`)."""
 
-    def __init__(self, topology: Topology, templates: Mapping[Hashable, Template]) -> None:
+    def __init__(self, topology: Topology, templates: Mapping[Hashable, Template],
+                 stands_for: Mapping[Hashable, Hashable] | None = None) -> None:
         self.topology = topology
         self.templates = dict(templates)
+        self.stands_for = dict(stands_for or {})
 
     def times(self, jobs: Sequence[Job]) -> np.ndarray:
         """Per job, from its release to its last flow's finish (ns), all jobs' flows sharing the topology."""
@@ -133,15 +139,39 @@ def templates_from(routed: RoutedFlows, classes: Mapping[Hashable, tuple[Sequenc
 
 
 @dataclass(frozen=True)
+class TailCall:
+    """A DP call of a stage's step after (or overlapping) its pipeline: issued once the stage has
+    done `share` of its chunk compute, `delay_ns` later; its class's flows at `nominal_ns`."""
+
+    cls: Hashable
+    share: float
+    delay_ns: float
+    nominal_ns: float
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Per stage, the step outside its pipeline: its DP calls, and the time from the later of its
+    pipeline's end and its last DP call's end to the end of its step (`after_ns`: optimizer, host)."""
+
+    calls: tuple[tuple[TailCall, ...], ...]
+    after_ns: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Settled:
     """A plan placed with its communication replayed: the placement, each job's contention
-    factor, the per-class reference (simulated per nominal ns) and how the rounds went."""
+    factor, the per-class reference (simulated per nominal ns) and how the rounds went; with a
+    `Tail`, `step_ns` is when the last stage's step ends (else the pipeline's span), and
+    `dp_exposed_ns` per stage the part of its DP calls that runs past its last chunk."""
 
     simulation: Simulation
     factors: Mapping[Hashable, float]
     reference: Mapping[Hashable, float]
     rounds: int
     converged: bool
+    step_ns: float = 0.0
+    dp_exposed_ns: tuple[float, ...] = ()
 
 
 CostOf = Callable[[int, Chunk], ChunkCost]
@@ -149,20 +179,22 @@ TransferOf = Callable[[int, int, Chunk], float]
 
 
 def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *, sm_share: float = 0.0,
-           reference: Mapping[Hashable, float] | None = None) -> Settled:
-    """Place `p` and replay its jobs until the factors settle. Without `reference`, `p` is the
-    traced schedule: its own classes' mean simulated time per nominal ns is the reference."""
+           reference: Mapping[Hashable, float] | None = None, tail: Tail | None = None) -> Settled:
+    """Place `p` and replay its jobs (and `tail`'s DP calls) until the factors settle. Without
+    `reference`, `p` is the traced schedule: its own classes' mean simulated time per nominal ns
+    is the reference."""
     slot_of = {(d, c): i for d, slots in enumerate(p.slots) for i, s in enumerate(slots) for c in s.chunks}
     factors: dict[Hashable, float] = {}
     ref: dict[Hashable, float] = dict(reference or {})
     rounds, converged = 0, False
+    last_step: dict[Hashable, float] = {}
     session: JobFlows | None = None
     while True:
         sim = _place(p, cost, transfer, sm_share, factors, slot_of)
         if rounds >= MAX_ROUNDS:
             break
         rounds += 1
-        jobs = _jobs(p, sim, cost, transfer, network)
+        jobs = _jobs(p, sim, cost, transfer, network) + _tail_jobs(sim, tail, network)
         if session is None or session.keys != [job.key for job in jobs]:
             session = network.session(jobs)
         took = session.times(np.array([job.release_ns for job in jobs], np.float64))
@@ -174,16 +206,58 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
                 acc[0] += t
                 acc[1] += job.nominal_ns
             ref = {cls: s / n for cls, (s, n) in per.items() if n > 0 and s > 0}
-        new = {job.key: rate[job.key] / ref[job.cls] if ref.get(job.cls) else 1.0 for job in jobs}
-        if rounds > DAMP_FROM:
-            new = {k: 0.5 * (v + factors.get(k, 1.0)) for k, v in new.items()}
+        base = {job.cls: ref.get(job.cls) or ref.get(network.stands_for.get(job.cls)) for job in jobs}
+        new = {job.key: rate[job.key] / base[job.cls] if base[job.cls] else 1.0 for job in jobs}
+        if rounds > DAMP_FROM:  # half steps where a factor turned back (an oscillation), full ones elsewhere
+            new = {k: 0.5 * (v + factors.get(k, 1.0)) if (v - factors.get(k, 1.0)) * last_step.get(k, 0.0) < 0
+                   else v for k, v in new.items()}
+        last_step = {k: v - factors.get(k, 1.0) for k, v in new.items()}
         moved = max((abs(v - factors.get(k, 1.0)) / max(v, 1e-12) for k, v in new.items()), default=0.0)
         factors = new
         if moved <= SETTLE_TOLERANCE:
             converged = True
             sim = _place(p, cost, transfer, sm_share, factors, slot_of)
             break
-    return Settled(sim, factors, ref, rounds, converged)
+    step, dp_exposed = _step_end(sim, tail, factors)
+    return Settled(sim, factors, ref, rounds, converged, step, dp_exposed)
+
+
+def compute_reached(sim: Simulation, device: int, share: float) -> float:
+    """When `device` has done `share` of its placed chunk compute (a slot computes from its start)."""
+    mine = sorted((x for x in sim.placed if x.device == device), key=lambda x: x.start_ns)
+    target = share * sum(x.compute_ns for x in mine)
+    done = 0.0
+    for x in mine:
+        if done + x.compute_ns >= target:
+            return x.start_ns + max(target - done, 0.0)
+        done += x.compute_ns
+    return mine[-1].start_ns + mine[-1].compute_ns if mine else 0.0
+
+
+def _tail_jobs(sim: Simulation, tail: Tail | None, network: ChunkNetwork) -> list[Job]:
+    if tail is None:
+        return []
+    return [Job(("dp", d, i), call.cls, compute_reached(sim, d, call.share) + call.delay_ns, call.nominal_ns)
+            for d, calls in enumerate(tail.calls) for i, call in enumerate(calls)
+            if call.nominal_ns > 0 and call.cls in network.templates]
+
+
+def _step_end(sim: Simulation, tail: Tail | None, factors: Mapping[Hashable, float]) -> tuple[float, tuple[
+        float, ...]]:
+    """When the last stage's step ends (the pipeline's span without a tail), and per stage the
+    time its DP calls run past its last chunk."""
+    if tail is None:
+        return sim.span_ns, ()
+    last = [0.0] * sim.plan.stages
+    for x in sim.placed:
+        last[x.device] = max(last[x.device], x.end_ns)
+    ends, exposed = [], []
+    for d, calls in enumerate(tail.calls):
+        dp_end = max((compute_reached(sim, d, c.share) + c.delay_ns + c.nominal_ns * factors.get(("dp", d, i), 1.0)
+                      for i, c in enumerate(calls)), default=0.0)
+        ends.append(max(last[d], dp_end) + tail.after_ns[d])
+        exposed.append(max(dp_end - last[d], 0.0))
+    return max(ends, default=sim.span_ns), tuple(exposed)
 
 
 def _place(p: Plan, cost: CostOf, transfer: TransferOf, sm_share: float, factors: Mapping[Hashable, float],

@@ -127,6 +127,8 @@ class PipelineRun(Result, frozen=True, kw_only=True):
     bubble_ns: tuple[float, ...]
     exposed_ns: dict[str, float]
     placed: tuple[PlacedChunk, ...]
+    step_ns: float = 0.0  # the pipeline and each stage's step after it (DP all-reduce, optimizer), to the last end
+    dp_exposed_ns: tuple[float, ...] = ()  # per stage, its DP all-reduce past its last chunk
 
 
 class ScheduleOutcome(Result, frozen=True, kw_only=True):

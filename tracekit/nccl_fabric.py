@@ -408,7 +408,7 @@ Hop = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class ObservedFabric:
+class NcclFabric:
     """What replay takes from the fabric NCCL built, keyed by the group names the collectives carry.
 
     `rings`: per group one rank cycle (global ranks) per channel, as many as NCCL's channels;
@@ -423,7 +423,7 @@ class ObservedFabric:
     via: dict[str, str] = field(default_factory=dict)
 
 
-def replay_fabric(groups: pa.Table, channels: pa.Table, ranks: pa.Table | None = None) -> ObservedFabric:
+def replay_fabric(groups: pa.Table, channels: pa.Table, ranks: pa.Table | None = None) -> NcclFabric:
     """Rings, channel counts and network hops per group from the `channels` table and the ring
     orders rank 0 printed (`groups.ring_orders`); a group without NCCL rows (a profiler's process
     group) takes those of the NCCL communicator with exactly its members. `ranks` (host and
@@ -483,7 +483,7 @@ def replay_fabric(groups: pa.Table, channels: pa.Table, ranks: pa.Table | None =
         for table in (rings, counts, hops):
             if src in table:
                 table[name] = table[src]  # type: ignore[index]
-    return ObservedFabric(rings=rings, channels=counts, hops=hops, via=via)
+    return NcclFabric(rings=rings, channels=counts, hops=hops, via=via)
 
 
 def _edge_rings(rows: list[dict[str, Any]], size: int | None) -> dict[int, list[int]]:

@@ -1,14 +1,14 @@
-"""tracekit.fabric's column-wise peer resolution against a naive row-by-row twin."""
+"""tracekit.nccl_fabric's column-wise peer resolution against a naive row-by-row twin."""
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit import fabric
+from tracekit import nccl_fabric
 
 
 def naive_resolve_peers(table, maps, pairs):
-    """Row by row, in Python: what `fabric.resolve_peers` must compute."""
+    """Row by row, in Python: what `nccl_fabric.resolve_peers` must compute."""
     if table.num_rows == 0 or not maps or "group" not in table.column_names:
         return table, 0
     groups = table.column("group").cast(pa.string()).to_pylist()
@@ -54,7 +54,7 @@ def test_resolve_peers_matches_the_row_by_row_twin(rows, maps, dictionary, chunk
     if chunks > 1 and table.num_rows > 1:  # several chunks, as a merged table has
         cut = table.num_rows // chunks
         table = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
-    got, unknown = fabric.resolve_peers(table, maps, [("peer", "peer_local"), ("absent", "peer_local")])
+    got, unknown = nccl_fabric.resolve_peers(table, maps, [("peer", "peer_local"), ("absent", "peer_local")])
     want, want_unknown = naive_resolve_peers(table, maps, [("peer", "peer_local"), ("absent", "peer_local")])
     assert unknown == want_unknown
     assert got.schema == want.schema
@@ -65,6 +65,6 @@ def test_resolve_peers_fills_from_the_communicator_map():
     table = pa.table({"group": pa.array(["tp0", "tp0", "world", None, "tp0"]).dictionary_encode(),
                       "peer": pa.array([None, 9, None, None, None], pa.int32()),
                       "peer_local": pa.array([1, 0, 0, 0, 5], pa.int32())})
-    got, unknown = fabric.resolve_peers(table, {"tp0": [4, 6], "world": [None], "": [3]}, [("peer", "peer_local")])
+    got, unknown = nccl_fabric.resolve_peers(table, {"tp0": [4, 6], "world": [None], "": [3]}, [("peer", "peer_local")])
     assert got.column("peer").to_pylist() == [6, 9, None, 3, None]
     assert unknown == 2

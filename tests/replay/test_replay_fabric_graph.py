@@ -11,7 +11,7 @@ from naive import flow_hash_naive, route_graph_naive
 
 from tracekit.ingest import ingest
 from tracekit.replay import _kernels
-from tracekit.replay.observed import ObservedFabricError, build_observed
+from tracekit.replay.fabric_graph import ObservedFabricError, build_observed
 from tracekit.replay.simulate import Flows, route
 from tracekit.store import Run
 from tracekit.telemetry.synth import SynthFabric, ibnetdiscover_text

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from tracekit.replay import tuning
+from tracekit.replay.microbench import ReplayError, busbw_factor, replay_microbench
 from tracekit.replay.topology import parse_spec
-from tracekit.replay.validate import ReplayError, busbw_factor, replay_microbench
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "real_traces" / "nccl_tests" / \
     "all_reduce_perf_2node_16xH100.txt"
@@ -112,7 +112,7 @@ def test_normalize_names():
 def test_rows_without_a_rank_count_are_named_not_dropped():
     """A pasted sendrecv table without device lines has no rank count: its rows are listed in a
     warning beside the rows that were replayed, and a file of nothing else is an error."""
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
 
     rows = [dict(source="pasted.log", run=0, test="all_gather_perf", op="all_gather", size_bytes=1 << 30, nranks=8,
                  ranks_per_host=8, hosts=1, oop_time_us=2900.0, oop_busbw=None)]
@@ -137,7 +137,7 @@ def test_latency_floor_gives_the_per_hop_latency_by_hand():
     """2 hosts x 8, all-reduce of 8-1024 B: tree/LL, whose fixed cost in tuning.cc is
     baseLat + 2 (7 intraLat + log2(2) interLat) with the plugin latency in interLat once (LL):
     2 us per us of `net_latency_us`. A floor 80 us above the model's is 40 us per hop."""
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
 
     sizes = (8, 64, 1024)
     model = replay_microbench(_bench([("all_reduce", s, 16, 8, 100.0) for s in sizes]), TOPOLOGY)
@@ -152,7 +152,7 @@ def test_latency_floor_gives_the_per_hop_latency_by_hand():
 
 def test_latency_floor_as_modelled_or_on_one_host_names_no_network_latency():
     from tracekit.present import floor_sentence
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
 
     near = _bench([("all_reduce", 64, 16, 8, 30.0)])
     [table] = nccl_tests_report(near, TOPOLOGY).tables
@@ -170,7 +170,7 @@ def test_a3_mega_floor_predicts_the_sizes_it_was_not_read_from():
     per network hop (NCCL's constants know no such latency: 393% at <= 1 MiB). Replayed with it,
     the held-out 128 KiB - 1 MiB rows come within 35%, the issue's target for that band."""
     from tracekit.parsers import nccl_tests
-    from tracekit.replay.validate import nccl_tests_report
+    from tracekit.replay.microbench import nccl_tests_report
     from tracekit.store import SourceSink
 
     if not REAL.is_file():
@@ -201,7 +201,7 @@ def test_a3_mega_floor_predicts_the_sizes_it_was_not_read_from():
 def test_rows_skipped_for_any_reason_are_named_by_the_same_rule():
     """`replay_microbench` skips and `unreplayable` names through one rule (`not_replayable`): an
     in-place-only row (no out-of-place time) is named too, with its reason."""
-    from tracekit.replay.validate import not_replayable, unreplayable
+    from tracekit.replay.microbench import not_replayable, unreplayable
 
     base = dict(source="a.log", run=0, test="all_gather_perf", op="all_gather", size_bytes=1 << 30, nranks=8,
                 ranks_per_host=8, hosts=1, oop_time_us=2900.0, oop_busbw=None)
