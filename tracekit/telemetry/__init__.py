@@ -46,7 +46,7 @@ import pyarrow.compute
 
 from tracekit import schema
 from tracekit.finding import Finding
-from tracekit.results import Result, to_builtins
+from tracekit.results import Result
 from tracekit.store import Run
 from tracekit.telemetry import _kernels as _k
 
