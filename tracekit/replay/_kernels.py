@@ -416,21 +416,20 @@ FF_HKEY = 9      # by slot of the completion heap: its key, the projected finish
 FF_REL = 10      # release time
 N_FF = 11
 # fi: per flow, int64
-FI_ACTIVE = 0    # 1 while running
-FI_BOTT = 1      # its bottleneck resource (-1: none)
-FI_BPOS = 2      # its slot among the flows bottlenecked on FI_BOTT (PI_BOTT)
-FI_IN_S = 3      # the event at which it joined S (-1: pinned out of it)
-FI_CHECKED = 4   # the stamp at which the bottleneck check took it
-FI_LZC = 5       # its lazy class (-1: none)
-FI_HPOS = 6      # its slot in the completion heap (-1: none)
-FI_HITEM = 7     # by slot of the completion heap: its flow
-FI_S = 8         # by position: the flows of S
-FI_CAND = 9      # by position: flows bottlenecked on a changed resource, to check
-FI_BAD = 10      # by position: flows the check found without a bottleneck
-FI_FIN = 11      # by position: members of a lazy class finishing now
-FI_FROZE = 12    # by position in S: the resource that froze the member
-FI_ORDER = 13    # by position: the flows in release order
-N_FI = 14
+FI_BOTT = 0      # its bottleneck resource (-1: none)
+FI_BPOS = 1      # its slot among the flows bottlenecked on FI_BOTT (PI_BOTT)
+FI_IN_S = 2      # the event at which it joined S (-1: pinned out of it)
+FI_CHECKED = 3   # the stamp at which the bottleneck check took it
+FI_LZC = 4       # its lazy class (-1: none)
+FI_HPOS = 5      # its slot in the completion heap (-1: none)
+FI_HITEM = 6     # by slot of the completion heap: its flow
+FI_S = 7         # by position: the flows of S
+FI_CAND = 8      # by position: flows bottlenecked on a changed resource, to check
+FI_BAD = 9       # by position: flows the check found without a bottleneck
+FI_FIN = 10      # by position: members of a lazy class finishing now
+FI_FROZE = 11    # by position in S: the resource that froze the member
+FI_ORDER = 12    # by position: the flows in release order
+N_FI = 13
 # rf: per resource, float64
 RF_CAP = 0       # capacity (bytes/ns)
 RF_LOAD = 1      # sum of the current rates of the flows crossing it
@@ -664,7 +663,7 @@ def _lz_event(b, now, tol, tol_b, gn, ff, fi, active, rf, ri, pi, ck, indptr, re
     return True
 
 
-@njit
+@njit_inline
 def _lz_shift(b, n_fin, x_new, d, w_left, tol_b, ff, fi, rf, ri, pi, indptr, res, ag, agw, wd, w_on, wrow, wfrac):
     """The loads of class b's links at its new share x_new (d: the change per unit weight) with
     the FI_FIN members gone, and the check that no other link it crosses saturates or holds
@@ -719,7 +718,7 @@ def _lz_shift(b, n_fin, x_new, d, w_left, tol_b, ff, fi, rf, ri, pi, indptr, res
     return False
 
 
-@njit
+@njit_inline
 def _lz_retire(b, now, n_fin, x, v0, t0, x_new, tol_b, ff, fi, active, rf, ri, pi, indptr, res, wd, w_on, wrow, wfrac):
     """Finish the FI_FIN members of class b (rate x per unit weight, V = v0 at t0 before this
     event) at their projected times: finish times, loads and window integrals, bottleneck lists."""
@@ -956,7 +955,7 @@ def _waterfill_scratch(n_flows, n_res, n_inc):
             np.empty(n_flows, np.bool_), np.empty(n_flows + 1, np.int64), np.empty(n_inc, np.int64))
 
 
-@njit
+@njit_inline
 def _window_of(now, n_win, t_origin, window_ns):
     """(w_on, wrow, wfrac) of an event at `now`: whether its load changes count in a window, the
     row of wd they go to and the time (ns) from `now` to the end of that window."""
@@ -994,7 +993,8 @@ def _class_events(now, tol, tol_b, gn, hn, ff, fi, active, rf, ri, pi, ck, indpt
     n_done = 0
     while gn > 0 and rf[RF_GKEY, 0] <= lim:
         cb = ri[RI_GITEM, 0]
-        if _lz_event(cb, now, tol, tol_b, gn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw, wd, w_on, wrow, wfrac):
+        if _lz_event(cb, now, tol, tol_b, gn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw, wd, w_on, wrow,
+                     wfrac):
             rf[RF_DONE_K, n_done] = rf[RF_GKEY, ri[RI_GPOS, cb]]
             ri[RI_DONE_I, n_done] = cb
             n_done += 1
@@ -1159,25 +1159,6 @@ def _seed(now, event, arrivals, n_chg, s_n, gn, hn, ff, fi, active, rf, ri, pi, 
 
 
 @njit
-def _refresh_maxr(r, unit, ff, fi, active, rf, ri, pi):
-    """Recompute RF_MAXR of resource r over its active flows (dropping the finished ones from
-    its PI_POOL part; a lazy member counts at its class's rate)."""
-    ri[RI_MAXR_OK, r] = 1
-    m = 0.0
-    start = ri[RI_START, r]
-    w = start
-    for q in range(start, start + ri[RI_USED, r]):
-        g = pi[PI_POOL, q]
-        if active[g]:
-            pi[PI_POOL, w] = g
-            w += 1
-            c = fi[FI_LZC, g]
-            m = max(m, (ff[FF_RATE, g] if unit else ff[FF_RATE, g] * ff[FF_IW, g]) if c < 0 else rf[RF_LZ_X, c])
-    ri[RI_USED, r] = w - start
-    rf[RF_MAXR, r] = m
-
-
-@njit
 def _bottlenecks(mode, n, n_out, stamp, skip, tol_b, unit, ff, fi, active, rf, ri, pi, indptr, res):
     """The bottleneck of each of n flows: a saturated resource on its path on which its rate per
     unit weight is the largest (a resource whose RI_RCHG is `skip` is passed over; `hint` is tried
@@ -1204,8 +1185,21 @@ def _bottlenecks(mode, n, n_out, stamp, skip, tol_b, unit, ff, fi, active, rf, r
             r = hint if a < 0 else res[p0 + a]
             if (a >= 0 and r == hint) or ri[RI_RCHG, r] == skip or rf[RF_LOAD, r] < rf[RF_CAP, r] * (1.0 - tol_b):
                 continue
-            if ri[RI_MAXR_OK, r] == 0:
-                _refresh_maxr(r, unit, ff, fi, active, rf, ri, pi)
+            if ri[RI_MAXR_OK, r] == 0:  # recompute its largest rate, dropping finished flows from its pool
+                ri[RI_MAXR_OK, r] = 1
+                m = 0.0
+                start = ri[RI_START, r]
+                w = start
+                for q in range(start, start + ri[RI_USED, r]):
+                    g = pi[PI_POOL, q]
+                    if active[g]:
+                        pi[PI_POOL, w] = g
+                        w += 1
+                        c = fi[FI_LZC, g]
+                        rg = ff[FF_RATE, g] if unit else ff[FF_RATE, g] * ff[FF_IW, g]
+                        m = max(m, rg if c < 0 else rf[RF_LZ_X, c])
+                ri[RI_USED, r] = w - start
+                rf[RF_MAXR, r] = m
             if rh >= rf[RF_MAXR, r] * (1.0 - tol_b):
                 b = r
                 break
