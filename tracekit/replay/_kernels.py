@@ -1,7 +1,6 @@
 """numba kernels for replay: routing to CSR paths, the max-min fair fluid simulator, and the
 dependency scheduler. Kernels see numpy arrays, scalars and named tuples of them (`FatTreeTables`,
-`GraphTables`) only, and read no module globals but the `FlowMode` constants and the row numbers
-of the simulator's state arrays (`FF_*`, `FI_*`, `RF_*`, `RI_*`, `PI_*`, `AG_*`)."""
+`GraphTables`) only, and read no module globals but the `FlowMode` constants."""
 
 from __future__ import annotations
 
@@ -399,98 +398,6 @@ def _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, stamp
                 ver[loc] += 1
 
 
-# The simulator's state (`_simulate_sorted` and its phase functions): one float64 and one int64
-# array per entity, shape (rows, entities), a row per quantity, named by the constants below.
-# Scratch rows indexed by a position (in S, in a heap, in a list) rather than by the entity say so.
-# ff: per flow, float64
-FF_RATE = 0      # current rate (bytes/ns)
-FF_REM = 1       # bytes left at FF_TLAST (a lazy class member: the class's V at which it drains)
-FF_TLAST = 2     # time of FF_REM
-FF_ORIG = 3      # rate before this event's re-solve (members of S)
-FF_LAT = 4       # latency added to the finish
-FF_WT = 5        # max-min weight
-FF_IW = 6        # 1 / weight (rates compare per unit weight)
-FF_FINISH = 7    # finish time, latency included (the result; nan until known)
-FF_NEW = 8       # by position in S: the member's new rate
-FF_HKEY = 9      # by slot of the completion heap: its key, the projected finish
-FF_REL = 10      # release time
-N_FF = 11
-# fi: per flow, int64
-FI_BOTT = 0      # its bottleneck resource (-1: none)
-FI_BPOS = 1      # its slot among the flows bottlenecked on FI_BOTT (PI_BOTT)
-FI_IN_S = 2      # the event at which it joined S (-1: pinned out of it)
-FI_CHECKED = 3   # the stamp at which the bottleneck check took it
-FI_LZC = 4       # its lazy class (-1: none)
-FI_HPOS = 5      # its slot in the completion heap (-1: none)
-FI_HITEM = 6     # by slot of the completion heap: its flow
-FI_S = 7         # by position: the flows of S
-FI_CAND = 8      # by position: flows bottlenecked on a changed resource, to check
-FI_BAD = 9       # by position: flows the check found without a bottleneck
-FI_FIN = 10      # by position: members of a lazy class finishing now
-FI_FROZE = 11    # by position in S: the resource that froze the member
-FI_ORDER = 12    # by position: the flows in release order
-N_FI = 13
-# rf: per resource, float64
-RF_CAP = 0       # capacity (bytes/ns)
-RF_LOAD = 1      # sum of the current rates of the flows crossing it
-RF_MAXR = 2      # largest rate per unit weight crossing it (valid where RI_MAXR_OK)
-RF_THR = 3       # scratch: residual or rate threshold of a marked resource
-RF_CLS_W = 4     # rate class on it: the members' weight
-RF_CLS_X = 5     # rate class on it: residual, then fair share per unit weight
-RF_GKEY = 6      # by slot of the class heap: its key, the class's next finish
-RF_DONE_K = 7    # by position: keys of the lazy class events applied at this time
-RF_LZ_X = 8      # lazy class on it: rate per unit weight
-RF_LZ_V = 9      # lazy class: cumulative per-flow service V
-RF_LZ_T = 10     # lazy class: time of V
-RF_LZ_W = 11     # lazy class: the members' weight
-N_RF = 12
-# ri: per resource, int64
-RI_START = 0     # first slot of its part of the per-path-entry pools (PI_POOL, PI_BOTT, ck)
-RI_USED = 1      # entries of PI_POOL in use (finished flows are dropped by the next pass)
-RI_ACT = 2       # active flows crossing it
-RI_NARR = 3      # flows that arrived on it this event
-RI_BCNT = 4      # flows bottlenecked on it
-RI_CMARK = 5     # stamp: a rate class of S is on it
-RI_CLS_N = 6     # rate class: members (-1 once its share is set)
-RI_RCHG = 7      # the event that last changed it
-RI_LMARK = 8     # stamp: marked (thresholds, the water-fill's local ids)
-RI_LMAP = 9      # the water-fill's local id
-RI_MARKED = 10   # by position: the marked resources
-RI_CHG = 11      # by position: the resources changed this event
-RI_AMAP = 12     # scratch of a new lazy class: 1 + its slot in ag (0: none)
-RI_GITEM = 13    # by slot of the class heap: its class
-RI_GPOS = 14     # its lazy class's slot in the class heap (-1: none)
-RI_DONE_I = 15   # by position: the lazy classes whose event was applied at this time
-RI_MAXR_OK = 16  # RF_MAXR is up to date
-RI_LZ_N = 17     # lazy class on it: members
-RI_LZ_A0 = 18    # lazy class: first slot of its other links in ag/agw
-RI_LZ_AN = 19    # lazy class: number of those links
-N_RI = 20
-# pi: per path entry (incidence), int64; ck: float64, the same slots
-PI_POOL = 0      # from RI_START: flows that crossed the resource since the last pass over them
-PI_BOTT = 1      # from RI_START: the flows bottlenecked on it (RI_BCNT of them)
-PI_AGG = 2       # by path entry of a lazy class member: its link's slot in ag/agw
-PI_CITEM = 3     # from RI_START: the member heap of the resource's lazy class (keys in ck)
-N_PI = 4
-# ag (int64) / agw (float64): per slot, the links of the lazy classes other than their own
-AG_RES = 0       # the resource
-AG_CNT = 1       # members crossing it
-#
-# Names shared by the phase functions:
-#   indptr, res         the paths (CSR, flows in release order)
-#   ff, fi, rf, ri, pi  the state above; ck [incidence] float64: member-heap keys
-#   ag, agw             a lazy class's links: resource and members (ag), their weight (agw)
-#   wd                  [window + 1, resource, 2] the window integrals (`_simulate_sorted`)
-#   w_on, wrow, wfrac   whether this event's load changes count in a window, in which row of wd,
-#                       and for how long (ns) to the end of that window (`_window_of`)
-#   now, tol, tol_b     the event's time; its tolerance; that of saturation and of the bottleneck
-#                       check (1e3 x rel_eps)
-#   event, stamp        the event's number; a fresh mark value (RI_LMARK, RI_CMARK, FI_CHECKED)
-#   unit                every weight is 1 (a rate per unit weight is the rate)
-#   s_n, n_chg          flows in S (FI_S); changed resources (RI_CHG)
-#   hn, gn              sizes of the completion heap (FF_HKEY/FI_HITEM/FI_HPOS) and of the class
-#                       heap (RF_GKEY/RI_GITEM/RI_GPOS); a function that can change them returns them
-#
 # Lazy rate classes. Most events of a skewed all-to-all are one flow of a class (the flows
 # bottlenecked on one resource b, all at one rate x_b) finishing, after which only that class's
 # rate rises. Such a class is kept once while its events involve nobody else: its members sit in
@@ -500,18 +407,20 @@ AG_CNT = 1       # members crossing it
 # over the members' links when it is a one-class event of the exact algorithm (nobody else is
 # bottlenecked on a link it touches and every other link stays unsaturated); anything else first
 # turns the classes it reaches back into flows (remaining bytes, completion-heap keys) and runs as
-# before. A member's FF_REM holds its key (V at which it drains: its remaining bytes / its weight + V).
+# before. lzf[b]: 0 rate per unit weight, 1 V, 2 time of V, 3 the members' weight. lzi[b]: 0
+# members, 1 start and 2 length of its links in agr/agc/agw (members crossing it, their weight).
+# A member's rem holds its key (V at which it drains: its remaining bytes / its weight + V).
 
 
 @njit
-def _lz_advance(b, now, rf):
+def _lz_advance(b, now, lzf):
     """Move class b's V to `now` at its current rate."""
-    rf[RF_LZ_V, b] += rf[RF_LZ_X, b] * (now - rf[RF_LZ_T, b])
-    rf[RF_LZ_T, b] = now
+    lzf[b, 1] += lzf[b, 0] * (now - lzf[b, 2])
+    lzf[b, 2] = now
 
 
 @njit
-def _mh_push(ck, pi, base, n, key, item):
+def _mh_push(ck, ci, base, n, key, item):
     """Push onto the member heap of a class (slots base .. base + n - 1)."""
     i = n
     while i > 0:
@@ -519,242 +428,261 @@ def _mh_push(ck, pi, base, n, key, item):
         if ck[base + p] <= key:
             break
         ck[base + i] = ck[base + p]
-        pi[PI_CITEM, base + i] = pi[PI_CITEM, base + p]
+        ci[base + i] = ci[base + p]
         i = p
     ck[base + i] = key
-    pi[PI_CITEM, base + i] = item
+    ci[base + i] = item
 
 
 @njit
-def _heap_set(keys, ids, k_row, i_row, p_row, n, i, key, item):
-    """Put (key, item) at slot i of an indexed min-heap of n entries and restore the heap. The heap
-    is rows of the state: keys[k_row, slot], ids[i_row, slot] its item, ids[p_row, item] its slot
-    (the completion heap: ff, fi, FF_HKEY, FI_HITEM, FI_HPOS; the class heap: rf, ri, RF_GKEY,
-    RI_GITEM, RI_GPOS)."""
+def _mh_pop(ck, ci, base, n):
+    """Remove the top of a class's member heap of n entries (the caller reads it first)."""
+    n -= 1
+    key = ck[base + n]
+    item = ci[base + n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and ck[base + c + 1] < ck[base + c]:
+            c += 1
+        if ck[base + c] >= key:
+            break
+        ck[base + i] = ck[base + c]
+        ci[base + i] = ci[base + c]
+        i = c
+    if n > 0:
+        ck[base + i] = key
+        ci[base + i] = item
+
+
+@njit
+def _ih_set(hk, hi, hpos, n, i, key, item):
+    """Put (key, item) at slot i of an indexed min-heap of n entries and restore the heap."""
     while i > 0:
         p = (i - 1) >> 1
-        if keys[k_row, p] <= key:
+        if hk[p] <= key:
             break
-        keys[k_row, i] = keys[k_row, p]
-        ids[i_row, i] = ids[i_row, p]
-        ids[p_row, ids[i_row, i]] = i
+        hk[i] = hk[p]
+        hi[i] = hi[p]
+        hpos[hi[i]] = i
         i = p
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and keys[k_row, c + 1] < keys[k_row, c]:
+        if c + 1 < n and hk[c + 1] < hk[c]:
             c += 1
-        if keys[k_row, c] >= key:
+        if hk[c] >= key:
             break
-        keys[k_row, i] = keys[k_row, c]
-        ids[i_row, i] = ids[i_row, c]
-        ids[p_row, ids[i_row, i]] = i
+        hk[i] = hk[c]
+        hi[i] = hi[c]
+        hpos[hi[i]] = i
         i = c
-    keys[k_row, i] = key
-    ids[i_row, i] = item
-    ids[p_row, item] = i
+    hk[i] = key
+    hi[i] = item
+    hpos[item] = i
 
 
 @njit
-def _heap_delete(keys, ids, k_row, i_row, p_row, n, item):
-    """Remove item from an indexed min-heap of n entries (`_heap_set`); returns the new size."""
-    i = ids[p_row, item]
-    ids[p_row, item] = -1
+def _ih_delete(hk, hi, hpos, n, item):
+    """Remove item from an indexed min-heap of n entries; returns the new size."""
+    i = hpos[item]
+    hpos[item] = -1
     n -= 1
     if i < n:
-        _heap_set(keys, ids, k_row, i_row, p_row, n, i, keys[k_row, n], ids[i_row, n])
+        _ih_set(hk, hi, hpos, n, i, hk[n], hi[n])
     return n
 
 
 @njit
-def _lz_flush(b, now, hn, ff, fi, rf, ri, pi, ck):
+def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn):
     """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
-    exact algorithm has them); the caller takes it off the class heap. Returns hn."""
-    _lz_advance(b, now, rf)
-    x = rf[RF_LZ_X, b]
-    v = rf[RF_LZ_V, b]
-    base = ri[RI_START, b]
-    for m in range(ri[RI_LZ_N, b]):
-        g = pi[PI_CITEM, base + m]
-        left = max(ck[base + m] - v, 0.0) * ff[FF_WT, g]
-        ff[FF_REM, g] = left
-        ff[FF_RATE, g] = x * ff[FF_WT, g]
-        ff[FF_TLAST, g] = now
-        fi[FI_LZC, g] = -1
+    exact algorithm has them); the caller takes it off the class heap. Returns the completion
+    heap's new size. lzf, lzi, ck, ci, lzc, lstart: the classes (`_lz_event`); rate, wt, rem,
+    tlast: per flow; hk, hi, hpos, hn: the completion heap and its size."""
+    _lz_advance(b, now, lzf)
+    x = lzf[b, 0]
+    v = lzf[b, 1]
+    base = lstart[b]
+    for m in range(lzi[b, 0]):
+        g = ci[base + m]
+        left = max(ck[base + m] - v, 0.0) * wt[g]
+        rem[g] = left
+        rate[g] = x * wt[g]
+        tlast[g] = now
+        lzc[g] = -1
         hn += 1
-        _heap_set(ff, fi, FF_HKEY, FI_HITEM, FI_HPOS, hn, hn - 1, now + left / ff[FF_RATE, g], g)
-    ri[RI_LZ_N, b] = 0
+        _ih_set(hk, hi, hpos, hn, hn - 1, now + left / rate[g], g)
+    lzi[b, 0] = 0
     return hn
 
 
 @njit
-def _lz_unlazy(b, now, gn, hn, ff, fi, rf, ri, pi, ck):
-    """Lazy class b off the class heap and back into flows; returns (gn, hn)."""
-    gn = _heap_delete(rf, ri, RF_GKEY, RI_GITEM, RI_GPOS, gn, b)
-    hn = _lz_flush(b, now, hn, ff, fi, rf, ri, pi, ck)
-    return gn, hn
-
-
-@njit
-def _lz_event(b, now, tol, tol_b, gn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw, wd, w_on, wrow, wfrac):
+def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
+              agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish, latency, bott, bpool, bpos,
+              bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
     below cap (1 - tol) at the class's new fair share), apply it and return True; else leave
-    everything as it was and return False (the finishing members are in FI_FIN either way)."""
-    base = ri[RI_START, b]
-    n_all = ri[RI_LZ_N, b]
-    x = rf[RF_LZ_X, b]
-    v0 = rf[RF_LZ_V, b]
-    t0 = rf[RF_LZ_T, b]
+    everything as it was and return False. The class's links other than b, with the number of
+    members crossing each and their weight, are agr/agc/agw[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
+    to its slot there. Load changes go onto the window integrals wd (row wrow, see
+    `_simulate_sorted`) when w_on.
+
+    | name              | shape                   | dtype   | meaning                                    |
+    |-------------------|-------------------------|---------|--------------------------------------------|
+    | b                 | scalar                  | int     | the class, by its resource                 |
+    | now, tol, tol_b   | scalar                  | float   | the event; its tolerance; that of          |
+    |                   |                         |         | saturation and of the bottleneck check     |
+    | lzf               | [resource, 4]           | float64 | per class: rate per unit weight, V, time   |
+    |                   |                         |         | of V, the members' weight                  |
+    | lzi               | [resource, 3]           | int64   | per class: members, start and length of    |
+    |                   |                         |         | its links in agr/agc/agw                   |
+    | ck, ci            | [incidence]             | f8, i8  | member heaps (slots from lstart[b]): key   |
+    |                   |                         |         | (V at which it drains), member             |
+    | lzc               | [flow]                  | int64   | a flow's class (-1: none)                  |
+    | gk, gi, gpos, gn  | [resource], scalar      |         | the heap of classes and its size           |
+    | lstart            | [resource]              | int64   | first slot of a resource in the pools      |
+    | indptr, res       | [flow + 1], [incidence] | int64   | the paths (CSR)                            |
+    | agr, agc, agw     | [slot]                  | i8,i8,f8| a class's links: resource, members         |
+    |                   |                         |         | crossing it, their weight                  |
+    | aggpos            | [incidence]             | int64   | a member's path entry's slot in agr        |
+    | cap, load         | [resource]              | float64 | capacity; sum of the current rates         |
+    | maxr, maxr_ok     | [resource]              | f8, bool| largest rate per unit weight; up to date   |
+    | rate, wt, rem     | [flow]                  | float64 | rate; weight; remaining bytes (a member:   |
+    |                   |                         |         | its key)                                   |
+    | active, finish    | [flow]                  | b1, f8  | running; finish time (out)                 |
+    | latency           | [flow]                  | float64 | latency added to the finish                |
+    | bott, bpos        | [flow]                  | int64   | bottleneck; slot in its part of bpool      |
+    | bpool, bcnt       | [incidence], [resource] | int64   | flows bottlenecked on each resource; count |
+    | lcnt              | [resource]              | int64   | active flows crossing it                   |
+    | fin               | [flow]                  | int64   | scratch: the members finishing             |
+    | wd, w_on, wrow,   | [window + 1, resource,  | float64 | window integrals; whether, in which row    |
+    | wfrac             | 2], scalars             |         | and for how long (ns) this event counts    |
+    """
+    base = lstart[b]
+    n_all = lzi[b, 0]
+    x = lzf[b, 0]
+    v0 = lzf[b, 1]
+    t0 = lzf[b, 2]
     n = n_all
     n_fin = 0
     while n > 0 and t0 + (ck[base] - v0) / x <= now + tol:
-        fi[FI_FIN, n_fin] = pi[PI_CITEM, base]
+        fin[n_fin] = ci[base]
         n_fin += 1
-        n -= 1  # pop the top of the member heap (written out, see `_finishes`)
-        key = ck[base + n]
-        item = pi[PI_CITEM, base + n]
-        i = 0
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            if c + 1 < n and ck[base + c + 1] < ck[base + c]:
-                c += 1
-            if ck[base + c] >= key:
-                break
-            ck[base + i] = ck[base + c]
-            pi[PI_CITEM, base + i] = pi[PI_CITEM, base + c]
-            i = c
-        if n > 0:
-            ck[base + i] = key
-            pi[PI_CITEM, base + i] = item
-    ok = n > 0 and n_fin > 0 and ri[RI_BCNT, b] == n_all
+        _mh_pop(ck, ci, base, n)
+        n -= 1
+    ok = n > 0 and n_fin > 0 and bcnt[b] == n_all
     for j in range(n_fin):
-        f = fi[FI_FIN, j]
+        f = fin[j]
         for k in range(indptr[f], indptr[f + 1]):
-            if res[k] != b and ri[RI_BCNT, res[k]] > 0:
+            if res[k] != b and bcnt[res[k]] > 0:
                 ok = False
     x_new = 0.0
-    w_all = rf[RF_LZ_W, b]
+    w_all = lzf[b, 3]
     w_left = w_all
     for j in range(n_fin):
-        w_left -= ff[FF_WT, fi[FI_FIN, j]]
+        w_left -= wt[fin[j]]
     if ok:
         # the other flows on b keep their rates; the class shares what they leave
-        x_new = max(rf[RF_CAP, b] - (rf[RF_LOAD, b] - w_all * x), 0.0) / w_left
+        x_new = max(cap[b] - (load[b] - w_all * x), 0.0) / w_left
         ok = x_new > 0.0
+    a0 = lzi[b, 1]
+    a1 = a0 + lzi[b, 2]
     if ok:
-        ok = _lz_shift(b, n_fin, x_new, x_new - x, w_left, tol_b, ff, fi, rf, ri, pi, indptr, res, ag, agw,
-                       wd, w_on, wrow, wfrac)
+        for j in range(n_fin):
+            f = fin[j]
+            for k in range(indptr[f], indptr[f + 1]):
+                if res[k] != b:
+                    q = aggpos[k]
+                    agc[q] -= 1
+                    agw[q] = agw[q] - wt[f] if agc[q] > 0 else 0.0
+        d = x_new - x
+        lim = 1.0 - tol_b
+        # one pass: loads, their window integrals, the check, the largest rates (undone below if
+        # the check fails: a raised largest rate is then marked for recomputing)
+        for j in range(a0, a1):
+            c = agw[j]  # the members' weight on it (0: none left)
+            if c > 0.0:
+                r = agr[j]
+                dl = c * d
+                load[r] += dl
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac
+                    wd[wrow, r, 1] += dl
+                if bcnt[r] > 0 or load[r] >= cap[r] * lim:
+                    ok = False
+                if x_new > maxr[r]:
+                    maxr[r] = x_new
+        if ok:
+            load[b] += w_left * d
+            if w_on:
+                wd[wrow, b, 0] += w_left * d * wfrac
+                wd[wrow, b, 1] += w_left * d
+        else:  # undo
+            for j in range(a0, a1):
+                c = agw[j]
+                if c > 0.0:
+                    r = agr[j]
+                    dl = c * d
+                    load[r] -= dl
+                    if w_on:
+                        wd[wrow, r, 0] -= dl * wfrac
+                        wd[wrow, r, 1] -= dl
+                    maxr_ok[r] = False
+            for j in range(n_fin):
+                f = fin[j]
+                for k in range(indptr[f], indptr[f + 1]):
+                    if res[k] != b:
+                        agc[aggpos[k]] += 1
+                        agw[aggpos[k]] += wt[f]
     if not ok:
         for j in range(n_fin):  # put the finished flows back
-            f = fi[FI_FIN, j]
-            _mh_push(ck, pi, base, n, ff[FF_REM, f], f)
+            f = fin[j]
+            _mh_push(ck, ci, base, n, rem[f], f)
             n += 1
         return False
-    _lz_retire(b, now, n_fin, x, v0, t0, x_new, tol_b, ff, fi, active, rf, ri, pi, indptr, res, wd, w_on, wrow, wfrac)
-    ri[RI_LZ_N, b] = n
-    rf[RF_LZ_X, b] = x_new
-    rf[RF_LZ_W, b] = w_left
-    _heap_set(rf, ri, RF_GKEY, RI_GITEM, RI_GPOS, gn, ri[RI_GPOS, b], now + (ck[base] - rf[RF_LZ_V, b]) / x_new, b)
-    return True
-
-
-@njit_inline
-def _lz_shift(b, n_fin, x_new, d, w_left, tol_b, ff, fi, rf, ri, pi, indptr, res, ag, agw, wd, w_on, wrow, wfrac):
-    """The loads of class b's links at its new share x_new (d: the change per unit weight) with
-    the FI_FIN members gone, and the check that no other link it crosses saturates or holds
-    another bottleneck. True: applied (loads, window integrals, largest rates); False: undone (a
-    raised largest rate is then marked for recomputing)."""
+    _lz_advance(b, now, lzf)
+    if x_new > maxr[b]:
+        maxr[b] = x_new
     for j in range(n_fin):
-        f = fi[FI_FIN, j]
-        for k in range(indptr[f], indptr[f + 1]):
-            if res[k] != b:
-                q = pi[PI_AGG, k]
-                ag[AG_CNT, q] -= 1
-                agw[q] = agw[q] - ff[FF_WT, f] if ag[AG_CNT, q] > 0 else 0.0
-    ok = True
-    lim = 1.0 - tol_b
-    a0 = ri[RI_LZ_A0, b]
-    a1 = a0 + ri[RI_LZ_AN, b]
-    for j in range(a0, a1):
-        c = agw[j]  # the members' weight on it (0: none left)
-        if c > 0.0:
-            r = ag[AG_RES, j]
-            dl = c * d
-            rf[RF_LOAD, r] += dl
-            if w_on:
-                wd[wrow, r, 0] += dl * wfrac
-                wd[wrow, r, 1] += dl
-            if ri[RI_BCNT, r] > 0 or rf[RF_LOAD, r] >= rf[RF_CAP, r] * lim:
-                ok = False
-            if x_new > rf[RF_MAXR, r]:
-                rf[RF_MAXR, r] = x_new
-    if ok:
-        rf[RF_LOAD, b] += w_left * d
-        if w_on:
-            wd[wrow, b, 0] += w_left * d * wfrac
-            wd[wrow, b, 1] += w_left * d
-        return True
-    for j in range(a0, a1):
-        c = agw[j]
-        if c > 0.0:
-            r = ag[AG_RES, j]
-            dl = c * d
-            rf[RF_LOAD, r] -= dl
-            if w_on:
-                wd[wrow, r, 0] -= dl * wfrac
-                wd[wrow, r, 1] -= dl
-            ri[RI_MAXR_OK, r] = 0
-    for j in range(n_fin):
-        f = fi[FI_FIN, j]
-        for k in range(indptr[f], indptr[f + 1]):
-            if res[k] != b:
-                ag[AG_CNT, pi[PI_AGG, k]] += 1
-                agw[pi[PI_AGG, k]] += ff[FF_WT, f]
-    return False
-
-
-@njit_inline
-def _lz_retire(b, now, n_fin, x, v0, t0, x_new, tol_b, ff, fi, active, rf, ri, pi, indptr, res, wd, w_on, wrow, wfrac):
-    """Finish the FI_FIN members of class b (rate x per unit weight, V = v0 at t0 before this
-    event) at their projected times: finish times, loads and window integrals, bottleneck lists."""
-    _lz_advance(b, now, rf)
-    if x_new > rf[RF_MAXR, b]:
-        rf[RF_MAXR, b] = x_new
-    for j in range(n_fin):
-        f = fi[FI_FIN, j]
-        key = ff[FF_REM, f]
+        f = fin[j]
+        key = rem[f]
         t_proj = t0 + (key - v0) / x
-        ff[FF_FINISH, f] = t_proj + ff[FF_LAT, f]
+        finish[f] = t_proj + latency[f]
         active[f] = False
-        fi[FI_LZC, f] = -1
-        i = fi[FI_BPOS, f]  # off the flows bottlenecked on b
-        last = pi[PI_BOTT, ri[RI_START, b] + ri[RI_BCNT, b] - 1]
-        pi[PI_BOTT, ri[RI_START, b] + i] = last
-        fi[FI_BPOS, last] = i
-        ri[RI_BCNT, b] -= 1
-        fi[FI_BOTT, f] = -1
-        x_f = x * ff[FF_WT, f]
+        lzc[f] = -1
+        i = bpos[f]
+        last = bpool[lstart[b] + bcnt[b] - 1]
+        bpool[lstart[b] + i] = last
+        bpos[last] = i
+        bcnt[b] -= 1
+        bott[f] = -1
+        x_f = x * wt[f]
         late = x_f * (t_proj - now)  # bytes it carries after `now` (|t_proj - now| <= tol)
         for k in range(indptr[f], indptr[f + 1]):
             r = res[k]
-            ri[RI_ACT, r] -= 1
+            lcnt[r] -= 1
             dl = -x_f
-            rf[RF_LOAD, r] -= x_f
-            if x >= rf[RF_MAXR, r] * (1.0 - tol_b):
-                ri[RI_MAXR_OK, r] = 0
-            if ri[RI_ACT, r] == 0:
-                dl -= rf[RF_LOAD, r]
-                rf[RF_LOAD, r] = 0.0
+            load[r] -= x_f
+            if x >= maxr[r] * (1.0 - tol_b):
+                maxr_ok[r] = False
+            if lcnt[r] == 0:
+                dl -= load[r]
+                load[r] = 0.0
             if w_on:
                 wd[wrow, r, 0] += dl * wfrac + late
                 wd[wrow, r, 1] += dl
-        ff[FF_RATE, f] = 0.0
-        ff[FF_REM, f] = 0.0
+        rate[f] = 0.0
+        rem[f] = 0.0
+    lzi[b, 0] = n
+    lzf[b, 0] = x_new
+    lzf[b, 3] = w_left
+    _ih_set(gk, gi, gpos, gn, gpos[b], now + (ck[base] - lzf[b, 1]) / x_new, b)
+    return True
 
 
 @njit
@@ -826,659 +754,633 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
                      t_origin, rel_eps, merge, lazy_min, wt):
-    """`simulate_flows` on flows numbered in release order (`wt`: their weights), one event at a
-    time through the phase functions below. Rates compare per unit weight wherever max-min
-    compares them: the largest rate of a link (RF_MAXR), the bottleneck check, a class's fair
-    share and a lazy class's rate are all rate / weight. Bytes per window are integrals of the
-    link loads: a change dl of a load at `now`, in window w, adds dl * (end of w - now) to w and
-    dl * window_ns to each later window; wd[w + 1, r] holds those two parts (row 0: changes before
-    the first window) and `_window_bytes` sums them up, O(1) per change."""
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights). Rates compare
+    per unit weight wherever max-min compares them: the largest rate of a link (`maxr`), the
+    bottleneck check, a class's fair share and a lazy class's rate are all rate / weight."""
     n_flows = nbytes.size
     n_res = cap.size
+    finish = np.full(n_flows, np.nan)
+    # Bytes per window are integrals of the link loads: a change dl of load[r] at `now`, in window
+    # w, adds dl * (end of w - now) to w and dl * window_ns to each later window. wd[w + 1, r]
+    # holds those two parts (row 0: changes before the first window); one pass at the end sums
+    # them up. Every change of a load is a change of flows' rates, so this is the bytes each flow
+    # carried in each window, at O(1) per change instead of O(windows) per flow.
     n_win = max(n_windows, 0)
     wd = np.zeros((n_win + 1, n_res, 2), np.float64)
     if n_flows == 0:
-        return np.full(n_flows, np.nan), np.zeros((n_res, n_win), np.float64)
-    ff, fi, rf, ri, pi = _state(indptr, res, nbytes, release, lat_mult, cap, res_lat, wt)
+        return finish, np.zeros((n_res, n_win), np.float64)
+    iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
     unit = True
     for f in range(n_flows):
         if wt[f] != 1.0:
             unit = False
-    active = np.zeros(n_flows, np.bool_)  # running (a bool array: scans of a pool read it flow by flow)
-    ck = np.empty(res.size, np.float64)
-    ag = np.empty((2, 1024), np.int64)
-    agw = np.empty(1024, np.float64)
-    (w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver, w_hk, w_hi, w_ht, w_frozen, w_sptr,
-     w_sloc) = _waterfill_scratch(n_flows, n_res, res.size)
-    s_list, new_rate, froze_at, lmap, lmark = fi[FI_S], ff[FF_NEW], fi[FI_FROZE], ri[RI_LMAP], ri[RI_LMARK]
-    cap_r, load_r, rate_r, wt_r = rf[RF_CAP], rf[RF_LOAD], ff[FF_RATE], ff[FF_WT]
-    hn = gn = nxt = event = wstamp = ag_used = 0
-    lazy_min = 0 if merge != 0.0 else lazy_min
-    tol_b = 1e3 * rel_eps
-    while True:
-        t_rel = ff[FF_REL, fi[FI_ORDER, nxt]] if nxt < n_flows else np.inf
-        t_fin = ff[FF_HKEY, 0] if hn > 0 else np.inf
-        t_cls = rf[RF_GKEY, 0] if gn > 0 else np.inf
-        if t_rel == np.inf and t_fin == np.inf and t_cls == np.inf:
-            break
-        now = min(t_rel, t_fin, t_cls)
-        tol = rel_eps * abs(now) + 1e-6
-        event += 1
-        w_on, wrow, wfrac = _window_of(now, n_win, t_origin, window_ns)
-        if gn == 0:
-            ag_used = 0
-        else:
-            gn, hn = _class_events(now, tol, tol_b, gn, hn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw,
-                                   wd, w_on, wrow, wfrac)
-            if t_rel > now + tol and (hn == 0 or ff[FF_HKEY, 0] > now + tol):
-                continue
-        hn, n_chg = _finishes(now, tol, tol_b, merge, unit, event, hn, ff, fi, active, rf, ri, pi, indptr, res,
-                              wd, w_on, wrow, wfrac)
-        nxt, s_n, n_chg, arrivals = _arrivals(now, tol, event, nxt, n_chg, ff, fi, active, ri, pi, indptr, res)
-        s_n, gn, hn = _seed(now, event, arrivals, n_chg, s_n, gn, hn, ff, fi, active, rf, ri, pi, ck)
-        if not arrivals:  # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
-            s_n = _bottlenecks(0, s_n, 0, 0, event, tol_b, unit, ff, fi, active, rf, ri, pi, indptr, res)
-        fast_cls = -1
-        while s_n > 0:
-            wstamp += 1
-            fast_cls = -1
-            one, n_cls = _class_shares(wstamp, s_n, tol_b, ff, fi, rf, ri, indptr, res)
-            if one and n_cls == 1:
-                fast_cls = fi[FI_BOTT, fi[FI_S, 0]]
-            elif not one:
-                wstamp += 1
-                _waterfill(s_list, s_n, indptr, res, cap_r, load_r, rate_r, wt_r, lmap, lmark, wstamp, new_rate,
-                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver,
-                           w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
-            n_chg = _apply_rates(event, s_n, n_chg, rel_eps, tol_b, unit, ff, fi, rf, ri, indptr, res,
-                                 wd, w_on, wrow, wfrac)
-            wstamp += 1
-            n_bad, gn, hn = _verify(now, wstamp, s_n, n_chg, gn, hn, tol_b, unit, ff, fi, active, rf, ri, pi, ck,
-                                    indptr, res)
-            if n_bad == 0:
-                break
-            wstamp += 1
-            grew, s_n, gn, hn = _grow(now, event, wstamp, s_n, n_bad, gn, hn, tol_b, unit, ff, fi, active, rf, ri,
-                                      pi, ck, indptr, res)
-            if not grew:
-                fast_cls = -1
-                break
-        lz_b = _lazy_class_of(fast_cls, s_n, lazy_min, ff, fi, rf, ri)
-        if lz_b >= 0:
-            ag, agw, ag_used = _make_class(lz_b, now, s_n, ag_used, ag, agw, ff, fi, rf, ri, pi, indptr, res)
-        hn, gn = _rekey(now, lz_b, s_n, hn, gn, unit, ff, fi, rf, ri, pi, ck)
-    return ff[FF_FINISH].copy(), _window_bytes(wd, n_win, window_ns)
-
-
-@njit
-def _state(indptr, res, nbytes, release, lat_mult, cap, res_lat, wt):
-    """The state arrays (ff, fi, rf, ri, pi) at the start: every flow waiting, every load 0."""
-    n_flows = nbytes.size
-    n_res = cap.size
-    ff = np.zeros((N_FF, n_flows), np.float64)
-    fi = np.zeros((N_FI, n_flows), np.int64)
-    rf = np.zeros((N_RF, n_res), np.float64)
-    ri = np.zeros((N_RI, n_res), np.int64)
-    pi = np.zeros((N_PI, res.size), np.int64)
     static = np.zeros(n_res, np.int64)
+    latency = np.zeros(n_flows, np.float64)
     for f in range(n_flows):
         lat = 0.0
         for k in range(indptr[f], indptr[f + 1]):
             static[res[k]] += 1
             lat += res_lat[res[k]]
-        ff[FF_LAT, f] = lat * lat_mult[f]
-        ff[FF_REM, f] = nbytes[f]
-        ff[FF_WT, f] = wt[f]
-        ff[FF_FINISH, f] = np.nan
-        ff[FF_REL, f] = release[f]
-    ff[FF_IW, :] = 1.0 / wt  # an array division, as numpy divides (no ZeroDivisionError)
-    for row in (FI_BOTT, FI_IN_S, FI_CHECKED, FI_LZC, FI_HPOS):
-        fi[row, :] = -1
-    fi[FI_ORDER, :] = np.argsort(release, kind="mergesort")
-    for r in range(n_res):
-        rf[RF_CAP, r] = cap[r]
+        latency[f] = lat * lat_mult[f]
+    lstart = np.zeros(n_res, np.int64)
     for r in range(1, n_res):
-        ri[RI_START, r] = ri[RI_START, r - 1] + static[r - 1]
-    for row in (RI_CMARK, RI_RCHG, RI_LMARK, RI_GPOS):
-        ri[row, :] = -1
-    return ff, fi, rf, ri, pi
-
-
-@njit
-def _waterfill_scratch(n_flows, n_res, n_inc):
-    """`_waterfill`'s scratch arrays, made once per simulation (its docstring's table)."""
-    n_heap = n_res + n_inc + 1
-    return (np.empty(n_res, np.int64), np.zeros(n_res + 1, np.int64), np.empty(n_res, np.int64),
-            np.empty(n_inc, np.int64), np.empty(n_res, np.float64), np.empty(n_res, np.int64),
-            np.empty(n_res, np.float64), np.empty(n_res, np.float64), np.empty(n_res, np.int64),
-            np.empty(n_heap, np.float64), np.empty(n_heap, np.int64), np.empty(n_heap, np.int64),
-            np.empty(n_flows, np.bool_), np.empty(n_flows + 1, np.int64), np.empty(n_inc, np.int64))
-
-
-@njit_inline
-def _window_of(now, n_win, t_origin, window_ns):
-    """(w_on, wrow, wfrac) of an event at `now`: whether its load changes count in a window, the
-    row of wd they go to and the time (ns) from `now` to the end of that window."""
-    w_on = False
-    wrow = 0
-    wfrac = 0.0
-    if n_win > 0:
-        ew = math.floor((now - t_origin) / window_ns)
-        if ew < n_win:
-            w_on = True
-            if ew >= 0:
-                wrow = ew + 1
-                wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
-    return w_on, wrow, wfrac
-
-
-@njit
-def _window_bytes(wd, n_win, window_ns):
-    """Bytes per resource per window [resource, window] from the integrals wd."""
-    n_res = wd.shape[1]
+        lstart[r] = lstart[r - 1] + static[r - 1]
+    # per resource, the flows that crossed it since the last pass over them (finished flows are
+    # dropped by the next pass: removing them on finishing was a random access per hop);
+    # lcnt: the active ones
+    poolf = np.empty(res.size, np.int64)
+    lused = np.zeros(n_res, np.int64)
+    lcnt = np.zeros(n_res, np.int64)
+    narr = np.zeros(n_res, np.int64)
+    load = np.zeros(n_res, np.float64)
+    rate = np.zeros(n_flows, np.float64)
+    rem = nbytes.astype(np.float64).copy()
+    tlast = np.zeros(n_flows, np.float64)
+    active = np.zeros(n_flows, np.bool_)
+    bott = np.full(n_flows, -1, np.int64)
+    bpool = np.empty(res.size, np.int64)
+    bcnt = np.zeros(n_res, np.int64)
+    bpos = np.zeros(n_flows, np.int64)
+    cand = np.empty(n_flows, np.int64)
+    thr = np.zeros(n_res, np.float64)
+    marked = np.empty(n_res, np.int64)
+    cmark = np.full(n_res, -1, np.int64)
+    cls_n = np.zeros(n_res, np.int64)
+    cls_w = np.zeros(n_res, np.float64)
+    cls_x = np.zeros(n_res, np.float64)
+    w_links = np.empty(n_res, np.int64)
+    w_cnt = np.zeros(n_res + 1, np.int64)
+    w_fill = np.empty(n_res, np.int64)
+    w_members = np.empty(res.size, np.int64)
+    w_resid = np.empty(n_res, np.float64)
+    w_nun = np.empty(n_res, np.int64)
+    w_wun = np.empty(n_res, np.float64)
+    w_used = np.empty(n_res, np.float64)
+    w_ver = np.empty(n_res, np.int64)
+    w_hk = np.empty(n_res + res.size + 1, np.float64)
+    w_hi = np.empty(n_res + res.size + 1, np.int64)
+    w_ht = np.empty(n_res + res.size + 1, np.int64)
+    w_frozen = np.empty(n_flows, np.bool_)
+    w_sptr = np.empty(n_flows + 1, np.int64)
+    w_sloc = np.empty(res.size, np.int64)
+    froze_at = np.empty(n_flows, np.int64)
+    in_s = np.full(n_flows, -1, np.int64)
+    orig = np.zeros(n_flows, np.float64)
+    checked = np.full(n_flows, -1, np.int64)
+    rchg = np.full(n_res, -1, np.int64)
+    maxr_ok = np.zeros(n_res, np.bool_)
+    maxr = np.zeros(n_res, np.float64)
+    lmap = np.zeros(n_res, np.int64)
+    lmark = np.full(n_res, -1, np.int64)
+    s_list = np.empty(n_flows, np.int64)
+    new_rate = np.empty(n_flows, np.float64)
+    chg_links = np.empty(n_res, np.int64)
+    bad = np.empty(n_flows, np.int64)
+    order = np.argsort(release, kind="mergesort")
+    hk = np.empty(n_flows, np.float64)
+    hi = np.empty(n_flows, np.int64)
+    hpos = np.full(n_flows, -1, np.int64)
+    hn = 0
+    nxt = 0
+    event = 0
+    wstamp = 0
+    lzf = np.zeros((n_res, 4), np.float64)
+    lzi = np.zeros((n_res, 3), np.int64)
+    agr = np.empty(1024, np.int64)
+    agc = np.empty(1024, np.int64)
+    agw = np.empty(1024, np.float64)
+    ag_used = 0
+    aggpos = np.empty(res.size, np.int64)
+    amap = np.zeros(n_res, np.int64)
+    lzc = np.full(n_flows, -1, np.int64)
+    ck = np.empty(res.size, np.float64)
+    ci = np.empty(res.size, np.int64)
+    gk = np.empty(n_res, np.float64)
+    gi = np.empty(n_res, np.int64)
+    gpos = np.full(n_res, -1, np.int64)
+    gn = 0
+    fin = np.empty(n_flows, np.int64)
+    done_k = np.empty(n_res, np.float64)
+    done_i = np.empty(n_res, np.int64)
+    if merge != 0.0:
+        lazy_min = 0
+    while True:
+        t_rel = release[order[nxt]] if nxt < n_flows else np.inf
+        t_fin = hk[0] if hn > 0 else np.inf
+        t_cls = gk[0] if gn > 0 else np.inf
+        if t_rel == np.inf and t_fin == np.inf and t_cls == np.inf:
+            break
+        now = min(t_rel, t_fin, t_cls)
+        tol = rel_eps * abs(now) + 1e-6
+        tol_b = 1e3 * rel_eps
+        event += 1
+        w_on = False
+        wrow = 0
+        wfrac = 0.0
+        if n_win > 0:
+            ew = math.floor((now - t_origin) / window_ns)
+            if ew < n_win:
+                w_on = True
+                if ew >= 0:
+                    wrow = ew + 1
+                    wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
+        if gn == 0:
+            ag_used = 0
+        else:
+            # each class with flows finishing now: a lazy class event, else flows again (the classes
+            # are independent, so one after the other at `now` is the same as all together)
+            lim = now + tol
+            n_done = 0
+            while gn > 0 and gk[0] <= lim:
+                cb = gi[0]
+                if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
+                             agr, agc, agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish,
+                             latency, bott,
+                             bpool, bpos, bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
+                    done_k[n_done] = gk[gpos[cb]]
+                    done_i[n_done] = cb
+                    n_done += 1
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                else:
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+            for j in range(n_done):
+                gn += 1
+                _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
+            if t_rel > lim and (hn == 0 or hk[0] > lim):
+                continue
+        s_n = 0
+        n_chg = 0
+        while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
+            f = hi[0]
+            t_proj = hk[0]
+            tf = t_proj if t_proj <= now + tol else now
+            # pop the heap top (inlined, as are the other helpers of this loop: numba's inliner
+            # wraps array arguments in reference counting, which cost a third of the time)
+            hpos[f] = -1
+            hn -= 1
+            if hn > 0:
+                hk[0] = hk[hn]
+                hi[0] = hi[hn]
+                hpos[hi[0]] = 0
+                key = hk[0]
+                item = hi[0]
+                i = 0
+                while True:
+                    c = 2 * i + 1
+                    if c >= hn:
+                        break
+                    if c + 1 < hn and hk[c + 1] < hk[c]:
+                        c += 1
+                    if hk[c] >= key:
+                        break
+                    hk[i] = hk[c]
+                    hi[i] = hi[c]
+                    hpos[hi[i]] = i
+                    i = c
+                hk[i] = key
+                hi[i] = item
+                hpos[item] = i
+            # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
+            late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
+            rem[f] = 0.0
+            finish[f] = tf + latency[f]
+            active[f] = False
+            old = bott[f]
+            if old >= 0:
+                i = bpos[f]
+                last = bpool[lstart[old] + bcnt[old] - 1]
+                bpool[lstart[old] + i] = last
+                bpos[last] = i
+                bcnt[old] -= 1
+                bott[f] = -1
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                lcnt[r] -= 1
+                dl = -rate[f]
+                load[r] -= rate[f]
+                if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
+                    maxr_ok[r] = False
+                if lcnt[r] == 0:
+                    dl -= load[r]
+                    load[r] = 0.0
+                if w_on:
+                    wd[wrow, r, 0] += dl * wfrac + late
+                    wd[wrow, r, 1] += dl
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+            rate[f] = 0.0
+        arrivals = False
+        while nxt < n_flows and release[order[nxt]] <= now + tol:
+            f = order[nxt]
+            nxt += 1
+            if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
+                finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
+                continue
+            active[f] = True
+            arrivals = True
+            tlast[f] = now
+            rate[f] = 0.0
+            in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
+            orig[f] = 0.0
+            s_list[s_n] = f
+            s_n += 1
+            for k in range(indptr[f], indptr[f + 1]):
+                r = res[k]
+                poolf[lstart[r] + lused[r]] = f
+                lused[r] += 1
+                lcnt[r] += 1
+                narr[r] += 1
+                if rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+        # S0: the flows on a touched resource that arrived now (in S already) or were bottlenecked there
+        for c in range(n_chg):
+            r = chg_links[c]
+            if arrivals:
+                every = narr[r] == lcnt[r]
+                narr[r] = 0
+                if every:  # all its flows arrived now
+                    continue
+                w = lstart[r]
+                for q in range(lstart[r], lstart[r] + lused[r]):
+                    g = poolf[q]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+                lused[r] = w - lstart[r]
+            else:
+                for q in range(lstart[r], lstart[r] + bcnt[r]):
+                    g = bpool[q]
+                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[g]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
+                    if in_s[g] != event:
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+        if not arrivals:
+            # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
+            kept = 0
+            skip = event
+            hint = -1
+            for i in range(s_n):
+                h = s_list[i]
+                b = -1
+                p0 = indptr[h]
+                for a in range(0, indptr[h + 1] - p0):
+                    r = hint if a < 0 else res[p0 + a]
+                    if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                        continue
+                    if not maxr_ok[r]:
+                        maxr_ok[r] = True
+                        m = 0.0
+                        w = lstart[r]
+                        for q in range(lstart[r], lstart[r] + lused[r]):
+                            g = poolf[q]
+                            if active[g]:
+                                poolf[w] = g
+                                w += 1
+                                m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                        lused[r] = w - lstart[r]
+                        maxr[r] = m
+                    if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                        b = r
+                        break
+                if b >= 0:
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    in_s[h] = -1
+                else:
+                    s_list[kept] = h
+                    kept += 1
+            s_n = kept
+        fast_cls = -1
+        while s_n > 0:
+            wstamp += 1
+            fast_cls = -1
+            n_cls = 0
+            # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
+            # flow of S crosses another class's resource and, with each class at its resource's
+            # fair share x_b, every other resource S crosses stays clearly unsaturated, progressive
+            # filling freezes each class at x_b on b: the water-fill's result without running it
+            # (most events of a skewed all-to-all; the same numbers, in the same order).
+            one = True
+            for i in range(s_n):
+                b = bott[s_list[i]]
+                if b < 0:
+                    one = False
+                    break
+                if cmark[b] != wstamp:
+                    cmark[b] = wstamp
+                    n_cls += 1
+                    cls_n[b] = 0
+                    cls_w[b] = 0.0
+                    cls_x[b] = cap[b] - load[b]
+                cls_n[b] += 1
+                cls_w[b] += wt[s_list[i]]
+                cls_x[b] += rate[s_list[i]]
+            if one:
+                n_mark = 0
+                for i in range(s_n):
+                    g = s_list[i]
+                    b = bott[g]
+                    if cls_n[b] > 0:  # first member: resid -> fair share
+                        x = max(cls_x[b], 0.0) / cls_w[b]
+                        cls_x[b] = x
+                        cls_n[b] = -1
+                        if x <= 0.0:
+                            one = False
+                            break
+                    d = cls_x[b] * wt[g] - rate[g]
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        if r == b:
+                            continue
+                        if cmark[r] == wstamp:  # crosses another class's resource
+                            one = False
+                            break
+                        if lmark[r] != wstamp:
+                            lmark[r] = wstamp
+                            thr[r] = cap[r] - load[r]
+                            marked[n_mark] = r
+                            n_mark += 1
+                        thr[r] -= d
+                    if not one:
+                        break
+                if one:
+                    for i in range(n_mark):
+                        r = marked[i]
+                        if thr[r] <= cap[r] * tol_b:
+                            one = False
+                            break
+            if one:
+                for i in range(s_n):
+                    b = bott[s_list[i]]
+                    new_rate[i] = cls_x[b] * wt[s_list[i]]
+                    froze_at[i] = b
+                if n_cls == 1:
+                    fast_cls = bott[s_list[0]]
+            else:
+                wstamp += 1
+                _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, wstamp, new_rate,
+                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver,
+                           w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
+            for i in range(s_n):
+                g = s_list[i]
+                d = new_rate[i] - rate[g]
+                if d != 0.0:
+                    big = abs(d) > rel_eps * max(rate[g], new_rate[i])
+                    for k in range(indptr[g], indptr[g + 1]):
+                        r = res[k]
+                        load[r] += d
+                        if w_on:
+                            wd[wrow, r, 0] += d * wfrac
+                            wd[wrow, r, 1] += d
+                        if d > 0.0:
+                            nr = new_rate[i] if unit else new_rate[i] * iw[g]
+                            if nr > maxr[r]:
+                                maxr[r] = nr
+                        elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
+                            # r x (1/w) can round below the share it was set from: a rate that
+                            # falls (or a flow that leaves) near the largest marks it for recomputing
+                            maxr_ok[r] = False
+                        if big and rchg[r] != event:
+                            rchg[r] = event
+                            chg_links[n_chg] = r
+                            n_chg += 1
+                    rate[g] = new_rate[i]
+            # verify: every flow in S or on a changed resource needs a bottleneck
+            wstamp += 1
+            n_bad = 0
+            skip = -2
+            for phase in range(2):
+                # phase 0: the flows of S (first trying the resource that froze them); phase 1:
+                # the flows bottlenecked on a changed resource
+                n_chk = s_n
+                if phase == 1:
+                    n_chk = 0
+                    for c in range(n_chg):
+                        r = chg_links[c]
+                        for q in range(lstart[r], lstart[r] + bcnt[r]):
+                            h = bpool[q]
+                            if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
+                                cb = lzc[h]
+                                gn = _ih_delete(gk, gi, gpos, gn, cb)
+                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
+                                               hpos, hn)
+                            if checked[h] != wstamp:
+                                checked[h] = wstamp
+                                cand[n_chk] = h
+                                n_chk += 1
+                for i in range(n_chk):
+                    if phase == 0:
+                        h = s_list[i]
+                        checked[h] = wstamp
+                        hint = froze_at[i]
+                    else:
+                        h = cand[i]
+                        hint = bott[h]
+                    b = -1
+                    p0 = indptr[h]
+                    for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
+                        r = hint if a < 0 else res[p0 + a]
+                        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                            continue
+                        if not maxr_ok[r]:
+                            maxr_ok[r] = True
+                            m = 0.0
+                            w = lstart[r]
+                            for q in range(lstart[r], lstart[r] + lused[r]):
+                                g = poolf[q]
+                                if active[g]:
+                                    poolf[w] = g
+                                    w += 1
+                                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                            lused[r] = w - lstart[r]
+                            maxr[r] = m
+                        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                            b = r
+                            break
+                    old = bott[h]
+                    if old != b:
+                        if old >= 0:
+                            j = bpos[h]
+                            last = bpool[lstart[old] + bcnt[old] - 1]
+                            bpool[lstart[old] + j] = last
+                            bpos[last] = j
+                            bcnt[old] -= 1
+                        if b >= 0:
+                            bpool[lstart[b] + bcnt[b]] = h
+                            bpos[h] = bcnt[b]
+                            bcnt[b] += 1
+                        bott[h] = b
+                    if b < 0:
+                        bad[n_bad] = h
+                        n_bad += 1
+            if n_bad == 0:
+                break
+            grew = False
+            wstamp += 1
+            n_mark = 0
+            for i in range(n_bad):
+                h = bad[i]
+                if in_s[h] != event:
+                    in_s[h] = event
+                    orig[h] = rate[h]
+                    s_list[s_n] = h
+                    s_n += 1
+                    grew = True
+                for kk in range(indptr[h], indptr[h + 1]):
+                    rr = res[kk]
+                    if load[rr] < cap[rr] * (1.0 - 1e3 * rel_eps):
+                        continue
+                    if lmark[rr] != wstamp:
+                        lmark[rr] = wstamp
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
+                        marked[n_mark] = rr
+                        n_mark += 1
+                    elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
+                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
+            for i in range(n_mark):
+                rr = marked[i]
+                limit = thr[rr] * (1.0 - 1e3 * rel_eps)
+                w = lstart[rr]
+                for qq in range(lstart[rr], lstart[rr] + lused[rr]):
+                    g = poolf[qq]
+                    if not active[g]:
+                        continue
+                    poolf[w] = g
+                    w += 1
+                    nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
+                    if in_s[g] != event and nr >= limit:
+                        if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                            cb = lzc[g]
+                            gn = _ih_delete(gk, gi, gpos, gn, cb)
+                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
+                                           hpos, hn)
+                        in_s[g] = event
+                        orig[g] = rate[g]
+                        s_list[s_n] = g
+                        s_n += 1
+                        grew = True
+                lused[rr] = w - lstart[rr]
+            if not grew:
+                fast_cls = -1
+                break
+        # a one-class event that set the rate of every flow bottlenecked on its resource: keep the
+        # class lazily from now on
+        lz_b = -1
+        if lazy_min > 0 and fast_cls >= 0 and s_n >= lazy_min and bcnt[fast_cls] == s_n:
+            lz_b = fast_cls
+            for i in range(s_n):
+                g = s_list[i]
+                if bott[g] != lz_b or rate[g] != cls_x[lz_b] * wt[g]:
+                    lz_b = -1
+                    break
+        if lz_b >= 0:
+            lzf[lz_b, 0] = cls_x[lz_b]
+            lzf[lz_b, 1] = 0.0
+            lzf[lz_b, 2] = now
+            lzi[lz_b, 0] = s_n
+            w_cls = 0.0
+            for i in range(s_n):
+                w_cls += wt[s_list[i]]
+            lzf[lz_b, 3] = w_cls
+            # the class's links other than lz_b, with the number of members crossing each
+            n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
+            for i in range(s_n):
+                n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
+            if ag_used + s_n * n_inc > agr.size:
+                size = max(2 * agr.size, ag_used + s_n * n_inc)
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agr[:ag_used]
+                agr = grown_i
+                grown_i = np.empty(size, np.int64)
+                grown_i[:ag_used] = agc[:ag_used]
+                agc = grown_i
+                grown_f = np.empty(size, np.float64)
+                grown_f[:ag_used] = agw[:ag_used]
+                agw = grown_f
+            a0 = ag_used
+            for i in range(s_n):
+                g = s_list[i]
+                for k in range(indptr[g], indptr[g + 1]):
+                    r = res[k]
+                    if r == lz_b:
+                        continue
+                    if amap[r] == 0:
+                        agr[ag_used] = r
+                        agc[ag_used] = 0
+                        agw[ag_used] = 0.0
+                        ag_used += 1
+                        amap[r] = ag_used
+                    aggpos[k] = amap[r] - 1
+                    agc[amap[r] - 1] += 1
+                    agw[amap[r] - 1] += wt[g]
+            for j in range(a0, ag_used):
+                amap[agr[j]] = 0
+            lzi[lz_b, 1] = a0
+            lzi[lz_b, 2] = ag_used - a0
+        for i in range(s_n):
+            g = s_list[i]
+            if rate[g] == orig[g] and lz_b < 0:
+                continue
+            if orig[g] > 0.0:
+                rem[g] -= orig[g] * (now - tlast[g])
+                if rem[g] < 0.0:
+                    rem[g] = 0.0
+            tlast[g] = now
+            if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
+                if hpos[g] >= 0:
+                    hn = _ih_delete(hk, hi, hpos, hn, g)
+                lzc[g] = lz_b
+                rem[g] = rem[g] if unit else rem[g] * iw[g]
+                _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
+                continue
+            r_g = rate[g] if rate[g] > 0.0 else 1e-300
+            key = now + rem[g] / r_g
+            i = hpos[g]
+            if i < 0:
+                i = hn
+                hn += 1
+            _ih_set(hk, hi, hpos, hn, i, key, g)
+        if lz_b >= 0:
+            gn += 1
+            _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
     out = np.empty((n_res, n_win), np.float64)
     for r in range(n_res):
         level = wd[0, r, 1]
         for w in range(n_win):
             out[r, w] = wd[w + 1, r, 0] + level * window_ns
             level += wd[w + 1, r, 1]
-    return out
-
-
-@njit
-def _class_events(now, tol, tol_b, gn, hn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw, wd, w_on, wrow, wfrac):
-    """Each lazy class with flows finishing now: a lazy class event, else flows again (the classes
-    are independent, so one after the other at `now` is the same as all together). Returns (gn, hn)."""
-    lim = now + tol
-    n_done = 0
-    while gn > 0 and rf[RF_GKEY, 0] <= lim:
-        cb = ri[RI_GITEM, 0]
-        if _lz_event(cb, now, tol, tol_b, gn, ff, fi, active, rf, ri, pi, ck, indptr, res, ag, agw, wd, w_on, wrow,
-                     wfrac):
-            rf[RF_DONE_K, n_done] = rf[RF_GKEY, ri[RI_GPOS, cb]]
-            ri[RI_DONE_I, n_done] = cb
-            n_done += 1
-            gn = _heap_delete(rf, ri, RF_GKEY, RI_GITEM, RI_GPOS, gn, cb)
-        else:
-            gn, hn = _lz_unlazy(cb, now, gn, hn, ff, fi, rf, ri, pi, ck)
-    for j in range(n_done):
-        gn += 1
-        _heap_set(rf, ri, RF_GKEY, RI_GITEM, RI_GPOS, gn, gn - 1, rf[RF_DONE_K, j], ri[RI_DONE_I, j])
-    return gn, hn
-
-
-@njit
-def _mark_changed(r, event, n_chg, ri):
-    """Add resource r to this event's changed resources (once); returns n_chg."""
-    if ri[RI_RCHG, r] != event:
-        ri[RI_RCHG, r] = event
-        ri[RI_CHG, n_chg] = r
-        n_chg += 1
-    return n_chg
-
-
-@njit
-def _finishes(now, tol, tol_b, merge, unit, event, hn, ff, fi, active, rf, ri, pi, indptr, res, wd, w_on, wrow, wfrac):
-    """The flows of the completion heap finishing now (or, with `merge`, within merge x their age):
-    finish times, loads and window integrals, bottleneck lists; the resources they free are the
-    event's first changed resources. Returns (hn, n_chg)."""
-    n_chg = 0
-    while hn > 0 and ff[FF_HKEY, 0] <= now + tol + merge * (ff[FF_HKEY, 0] - ff[FF_REL, fi[FI_HITEM, 0]]):
-        f = fi[FI_HITEM, 0]
-        t_proj = ff[FF_HKEY, 0]
-        tf = t_proj if t_proj <= now + tol else now
-        # pop the heap top (written out, as is the bottleneck list below: a call per flow to a
-        # helper taking arrays costs reference counting numba cannot prune)
-        fi[FI_HPOS, f] = -1
-        hn -= 1
-        if hn > 0:
-            key = ff[FF_HKEY, hn]
-            item = fi[FI_HITEM, hn]
-            i = 0
-            while True:
-                c = 2 * i + 1
-                if c >= hn:
-                    break
-                if c + 1 < hn and ff[FF_HKEY, c + 1] < ff[FF_HKEY, c]:
-                    c += 1
-                if ff[FF_HKEY, c] >= key:
-                    break
-                ff[FF_HKEY, i] = ff[FF_HKEY, c]
-                fi[FI_HITEM, i] = fi[FI_HITEM, c]
-                fi[FI_HPOS, fi[FI_HITEM, i]] = i
-                i = c
-            ff[FF_HKEY, i] = key
-            fi[FI_HITEM, i] = item
-            fi[FI_HPOS, item] = i
-        rate_f = ff[FF_RATE, f]
-        # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
-        late = rate_f * (t_proj - now) if t_proj > ff[FF_TLAST, f] else 0.0
-        ff[FF_REM, f] = 0.0
-        ff[FF_FINISH, f] = tf + ff[FF_LAT, f]
-        active[f] = False
-        old = fi[FI_BOTT, f]
-        if old >= 0:
-            i = fi[FI_BPOS, f]
-            last = pi[PI_BOTT, ri[RI_START, old] + ri[RI_BCNT, old] - 1]
-            pi[PI_BOTT, ri[RI_START, old] + i] = last
-            fi[FI_BPOS, last] = i
-            ri[RI_BCNT, old] -= 1
-            fi[FI_BOTT, f] = -1
-        per_wt = rate_f if unit else rate_f * ff[FF_IW, f]
-        for k in range(indptr[f], indptr[f + 1]):
-            r = res[k]
-            ri[RI_ACT, r] -= 1
-            dl = -rate_f
-            rf[RF_LOAD, r] -= rate_f
-            if per_wt >= rf[RF_MAXR, r] * (1.0 - tol_b):
-                ri[RI_MAXR_OK, r] = 0
-            if ri[RI_ACT, r] == 0:
-                dl -= rf[RF_LOAD, r]
-                rf[RF_LOAD, r] = 0.0
-            if w_on:
-                wd[wrow, r, 0] += dl * wfrac + late
-                wd[wrow, r, 1] += dl
-            n_chg = _mark_changed(r, event, n_chg, ri)
-        ff[FF_RATE, f] = 0.0
-    return hn, n_chg
-
-
-@njit
-def _arrivals(now, tol, event, nxt, n_chg, ff, fi, active, ri, pi, indptr, res):
-    """The flows released now (from FI_ORDER[nxt]) start at rate 0 and join S, in flow order (the
-    order of the arrays S's loops read); a flow with no bytes or no path finishes at once.
-    Returns (nxt, s_n, n_chg, whether any started)."""
-    n_flows = fi.shape[1]
-    s_n = 0
-    arrivals = False
-    while nxt < n_flows and ff[FF_REL, fi[FI_ORDER, nxt]] <= now + tol:
-        f = fi[FI_ORDER, nxt]
-        nxt += 1
-        if ff[FF_REM, f] <= 0.0 or indptr[f + 1] == indptr[f]:
-            ff[FF_FINISH, f] = ff[FF_REL, f] + ff[FF_LAT, f] + (0.0 if ff[FF_REM, f] <= 0.0 else np.inf)
-            continue
-        active[f] = True
-        arrivals = True
-        ff[FF_TLAST, f] = now
-        ff[FF_RATE, f] = 0.0
-        fi[FI_IN_S, f] = event
-        ff[FF_ORIG, f] = 0.0
-        fi[FI_S, s_n] = f
-        s_n += 1
-        for k in range(indptr[f], indptr[f + 1]):
-            r = res[k]
-            pi[PI_POOL, ri[RI_START, r] + ri[RI_USED, r]] = f
-            ri[RI_USED, r] += 1
-            ri[RI_ACT, r] += 1
-            ri[RI_NARR, r] += 1
-            n_chg = _mark_changed(r, event, n_chg, ri)
-    return nxt, s_n, n_chg, arrivals
-
-
-@njit
-def _join_s(g, event, s_n, ff, fi):
-    """Flow g into S (once per event), its rate kept as FF_ORIG; returns s_n."""
-    if fi[FI_IN_S, g] != event:
-        fi[FI_IN_S, g] = event
-        ff[FF_ORIG, g] = ff[FF_RATE, g]
-        fi[FI_S, s_n] = g
-        s_n += 1
-    return s_n
-
-
-@njit
-def _seed(now, event, arrivals, n_chg, s_n, gn, hn, ff, fi, active, rf, ri, pi, ck):
-    """S0: the flows on a changed resource that arrived now (in S already) or, with no arrival,
-    were bottlenecked there; a lazy class it reaches becomes flows again. Returns (s_n, gn, hn)."""
-    for c in range(n_chg):
-        r = ri[RI_CHG, c]
-        start = ri[RI_START, r]
-        if arrivals:
-            every = ri[RI_NARR, r] == ri[RI_ACT, r]
-            ri[RI_NARR, r] = 0
-            if every:  # all its flows arrived now
-                continue
-            w = start
-            for q in range(start, start + ri[RI_USED, r]):
-                g = pi[PI_POOL, q]
-                if not active[g]:
-                    continue
-                pi[PI_POOL, w] = g
-                w += 1
-                if fi[FI_LZC, g] >= 0:
-                    gn, hn = _lz_unlazy(fi[FI_LZC, g], now, gn, hn, ff, fi, rf, ri, pi, ck)
-                s_n = _join_s(g, event, s_n, ff, fi)
-            ri[RI_USED, r] = w - start
-        else:
-            for q in range(start, start + ri[RI_BCNT, r]):
-                g = pi[PI_BOTT, q]
-                if fi[FI_LZC, g] >= 0:
-                    gn, hn = _lz_unlazy(fi[FI_LZC, g], now, gn, hn, ff, fi, rf, ri, pi, ck)
-                s_n = _join_s(g, event, s_n, ff, fi)
-    return s_n, gn, hn
-
-
-@njit
-def _bottlenecks(mode, n, n_out, stamp, skip, tol_b, unit, ff, fi, active, rf, ri, pi, indptr, res):
-    """The bottleneck of each of n flows: a saturated resource on its path on which its rate per
-    unit weight is the largest (a resource whose RI_RCHG is `skip` is passed over; `hint` is tried
-    first). mode 0: the flows of S with no arrival; one with a bottleneck on a resource this
-    event did not change leaves S (the members keep their rates), returns the new s_n. mode 1:
-    the flows of S after a solve (hint: the resource that froze it); mode 2: FI_CAND (hint: its
-    bottleneck); both set the bottleneck and append the flows without one to FI_BAD from n_out,
-    returning their number. One loop for the three: the per-flow work stays inline."""
-    out = n_out
-    for i in range(n):
-        if mode == 2:
-            h = fi[FI_CAND, i]
-            hint = fi[FI_BOTT, h]
-        else:
-            h = fi[FI_S, i]
-            hint = -1
-            if mode == 1:
-                fi[FI_CHECKED, h] = stamp
-                hint = fi[FI_FROZE, i]
-        rh = ff[FF_RATE, h] if unit else ff[FF_RATE, h] * ff[FF_IW, h]
-        b = -1
-        p0 = indptr[h]
-        for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
-            r = hint if a < 0 else res[p0 + a]
-            if (a >= 0 and r == hint) or ri[RI_RCHG, r] == skip or rf[RF_LOAD, r] < rf[RF_CAP, r] * (1.0 - tol_b):
-                continue
-            if ri[RI_MAXR_OK, r] == 0:  # recompute its largest rate, dropping finished flows from its pool
-                ri[RI_MAXR_OK, r] = 1
-                m = 0.0
-                start = ri[RI_START, r]
-                w = start
-                for q in range(start, start + ri[RI_USED, r]):
-                    g = pi[PI_POOL, q]
-                    if active[g]:
-                        pi[PI_POOL, w] = g
-                        w += 1
-                        c = fi[FI_LZC, g]
-                        rg = ff[FF_RATE, g] if unit else ff[FF_RATE, g] * ff[FF_IW, g]
-                        m = max(m, rg if c < 0 else rf[RF_LZ_X, c])
-                ri[RI_USED, r] = w - start
-                rf[RF_MAXR, r] = m
-            if rh >= rf[RF_MAXR, r] * (1.0 - tol_b):
-                b = r
-                break
-        if mode == 0 and b < 0:
-            fi[FI_S, out] = h
-            out += 1
-            continue
-        old = fi[FI_BOTT, h]
-        if old != b:
-            if old >= 0:  # off the flows bottlenecked on old
-                j = fi[FI_BPOS, h]
-                last = pi[PI_BOTT, ri[RI_START, old] + ri[RI_BCNT, old] - 1]
-                pi[PI_BOTT, ri[RI_START, old] + j] = last
-                fi[FI_BPOS, last] = j
-                ri[RI_BCNT, old] -= 1
-            if b >= 0:
-                pi[PI_BOTT, ri[RI_START, b] + ri[RI_BCNT, b]] = h
-                fi[FI_BPOS, h] = ri[RI_BCNT, b]
-                ri[RI_BCNT, b] += 1
-            fi[FI_BOTT, h] = b
-        if mode == 0:
-            fi[FI_IN_S, h] = -1
-        elif b < 0:
-            fi[FI_BAD, out] = h
-            out += 1
-    return out
-
-
-@njit
-def _class_shares(stamp, s_n, tol_b, ff, fi, rf, ri, indptr, res):
-    """Rate classes: flows of S bottlenecked on the same resource b are one class. When no flow of
-    S crosses another class's resource and, with each class at its resource's fair share x_b,
-    every other resource S crosses stays clearly unsaturated, progressive filling freezes each
-    class at x_b on b: the water-fill's result without running it (most events of a skewed
-    all-to-all; the same numbers, in the same order). Then FF_NEW and FI_FROZE are set. Returns
-    (whether it applied, the number of classes)."""
-    n_cls = 0
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        b = fi[FI_BOTT, g]
-        if b < 0:
-            return False, n_cls
-        if ri[RI_CMARK, b] != stamp:
-            ri[RI_CMARK, b] = stamp
-            n_cls += 1
-            ri[RI_CLS_N, b] = 0
-            rf[RF_CLS_W, b] = 0.0
-            rf[RF_CLS_X, b] = rf[RF_CAP, b] - rf[RF_LOAD, b]
-        ri[RI_CLS_N, b] += 1
-        rf[RF_CLS_W, b] += ff[FF_WT, g]
-        rf[RF_CLS_X, b] += ff[FF_RATE, g]
-    n_mark = 0
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        b = fi[FI_BOTT, g]
-        if ri[RI_CLS_N, b] > 0:  # first member: residual -> fair share
-            x = max(rf[RF_CLS_X, b], 0.0) / rf[RF_CLS_W, b]
-            rf[RF_CLS_X, b] = x
-            ri[RI_CLS_N, b] = -1
-            if x <= 0.0:
-                return False, n_cls
-        d = rf[RF_CLS_X, b] * ff[FF_WT, g] - ff[FF_RATE, g]
-        for k in range(indptr[g], indptr[g + 1]):
-            r = res[k]
-            if r == b:
-                continue
-            if ri[RI_CMARK, r] == stamp:  # crosses another class's resource
-                return False, n_cls
-            if ri[RI_LMARK, r] != stamp:
-                ri[RI_LMARK, r] = stamp
-                rf[RF_THR, r] = rf[RF_CAP, r] - rf[RF_LOAD, r]
-                ri[RI_MARKED, n_mark] = r
-                n_mark += 1
-            rf[RF_THR, r] -= d
-    for i in range(n_mark):
-        r = ri[RI_MARKED, i]
-        if rf[RF_THR, r] <= rf[RF_CAP, r] * tol_b:
-            return False, n_cls
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        b = fi[FI_BOTT, g]
-        ff[FF_NEW, i] = rf[RF_CLS_X, b] * ff[FF_WT, g]
-        fi[FI_FROZE, i] = b
-    return True, n_cls
-
-
-@njit
-def _apply_rates(event, s_n, n_chg, rel_eps, tol_b, unit, ff, fi, rf, ri, indptr, res, wd, w_on, wrow, wfrac):
-    """S's new rates (FF_NEW) onto the loads, window integrals and largest rates; a resource whose
-    load moved by more than rel_eps joins the changed ones. Returns n_chg."""
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        nw = ff[FF_NEW, i]
-        d = nw - ff[FF_RATE, g]
-        if d != 0.0:
-            big = abs(d) > rel_eps * max(ff[FF_RATE, g], nw)
-            for k in range(indptr[g], indptr[g + 1]):
-                r = res[k]
-                rf[RF_LOAD, r] += d
-                if w_on:
-                    wd[wrow, r, 0] += d * wfrac
-                    wd[wrow, r, 1] += d
-                if d > 0.0:
-                    nr = nw if unit else nw * ff[FF_IW, g]
-                    if nr > rf[RF_MAXR, r]:
-                        rf[RF_MAXR, r] = nr
-                elif (ff[FF_RATE, g] if unit else ff[FF_RATE, g] * ff[FF_IW, g]) >= rf[RF_MAXR, r] * (1.0 - tol_b):
-                    # r x (1/w) can round below the share it was set from: a rate that
-                    # falls (or a flow that leaves) near the largest marks it for recomputing
-                    ri[RI_MAXR_OK, r] = 0
-                if big:
-                    n_chg = _mark_changed(r, event, n_chg, ri)
-            ff[FF_RATE, g] = nw
-    return n_chg
-
-
-@njit
-def _verify(now, stamp, s_n, n_chg, gn, hn, tol_b, unit, ff, fi, active, rf, ri, pi, ck, indptr, res):
-    """Every flow of S and every flow bottlenecked on a changed resource needs a bottleneck
-    (`_bottlenecks` modes 1 and 2); a lazy class reached becomes flows again. Returns (the number
-    of flows without one, in FI_BAD; gn; hn)."""
-    n_bad = _bottlenecks(1, s_n, 0, stamp, -2, tol_b, unit, ff, fi, active, rf, ri, pi, indptr, res)
-    n_chk = 0
-    for c in range(n_chg):
-        r = ri[RI_CHG, c]
-        start = ri[RI_START, r]
-        for q in range(start, start + ri[RI_BCNT, r]):
-            h = pi[PI_BOTT, q]
-            if fi[FI_LZC, h] >= 0:  # a lazy class's member: the class becomes flows again
-                gn, hn = _lz_unlazy(fi[FI_LZC, h], now, gn, hn, ff, fi, rf, ri, pi, ck)
-            if fi[FI_CHECKED, h] != stamp:
-                fi[FI_CHECKED, h] = stamp
-                fi[FI_CAND, n_chk] = h
-                n_chk += 1
-    n_bad = _bottlenecks(2, n_chk, n_bad, stamp, -2, tol_b, unit, ff, fi, active, rf, ri, pi, indptr, res)
-    return n_bad, gn, hn
-
-
-@njit
-def _grow(now, event, stamp, s_n, n_bad, gn, hn, tol_b, unit, ff, fi, active, rf, ri, pi, ck, indptr, res):
-    """S grows by the flows without a bottleneck and, on each saturated resource they cross, by
-    every flow at a rate per unit weight near or above the least of theirs. Returns (whether it
-    grew, s_n, gn, hn)."""
-    grew = False
-    n_mark = 0
-    for i in range(n_bad):
-        h = fi[FI_BAD, i]
-        if fi[FI_IN_S, h] != event:
-            s_n = _join_s(h, event, s_n, ff, fi)
-            grew = True
-        rh = ff[FF_RATE, h] if unit else ff[FF_RATE, h] * ff[FF_IW, h]
-        for k in range(indptr[h], indptr[h + 1]):
-            r = res[k]
-            if rf[RF_LOAD, r] < rf[RF_CAP, r] * (1.0 - tol_b):
-                continue
-            if ri[RI_LMARK, r] != stamp:
-                ri[RI_LMARK, r] = stamp
-                rf[RF_THR, r] = rh
-                ri[RI_MARKED, n_mark] = r
-                n_mark += 1
-            elif rh < rf[RF_THR, r]:
-                rf[RF_THR, r] = rh
-    for i in range(n_mark):
-        r = ri[RI_MARKED, i]
-        limit = rf[RF_THR, r] * (1.0 - tol_b)
-        start = ri[RI_START, r]
-        w = start
-        for q in range(start, start + ri[RI_USED, r]):
-            g = pi[PI_POOL, q]
-            if not active[g]:
-                continue
-            pi[PI_POOL, w] = g
-            w += 1
-            c = fi[FI_LZC, g]
-            nr = (ff[FF_RATE, g] if unit else ff[FF_RATE, g] * ff[FF_IW, g]) if c < 0 else rf[RF_LZ_X, c]
-            if fi[FI_IN_S, g] != event and nr >= limit:
-                if c >= 0:  # a lazy class's member: the class becomes flows again
-                    gn, hn = _lz_unlazy(c, now, gn, hn, ff, fi, rf, ri, pi, ck)
-                s_n = _join_s(g, event, s_n, ff, fi)
-                grew = True
-        ri[RI_USED, r] = w - start
-    return grew, s_n, gn, hn
-
-
-@njit
-def _lazy_class_of(fast_cls, s_n, lazy_min, ff, fi, rf, ri):
-    """The resource of a one-class event that set the rate of every flow bottlenecked on it (at
-    least lazy_min of them): that class is kept lazily from now on; else -1."""
-    if lazy_min <= 0 or fast_cls < 0 or s_n < lazy_min or ri[RI_BCNT, fast_cls] != s_n:
-        return -1
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        if fi[FI_BOTT, g] != fast_cls or ff[FF_RATE, g] != rf[RF_CLS_X, fast_cls] * ff[FF_WT, g]:
-            return -1
-    return fast_cls
-
-
-@njit
-def _make_class(b, now, s_n, ag_used, ag, agw, ff, fi, rf, ri, pi, indptr, res):
-    """S becomes lazy class b at `now` (V = 0): its rate and weight, and its links other than b
-    with the members crossing each (appended to ag/agw, grown when full). Returns (ag, agw, ag_used)."""
-    rf[RF_LZ_X, b] = rf[RF_CLS_X, b]
-    rf[RF_LZ_V, b] = 0.0
-    rf[RF_LZ_T, b] = now
-    ri[RI_LZ_N, b] = s_n
-    w_cls = 0.0
-    for i in range(s_n):
-        w_cls += ff[FF_WT, fi[FI_S, i]]
-    rf[RF_LZ_W, b] = w_cls
-    g0 = fi[FI_S, 0]
-    n_inc = indptr[g0 + 1] - indptr[g0]
-    for i in range(s_n):
-        n_inc = max(n_inc, indptr[fi[FI_S, i] + 1] - indptr[fi[FI_S, i]])
-    if ag_used + s_n * n_inc > agw.size:
-        size = max(2 * agw.size, ag_used + s_n * n_inc)
-        grown = np.empty((2, size), np.int64)
-        grown[:, :ag_used] = ag[:, :ag_used]
-        ag = grown
-        grown_w = np.empty(size, np.float64)
-        grown_w[:ag_used] = agw[:ag_used]
-        agw = grown_w
-    a0 = ag_used
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        for k in range(indptr[g], indptr[g + 1]):
-            r = res[k]
-            if r == b:
-                continue
-            if ri[RI_AMAP, r] == 0:
-                ag[AG_RES, ag_used] = r
-                ag[AG_CNT, ag_used] = 0
-                agw[ag_used] = 0.0
-                ag_used += 1
-                ri[RI_AMAP, r] = ag_used
-            q = ri[RI_AMAP, r] - 1
-            pi[PI_AGG, k] = q
-            ag[AG_CNT, q] += 1
-            agw[q] += ff[FF_WT, g]
-    for j in range(a0, ag_used):
-        ri[RI_AMAP, ag[AG_RES, j]] = 0
-    ri[RI_LZ_A0, b] = a0
-    ri[RI_LZ_AN, b] = ag_used - a0
-    return ag, agw, ag_used
-
-
-@njit
-def _rekey(now, lz_b, s_n, hn, gn, unit, ff, fi, rf, ri, pi, ck):
-    """S's flows whose rate changed: remaining bytes brought to `now` and a new projected finish
-    in the completion heap or, when S became lazy class lz_b, into the class's member heap keyed
-    by the class's V (0 now) at which each drains, the class into the class heap. Returns (hn, gn)."""
-    for i in range(s_n):
-        g = fi[FI_S, i]
-        if ff[FF_RATE, g] == ff[FF_ORIG, g] and lz_b < 0:
-            continue
-        if ff[FF_ORIG, g] > 0.0:
-            ff[FF_REM, g] -= ff[FF_ORIG, g] * (now - ff[FF_TLAST, g])
-            if ff[FF_REM, g] < 0.0:
-                ff[FF_REM, g] = 0.0
-        ff[FF_TLAST, g] = now
-        if lz_b >= 0:
-            if fi[FI_HPOS, g] >= 0:
-                hn = _heap_delete(ff, fi, FF_HKEY, FI_HITEM, FI_HPOS, hn, g)
-            fi[FI_LZC, g] = lz_b
-            ff[FF_REM, g] = ff[FF_REM, g] if unit else ff[FF_REM, g] * ff[FF_IW, g]
-            _mh_push(ck, pi, ri[RI_START, lz_b], i, ff[FF_REM, g], g)
-            continue
-        r_g = ff[FF_RATE, g] if ff[FF_RATE, g] > 0.0 else 1e-300
-        key = now + ff[FF_REM, g] / r_g
-        slot = fi[FI_HPOS, g]
-        if slot < 0:
-            slot = hn
-            hn += 1
-        _heap_set(ff, fi, FF_HKEY, FI_HITEM, FI_HPOS, hn, slot, key, g)
-    if lz_b >= 0:
-        gn += 1
-        key = now + ck[ri[RI_START, lz_b]] / rf[RF_LZ_X, lz_b]
-        _heap_set(rf, ri, RF_GKEY, RI_GITEM, RI_GPOS, gn, gn - 1, key, lz_b)
-    return hn, gn
-
+    return finish, out
 
 
 # --------------------------------------------------------------------------------------------
