@@ -5,6 +5,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,22 @@ def test_a_command_tunes_the_collector_and_freezes_the_heap_at_exit():
 
 def _run_args(code: str, *args: str) -> str:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is None,
+                    reason="pandas is not installed, so nothing could import it")
+def test_a_command_runs_without_pandas_and_to_pandas_still_works(tmp_path):
+    """pyarrow imports pandas, when installed, on the first array it builds (0.2-0.3 s of CPU per
+    command): a command lets that one look find none, and pandas is there when asked for."""
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo_moe_8rank"
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from tracekit.cli import main\n"
+            "r = CliRunner().invoke(main, sys.argv[1:])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print('pandas' in sys.modules)\n"
+            "import pyarrow as pa\n"
+            "print(type(pa.table({'a': [1]}).to_pandas()).__name__)\n")
+    out = _run_args(code, "replay", str(sample), "--topology", "single-switch", "--cache", str(tmp_path / "run"),
+                    "--report", str(tmp_path / "r.html")).splitlines()
+    assert out[-2:] == ["False", "DataFrame"]
