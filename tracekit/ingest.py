@@ -813,14 +813,14 @@ def _merge_collectives(run_dir: Path, order: list[SourceReport], primary: dict[i
         f = pq.ParquetFile(path)
         stored = f.schema_arrow
         if stored not in conformed:
-            conformed[stored] = schema.conform("collectives", stored.empty_table()).schema
+            conformed[stored] = schema.conform("collectives", schema.empty_table(stored)).schema
         schemas.append(conformed[stored])
         ranks = [r for r in s.ranks if (s.key or "") in primary.get(r, [])]
         parts.append(_Part(min(ranks, default=-1), max(ranks, default=-1), i, path, ranks, f.metadata.num_rows))
     if not parts:
         return None
     unified = pa.unify_schemas(schemas, promote_options="permissive")
-    final = schema.conform("collectives", unified.empty_table()).schema
+    final = schema.conform("collectives", schema.empty_table(unified)).schema
     batches = _merge_batches(parts)
     lookups = None
     odd = 0  # rows with a proto but no algo: they keep it unless some row is filled (as fill_algo_proto)
@@ -868,7 +868,7 @@ def _write_collectives(run_dir: Path, batches: list[list[_Part]], unified: pa.Sc
                 pending = []
                 pa.default_memory_pool().release_unused()
         if pending or not rows:
-            _write_group(writer, pending or [final.empty_table()])
+            _write_group(writer, pending or [schema.empty_table(final)])
     return rows, filled
 
 

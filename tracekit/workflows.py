@@ -24,7 +24,7 @@ from tracekit.results import to_builtins
 from tracekit.store import Run
 
 if TYPE_CHECKING:
-    from tracekit.analysis import AnalysisResult
+    from tracekit.analysis import AnalysisResult, Prepared
     from tracekit.analysis.classify import Overrides
     from tracekit.diff import RunDiff
     from tracekit.executors import Executor
@@ -43,8 +43,7 @@ RunSource = Run | str | os.PathLike[str]
 Paths = Sequence[str | os.PathLike[str]]
 
 __all__ = ["Calibrated", "Opened", "analyze", "calibration", "diff", "export", "hang", "info", "nccl_tests",
-           "open",
-           "opened", "replay", "report", "whatif", "whatif_tables"]
+           "open", "opened", "prepared", "replay", "report", "whatif", "whatif_tables"]
 
 
 @dataclass(frozen=True)
@@ -89,17 +88,19 @@ def _run(source: RunSource) -> Run:
 
 def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
-            executor: str | Executor | None = None, partitioned: bool = True) -> AnalysisResult:
+            executor: str | Executor | None = None, partitioned: bool = True,
+            prepared_run: Prepared | None = None) -> AnalysisResult:
     """`tracekit.analysis.analyze` on a run (a `Run`, a run directory or raw traces), with the hang
     verdict `tracekit hang` gives on the same run attached (its findings lead the analysis'); with
-    `write`, the prepared tables and results/analysis.json are stored in it."""
+    `write`, the prepared tables and results/analysis.json are stored in it. `prepared_run` is the
+    run's preparation when a replay already made it (`prepared`)."""
     from tracekit.analysis import analyze as analyse_run
     from tracekit.hang import hang_from_run
 
     run = _run(source)
     with run.results_together("analyze's tables and results/analysis.json"):
         result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
-                             partitioned=partitioned, hang=hang_from_run(run))
+                             partitioned=partitioned, hang=hang_from_run(run), prepared_run=prepared_run)
         if write:
             run.write_json("analysis", result.to_json())
     return result
@@ -109,13 +110,23 @@ def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int 
 # replay
 
 
-def replay_tables(run: Run, *, write: bool = False) -> dict[str, pa.Table]:
-    """A run's tables prepared for the replay (matched, aligned, classified; with `write`, the
-    prepared tables stored back), with the fabric tables it reads."""
-    from tracekit.analysis import prepare
+def prepared(source: RunSource, *, write: bool = False) -> Prepared:
+    """A run matched, aligned and classified (with `write`, the prepared tables stored back), for
+    `replay` and `analyze` to share (`tracekit.analysis.prepared`)."""
+    from tracekit.analysis import prepared as prepare_run
 
     status("matching collectives, aligning clocks")
-    tables = dict(prepare(run, write=write))
+    return prepare_run(_run(source), write=write)
+
+
+def replay_tables(run: Run, *, write: bool = False, prepared_run: Prepared | None = None) -> dict[str, pa.Table]:
+    """A run's tables prepared for the replay (matched, aligned, classified, unless `prepared_run`
+    is given; with `write`, the prepared tables stored back), with the fabric tables it reads."""
+    if prepared_run is None:
+        prepared_run = prepared(run, write=write)
+    elif write:
+        prepared_run.store(run)
+    tables = dict(prepared_run.tables)
     for name in ("channels", "topology_nodes", "topology_links"):
         if name not in tables and run.has(name):
             tables[name] = run.table(name)
@@ -124,12 +135,14 @@ def replay_tables(run: Run, *, write: bool = False) -> dict[str, pa.Table]:
 
 def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
            baseline: str | TopologySpec | None = None, write: bool = True,
-           calibration: Calibrated | None = None, **options: Any) -> ReplayResult:
-    """Prepare a run (match, align, classify), replay it (`tracekit.replay.replay`; `calibration`
-    another run's, from `calibration`), and with `write` store results/replay.json,
-    results/calibration.json, the replayed timelines and the replayed link samples next to any
-    telemetry. The run's validity (missing ranks, unknown hosts, mixed jobs) comes first among the
-    result's cautions; a run with telemetry gets the measured-vs-replayed comparison."""
+           calibration: Calibrated | None = None, prepared_run: Prepared | None = None,
+           **options: Any) -> ReplayResult:
+    """Prepare a run (match, align, classify; `prepared_run` when `prepared` already did), replay it
+    (`tracekit.replay.replay`; `calibration` another run's, from `calibration`), and with `write`
+    store results/replay.json, results/calibration.json, the replayed timelines and the replayed
+    link samples next to any telemetry. The run's validity (missing ranks, unknown hosts, mixed
+    jobs) comes first among the result's cautions; a run with telemetry gets the measured-vs-replayed
+    comparison."""
     from tracekit.replay import engine
     from tracekit.validity import replay_cautions, run_validity
 
@@ -137,7 +150,8 @@ def replay(source: RunSource, topologies: Sequence[str | TopologySpec], *,
     if calibration is not None:
         options = {**options, **calibration.saved.options()}
     with run.results_together("replay's tables and results"):
-        result = engine.replay(replay_tables(run, write=write), topologies, baseline=baseline, **options)
+        result = engine.replay(replay_tables(run, write=write, prepared_run=prepared_run), topologies,
+                               baseline=baseline, **options)
         result.findings[:0] = replay_cautions(run_validity(run))
         if write:
             from tracekit.export import REPLAY_TIMELINES, replay_timelines

@@ -5,8 +5,9 @@ import pytest
 from analysis_helpers import strip_derived
 from click.testing import CliRunner
 
-from tracekit.analysis import AnalysisResult, analyze, prepare
+from tracekit.analysis import AnalysisResult, analyze, prepare, prepared
 from tracekit.cli import main
+from tracekit.errors import TracekitError
 from tracekit.store import Run
 from tracekit.synth import SynthSpec, make_run_tables, write_run
 
@@ -125,6 +126,21 @@ def test_cli_summary_and_json(run_dir):
         assert {"kind", "severity", "ranks", "group", "step", "value", "text"} <= set(f)
     for s in doc["stalls"]:
         assert s["waited_on"] == s["last_rank"] and s["root_rank"] is not None
+
+
+def test_analysis_from_a_preparation_is_the_analysis(tmp_path):
+    """`analyze(run, prepared_run=prepared(run))`, the analysis `replay --report` draws from the
+    replay's preparation, is the run's analysis bit for bit (read per rank partition), its
+    tables the preparation's; a preparation made with other dims is refused."""
+    tables, truth = make_run_tables(SynthSpec(steps=2, seed=5))
+    run = write_run(strip_derived(tables), tmp_path / "run", truth=truth)
+    given = prepared(run, write=False)
+    ours = analyze(run, prepared_run=given)
+    assert ours.dumps() == analyze(run).dumps()
+    assert ours.collectives is given.tables["collectives"] and ours.ranks is given.tables["ranks"]
+    assert set(given.tables) == set(prepare(run, write=False))
+    with pytest.raises(TracekitError, match="made with dims None, not 'cp=ep_group'"):
+        analyze(run, dims="cp=ep_group", prepared_run=given)
 
 
 def test_cli_dims_override_and_errors(run_dir, tmp_path):

@@ -162,3 +162,25 @@ def test_report_says_out_of_sample():
     assert any("out of sample: calibrated on runs/healthy" in t for t in texts)
     res = replay(tables, ["rail-optimized:gpus=4"])
     assert any("cross-validated" in t for t in (d.text for d in replay_figures(replay_data(res)).select({"type": Div})))
+
+
+def test_replay_report_prepares_the_run_once(tmp_path, monkeypatch):
+    """`replay --report` matches and aligns the run once: the report's analysis goes on from the
+    replay's preparation (regression: the report ran `analyze` again, preparing the run a second
+    time, 0.1-0.3 s of the README's main job)."""
+    import tracekit.analysis.core as core
+    import tracekit.analysis.partitioned as by_partition
+
+    preparations = []
+    eager, partitioned = core._prepared, by_partition.prepared
+    monkeypatch.setattr(core, "_prepared", lambda *a, **k: preparations.append("eager") or eager(*a, **k))
+    monkeypatch.setattr(by_partition, "prepared",
+                        lambda *a, **k: preparations.append("partitioned") or partitioned(*a, **k))
+    tables, truth = make_run_tables(steps=1)
+    run = write_run(tables, tmp_path / "run", truth=truth)
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["replay", str(run.path), "--topology", "rail-optimized:gpus=4",
+                                       "--report", str(out)])
+    assert result.exit_code == 0, result.output
+    assert preparations == ["eager"]
+    assert f"report: {out}" in result.output and "Replayed on rail-optimized:gpus=4" in out.read_text()

@@ -67,3 +67,23 @@ def test_another_runs_calibration_says_when_it_was_fitted_on_another_network(tmp
     assert other.note == "the calibration was fitted on fat-tree, applied to baseline rail-optimized"
     assert other.saved.options() == {"efficiency": {"all_reduce": 0.8}, "terms": {}, "calibrated_on": "job41"}
     assert workflows.calibration(path, ["rail-optimized"], baseline="fat-tree").note is None
+
+
+def test_a_report_given_the_analysis_and_replay_computes_neither_again(small_run, tmp_path, monkeypatch):
+    """`report(run, out, analysis=, replay=)` draws what it was given: no second `analyze` (it
+    prepared and analysed the run again, a fifth of the README's main job report) and no stored
+    replay read back."""
+    import tracekit.analysis
+    from tracekit.replay.engine import ReplayResult
+
+    prep = workflows.prepared(small_run)
+    analysis = workflows.analyze(small_run, write=False, prepared_run=prep)
+    replay = workflows.replay(small_run, ["rail-optimized:gpus=4"], write=False, prepared_run=prep)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the report computed what it was given")
+
+    monkeypatch.setattr(tracekit.analysis, "analyze", refused)
+    monkeypatch.setattr(ReplayResult, "load", refused)
+    info = workflows.report(small_run, tmp_path / "r.html", analysis=analysis, replay=replay)
+    assert "Replay" in info.tabs and info.path.stat().st_size > 0

@@ -27,7 +27,7 @@ def frame(data: Frame | None, name: str) -> pl.DataFrame:
         assert isinstance(df, pl.DataFrame)
     missing = [f for f in schema.SCHEMAS[name] if f.name not in df.columns]
     if missing:
-        empty = pl.from_arrow(pa.schema(missing).empty_table())
+        empty = pl.from_arrow(schema.empty_table(pa.schema(missing)))
         assert isinstance(empty, pl.DataFrame)
         df = df.with_columns(pl.lit(None, dtype=empty.schema[f.name]).alias(f.name) for f in missing)
     return df.with_columns(pl.col(pl.Categorical, pl.Enum).cast(pl.String))

@@ -56,7 +56,7 @@ def _prepared(source: RunLike, dims: str | Overrides | None, write: bool) -> tup
     c = steps.assign_step(c, windows)
     coll = table(c, "collectives")
     if run is not None and write:
-        run.write_tables({"collectives": coll, "ranks": ranks, "groups": groups})
+        _store(run, {"collectives": coll, "ranks": ranks, "groups": groups})
     extra = {"alignment": align, "mismatches": mismatches, "windows": windows, "events": ev,
              "events_in": t["events"], "collectives": c}
     return {"ranks": ranks, "groups": groups, "collectives": coll}, extra
@@ -72,6 +72,29 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
     its own clock, which the replay's exposed communication is measured in). With a run and
     `write=True`, the three small tables are written back.
     """
+    return prepared(source, dims=dims, write=write).tables
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run matched, aligned and classified once: `prepare`'s tables, and what `analyze` goes on
+    from (`analyze(..., prepared_run=)`), so a replay and the report's analysis share one preparation."""
+
+    tables: dict[str, pa.Table]
+    dims: str | Overrides | None
+    extra: dict[str, Any]  # `_prepared`'s: alignment, mismatches, windows, events and collectives frames
+
+    def store(self, run: Run) -> None:
+        """Write the three small prepared tables back into `run`, as `prepare(..., write=True)` does."""
+        _store(run, self.tables)
+
+
+def _store(run: Run, tables: Mapping[str, pa.Table]) -> None:
+    run.write_tables({name: tables[name] for name in ("collectives", "ranks", "groups")})
+
+
+def prepared(source: RunLike, *, dims: str | Overrides | None = None, write: bool = True) -> Prepared:
+    """`prepare`'s tables with what `analyze` needs of the same preparation (see `Prepared`)."""
     out, extra = _prepared(source, dims, write)
     events = extra["events_in"]
     out["events"] = events if isinstance(events, pa.Table) else table(extra["events"], "events")
@@ -81,7 +104,7 @@ def prepare(source: RunLike, *, dims: str | Overrides | None = None, write: bool
         out["events"] = table(steps.assign_step(frame(out["events"], "events"), windows), "events")
     out["step_times"] = table(steps.step_times(extra["windows"], frame(out["ranks"], "ranks")))
     out["step_windows"] = windows.select("rank", "step", "start_ns", "end_ns").to_arrow()
-    return out
+    return Prepared(tables=out, dims=dims, extra=extra)
 
 
 @dataclass
@@ -163,7 +186,7 @@ class AnalysisResult:
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
             compute: str | Sequence[str] = "auto", write: bool = True,
             executor: str | Executor | None = None, partitioned: bool = True,
-            hang: HangResult | None = None) -> AnalysisResult:
+            hang: HangResult | None = None, prepared_run: Prepared | None = None) -> AnalysisResult:
     """Run every analysis on a run directory (or a dict of tables) and summarise it in words.
 
     `compute` says what counts as compute (see `breakdown.compute_intervals`). With a run and
@@ -175,14 +198,19 @@ def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 
     memory is bounded by the largest partition, not the run; `executor` "ray" or
     "ray://HOST:PORT" maps those partitions over Ray tasks. `partitioned=False` loads every
     event at once (tables in memory always are); the results are the same, bit for bit.
+    `prepared_run` is this source's preparation (`prepared`, with these `dims`), which the analysis
+    then goes on from instead of preparing again; its events are in memory, so it is eager.
     """
     exe = parse_executor(executor)
     run = None if isinstance(source, Mapping) else source if isinstance(source, Run) else Run(source)
     if not exe.is_local and run is None:
         raise TracekitError("the ray executor analyses a run directory, not tables in memory")
     validity = run_validity(run if run is not None else source)
-    if run is None or (exe.is_local and not partitioned):
-        t, extra = _prepared(run if run is not None else source, dims, write)
+    if prepared_run is not None and prepared_run.dims != dims:
+        raise TracekitError(f"the preparation given was made with dims {prepared_run.dims!r}, not {dims!r}")
+    if prepared_run is not None or run is None or (exe.is_local and not partitioned):
+        t, extra = ((prepared_run.tables, prepared_run.extra) if prepared_run is not None
+                    else _prepared(run if run is not None else source, dims, write))
         ev: pl.DataFrame = extra["events"]
         coll: pl.DataFrame = extra["collectives"]
         windows: pl.DataFrame = extra["windows"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from tracekit import schema
 from tracekit.analysis._frames import P2P_OPS, Frame, frame, table
 
 MISMATCH_SCHEMA = pa.schema([
@@ -83,7 +84,7 @@ def keyed(df: pl.DataFrame) -> pl.DataFrame:
 
 def _mismatches(df: pl.DataFrame) -> pa.Table:
     if df.height == 0:
-        return MISMATCH_SCHEMA.empty_table()
+        return schema.empty_table(MISMATCH_SCHEMA)
     coll = df.filter(pl.col("_kind") == 0)
     p2p = df.filter(pl.col("_kind") == 1)
     found: list[pl.DataFrame] = []
@@ -123,7 +124,7 @@ def _mismatches(df: pl.DataFrame) -> pa.Table:
             found.append(_listing(p2p.join(bad, on="instance").with_columns(
                 pl.col("op").alias("_v")), "unpaired"))
     if not found:
-        return MISMATCH_SCHEMA.empty_table()
+        return schema.empty_table(MISMATCH_SCHEMA)
     out = pl.concat(found, how="vertical_relaxed").sort(["instance", "field"])
     return out.to_arrow().cast(MISMATCH_SCHEMA)
 

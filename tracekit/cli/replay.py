@@ -69,8 +69,10 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
     saved = (workflows.calibration(calibration_from, topologies, baseline=baseline, algo=algo)
              if calibration_from is not None else None)
     notes = [f"note: {saved.note}"] if saved is not None and saved.note else []
+    # the report's analysis goes on from the replay's preparation instead of preparing again
+    prepared = workflows.prepared(run) if report_path is not None else None
     result = workflows.replay(run, list(topologies), baseline=baseline, write=not no_write, algo=algo,
-                              merge=merge, calibration=saved)
+                              merge=merge, calibration=saved, prepared_run=prepared)
     unsaved_note(run)
     if as_json:
         click.echo(result.dumps())
@@ -86,7 +88,8 @@ def replay(paths: tuple[str, ...], topologies: tuple[str, ...], baseline: str | 
             _physics_notes(topologies)
     if report_path is not None:
         status(f"replay: writing the report to {report_path}")
-        info = workflows.report(run, report_path, replay=result)
+        analysis = workflows.analyze(run, write=False, prepared_run=prepared)
+        info = workflows.report(run, report_path, analysis=analysis, replay=result)
         click.echo(f"report: {info.path}")
 
 

@@ -61,7 +61,7 @@ class TelemetryComparison(Result, frozen=True, kw_only=True):
     replayed_bytes: float = 0.0
     links: list[LinkAgreement] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
-    windows: pa.Table = msgspec.field(default_factory=lambda: WINDOW_SCHEMA.empty_table())
+    windows: pa.Table = msgspec.field(default_factory=lambda: schema.empty_table(WINDOW_SCHEMA))
 
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "measured_bytes", float(sum(a.measured_bytes for a in self.links)))
@@ -69,7 +69,7 @@ class TelemetryComparison(Result, frozen=True, kw_only=True):
         if self.windows.schema != WINDOW_SCHEMA:  # read back from JSON rows
             rows = self.windows.to_pylist()
             msgspec.structs.force_setattr(self, "windows", pa.Table.from_pylist(rows, schema=WINDOW_SCHEMA)
-                                          if rows else WINDOW_SCHEMA.empty_table())
+                                          if rows else schema.empty_table(WINDOW_SCHEMA))
 
     @property
     def empty(self) -> bool:
