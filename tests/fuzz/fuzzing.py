@@ -930,9 +930,55 @@ def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
     return None
 
 
+def _nvtx_payloads(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    """Hostile NCCL NVTX payloads in an Nsight export: a key repeated (a decoy first), deep or
+    over-long text, numbers out of range, not JSON; a repeated key must be warned (issue 22)."""
+    import sqlite3
+
+    if seed.encoding != "sqlite":
+        return None
+    db = sqlite3.connect(":memory:")
+    try:
+        db.deserialize(seed.data)
+        rows = db.execute("SELECT rowid, jsonText FROM NVTX_EVENTS WHERE jsonText LIKE '{%'").fetchall()
+        if not rows:
+            return None
+        kind = rnd.choice(["repeat", "deep", "long", "range", "garbage"])
+        for rowid, text in rnd.sample(rows, min(len(rows), rnd.choice([1, 3, 30]))):
+            if kind == "repeat":
+                key = rnd.choice(list(json.loads(text)))
+                new = "{" + json.dumps(key) + ": " + json.dumps(rnd.choice(HUGE + ODD)) + ", " + text[1:]
+            elif kind == "deep":
+                n = rnd.choice([65, 1000, 60_000])
+                new = '{"a": ' * n + "1" + "}" * n
+            elif kind == "long":
+                new = text[:-1] + ', "pad": "' + "x" * rnd.choice([70_000, 1 << 20]) + '"}'
+            elif kind == "range":
+                doc = json.loads(text)
+                doc[rnd.choice(list(doc))] = rnd.choice([*HUGE, 0, -1, 1.5, "0x" + "f" * 40, 1e300])
+                new = json.dumps(doc)
+            else:
+                new = text[:rnd.randrange(1, len(text))] + rnd.choice([r"\ud800", r"\x", "]]", r"\u0000"])
+            db.execute("UPDATE NVTX_EVENTS SET jsonText = ? WHERE rowid = ?", (new, rowid))
+        db.commit()
+        data = db.serialize()
+    except (sqlite3.Error, ValueError):
+        return None
+    finally:
+        db.close()
+    expect = None
+    if kind == "repeat":
+        def expect(stats: Any, seed_read: int | None) -> str | None:
+            if any("NVTX payload" in w and "given more than once" in w for w in stats.warnings):
+                return None
+            return "nvtx_payload: a key repeated inside a payload, and no warning says so"
+    return ClassCase(data, False, expect)
+
+
 CLASSES: dict[str, Callable[[Seed, random.Random], ClassCase | None]] = {
     "duplicate_keys": _split_records, "inner_keys": _inner_keys, "alias_graph": _alias_graph, "long_line": _long_line,
     "pickle_storm": _pickle_storm, "huge_number": _huge_numbers, "control_chars": _control_chars,
+    "nvtx_payload": _nvtx_payloads,
 }
 
 

@@ -161,3 +161,14 @@ def test_text_output_check_finds_a_name_that_starts_a_line() -> None:
     assert fuzzing.check_text_output("hosts 1: node\\x0aINJECTED line") is None
     assert fuzzing.check_text_output("hosts 1: node\nINJECTED line") is not None
     assert fuzzing.check_text_output("group \x1b[2J") is not None
+
+
+def test_nvtx_payload_class_oracle_sees_a_repeated_key(repo_seeds, tmp_path: Path) -> None:
+    """The nvtx_payload class's repeat cases are read by nsys and warned (its oracle passes)."""
+    rnd = random.Random("nvtx")
+    seeds = [s for s in repo_seeds["nsys"] if s.encoding == "sqlite"]
+    cases = [c for c in (fuzzing.CLASSES["nvtx_payload"](rnd.choice(seeds), rnd) for _ in range(40))
+             if c is not None and c.expect is not None]
+    assert cases
+    out = fuzzing.run_class_case("nsys", MODULES["nsys"], cases[0], tmp_path, timeout=120, name="x.sqlite")
+    assert out.kind in ("ok", "salvage"), out
