@@ -62,7 +62,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
-    rows = _rows(text, where)
+    rows = _rows(text, where, stats)
     links: dict[str, dict[str, Any]] = {}
     nodes: dict[str, str | None] = {}
     for i, row in enumerate(rows, 1):
@@ -119,17 +119,23 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     return ParseResult(stats=stats)
 
 
-def _rows(text: str, where: str) -> list[dict[str, Any]]:
+def _rows(text: str, where: str, stats: SourceStats) -> list[dict[str, Any]]:
+    """The map's rows; a key given twice (a CSV column named twice, a YAML mapping's key) keeps
+    the last value, as csv and PyYAML do, and is named in a warning (issue 22)."""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if lines and _csv_header(lines[0]) is not None:
         reader = csv.DictReader(io.StringIO("\n".join(lines)))
         try:
             reader.fieldnames = [f.strip().lower() for f in reader.fieldnames or []]
+            twice = sorted({f for f in reader.fieldnames if f and reader.fieldnames.count(f) > 1})
+            if twice:
+                stats.warnings.append(f"the CSV header names {twice} more than once: the last column kept")
             return [{k: (v.strip() if isinstance(v, str) else v) for k, v in r.items() if k} for r in reader]
         except csv.Error as exc:
             raise InputError(where, f"malformed CSV link map ({exc})") from exc
+    repeated: list[list[str]] = []
     try:
-        doc = _yaml.load(text)
+        doc = _yaml.load(text, repeated=repeated)
     except _yaml.YAMLBudgetError as exc:
         raise InputError(where, str(exc)) from exc
     except yaml.YAMLError as exc:
@@ -144,6 +150,10 @@ def _rows(text: str, where: str) -> list[dict[str, Any]]:
     rows = doc.get("links") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise InputError(where, "a YAML link map needs `links:` as a list of mappings")
+    if repeated:
+        names = sorted({k for keys in repeated for k in keys})
+        stats.warnings.append(f"{len(repeated)} mapping{'s' if len(repeated) != 1 else ''} with keys given more "
+                              f"than once, the last value kept ({names[:5]})")
     return rows
 
 
