@@ -808,17 +808,20 @@ def _split_records(seed: Seed, rnd: random.Random) -> ClassCase | None:
 _INNER_PAIR = re.compile(rb'"([A-Za-z_][\w -]{0,40})"(\s*:\s*)'
                          rb'("(?:[^"\\\n]){0,200}"|-?\d{1,18}(?:\.\d{1,9})?|true|false|null)')
 _JSON_LINES = {"nccl_inspector", "nccl_profiler"}
+#: a `key: value` pair of a YAML flow mapping (link maps)
+_YAML_PAIR = re.compile(rb"(?<=[{,] )([a-z_]{2,20})(: )([^,{}\n]{1,80})(?=[,}])")
 
 
 def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
     """Keys repeated inside records: before some `"key": value` pairs of the file, the same pair
     once more (the same value, so every reader still decodes it); the reader must read the
     record and say so in a warning (issue 22)."""
-    if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES):
+    yaml_map = seed.fmt == "link_map" and b"links:" in seed.data
+    if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES) and not yaml_map:
         return None
     if seed.fmt == "kineto":  # read (last value), not counted: a known gap (test_duplicate_keys.py)
         return None
-    pairs = list(_INNER_PAIR.finditer(seed.data))
+    pairs = list((_YAML_PAIR if yaml_map else _INNER_PAIR).finditer(seed.data))
     if not pairs:
         return None
     data = seed.data
