@@ -911,9 +911,13 @@ def _huge_numbers(seed: Seed, rnd: random.Random) -> ClassCase | None:
     return ClassCase(data, seed.gz)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
 def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
     if seed.encoding == "json":
-        strings = list(re.finditer(rb'"(?:[^"\\]|\\.){1,80}"', seed.data))
+        # every JSON string, matched from the start so a match never begins at a closing quote
+        strings = [m for m in _JSON_STRING.finditer(seed.data) if 2 < m.end() - m.start() <= 82]
         if not strings:
             return None
         data = seed.data
