@@ -1063,11 +1063,11 @@ def plant_links(run: Path, outside: Path, rnd: random.Random, n: int) -> list[st
     planted = []
     for i in range(n):
         path = rnd.choice(entries + planned)
-        if any(path == run / p or run / p in path.parents for p in planted):
-            continue
+        if any(path == run / p or run / p in path.parents or path in (run / p).parents for p in planted):
+            continue  # inside, or around, an entry already replaced
         target = outside / f"victim{i}"
         if path.is_dir():
-            shutil.copytree(path, target)
+            shutil.copytree(path, target, symlinks=True)
             shutil.rmtree(path)
         elif path.exists():
             shutil.copy(path, target)

@@ -172,3 +172,23 @@ def test_nvtx_payload_class_oracle_sees_a_repeated_key(repo_seeds, tmp_path: Pat
     assert cases
     out = fuzzing.run_class_case("nsys", MODULES["nsys"], cases[0], tmp_path, timeout=120, name="x.sqlite")
     assert out.kind in ("ok", "salvage"), out
+
+
+def test_plant_links_never_replaces_a_directory_around_a_planted_link(tmp_path: Path) -> None:
+    """A link planted at a file, then the directory holding it picked: skipped (copying the
+    directory met the dangling link and killed the received_run campaign)."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    (run / "events" / "rank=1").mkdir(parents=True)
+    (run / "events" / "rank=1" / "k.parquet").write_bytes(b"x")
+    outside.mkdir()
+
+    picks = [run / "events" / "rank=1" / "k.parquet", run / "events" / "rank=1"]
+
+    class Scripted(random.Random):
+        def choice(self, seq):  # type: ignore[override]
+            return picks.pop(0)
+
+        def random(self) -> float:
+            return 0.9  # a dangling link
+
+    assert fuzzing.plant_links(run, outside, Scripted(), 2) == ["events/rank=1/k.parquet"]
