@@ -813,11 +813,14 @@ _YAML_PAIR = re.compile(rb"(?<=[{,] )([a-z_]{2,20})(: )([^,{}\n]{1,80})(?=[,}])"
 
 
 def _json_line_at(data: bytes, pos: int) -> bool:
-    """Whether the line of `data` holding `pos` is one JSON value."""
+    """Whether the line of `data` holding `pos` is one JSON value (the profiler's lines are the
+    items of one array: an opening `[`, a trailing `,` or `]` are not part of it)."""
     start = data.rfind(b"\n", 0, pos) + 1
     end = data.find(b"\n", pos)
+    line = data[start:end if end >= 0 else len(data)].strip()
     try:
-        json.loads(data[start:end if end >= 0 else len(data)])
+        json.loads(line.removeprefix(b"[").rstrip(b",]") if line.startswith(b"[{") or line.endswith((b",", b"]"))
+                   else line)
     except ValueError:
         return False
     return True
