@@ -192,3 +192,12 @@ def test_plant_links_never_replaces_a_directory_around_a_planted_link(tmp_path: 
             return 0.9  # a dangling link
 
     assert fuzzing.plant_links(run, outside, Scripted(), 2) == ["events/rank=1/k.parquet"]
+
+
+@pytest.mark.parametrize("fmt", ["nccl_profiler", "nccl_inspector", "link_map", "gnmic", "flight_recorder",
+                                 "nccl_tests"])
+def test_inner_keys_applies_to_each_reader_that_counts_repeats(repo_seeds, fmt: str) -> None:
+    """inner_keys makes cases for every reader that warns of a repeated key (a filter that left a
+    reader no pair to repeat would silently stop testing it)."""
+    rnd = random.Random(fmt)
+    assert fuzzing.make_class_case(repo_seeds[fmt], rnd, ["inner_keys"], tries=40) is not None
