@@ -1096,6 +1096,29 @@ def plant_links(run: Path, outside: Path, rnd: random.Random, n: int) -> list[st
     return planted
 
 
+#: COMMIT markers a received run may hold: other JSON than `store.commit` writes, or names that
+#: reach outside the staging or the run.
+COMMIT_MARKERS = ('[1, 2]', '{"tables": 5}', '{"tables": ["../../outside/victim"]}', '{"remove": ["../x"]}',
+                  '{"tables": ["ranks"], "remove": {"a": 1}}', '{"tables": [null]}', "not json", "")
+
+
+def plant_commit_marker(run: Path, outside: Path, rnd: random.Random) -> str:
+    """A `.staging/` with a COMMIT marker from COMMIT_MARKERS (and a staged table or a link out
+    of the run in it); returns what was planted."""
+    staging = run / ".staging"
+    if staging.is_symlink() or (staging.exists() and not staging.is_dir()):
+        staging.unlink()
+    staging.mkdir(exist_ok=True)
+    marker = rnd.choice(COMMIT_MARKERS)
+    (staging / "COMMIT").write_text(marker)
+    if rnd.random() < 0.5:
+        (outside / "victim.parquet").write_bytes(b"victim")
+        (staging / "ranks.parquet").symlink_to(outside / "victim.parquet")
+    else:
+        (staging / "ranks.parquet").write_bytes(b"not parquet")
+    return f".staging/COMMIT={marker!r}"
+
+
 def run_run_case(base_run: Path, traces: list[str], work: Path, rnd: random.Random) -> Outcome:
     """One received-run attack: a copy of `base_run` with links planted in it, then one command
     (ingest merging `traces`, analyze, info, hang, export, report). Nothing outside the run may
@@ -1110,6 +1133,8 @@ def run_run_case(base_run: Path, traces: list[str], work: Path, rnd: random.Rand
     shutil.copytree(base_run, run, symlinks=True)
     outside.mkdir()
     planted = plant_links(run, outside, rnd, rnd.choice([1, 1, 2, 4]))
+    if rnd.random() < 0.25:  # a staged commit left in the received run, its marker hand-edited
+        planted.append(plant_commit_marker(run, outside, rnd))
     (cmd,) = rnd.choice(RUN_COMMANDS)
     args = {"ingest": ["ingest", *traces, "-o", str(run), "--jobs", "1"],
             "export": ["export", str(run), "--chrome", str(work / "out.json")],
