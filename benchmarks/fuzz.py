@@ -18,12 +18,14 @@ minimised reproducer is written to OUT/<format>/<signature>.bin with the traceba
 Target (issue 14): 0 crashes, 0 hangs, peak RSS under 1 GiB for every parser.
 
 `--class-share` of the cases come from the hostile-class mutators of issue 22
-(`fuzzing.CLASSES`: duplicate keys, alias graphs, long single lines, pickle opcode storms, huge
-decimal numbers, control characters), each with its own oracle (both arrays of a duplicated key
-read, an over-long line counted); the row of each parser then tallies every class. `--run-cases`
-adds a `received_run` campaign: links planted at random entries of a small ingested run, then a
-random command (ingest merge, analyze, info, hang, export, report), which must change nothing
-outside the run and end with at most a one-line error.
+(`fuzzing.CLASSES`: duplicate keys, keys repeated inside records, alias graphs, long single
+lines, pickle opcode storms, huge decimal numbers, control characters, hostile NVTX payloads in
+Nsight exports), each with its own oracle (both arrays of a duplicated key read, a repeated key
+warned, an over-long line counted); `--classes` draws from some of them only; the row of each
+parser then tallies every class. `--run-cases` adds a `received_run` campaign: links planted at
+random entries of a small ingested run (and, in a quarter of the cases, a staged commit whose
+COMMIT marker is hand-edited), then a random command (ingest merge, analyze, info, hang, export,
+report), which must change nothing outside the run and end with at most a one-line error.
 """
 
 from __future__ import annotations
