@@ -37,6 +37,9 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "link_map"
 PARSER_VERSION = "1"
+#: Fastest link speed believed, in Gb/s (a 1.6 Tb/s port is 1,600); beyond it, zero, negative or
+#: not finite (NaN, inf) the row keeps no speed, with a warning.
+MAX_GBPS = 100_000
 _FIELDS = {"host", "device", "port", "link", "peer_host", "peer_device", "peer_port", "gbps", "network"}
 _YAML_HEAD = re.compile(rb"(^|\n)links\s*:\s*(\n|$)")
 
@@ -65,6 +68,7 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     rows = _rows(text, where, stats)
     links: dict[str, dict[str, Any]] = {}
     nodes: dict[str, str | None] = {}
+    bad_gbps = 0
     for i, row in enumerate(rows, 1):
         device, port = (str(row.get("device") or "").strip(), str(row.get("port") or "").strip())
         if not device or not port:
@@ -76,6 +80,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         owner = port_owner(host, device)
         nodes.setdefault(owner, host)
         gbps = _float(row.get("gbps"))
+        if gbps is not None and not 0 < gbps <= MAX_GBPS:
+            bad_gbps += 1
+            gbps = None
         link = str(row.get("link") or "").strip()
         if row.get("peer_device"):
             peer_host = str(row.get("peer_host") or "").strip() or None
@@ -105,6 +112,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         else:
             stats.skip("third_end_of_a_link")
             stats.warnings.append(f"link {link!r} named on more than two ports; kept the first two")
+    if bad_gbps:
+        stats.warnings.append(f"{bad_gbps:,} row{'s' if bad_gbps != 1 else ''} with gbps not a number in "
+                              f"(0, {MAX_GBPS:,}]: stored without a speed")
     if stats.read == 0:
         raise InputError(where, "no link-map row")
     names = sorted(links)

@@ -121,3 +121,13 @@ def test_link_map_csv_column_named_twice_keeps_the_last_and_warns(tmp_path: Path
     b, rows_b = _link_rows(tmp_path, "b.csv", "host,device,port,link,link\nnode7,mlx5_0,1,x,r0\n,leaf3,17,y,r0\n")
     assert rows_a == rows_b and b.read == a.read
     assert b.warnings == ["the CSV header names ['link'] more than once: the last column kept"]
+
+
+@pytest.mark.parametrize("gbps", ["1e400", "-1", "0", ".nan", "1e30"])
+def test_link_map_speed_out_of_range_is_dropped_and_counted(tmp_path: Path, gbps: str) -> None:
+    text = f"links:\n  - {{host: node7, device: mlx5_0, port: 1, peer_device: leaf3, peer_port: 17, gbps: {gbps}}}\n"
+    st, rows = _link_rows(tmp_path, "a.yaml", text)
+    assert [r["gbps"] for r in rows] == [None] and st.stored == 1
+    assert st.warnings == ["1 row with gbps not a number in (0, 100,000]: stored without a speed"]
+    _, ok = _link_rows(tmp_path, "b.yaml", text.replace(f"gbps: {gbps}", "gbps: 1600"))
+    assert [r["gbps"] for r in ok] == [1600.0]
