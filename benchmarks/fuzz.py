@@ -4,7 +4,7 @@ Usage::
 
     nice -n 10 python benchmarks/fuzz.py [--cases 10000] [--formats kineto,flight_recorder]
                                          [--cli-every 50] [--seed 1] [--out fuzz_out]
-                                         [--class-share 0.3] [--run-cases 0]
+                                         [--class-share 0.3] [--classes inner_keys,...] [--run-cases 0]
 
 Each parser runs in its own spawned process on `--cases` mutated cases
 (mutators: tests/fuzz/fuzzing.py); every `--cli-every`-th case also goes through `tracekit
@@ -18,12 +18,14 @@ minimised reproducer is written to OUT/<format>/<signature>.bin with the traceba
 Target (issue 14): 0 crashes, 0 hangs, peak RSS under 1 GiB for every parser.
 
 `--class-share` of the cases come from the hostile-class mutators of issue 22
-(`fuzzing.CLASSES`: duplicate keys, alias graphs, long single lines, pickle opcode storms, huge
-decimal numbers, control characters), each with its own oracle (both arrays of a duplicated key
-read, an over-long line counted); the row of each parser then tallies every class. `--run-cases`
-adds a `received_run` campaign: links planted at random entries of a small ingested run, then a
-random command (ingest merge, analyze, info, hang, export, report), which must change nothing
-outside the run and end with at most a one-line error.
+(`fuzzing.CLASSES`: duplicate keys, keys repeated inside records, alias graphs, long single
+lines, pickle opcode storms, huge decimal numbers, control characters, hostile NVTX payloads in
+Nsight exports), each with its own oracle (both arrays of a duplicated key read, a repeated key
+warned, an over-long line counted); `--classes` draws from some of them only; the row of each
+parser then tallies every class. `--run-cases` adds a `received_run` campaign: links planted at
+random entries of a small ingested run (and, in a quarter of the cases, a staged commit whose
+COMMIT marker is hand-edited), then a random command (ingest merge, analyze, info, hang, export,
+report), which must change nothing outside the run and end with at most a one-line error.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class _Peak:
 
 
 def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, out: str, mem_limit: float,
-              q: Any, class_share: float = 0.0) -> None:
+              q: Any, class_share: float = 0.0, classes: list[str] | None = None) -> None:
     mods = fuzzing.parsers()
     module = mods[fmt]
     seeds = fuzzing.load_seeds({fmt})[fmt]
@@ -99,7 +101,8 @@ def _campaign(fmt: str, cases: int, seed: int, cli_every: int, timeout: float, o
                         Path(tmp) / "cli", name=seeds[0].name)
         t0 = time.perf_counter()
         for i in range(cases):
-            picked = fuzzing.make_class_case(seeds, rnd) if class_share and rnd.random() < class_share else None
+            picked = (fuzzing.make_class_case(seeds, rnd, classes) if class_share and rnd.random() < class_share
+                      else None)
             peak.start()
             if picked is not None:
                 cls, s, cc = picked
@@ -220,11 +223,16 @@ def main() -> None:
     ap.add_argument("--mem-limit", type=float, default=1024.0, help="peak RSS (MiB) a case must stay under")
     ap.add_argument("--class-share", type=float, default=0.3,
                     help="share of cases made by the hostile-class mutators (issue 22; 0 for the older mix)")
+    ap.add_argument("--classes", default="", help="comma-separated hostile classes to draw from (default: all)")
     ap.add_argument("--run-cases", type=int, default=0,
                     help="received-run attacks (links planted in a run, then a command) in a process of their own")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     formats = [f for f in args.formats.split(",") if f] or sorted(fuzzing.parsers())
+    classes = [c for c in args.classes.split(",") if c] or None
+    unknown = sorted(set(classes or ()) - set(fuzzing.CLASSES))
+    if unknown:
+        raise SystemExit(f"unknown classes {unknown}; known: {sorted(fuzzing.CLASSES)}")
     if args.run_cases and "received_run" not in formats:
         formats.append("received_run")
     ctx = mp.get_context("spawn")
@@ -239,7 +247,8 @@ def main() -> None:
                 target = _run_campaign if fmt == "received_run" else _campaign
                 p = ctx.Process(target=target, args=(fmt, args.run_cases if fmt == "received_run" else args.cases,
                                                      args.seed, args.cli_every, args.timeout, args.out, args.mem_limit,
-                                                     q, args.class_share))
+                                                     q, args.class_share,
+                                                     *([] if fmt == "received_run" else [classes])))
                 p.start()
                 running[fmt] = (p, q)
             for fmt, (p, q) in list(running.items()):

@@ -475,6 +475,8 @@ def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
             values += 1
             f_low = (b - _PRINTED_HALF_UNIT) / (a + _PRINTED_HALF_UNIT)
             f_high = (b + _PRINTED_HALF_UNIT) / (a - _PRINTED_HALF_UNIT)
+            if f_low >= scale:  # no rank count gives it: the factor is scale (n - 1) / n < scale
+                return None, f"busbw / algbw of {f_low:.3g} on a row, beyond {op}'s {scale:g} for any rank count"
             low = max(low, scale / (scale - f_low))
             high = min(high, scale / (scale - f_high) if f_high < scale else math.inf)
     if not values:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 from tracekit._limits import MAX_DEPTH, MAX_WORLD_SIZE, RANGES, checked_int, json_depth
 from tracekit.errors import InputError
 from tracekit.parsers import kineto
+from tracekit.parsers._json_keys import RepeatedKeys
 from tracekit.parsers._kineto_calls import as_int, kernel_op
 from tracekit.parsers.nccl_log import MAX_RANK_MAP_ENTRIES
 from tracekit.parsers.registry import Format
@@ -363,25 +365,50 @@ def _tid(gtid: Any) -> int | None:
     return gtid & 0xFFFFFF if type(gtid) is int else None
 
 
-def payload(text: Any) -> dict[str, int]:
-    """NCCL's NVTX payload (JSON as Nsight exports it) as {comm, bytes, rank, nranks, device,
-    peer, root}: keys matched by NCCL's schema entry names or struct fields, nested objects
-    flattened; anything else (or a payload too large or too deep) gives {}."""
-    if not isinstance(text, (str, bytes)) or not text or len(text) > MAX_PAYLOAD_BYTES:
-        return {}
-    raw = text.encode() if isinstance(text, str) else text
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """One NVTX payload as read: the values NCCL's schema gives, why the text was not read at all
+    (`unread`: too_large, too_deep, not_json), the keys an object gave more than once (the last
+    value kept) and the schema fields whose value was not an integer in its range (dropped)."""
+
+    values: dict[str, int]
+    unread: str | None = None
+    repeated_keys: tuple[str, ...] = ()
+    bad_numbers: tuple[str, ...] = ()
+
+
+#: The range of each payload field (`PAYLOAD_KEYS` values); a value outside it is dropped and counted.
+PAYLOAD_RANGES = {"comm": (0, 2**64 - 1), "bytes": RANGES["size"], "rank": RANGES["rank"],
+                  "nranks": (1, MAX_WORLD_SIZE), "device": RANGES["count"], "peer": RANGES["rank"],
+                  "root": RANGES["rank"]}
+#: Most list items of one payload array looked at (NCCL's arrays are a few entries).
+_PAYLOAD_LIST_ITEMS = 64
+
+
+def read_payload(text: Any) -> Payload:
+    """NCCL's NVTX payload (JSON as Nsight exports it): keys matched by NCCL's schema entry names
+    or struct fields, nested objects flattened (an outer key before an inner one). The text is
+    bounded (`MAX_PAYLOAD_BYTES`, `MAX_DEPTH`, checked before decoding), keys repeated inside an
+    object keep the last value, and every number is range-checked (`PAYLOAD_RANGES`)."""
+    if not isinstance(text, (str, bytes)) or not text:
+        return Payload({})
+    if len(text) > MAX_PAYLOAD_BYTES:
+        return Payload({}, "too_large")
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if json_depth(raw) > MAX_DEPTH:
-        return {}
+        return Payload({}, "too_deep")
+    keys = RepeatedKeys()
     try:
-        doc = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return {}
+        doc = json.loads(raw, object_pairs_hook=keys.hook)
+    except (ValueError, RecursionError):
+        return Payload({}, "not_json")
     out: dict[str, int] = {}
+    bad: set[str] = set()
     todo = [doc]
     while todo:
         d = todo.pop()
         if isinstance(d, list):
-            todo.extend(d[:64])
+            todo.extend(d[:_PAYLOAD_LIST_ITEMS])
             continue
         if not isinstance(d, dict):
             continue
@@ -393,21 +420,66 @@ def payload(text: Any) -> dict[str, int]:
             if key is None or key in out:
                 continue
             n = _as_int(v)
-            if n is not None:
+            lo, hi = PAYLOAD_RANGES[key]
+            if n is not None and lo <= n <= hi:
                 out[key] = n
-    return out
+            elif v is not None:
+                bad.add(key)
+    return Payload(out, None, tuple(sorted(keys.names)), tuple(sorted(bad - set(out))))
+
+
+def payload(text: Any) -> dict[str, int]:
+    """The values of `read_payload(text)`: {comm, bytes, rank, nranks, device, peer, root}, each
+    when the payload gives it in range; {} for a payload not read."""
+    return read_payload(text).values
 
 
 #: Payload texts up to this size are decoded once: NCCL's repeat (the same comm and sizes every step).
 _PAYLOAD_CACHED_BYTES = 1024
-_payload_cached = functools.lru_cache(maxsize=8192)(payload)
+_read_payload_cached = functools.lru_cache(maxsize=8192)(read_payload)
 
 
-def _payload(text: Any) -> dict[str, int]:
-    """`payload`, decoded once per distinct short text (the dict it gives is shared: read only)."""
+def _read_payload(text: Any) -> Payload:
+    """`read_payload`, decoded once per distinct short text (the result is shared: read only)."""
     if isinstance(text, (str, bytes)) and len(text) <= _PAYLOAD_CACHED_BYTES:
-        return _payload_cached(text)
-    return payload(text)
+        return _read_payload_cached(text)
+    return read_payload(text)
+
+
+class PayloadTally:
+    """What the NVTX payloads of one export lost, for its warnings: the texts not read by reason,
+    the payloads that repeated a key, and the fields dropped for a value out of range."""
+
+    def __init__(self) -> None:
+        self.unread: Counter[str] = Counter()
+        self.repeated = 0
+        self.repeated_names: Counter[str] = Counter()
+        self.bad_numbers: Counter[str] = Counter()
+
+    def add(self, p: Payload) -> None:
+        if p.unread is not None:
+            self.unread[p.unread] += 1
+        if p.repeated_keys:
+            self.repeated += 1
+            self.repeated_names.update(p.repeated_keys)
+        self.bad_numbers.update(p.bad_numbers)
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.unread:
+            n = sum(self.unread.values())
+            why = ", ".join(f"{k} {v:,}" for k, v in sorted(self.unread.items()))
+            out.append(f"{n:,} NCCL NVTX payload{'s' if n != 1 else ''} not read ({why}; limits "
+                       f"{MAX_PAYLOAD_BYTES:,} bytes, depth {MAX_DEPTH}): their calls have no comm, size or peer")
+        if self.repeated:
+            out.append(f"{self.repeated:,} NCCL NVTX payload{'s' if self.repeated != 1 else ''} with keys given "
+                       f"more than once, the last value kept ({sorted(self.repeated_names)[:5]})")
+        if self.bad_numbers:
+            n = sum(self.bad_numbers.values())
+            what = ", ".join(f"{k} {v:,}" for k, v in sorted(self.bad_numbers.items()))
+            out.append(f"{n:,} NCCL NVTX payload value{'s' if n != 1 else ''} not an integer in range, "
+                       f"dropped ({what})")
+        return out
 
 
 def _as_int(v: Any) -> int | None:
@@ -591,6 +663,7 @@ class _Parse:
         self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
         self.absorbed: set[tuple[int, int, str]] = set()  # (gtid, start, op) of ranges a group's kernel carries
         self.comm_re = kineto.compile_patterns(None)
+        self.payloads = PayloadTally()
 
     # strings, meta, processes ------------------------------------------------------------------
     def read_strings(self) -> None:
@@ -659,11 +732,16 @@ class _Parse:
             t = self.string(b[nv.text_id][i])
         return t if isinstance(t, str) else None
 
-    def nvtx_payload(self, b: dict[str, list[Any]], i: int, nv: _Nvtx) -> dict[str, int]:
+    def nvtx_payload(self, b: dict[str, list[Any]], i: int, nv: _Nvtx, *, tally: bool = True) -> dict[str, int]:
+        """The row's payload values; `tally` counts what it lost (once per row: a range read
+        twice passes False the second time)."""
         j = b[nv.json][i] if nv.json else None
         if not j and nv.json_id:
             j = self.string(b[nv.json_id][i])
-        return _payload(j)
+        p = _read_payload(j)
+        if tally:
+            self.payloads.add(p)
+        return p.values
 
     def devices(self) -> None:
         """Every (process, device) with GPU work: the report's would-be ranks."""
@@ -972,6 +1050,7 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         for s in spools:
             s.unlink(missing_ok=True)
     _write_rank_maps(sink, ps, world)
+    stats.warnings.extend(ps.payloads.warnings())
     ranks = [r.rank for r in results if r.rank is not None]
     lo = [r.ts_min_ns for r in results if r.ts_min_ns is not None]
     hi = [r.ts_max_ns for r in results if r.ts_max_ns is not None]
@@ -1406,7 +1485,8 @@ class _Feed:
                 if coll is not None and absorbed and (gtid, start, coll) in absorbed:
                     coll = None  # one call of a group its kernel carries (resolve_groups)
                 if coll is not None:
-                    args = self._call_args(coll, ps.nvtx_payload(b, i, nv), gtid, start, end, comm_nranks)
+                    pl = ps.nvtx_payload(b, i, nv, tally=name not in ("ncclSend", "ncclRecv"))  # counted in comms()
+                    args = self._call_args(coll, pl, gtid, start, end, comm_nranks)
                 out[r].append((name, start, end, gtid, args))
             for r, rows in out.items():
                 n = len(rows)

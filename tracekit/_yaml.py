@@ -11,6 +11,7 @@ are within budget. Recursive aliases (an anchor inside itself) are refused.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 import yaml
@@ -31,10 +32,12 @@ class YAMLBudgetError(ValueError):
 
 
 def load(text: str, *, expansion: int = ALIAS_EXPANSION, free: int = ALIAS_FREE_NODES,
-         max_depth: int = MAX_DEPTH) -> Any:
+         max_depth: int = MAX_DEPTH, repeated: list[list[str]] | None = None) -> Any:
     """The YAML document in `text` (safe tags only), refused with `YAMLBudgetError` when its
     aliases would expand it beyond `expansion` x its distinct nodes + `free`, or beyond
-    `max_depth` levels; yaml.YAMLError for a syntax error."""
+    `max_depth` levels; yaml.YAMLError for a syntax error. A mapping that gives a key twice
+    keeps the last value (as PyYAML does); each such mapping appends its repeated keys to
+    `repeated` (issue 22)."""
     # libyaml recurses (and can crash) on deeply nested input: refuse it first, in linear time
     if json_depth(text, max_depth) > max_depth or _max_indent(text) > 8 * max_depth:
         raise YAMLBudgetError(f"YAML nested deeper than {max_depth} levels")
@@ -50,6 +53,8 @@ def load(text: str, *, expansion: int = ALIAS_EXPANSION, free: int = ALIAS_FREE_
         if expanded > budget:
             raise YAMLBudgetError(f"YAML aliases expand {distinct:,} nodes into more than {budget:,} "
                                   f"(an alias bomb; the budget is {expansion} x the distinct nodes + {free:,})")
+        if repeated is not None:
+            _tally_repeated_keys(node, repeated)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -60,6 +65,7 @@ def _max_indent(text: str) -> int:
 
 
 _INDENT = re.compile(r"(?m)^[ \t]+")
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 def _measure(root: yaml.Node, *, cap: int) -> tuple[int, int, int]:
@@ -90,6 +96,22 @@ def _measure(root: yaml.Node, *, cap: int) -> tuple[int, int, int]:
             if id(kid) not in size:
                 stack.append((kid, False))
     return len(size), size[id(root)], depth[id(root)]
+
+
+def _tally_repeated_keys(root: yaml.Node, repeated: list[list[str]]) -> None:
+    """The keys given twice by each distinct mapping node of the graph, appended to `repeated`."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.tag != _MERGE]
+            if len(set(keys)) != len(keys):
+                repeated.append(sorted(k for k, n in Counter(keys).items() if n > 1))
+        stack.extend(_children(node))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

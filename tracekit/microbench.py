@@ -73,14 +73,16 @@ def microbench_runs(microbench: pa.Table) -> list[MicrobenchRun]:
                                 oop_busbw_gbps=r["oop_busbw"], ip_time_us=r["ip_time_us"],
                                 ip_busbw_gbps=r["ip_busbw"],
                                 wrong=None if r["oop_wrong"] is None and r["ip_wrong"] is None
-                                else int((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0))) for r in rs]
+                                else int((r["oop_wrong"] or 0) + (r["ip_wrong"] or 0)))
+                 for r in rs if r["size_bytes"] is not None]
         sides = [(s.oop_busbw_gbps, s.size_bytes, "out-of-place") for s in sizes if s.oop_busbw_gbps is not None]
         sides += [(s.ip_busbw_gbps, s.size_bytes, "in-place") for s in sizes if s.ip_busbw_gbps is not None]
         peak = max(sides, key=lambda x: (x[0], -x[1]), default=(None, None, None))
         out.append(MicrobenchRun(
             source=source, table=table, test=first["test"], op=first["op"], dtype=first["dtype"],
             redop=first["redop"], nranks=first["nranks"], hosts=first["hosts"], ranks_per_host=first["ranks_per_host"],
-            host_names=sorted(set(first.get("host_names") or [])), devices=sorted(set(first["devices"] or [])),
+            host_names=sorted({h for h in first.get("host_names") or [] if h is not None}),
+            devices=sorted({d for d in first["devices"] or [] if d is not None}),
             sizes=sizes, peak_busbw_gbps=peak[0], peak_size_bytes=peak[1], peak_side=peak[2]))
     return out
 

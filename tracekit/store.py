@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections import Counter
@@ -445,14 +446,36 @@ class RunLock:
             self._fd = None
 
 
-def _commit_record(run_dir: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class CommitRecord:
+    """RUN/.staging/COMMIT: the tables a committed generation moves into place and removes."""
+
+    tables: tuple[str, ...]
+    remove: tuple[str, ...]
+
+
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _commit_record(run_dir: Path) -> CommitRecord | None:
+    """The commit marker of a staged generation, None when there is none (or it cannot be read:
+    the staging is then unfinished); a marker that is not the record `commit` writes (a received
+    or hand-edited run) is refused with a RunError naming it, never trusted."""
     path = run_dir / STAGING / COMMIT
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    names: dict[str, tuple[str, ...]] = {}
+    for key in ("tables", "remove"):
+        value = doc.get(key, []) if isinstance(doc, dict) else None
+        if not isinstance(value, list) or not all(isinstance(n, str) and _TABLE_NAME.fullmatch(n) for n in value):
+            raise RunError(f"{path}: not a commit record ({key!r} must be a list of table names); refused "
+                           f"(remove {run_dir / STAGING} to keep the run's committed generation)")
+        names[key] = tuple(value)
+    return CommitRecord(names["tables"], names["remove"])
 
 
 def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Mapping[str, Any], *,
@@ -505,11 +528,11 @@ def recover(run_dir: Path) -> str | None:
         shutil.rmtree(staging, ignore_errors=True)
         return "discarded an unfinished ingest"
     try:
-        for name in record.get("tables", []):
+        for name in record.tables:
             src = staging / f"{name}.parquet"
             if src.is_file():
                 os.replace(src, contained(run_dir, run_dir / f"{name}.parquet"))
-        for name in record.get("remove", []):
+        for name in record.remove:
             target = contained(run_dir, run_dir / f"{name}.parquet")
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
@@ -668,8 +691,13 @@ class Run:
 
     @classmethod
     def is_run(cls, path: str | os.PathLike[str]) -> bool:
-        return (Path(path) / MANIFEST).is_file() or (
-            _commit_record(Path(path)) is not None and (Path(path) / STAGING / MANIFEST).is_file())
+        if (Path(path) / MANIFEST).is_file():
+            return True
+        try:
+            staged = _commit_record(Path(path)) is not None
+        except RunError:
+            staged = True  # opening it says what is wrong
+        return staged and (Path(path) / STAGING / MANIFEST).is_file()
 
     def has(self, name: str) -> bool:
         if name == "events":

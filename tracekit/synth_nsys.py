@@ -12,11 +12,13 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from tracekit.atomic import atomic_write_with
 from tracekit.synth import DEVICE_NAME
 
 #: Exporter generations: which optional tables and columns a database has.
@@ -261,13 +263,13 @@ def write_nsys(tables: dict[str, pa.Table], out: str | Path, *, release: str = "
     paths = []
     for host, infos in sorted(by_host.items()):
         path = out / f"{host}.sqlite"
-        path.unlink(missing_ok=True)
-        db = sqlite3.connect(path)
-        try:
-            _write_host(db, rel, payloads, nccl, host, infos, by_rank, groups, colls, world)
-            db.commit()
-        finally:
-            db.close()
+
+        def write(tmp: str, host: str = host, infos: list[dict[str, Any]] = infos) -> None:
+            with closing(sqlite3.connect(tmp)) as db:  # atomic: the exclusive temporary, renamed over `path`
+                _write_host(db, rel, payloads, nccl, host, infos, by_rank, groups, colls, world)
+                db.commit()
+
+        atomic_write_with(path, write)
         paths.append(path)
     return paths
 

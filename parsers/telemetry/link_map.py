@@ -37,6 +37,9 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "link_map"
 PARSER_VERSION = "1"
+#: Fastest link speed believed, in Gb/s (a 1.6 Tb/s port is 1,600); beyond it, zero, negative or
+#: not finite (NaN, inf) the row keeps no speed, with a warning.
+MAX_GBPS = 100_000
 _FIELDS = {"host", "device", "port", "link", "peer_host", "peer_device", "peer_port", "gbps", "network"}
 _YAML_HEAD = re.compile(rb"(^|\n)links\s*:\s*(\n|$)")
 
@@ -62,9 +65,10 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     where = os.fspath(path)
     stats = SourceStats()
     text = decode_text(read_bytes(where, stats, max_line_bytes=MAX_LINE_BYTES), where)
-    rows = _rows(text, where)
+    rows = _rows(text, where, stats)
     links: dict[str, dict[str, Any]] = {}
     nodes: dict[str, str | None] = {}
+    bad_gbps = 0
     for i, row in enumerate(rows, 1):
         device, port = (str(row.get("device") or "").strip(), str(row.get("port") or "").strip())
         if not device or not port:
@@ -76,6 +80,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         owner = port_owner(host, device)
         nodes.setdefault(owner, host)
         gbps = _float(row.get("gbps"))
+        if gbps is not None and not 0 < gbps <= MAX_GBPS:
+            bad_gbps += 1
+            gbps = None
         link = str(row.get("link") or "").strip()
         if row.get("peer_device"):
             peer_host = str(row.get("peer_host") or "").strip() or None
@@ -105,6 +112,9 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
         else:
             stats.skip("third_end_of_a_link")
             stats.warnings.append(f"link {link!r} named on more than two ports; kept the first two")
+    if bad_gbps:
+        stats.warnings.append(f"{bad_gbps:,} row{'s' if bad_gbps != 1 else ''} with gbps not a number in "
+                              f"(0, {MAX_GBPS:,}]: stored without a speed")
     if stats.read == 0:
         raise InputError(where, "no link-map row")
     names = sorted(links)
@@ -119,17 +129,23 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     return ParseResult(stats=stats)
 
 
-def _rows(text: str, where: str) -> list[dict[str, Any]]:
+def _rows(text: str, where: str, stats: SourceStats) -> list[dict[str, Any]]:
+    """The map's rows; a key given twice (a CSV column named twice, a YAML mapping's key) keeps
+    the last value, as csv and PyYAML do, and is named in a warning (issue 22)."""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if lines and _csv_header(lines[0]) is not None:
         reader = csv.DictReader(io.StringIO("\n".join(lines)))
         try:
             reader.fieldnames = [f.strip().lower() for f in reader.fieldnames or []]
+            twice = sorted({f for f in reader.fieldnames if f and reader.fieldnames.count(f) > 1})
+            if twice:
+                stats.warnings.append(f"the CSV header names {twice} more than once: the last column kept")
             return [{k: (v.strip() if isinstance(v, str) else v) for k, v in r.items() if k} for r in reader]
         except csv.Error as exc:
             raise InputError(where, f"malformed CSV link map ({exc})") from exc
+    repeated: list[list[str]] = []
     try:
-        doc = _yaml.load(text)
+        doc = _yaml.load(text, repeated=repeated)
     except _yaml.YAMLBudgetError as exc:
         raise InputError(where, str(exc)) from exc
     except yaml.YAMLError as exc:
@@ -144,6 +160,10 @@ def _rows(text: str, where: str) -> list[dict[str, Any]]:
     rows = doc.get("links") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise InputError(where, "a YAML link map needs `links:` as a list of mappings")
+    if repeated:
+        names = sorted({k for keys in repeated for k in keys})
+        stats.warnings.append(f"{len(repeated)} mapping{'s' if len(repeated) != 1 else ''} with keys given more "
+                              f"than once, the last value kept ({names[:5]})")
     return rows
 
 

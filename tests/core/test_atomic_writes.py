@@ -127,7 +127,8 @@ def test_full_tmpfs_during_export_and_report_leaves_no_temporary(gloo_run: Path,
 
 
 _DIRECT_WRITE = re.compile(r"\.write_(text|bytes)\(|\bopen\([^)]*[\"'][wax]b?[\"']"
-                           r"|\.write_(parquet|ipc|csv)\(\s*[\"'\w]|pq\.write_table\(")
+                           r"|\.write_(parquet|ipc|csv)\(\s*[\"'\w]|pq\.write_table\("
+                           r"|sqlite3\.connect\((?!.*mode=ro)")
 
 
 def test_every_writer_goes_through_the_atomic_writer() -> None:
@@ -145,6 +146,25 @@ def test_every_writer_goes_through_the_atomic_writer() -> None:
     assert not direct, "\n".join(direct)
 
 
+
+
+def test_synthetic_nsight_export_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    """`tracekit synth --nsys` builds each SQLite export in an exclusive temporary (its journal
+    named after it), so links planted at the export's name or its journal's are not followed."""
+    from tracekit.synth import make_run_tables
+    from tracekit.synth_nsys import write_nsys
+
+    tables, _ = make_run_tables(hosts=1, gpus_per_host=2, pp=2, ep=1, steps=1, seed=5)
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {name: tmp_path / f"victim_{name}" for name in ("node000.sqlite", "node000.sqlite-journal")}
+    for name, victim in victims.items():
+        victim.write_bytes(b"victim")
+        (out / name).symlink_to(victim)
+    (path,) = write_nsys(tables, out)
+    assert all(v.read_bytes() == b"victim" for v in victims.values())
+    assert not path.is_symlink() and path.read_bytes()[:16] == b"SQLite format 3\x00"
+    assert sorted(p.name for p in out.iterdir()) == ["node000.sqlite", "node000.sqlite-journal"]
 
 
 def _mark_as_earlier(run: Path) -> None:

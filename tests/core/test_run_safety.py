@@ -608,6 +608,29 @@ def test_manifest_that_is_not_an_object_is_refused(clean_run: Path, tmp_path: Pa
     assert "not a tracekit run directory" not in res.stderr
 
 
+@pytest.mark.parametrize("record", ['[1, 2]', '{"tables": 5}', '{"tables": ["../../outside/x"]}',
+                                    '{"tables": ["ranks"], "remove": {"ranks": 1}}', '{"remove": ["a/b"]}'])
+def test_hand_edited_commit_marker_is_refused_naming_it(clean_run: Path, tmp_path: Path, record: str) -> None:
+    """RUN/.staging/COMMIT names the tables a commit moves in and removes: a received run's marker
+    that is not that record is refused, in one line naming it, before anything is moved."""
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    (run / STAGING).mkdir()
+    (run / STAGING / "ranks.parquet").write_bytes(b"not parquet")
+    (run / STAGING / "COMMIT").write_text(record)
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    runner = CliRunner()
+    for args in (["info", str(run)], ["analyze", str(run)], ["ingest", *OLD[:1], "-o", str(run)]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 1, (args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("Error")]
+        assert len(lines) == 1 and f"{run / STAGING / 'COMMIT'}: not a commit record" in lines[0], (args, res.stderr)
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+    shutil.rmtree(run / STAGING)  # what the error says to do
+    assert runner.invoke(main, ["info", str(run)]).exit_code == 0
+
+
 # -- the cache of runs ingested from raw traces (issue 22 item 7) -----------------------------
 
 

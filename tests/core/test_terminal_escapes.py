@@ -79,6 +79,17 @@ def test_error_messages_are_escaped(tmp_path: Path) -> None:
     assert "\\x1b]0;pwned\\x07" in res.stderr
 
 
+def test_a_file_name_with_a_line_break_stays_on_the_error_line(tmp_path: Path) -> None:
+    """The `nothing ingested` error quotes the file's name: a newline in it is shown escaped."""
+    bad = tmp_path / "bad\nINJECTED.json"
+    bad.write_text('{"traceEvents": [')
+    res = CliRunner().invoke(main, ["ingest", str(bad), "-o", str(tmp_path / "run")])
+    assert res.exit_code == 1
+    errors = [ln for ln in res.stderr.splitlines() if "nothing ingested" in ln]
+    assert len(errors) == 1 and "bad\\x0aINJECTED.json" in errors[0], res.stderr
+    assert not re.search(r"(?m)^\W*INJECTED", res.stderr), res.stderr
+
+
 LINE_BREAKS = "\nINJECTED line\tcell\r\u2028"
 
 

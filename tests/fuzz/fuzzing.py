@@ -808,17 +808,36 @@ def _split_records(seed: Seed, rnd: random.Random) -> ClassCase | None:
 _INNER_PAIR = re.compile(rb'"([A-Za-z_][\w -]{0,40})"(\s*:\s*)'
                          rb'("(?:[^"\\\n]){0,200}"|-?\d{1,18}(?:\.\d{1,9})?|true|false|null)')
 _JSON_LINES = {"nccl_inspector", "nccl_profiler"}
+#: a `key: value` pair of a YAML flow mapping (link maps)
+_YAML_PAIR = re.compile(rb"(?<=[{,] )([a-z_]{2,20})(: )([^,{}\n]{1,80})(?=[,}])")
+
+
+def _json_line_at(data: bytes, pos: int) -> bool:
+    """Whether the line of `data` holding `pos` is one JSON value (the profiler's lines are the
+    items of one array: an opening `[`, a trailing `,` or `]` are not part of it)."""
+    start = data.rfind(b"\n", 0, pos) + 1
+    end = data.find(b"\n", pos)
+    line = data[start:end if end >= 0 else len(data)].strip()
+    try:
+        json.loads(line.removeprefix(b"[").rstrip(b",]") if line.startswith(b"[{") or line.endswith((b",", b"]"))
+                   else line)
+    except ValueError:
+        return False
+    return True
 
 
 def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
     """Keys repeated inside records: before some `"key": value` pairs of the file, the same pair
     once more (the same value, so every reader still decodes it); the reader must read the
     record and say so in a warning (issue 22)."""
-    if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES):
+    yaml_map = seed.fmt == "link_map" and b"links:" in seed.data
+    if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES) and not yaml_map:
         return None
     if seed.fmt == "kineto":  # read (last value), not counted: a known gap (test_duplicate_keys.py)
         return None
-    pairs = list(_INNER_PAIR.finditer(seed.data))
+    pairs = list((_YAML_PAIR if yaml_map else _INNER_PAIR).finditer(seed.data))
+    if seed.fmt in _JSON_LINES:  # a line that is not JSON is skipped as malformed: its keys are no test
+        pairs = [m for m in pairs if _json_line_at(seed.data, m.start())]
     if not pairs:
         return None
     data = seed.data
@@ -908,9 +927,13 @@ def _huge_numbers(seed: Seed, rnd: random.Random) -> ClassCase | None:
     return ClassCase(data, seed.gz)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
 def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
     if seed.encoding == "json":
-        strings = list(re.finditer(rb'"(?:[^"\\]|\\.){1,80}"', seed.data))
+        # every JSON string, matched from the start so a match never begins at a closing quote
+        strings = [m for m in _JSON_STRING.finditer(seed.data) if 2 < m.end() - m.start() <= 82]
         if not strings:
             return None
         data = seed.data
@@ -930,9 +953,55 @@ def _control_chars(seed: Seed, rnd: random.Random) -> ClassCase | None:
     return None
 
 
+def _nvtx_payloads(seed: Seed, rnd: random.Random) -> ClassCase | None:
+    """Hostile NCCL NVTX payloads in an Nsight export: a key repeated (a decoy first), deep or
+    over-long text, numbers out of range, not JSON; a repeated key must be warned (issue 22)."""
+    import sqlite3
+
+    if seed.encoding != "sqlite":
+        return None
+    db = sqlite3.connect(":memory:")
+    try:
+        db.deserialize(seed.data)
+        rows = db.execute("SELECT rowid, jsonText FROM NVTX_EVENTS WHERE jsonText LIKE '{%'").fetchall()
+        if not rows:
+            return None
+        kind = rnd.choice(["repeat", "deep", "long", "range", "garbage"])
+        for rowid, text in rnd.sample(rows, min(len(rows), rnd.choice([1, 3, 30]))):
+            if kind == "repeat":
+                key = rnd.choice(list(json.loads(text)))
+                new = "{" + json.dumps(key) + ": " + json.dumps(rnd.choice(HUGE + ODD)) + ", " + text[1:]
+            elif kind == "deep":
+                n = rnd.choice([65, 1000, 60_000])
+                new = '{"a": ' * n + "1" + "}" * n
+            elif kind == "long":
+                new = text[:-1] + ', "pad": "' + "x" * rnd.choice([70_000, 1 << 20]) + '"}'
+            elif kind == "range":
+                doc = json.loads(text)
+                doc[rnd.choice(list(doc))] = rnd.choice([*HUGE, 0, -1, 1.5, "0x" + "f" * 40, 1e300])
+                new = json.dumps(doc)
+            else:
+                new = text[:rnd.randrange(1, len(text))] + rnd.choice([r"\ud800", r"\x", "]]", r"\u0000"])
+            db.execute("UPDATE NVTX_EVENTS SET jsonText = ? WHERE rowid = ?", (new, rowid))
+        db.commit()
+        data = db.serialize()
+    except (sqlite3.Error, ValueError):
+        return None
+    finally:
+        db.close()
+    expect = None
+    if kind == "repeat":
+        def expect(stats: Any, seed_read: int | None) -> str | None:
+            if any("NVTX payload" in w and "given more than once" in w for w in stats.warnings):
+                return None
+            return "nvtx_payload: a key repeated inside a payload, and no warning says so"
+    return ClassCase(data, False, expect)
+
+
 CLASSES: dict[str, Callable[[Seed, random.Random], ClassCase | None]] = {
     "duplicate_keys": _split_records, "inner_keys": _inner_keys, "alias_graph": _alias_graph, "long_line": _long_line,
     "pickle_storm": _pickle_storm, "huge_number": _huge_numbers, "control_chars": _control_chars,
+    "nvtx_payload": _nvtx_payloads,
 }
 
 
@@ -1010,11 +1079,11 @@ def plant_links(run: Path, outside: Path, rnd: random.Random, n: int) -> list[st
     planted = []
     for i in range(n):
         path = rnd.choice(entries + planned)
-        if any(path == run / p or run / p in path.parents for p in planted):
-            continue
+        if any(path == run / p or run / p in path.parents or path in (run / p).parents for p in planted):
+            continue  # inside, or around, an entry already replaced
         target = outside / f"victim{i}"
         if path.is_dir():
-            shutil.copytree(path, target)
+            shutil.copytree(path, target, symlinks=True)
             shutil.rmtree(path)
         elif path.exists():
             shutil.copy(path, target)
@@ -1025,6 +1094,29 @@ def plant_links(run: Path, outside: Path, rnd: random.Random, n: int) -> list[st
         path.symlink_to(target if rnd.random() < 0.8 else outside / "missing")
         planted.append(str(path.relative_to(run)))
     return planted
+
+
+#: COMMIT markers a received run may hold: other JSON than `store.commit` writes, or names that
+#: reach outside the staging or the run.
+COMMIT_MARKERS = ('[1, 2]', '{"tables": 5}', '{"tables": ["../../outside/victim"]}', '{"remove": ["../x"]}',
+                  '{"tables": ["ranks"], "remove": {"a": 1}}', '{"tables": [null]}', "not json", "")
+
+
+def plant_commit_marker(run: Path, outside: Path, rnd: random.Random) -> str:
+    """A `.staging/` with a COMMIT marker from COMMIT_MARKERS (and a staged table or a link out
+    of the run in it); returns what was planted."""
+    staging = run / ".staging"
+    if staging.is_symlink() or (staging.exists() and not staging.is_dir()):
+        staging.unlink()
+    staging.mkdir(exist_ok=True)
+    marker = rnd.choice(COMMIT_MARKERS)
+    (staging / "COMMIT").write_text(marker)
+    if rnd.random() < 0.5:
+        (outside / "victim.parquet").write_bytes(b"victim")
+        (staging / "ranks.parquet").symlink_to(outside / "victim.parquet")
+    else:
+        (staging / "ranks.parquet").write_bytes(b"not parquet")
+    return f".staging/COMMIT={marker!r}"
 
 
 def run_run_case(base_run: Path, traces: list[str], work: Path, rnd: random.Random) -> Outcome:
@@ -1041,6 +1133,8 @@ def run_run_case(base_run: Path, traces: list[str], work: Path, rnd: random.Rand
     shutil.copytree(base_run, run, symlinks=True)
     outside.mkdir()
     planted = plant_links(run, outside, rnd, rnd.choice([1, 1, 2, 4]))
+    if rnd.random() < 0.25:  # a staged commit left in the received run, its marker hand-edited
+        planted.append(plant_commit_marker(run, outside, rnd))
     (cmd,) = rnd.choice(RUN_COMMANDS)
     args = {"ingest": ["ingest", *traces, "-o", str(run), "--jobs", "1"],
             "export": ["export", str(run), "--chrome", str(work / "out.json")],

@@ -161,3 +161,43 @@ def test_text_output_check_finds_a_name_that_starts_a_line() -> None:
     assert fuzzing.check_text_output("hosts 1: node\\x0aINJECTED line") is None
     assert fuzzing.check_text_output("hosts 1: node\nINJECTED line") is not None
     assert fuzzing.check_text_output("group \x1b[2J") is not None
+
+
+def test_nvtx_payload_class_oracle_sees_a_repeated_key(repo_seeds, tmp_path: Path) -> None:
+    """The nvtx_payload class's repeat cases are read by nsys and warned (its oracle passes)."""
+    rnd = random.Random("nvtx")
+    seeds = [s for s in repo_seeds["nsys"] if s.encoding == "sqlite"]
+    cases = [c for c in (fuzzing.CLASSES["nvtx_payload"](rnd.choice(seeds), rnd) for _ in range(40))
+             if c is not None and c.expect is not None]
+    assert cases
+    out = fuzzing.run_class_case("nsys", MODULES["nsys"], cases[0], tmp_path, timeout=120, name="x.sqlite")
+    assert out.kind in ("ok", "salvage"), out
+
+
+def test_plant_links_never_replaces_a_directory_around_a_planted_link(tmp_path: Path) -> None:
+    """A link planted at a file, then the directory holding it picked: skipped (copying the
+    directory met the dangling link and killed the received_run campaign)."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    (run / "events" / "rank=1").mkdir(parents=True)
+    (run / "events" / "rank=1" / "k.parquet").write_bytes(b"x")
+    outside.mkdir()
+
+    picks = [run / "events" / "rank=1" / "k.parquet", run / "events" / "rank=1"]
+
+    class Scripted(random.Random):
+        def choice(self, seq):  # type: ignore[override]
+            return picks.pop(0)
+
+        def random(self) -> float:
+            return 0.9  # a dangling link
+
+    assert fuzzing.plant_links(run, outside, Scripted(), 2) == ["events/rank=1/k.parquet"]
+
+
+@pytest.mark.parametrize("fmt", ["nccl_profiler", "nccl_inspector", "link_map", "gnmic", "flight_recorder",
+                                 "nccl_tests"])
+def test_inner_keys_applies_to_each_reader_that_counts_repeats(repo_seeds, fmt: str) -> None:
+    """inner_keys makes cases for every reader that warns of a repeated key (a filter that left a
+    reader no pair to repeat would silently stop testing it)."""
+    rnd = random.Random(fmt)
+    assert fuzzing.make_class_case(repo_seeds[fmt], rnd, ["inner_keys"], tries=40) is not None

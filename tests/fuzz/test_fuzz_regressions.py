@@ -380,3 +380,28 @@ def test_nested_integers_beyond_int64_are_null_not_a_recursion() -> None:
 
     arr = schema._as_array([[1, 2**70], None, [3]])
     assert arr.to_pylist() == [[1, None], None, [3]]
+
+
+# -- issue 22, round three: the 10,000-case campaigns (seed 22) -------------------------------------
+
+
+def test_nccl_tests_busbw_beyond_any_rank_count(tmp_path: Path) -> None:
+    """ZeroDivisionError@nccl_tests.py:infer_nranks (a row whose busbw / algbw reaches the op's
+    factor limit, which no rank count gives, in a table without its device lines)"""
+    data = (b"824 45   float  sum  18 2  26 2. 1.8 38 9223372036854775807.  18446744073709551616   0\nu")
+    out = _run("nccl_tests", data, tmp_path, name="all_reduce_perf.txt")
+    assert "Traceback" not in out.detail
+
+
+@pytest.mark.parametrize("data", [
+    b"18446744073709551616  92 float sum  -1  8  1.8   3 0\n  Avg bus bandwidth    : ",
+    b'{"version":3,"0:00\\ue,"devices":[{"rank":0,"group":0,"piame":"28"},{"rank":1,"group":0,"pid":4101,'
+    b'"hos[2J\\r\\u2028":"node-b\\nIN[2J\\r\\u2028","device_info":"M4-80GB"}]},"results":[{"size":1024,'
+    b'"028":0.055622,"bus_bw":0.048669,"nwrong":0.0},"in_place":{',
+], ids=["size_out_of_range", "device_without_host"])
+def test_nccl_tests_info_of_rows_with_nulls(tmp_path: Path, data: bytes) -> None:
+    """TypeError@microbench.py (`tracekit info` of an nccl-tests run: a row whose size is null, a
+    device with no host name)"""
+    out = fuzzing.run_cli(data, False, tmp_path / "cli", name="nccl_tests_all_gather_2x4.json"
+                          if data.startswith(b"{") else "all_reduce_perf.txt")
+    assert out.kind not in ("crash", "hang"), f"{out.signature}\n{out.detail}"

@@ -720,3 +720,95 @@ def test_comm_kernels_whose_correlation_ids_only_other_processes_launch(tmp_path
         db.commit()
     res, t = parse(path, tmp_path / "run")
     assert res.stats.skipped["no_rank"] == n > 0 and t["events"].num_rows == res.events
+
+
+# -- hostile payloads (issue 22): bounded, repeated keys counted, numbers range-checked ----------------
+
+
+def test_payload_bounds_say_why_a_text_was_not_read():
+    assert nsys.read_payload("x" * (nsys.MAX_PAYLOAD_BYTES + 1)).unread == "too_large"
+    assert nsys.read_payload("[" * 65 + "]" * 65).unread == "too_deep"
+    assert nsys.read_payload("[" * 64 + "]" * 64).unread is None
+    assert nsys.read_payload('{"rank": 1').unread == "not_json"
+    assert nsys.read_payload(b'{"rank": "\xff"}').unread == "not_json"
+    assert nsys.read_payload("").unread is None and nsys.read_payload(None).values == {}
+
+
+def test_payload_repeated_key_keeps_the_last_value_and_names_it():
+    p = nsys.read_payload('{"Rank": 9, "No. of ranks": 4, "Rank": 2, "inner": {"cudaDev": 5, "cudaDev": 1}}')
+    assert p.values == {"rank": 2, "nranks": 4, "device": 1}
+    assert p.repeated_keys == ("Rank", "cudaDev") and p.bad_numbers == ()
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('{"No. of ranks": 0}', "nranks"),
+    (f'{{"No. of ranks": {2**18 + 1}}}', "nranks"),
+    (f'{{"Rank": {2**18}}}', "rank"),
+    ('{"Peer rank": -1}', "peer"),
+    (f'{{"Message size [bytes]": {2**62 + 1}}}', "bytes"),
+    (f'{{"NCCL communicator ID": {2**64}}}', "comm"),
+    ('{"NCCL communicator ID": -5}', "comm"),
+    ('{"CUDA device": 1.5}', "device"),
+    ('{"CUDA device": "0xzz"}', "device"),
+    ('{"Message size [bytes]": 1e400}', "bytes"),
+    ('{"Rank": true}', "rank"),
+])
+def test_payload_numbers_out_of_range_are_dropped_and_named(text, field):
+    p = nsys.read_payload(text)
+    assert field not in p.values and p.bad_numbers == (field,)
+
+
+def test_payload_range_edges_are_kept():
+    p = nsys.read_payload(f'{{"NCCL communicator ID": "0x{2**64 - 1:x}", "No. of ranks": {2**18}, '
+                          f'"Rank": {2**18 - 1}, "Message size [bytes]": {2**62}}}')
+    assert p.values == {"comm": 2**64 - 1, "nranks": 2**18, "rank": 2**18 - 1, "bytes": 2**62}
+    assert p.bad_numbers == ()
+
+
+def _set_payloads(db_path: Path, call: str, texts: list[str]) -> list[str]:
+    """Give the first len(texts) `call` ranges of the export the payload texts `texts`; their old texts."""
+    with closing(sqlite3.connect(db_path)) as db:
+        rows = db.execute("SELECT e.rowid, e.jsonText FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                          "WHERE s.value = ? AND e.jsonText IS NOT NULL ORDER BY e.start", (call,)).fetchall()
+        assert len(rows) >= len(texts)
+        for (rowid, _), text in zip(rows, texts, strict=False):
+            db.execute("UPDATE NVTX_EVENTS SET jsonText = ? WHERE rowid = ?", (text, rowid))
+        db.commit()
+    return [t for _, t in rows[:len(texts)]]
+
+
+def test_hostile_payloads_in_an_export_are_counted_in_its_warnings(tmp_path, small):
+    plain = write_nsys(small, tmp_path / "a", release="2024.5", nccl="2.27")[0]
+    hostile = write_nsys(small, tmp_path / "b", release="2024.5", nccl="2.27")[0]
+    with closing(sqlite3.connect(hostile)) as db:
+        doc = json.loads(db.execute("SELECT e.jsonText FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                                    "WHERE s.value = 'ncclAllReduce' ORDER BY e.start").fetchone()[0])
+    decoy = '{"Message size [bytes]": 1, ' + json.dumps(doc)[1:]  # the real value comes last
+    texts = [decoy, decoy, json.dumps({**doc, "Message size [bytes]": 2**63}),
+             '{"a": ' * 40 + "1" + "}" * 40 + " " * nsys.MAX_PAYLOAD_BYTES]
+    _set_payloads(hostile, "ncclAllReduce", texts)
+    a, ta = parse(plain, tmp_path / "ra")
+    b, tb = parse(hostile, tmp_path / "rb")
+    assert b.stats.read == a.stats.read and b.stats.stored == a.stats.stored
+    warned = [w for w in b.stats.warnings if "NVTX payload" in w]
+    assert not [w for w in a.stats.warnings if "NVTX payload" in w]
+    assert any(w.startswith("1 NCCL NVTX payload not read (too_large 1;") for w in warned), warned
+    assert any(w.startswith("2 NCCL NVTX payloads with keys given more than once") and "Message size" in w
+               for w in warned), warned
+    assert any(w.startswith("1 NCCL NVTX payload value not an integer in range, dropped (bytes 1)")
+               for w in warned), warned
+    ca, cb = ({(r["rank"], r["ts_ns"]): r["in_bytes"] for r in t["collectives"].to_pylist()
+               if r["op"] == "all_reduce"} for t in (ta, tb))
+    assert ca.keys() == cb.keys()
+    assert [cb[k] for k in ca if ca[k] != cb[k]] == [None, None]  # the two unread, not the decoys
+
+
+def test_a_point_to_point_payload_read_twice_is_counted_once(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n", release="2024.5", nccl="2.27")[0]
+    with closing(sqlite3.connect(path)) as db:
+        text = db.execute("SELECT e.jsonText FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                          "WHERE s.value = 'ncclSend' ORDER BY e.start").fetchone()[0]
+    _set_payloads(path, "ncclSend", ['{"Peer rank": 0, ' + text[1:]])
+    res, _ = parse(path, tmp_path / "run")
+    assert next(w for w in res.stats.warnings if "keys given more than once" in w).startswith(
+        "1 NCCL NVTX payload with keys given more than once")

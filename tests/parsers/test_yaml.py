@@ -6,7 +6,9 @@ from __future__ import annotations
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -82,3 +84,50 @@ def test_topology_alias_bomb_is_a_clean_error(tmp_path: Path) -> None:
 def test_syntax_errors_are_still_yaml_errors() -> None:
     with pytest.raises(yaml.YAMLError):
         _yaml.load("a: [1, 2\n")
+
+
+def test_repeated_mapping_keys_are_listed_once_per_distinct_mapping() -> None:
+    repeated: list[list[str]] = []
+    doc = _yaml.load("a: &a {k: 1, k: 2, j: 0, j: 1}\nb: *a\nc: [{x: 1}, {x: 1, y: 2, x: 3}]\n"
+                     "p: &p {m: 1}\nq: &q {n: 2}\nr: {<<: *p, <<: *q, z: 1}\n", repeated=repeated)
+    assert doc["a"] == {"k": 2, "j": 1} and doc["c"][1] == {"x": 3, "y": 2} and doc["r"] == {"m": 1, "n": 2, "z": 1}
+    assert sorted(repeated) == [["j", "k"], ["x"]]  # the alias is the same mapping; merge keys merge
+
+
+def _link_rows(tmp_path: Path, name: str, text: str) -> tuple[Any, list[dict]]:
+    path = tmp_path / name
+    path.write_text(text)
+    out = tmp_path / ("run_" + name)
+    sink = SourceSink(out, "k")
+    try:
+        res = link_map.parse(path, sink)
+    finally:
+        sink.close()
+    return res.stats, pq.read_table(out / "sources" / "k" / "topology_links.parquet").to_pylist()
+
+
+def test_link_map_yaml_key_given_twice_keeps_the_last_and_warns(tmp_path: Path) -> None:
+    plain = "links:\n  - {host: node7, device: mlx5_0, port: 1, peer_device: leaf3, peer_port: 17, gbps: 400}\n"
+    hostile = plain.replace("gbps: 400", "gbps: 1, gbps: 400").replace("{host: node7", "{host: evil, host: node7")
+    a, rows_a = _link_rows(tmp_path, "a.yaml", plain)
+    b, rows_b = _link_rows(tmp_path, "b.yaml", hostile)
+    assert rows_a == rows_b and b.read == a.read == b.stored + sum(b.skipped.values())
+    assert b.warnings == ["1 mapping with keys given more than once, the last value kept (['gbps', 'host'])"]
+    assert not a.warnings
+
+
+def test_link_map_csv_column_named_twice_keeps_the_last_and_warns(tmp_path: Path) -> None:
+    a, rows_a = _link_rows(tmp_path, "a.csv", "host,device,port,link\nnode7,mlx5_0,1,r0\n,leaf3,17,r0\n")
+    b, rows_b = _link_rows(tmp_path, "b.csv", "host,device,port,link,link\nnode7,mlx5_0,1,x,r0\n,leaf3,17,y,r0\n")
+    assert rows_a == rows_b and b.read == a.read
+    assert b.warnings == ["the CSV header names ['link'] more than once: the last column kept"]
+
+
+@pytest.mark.parametrize("gbps", ["1e400", "-1", "0", ".nan", "1e30"])
+def test_link_map_speed_out_of_range_is_dropped_and_counted(tmp_path: Path, gbps: str) -> None:
+    text = f"links:\n  - {{host: node7, device: mlx5_0, port: 1, peer_device: leaf3, peer_port: 17, gbps: {gbps}}}\n"
+    st, rows = _link_rows(tmp_path, "a.yaml", text)
+    assert [r["gbps"] for r in rows] == [None] and st.stored == 1
+    assert st.warnings == ["1 row with gbps not a number in (0, 100,000]: stored without a speed"]
+    _, ok = _link_rows(tmp_path, "b.yaml", text.replace(f"gbps: {gbps}", "gbps: 1600"))
+    assert [r["gbps"] for r in ok] == [1600.0]

@@ -20,15 +20,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def user_errors(fn: F) -> F:
     """Turn library and OS errors into one-line click errors (exit code 1) instead of
-    tracebacks; the message is escaped for the terminal (it may quote a trace string)."""
+    tracebacks; the message is escaped for the terminal (it may quote a trace string or a file
+    name), line breaks included."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         pyarrow_without_pandas()
         try:
             return fn(*args, **kwargs)
-        except click.ClickException as exc:
-            exc.message = term(exc.message)
+        except click.ClickException as exc:  # ours are one line: a newline in it came from a trace or path
+            exc.message = one_line(exc.message)
             raise
         except TracekitError as exc:
             raise click.ClickException(_one_line(str(exc))) from exc
