@@ -306,6 +306,7 @@ class _Builder:
         self.stats = SourceStats()
         self.lineno = 0
         self.head_cache: dict[bytes, tuple[Any, ...] | None] = {}
+        self.times_out_of_range = 0
         #: head bytes -> (host, pid, tid, pointer map) for heads without a timestamp: the COLL fast path
         self.fast_heads: dict[bytes, tuple[str, int, int, dict[bytes, int]]] = {}
         self.comms: list[_Comm] = []
@@ -420,6 +421,9 @@ class _Builder:
             dev = _i(m.group("dev"))
             pre = head[:m.start()]
             ts = _ts_of(pre)
+            if ts is not None and not in_range(ts, "time_ns"):
+                self.times_out_of_range += 1
+                ts = None
             tr = _TORCHRUN_RANK.search(pre)
             parsed = None if pid is None or tid is None else (
                 self._host(host, pid, glued), pid, tid, dev, ts, _s(m.group("loc")), tr and _i(tr.group(1)))
@@ -1035,6 +1039,9 @@ class _Builder:
                 continue
             self.pending[key] = items
             self._adopt_pending(c, key)
+        if self.times_out_of_range:
+            stats.warnings.append(f"{self.times_out_of_range} line prefix(es) give a time outside +-2^62 ns "
+                                  "(year 2116 and later, or before 1824): those lines are read as untimed")
         nb_rows = self.tables.close()
         stats.warnings.extend(self.tables.warnings)
         self._name_groups()

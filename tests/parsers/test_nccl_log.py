@@ -336,3 +336,16 @@ def test_tuning_line_goes_to_the_collective_of_its_group_call(tmp_path: Path) ->
     p = parse_lines(setup + [pre + c for c in calls], tmp_path)
     got = {r["op"]: (r["algo"], r["proto"]) for r in p.rows("collectives")}
     assert got == {"send": (None, None), "recv": (None, None), "all_reduce": ("TREE", "LL128")}
+
+
+@pytest.mark.parametrize("prefix", ["[9999999999.5] ", "[9999-12-31 23:59:59.000] INFO worker: "])
+def test_a_line_time_beyond_the_int64_range_is_read_as_untimed_with_a_warning(prefix: str, tmp_path: Path) -> None:
+    """A prefix time past 2116 (a 10-digit epoch near 1e10 s, the year 9999) overflowed int64 when
+    the collectives were written (found by the hostile-number fuzz class); the line is kept untimed."""
+    job = Job("2.27")
+    plain = parse_lines(job_log(job), tmp_path, "plain.log")
+    lines = [prefix + ln if ln else ln for r in range(job.nranks) for ln in rank_log(job, r)]
+    got = parse_lines(lines, tmp_path, "future.log")
+    assert got.tables["collectives"].num_rows == plain.tables["collectives"].num_rows
+    assert got.tables["collectives"].column("ts_ns").null_count == got.tables["collectives"].num_rows
+    assert any("outside +-2^62 ns" in w for w in got.result.stats.warnings)
