@@ -55,7 +55,7 @@ from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nccl_log"
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 #: coll_id = rank * 2**32 + COLL_ID_OFFSET + ordinal: apart from Kineto's and Flight Recorder's ids.
 COLL_ID_OFFSET = 3 << 30
 #: Collective rows kept in memory before they are spooled; tuning lines may still update the last

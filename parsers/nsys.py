@@ -45,7 +45,7 @@ from tracekit.parsers.vocabulary import dtype_bytes
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nsys"
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Rows fetched per query batch: memory per batch is bounded by this, never by the database.

@@ -36,7 +36,7 @@ from tracekit.parsers.telemetry._common import decode_text, normal_port, port_ow
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "link_map"
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"
 #: Fastest link speed believed, in Gb/s (a 1.6 Tb/s port is 1,600); beyond it, zero, negative or
 #: not finite (NaN, inf) the row keeps no speed, with a warning.
 MAX_GBPS = 100_000
