@@ -111,7 +111,7 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
     if sc.kind == "scale":
         from tracekit.whatif.scale import scale
 
-        return scale(base, **{k: int(v) for k, v in p.items()}, scenario=sc.text)
+        return scale(base, **{k: int(v) for k, v in p.items()}, loads=expert_loads, scenario=sc.text)
     if sc.kind == "routing":
         from tracekit.whatif.routing import node_limited
 
