@@ -177,7 +177,7 @@ def test_loads_re_split_matches_its_naive_twin_and_keeps_senders_bytes(n, m, per
 
 
 def test_experts_that_cannot_be_cut_into_whole_blocks_are_refused():
-    with pytest.raises(ReplicationError, match="3 experts, which cannot be split over 2 ranks"):
+    with pytest.raises(ReplicationError, match="3 experts in the expert map, which cannot be split over 2 ranks"):
         resplit_matrix(np.ones((2, 2)), 4, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
 
 

@@ -230,8 +230,9 @@ def expert_blocks(shares: Sequence[Sequence[float] | None], m: int) -> np.ndarra
             continue
         per = len(s)
         if per % m:
-            raise ReplicationError(f"EP member {j} holds {per} experts, which cannot be split over {m} ranks: "
-                                   f"the new EP size needs each rank's expert count to be a multiple of {m}")
+            raise ReplicationError(f"EP member {j} (group order) holds {per} expert{'s' * (per != 1)} in the expert "
+                                   f"map, which cannot be split over {m} ranks: the new EP size needs each "
+                                   f"rank's expert count to be a multiple of {m}")
         total = float(sum(s))
         w = np.asarray(s, np.float64) / total if total > 0 else np.full(per, 1.0 / per)
         out[j] = w.reshape(m, per // m).sum(axis=1)
