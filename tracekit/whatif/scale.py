@@ -100,16 +100,15 @@ def scale(base: Baseline, *, dp: int | None = None, ep: int | None = None, hosts
         *ASSUMPTIONS, *grow_notes,
         "DP all-reduces span every copy (the gradient bytes per rank as traced); PP and TP calls repeat in each "
         "copy; inter-host bytes count every copy's"]
-    if ep and shares:
+    if ep and shares and loads is not None:
         result.notes.append(_loads_note(ep_before, ep, shares, loads))
+        result.details["expert_loads"] = {"source": loads.source, "ranks": len(shares),
+                                          "experts_per_rank": sorted({len(v) for v in shares.values()})}
     elif ep:
         result.notes.append(
             f"EP degree {ep_before} -> {ep}: all-to-all splits re-derived from the traced traffic matrix (a rank's "
             "experts spread evenly over the ranks that take them, or gathered from the ranks that give them up); "
             "expert compute as traced")
-    if ep and shares:
-        result.details["expert_loads"] = {"source": loads.source, "ranks": len(shares),
-                                          "experts_per_rank": sorted({len(v) for v in shares.values()})}
     return result
 
 
@@ -129,9 +128,11 @@ def _loads_note(ep_before: int | None, ep: int, shares: dict[int, tuple[float, .
                  "experts, the rank at its position in each joined copy takes one, and the tokens the traced "
                  "matrix sent the rank go to the blocks in proportion to their experts' tokens (a hot expert's "
                  "traffic moves with it)")
-    else:
+    elif ep_before and ep < ep_before:
         text += ("each rank's experts move together to the rank that gathers them, so their loads do not change "
                  "the split")
+    else:
+        text += "the EP size is as traced, so the splits are too"
     return text + "; ranks outside the expert map have their experts spread evenly; expert compute as traced"
 
 
