@@ -100,3 +100,21 @@ def test_progress_says_the_baseline_once_then_each_scenario(run_dir):
     assert sum("(baseline)" in line for line in lines) == 1, lines
     assert [line for line in lines if "scenario" in line] == [
         "tracekit: scenario 1/2: eplb:redundant=4", "tracekit: scenario 2/2: placement:pp-adjacent"]
+
+
+def test_scale_ep_takes_the_expert_files(run_dir, tmp_path):
+    """`scale:...,ep=E` with --expert-loads/--expert-map re-splits by expert and says so; expert
+    counts the new EP size cannot cut into whole blocks are a one-line error."""
+    (tmp_path / "map.csv").write_text("expert,rank\n" + "".join(f"{e},{e // 2}\n" for e in range(16)))
+    (tmp_path / "loads.csv").write_text("step,layer,expert,tokens\n" + "".join(
+        f"0,0,{e},{90 if e % 8 == 0 else 10}\n" for e in range(16)))
+    (tmp_path / "one.csv").write_text("expert,rank\n" + "".join(f"{r},{r}\n" for r in range(8)))
+    (tmp_path / "one_loads.csv").write_text("step,layer,expert,tokens\n0,0,0,5\n")
+    args = ["whatif", str(run_dir), "scale:dp=2,ep=8", "--topology", "rail-optimized:gpus=4"]
+    result = CliRunner().invoke(main, [*args, "--expert-loads", str(tmp_path / "loads.csv"), "--expert-map",
+                                       str(tmp_path / "map.csv")])
+    assert result.exit_code == 0, result.output
+    assert "expert loads of loads.csv" in result.output
+    bad = CliRunner().invoke(main, [*args, "--expert-loads", str(tmp_path / "one_loads.csv"), "--expert-map",
+                                    str(tmp_path / "one.csv")])
+    assert bad.exit_code == 1 and "cannot be split over 2 ranks" in bad.output and "Traceback" not in bad.output

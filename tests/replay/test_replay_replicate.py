@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracekit.analysis.ep import expert_axis_is_receiver
 from tracekit.replay import build, parse_spec
 from tracekit.replay.decompose import Instance, channel_ring, decompose_plan
 from tracekit.replay.replicate import Replication, ReplicationError, replicated_plan, resplit_matrix
@@ -107,6 +108,77 @@ def test_resplit_keeps_every_senders_bytes(n, factor, join, seed):
     assert all(m.shape == (size, size) for m in mats)
     rows = np.concatenate([m.sum(axis=1) for m in mats])
     assert np.allclose(rows, np.tile(b.sum(axis=1), factor) if join else b.sum(axis=1))
+
+
+def _naive_resplit_with_loads(b: np.ndarray, shares: list[list[float]], m: int) -> np.ndarray:
+    """The loads re-split written out expert by expert: sender (copy c, i) sends each expert e of
+    member j its tokens' share, to the rank (copy e // (per / m), j) that holds the expert's block."""
+    n, per = len(shares), len(shares[0])
+    out = np.zeros((m * n, m * n))
+    for c in range(m):
+        for i in range(n):
+            for j in range(n):
+                for e in range(per):
+                    out[c * n + i, (e // (per // m)) * n + j] += b[i, j] * shares[j][e] / sum(shares[j])
+    return out
+
+
+def test_uniform_expert_loads_send_each_rank_the_even_share():
+    """Uniform loads over E' = 8 ranks (from EP 4, 2 experts each): every sender's bytes go 1/E'
+    to each rank, (E' - 1)/E' of them off the sender, as the even re-split gives."""
+    t = 800.0
+    b = np.full((4, 4), t / 4)
+    (joined,) = resplit_matrix(b, 8, [[1.0, 1.0]] * 4)
+    assert np.allclose(joined, t / 8)
+    assert np.allclose(joined.sum(axis=1) - np.diag(joined), t * 7 / 8)
+    assert np.array_equal(joined, resplit_matrix(b, 8)[0])
+
+
+def test_a_hot_expert_takes_its_tokens_to_the_rank_that_holds_it():
+    """EP 4 -> 8 with expert 0 (on member 0) hot: it alone goes to member 0 of copy 0, which gets
+    its share of every sender's tokens; its neighbour expert 1 goes to member 0 of copy 1. The
+    even re-split would give both ranks half of member 0's column."""
+    p, t = 0.6, 1000.0
+    tokens = [[60.0, 4.0], [9.0, 9.0], [9.0, 0.0], [4.0, 5.0]]  # expert 0: p of 100 tokens
+    b = np.outer(np.full(4, t), [sum(x) / 100 for x in tokens])  # senders alike: member j gets its experts' share
+    (joined,) = resplit_matrix(b, 8, tokens)
+    assert np.allclose(joined[:, 0], p * t) and np.allclose(joined[:, 4], 0.04 * t)
+    assert np.allclose(joined[:, 2], 0.09 * t) and np.allclose(joined[:, 6], 0.0)
+    assert np.allclose(joined.sum(axis=1), t)
+    assert np.allclose(joined, _naive_resplit_with_loads(b, tokens, 2))
+    assert np.allclose(resplit_matrix(b, 8)[0][:, [0, 4]], 0.32 * t)
+
+
+def test_a_combine_is_re_split_on_its_transpose():
+    """A combine (the expert ranks send back): the hot expert's rank sends what it received."""
+    tokens = [[3.0, 1.0], [1.0, 1.0]]
+    dispatch = np.array([[200.0, 100.0], [200.0, 100.0]])
+    (d,) = resplit_matrix(dispatch, 4, tokens)
+    (c,) = resplit_matrix(dispatch.T, 4, tokens)
+    assert np.allclose(c, d.T)
+    assert np.allclose(d[:, 0], 150.0) and np.allclose(d[:, 2], 50.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.sampled_from([2, 4]), m=st.sampled_from([2, 4]), per_blocks=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**31))
+def test_loads_re_split_matches_its_naive_twin_and_keeps_senders_bytes(n, m, per_blocks, seed):
+    rng = np.random.default_rng(seed)
+    b = rng.integers(1, 1000, (n, n)).astype(float)
+    shares = rng.integers(0, 50, (n, m * per_blocks)).astype(float).tolist()
+    (joined,) = resplit_matrix(b, m * n, shares)
+    even = [s if sum(s) else [1.0] * len(s) for s in shares]
+    if expert_axis_is_receiver(b):  # a dispatch: tokens per sender kept
+        assert np.allclose(joined, _naive_resplit_with_loads(b, even, m))
+        assert np.allclose(joined.sum(axis=1), np.tile(b.sum(axis=1), m))
+    else:  # a combine: the transpose, tokens per receiver kept
+        assert np.allclose(joined, _naive_resplit_with_loads(b.T, even, m).T)
+        assert np.allclose(joined.sum(axis=0), np.tile(b.sum(axis=0), m))
+
+
+def test_experts_that_cannot_be_cut_into_whole_blocks_are_refused():
+    with pytest.raises(ReplicationError, match="3 experts in the expert map, which cannot be split over 2 ranks"):
+        resplit_matrix(np.ones((2, 2)), 4, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
 
 
 def _channel_ring_loop(gpus, gpus_per_host, channel, ports_per_gpu):

@@ -10,7 +10,18 @@ import pytest
 from tracekit.pipeline import BACKWARD, FORWARD, Chunk, ChunkCost, Plan, Slot
 from tracekit.replay import build, parse_spec
 from tracekit.replay.simulate import Flows, route
-from tracekit.whatif.chunk_flows import ChunkNetwork, Job, Tail, TailCall, Template, compute_reached, settle
+from tracekit.whatif.chunk_flows import (
+    DAMP_FROM,
+    SETTLE_TOLERANCE,
+    ChunkNetwork,
+    Job,
+    Tail,
+    TailCall,
+    Template,
+    compute_reached,
+    next_factors,
+    settle,
+)
 
 COMPUTE_NS = 1_000.0
 NBYTES = 5e6
@@ -196,3 +207,53 @@ def test_a_call_issued_during_the_pipeline_follows_the_same_share_of_the_compute
     assert compute_reached(before.simulation, 1, 0.625) == pytest.approx(2.5 * COMPUTE_NS)
     assert compute_reached(after.simulation, 1, 0.625) == pytest.approx(3.5 * COMPUTE_NS)
     assert compute_reached(after.simulation, 0, 1.0) == pytest.approx(4 * COMPUTE_NS)
+
+
+def test_the_settling_rule_takes_full_steps_until_it_damps() -> None:
+    """Up to round DAMP_FROM (2) every factor takes its measured value, even one that turned back."""
+    assert DAMP_FROM == 2
+    for round_no in (1, DAMP_FROM):
+        new, step = next_factors({"a": 1.0}, {"a": 1.2}, {"a": 0.2}, round_no)
+        assert new == {"a": 1.0} and step == pytest.approx({"a": -0.2})
+
+
+def test_the_settling_rule_halves_only_a_step_that_turned_back() -> None:
+    """From round 3: a factor whose step reverses its last one moves half way; one that keeps its
+    direction, one without a last step and one whose last step was zero take the measured value."""
+    factors = {"back": 1.2, "on": 1.2, "new": 1.0, "still": 1.5, "down": 0.8}
+    last = {"back": 0.2, "on": 0.2, "still": 0.0, "down": -0.2}
+    measured = {"back": 1.0, "on": 1.3, "new": 0.7, "still": 1.1, "down": 1.0}
+    new, step = next_factors(measured, factors, last, DAMP_FROM + 1)
+    assert new == pytest.approx({"back": 1.1, "on": 1.3, "new": 0.7, "still": 1.1, "down": 0.9})
+    assert step == pytest.approx({"back": -0.1, "on": 0.1, "new": -0.3, "still": -0.4, "down": 0.1})
+
+
+def _rounds_to_settle(measure, max_rounds: int = 40) -> tuple[int, float]:
+    """settle's loop on one factor whose measured value is `measure(factor)`."""
+    factors: dict = {}
+    last: dict = {}
+    for round_no in range(1, max_rounds + 1):
+        new, last = next_factors({"x": measure(factors.get("x", 1.0))}, factors, last, round_no)
+        moved = abs(new["x"] - factors.get("x", 1.0)) / new["x"]
+        factors = new
+        if moved <= SETTLE_TOLERANCE:
+            return round_no, factors["x"]
+    return max_rounds + 1, factors["x"]
+
+
+def test_an_oscillation_settles_at_its_fixed_point_and_a_monotone_approach_is_not_slowed() -> None:
+    """A factor measured as 3 - f flips between 1 and 2 for ever undamped; the rule's half step at
+    round 3 lands on the fixed point 1.5, settled at round 4. A contraction approached from one
+    side (f -> 1 + (f - 1) / 2 + 0.25, fixed point 1.5) is never damped: as many rounds as the
+    undamped iteration."""
+    assert _rounds_to_settle(lambda f: 3.0 - f) == (4, 1.5)
+    rounds, fixed = _rounds_to_settle(lambda f: 1.25 + (f - 1.0) / 2)
+    assert fixed == pytest.approx(1.5, rel=1e-5)
+    undamped, f = 0, 1.0
+    while True:
+        undamped += 1
+        nxt = 1.25 + (f - 1.0) / 2
+        if abs(nxt - f) / nxt <= SETTLE_TOLERANCE:
+            break
+        f = nxt
+    assert rounds == undamped

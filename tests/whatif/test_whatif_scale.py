@@ -14,7 +14,7 @@ from tracekit.cli import main
 from tracekit.replay import parse_spec
 from tracekit.replay.topology import leaves_per_plane
 from tracekit.synth import SynthSpec, make_run_tables, write_run
-from tracekit.whatif import WhatIfError, make_baseline, parse_scenario, run_scenario
+from tracekit.whatif import ExpertLoads, WhatIfError, make_baseline, parse_scenario, run_scenario
 from tracekit.whatif.scale import grow
 
 #: DP x PP=2 x EP=2 on hosts of 4 GPUs, no straggler: at 2 hosts DP is 4, at 4 hosts DP is 8.
@@ -72,6 +72,41 @@ def test_ep_resplit_joins_two_copies_groups(runs):
     assert result.inter_host_after["EP"] > joined.inter_host_after.get("EP", 0)
     with pytest.raises(WhatIfError, match="must be a multiple of 2"):
         run_scenario(runs[2], "scale:ep=4")
+
+
+def _loads(hot: int | None) -> ExpertLoads:
+    """Two experts per rank (rank r holds 2r and 2r + 1); with `hot`, expert `hot` of every EP
+    group's first member (2r + hot for even r) has 9 times the tokens of the others."""
+    tokens = {e: 9.0 if hot is not None and e % 4 == hot else 1.0 for e in range(16)}
+    return ExpertLoads(tokens=tokens, rank_of={e: e // 2 for e in range(16)}, source="loads.csv")
+
+
+def test_ep_resplit_from_expert_loads(runs):
+    """EP 2 -> 4 from per-expert loads: uniform loads re-split exactly as the even rule does; a
+    hot expert goes whole to one of the two ranks that share its rank's experts, so that rank's
+    all-to-alls take longer (the even rule would halve its tokens); the copies being alike, the
+    hot expert in either block gives the same step."""
+    even = run_scenario(runs[2], "scale:dp=2,ep=4")
+    uniform = run_scenario(runs[2], "scale:dp=2,ep=4", expert_loads=_loads(None))
+    hot = run_scenario(runs[2], "scale:dp=2,ep=4", expert_loads=_loads(0))
+    hot_second = run_scenario(runs[2], "scale:dp=2,ep=4", expert_loads=_loads(1))
+    assert uniform.step_ns == even.step_ns and uniform.exposed_ns == even.exposed_ns
+    assert hot.exposed_ns["EP"] > even.exposed_ns["EP"]
+    assert all(hot.step_ns[k] > even.step_ns[k] for k in even.step_ns)
+    assert hot_second.step_ns == hot.step_ns
+    assert hot.inter_host_after["EP"] == even.inter_host_after["EP"]  # the bytes cross as many hosts
+    assert hot.details["expert_loads"] == {"source": "loads.csv", "ranks": 8, "experts_per_rank": [2]}
+    assert any("expert loads of loads.csv" in n and "2 contiguous blocks" in n for n in hot.notes)
+    assert "expert_loads" not in even.details
+
+
+def test_expert_loads_that_cannot_follow_the_new_ep_size_are_refused(runs):
+    one_each = ExpertLoads(tokens={r: 1.0 for r in range(8)}, rank_of={r: r for r in range(8)}, source="one.csv")
+    with pytest.raises(WhatIfError, match="holds 1 expert in the expert map, which cannot be split over 2 ranks"):
+        run_scenario(runs[2], "scale:dp=2,ep=4", expert_loads=one_each)
+    shrunk = run_scenario(runs[2], "scale:dp=2,ep=1", expert_loads=_loads(0))
+    assert shrunk.step_ns == run_scenario(runs[2], "scale:dp=2,ep=1").step_ns  # whole ranks move together
+    assert any("loads do not change the split" in n for n in shrunk.notes)
 
 
 @pytest.mark.parametrize(("text", "message"), [

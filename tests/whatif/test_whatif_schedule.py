@@ -207,3 +207,46 @@ def _gpus(base):
     from tracekit.replay.engine import routed_flows
 
     return routed_flows(base.tables, base.topology, placement=dict(base.placement.slots)).gpu_of
+
+
+def test_the_bundled_samples_dp_all_reduces_settle_by_the_rule(monkeypatch) -> None:
+    """On the bundled sample the DP all-reduces released after the pipeline share links with its
+    last all-to-alls, and the factors oscillate: undamped, 1F1B rebuilt does not settle in 25
+    rounds; with the rule (half steps only where a factor turned back, from round 3) it settles
+    in 14 rounds (the traced order rebuilt) and 11 (1F1B against it), and halving every factor
+    from round 3 (or from round 7, the rule before) takes longer."""
+    from pathlib import Path
+
+    from tracekit import workflows
+    from tracekit.whatif import chunk_flows, make_baseline, run_scenario
+
+    monkeypatch.setattr(chunk_flows, "MAX_ROUNDS", 25)
+    sample = Path(__file__).parents[2] / "sample_traces" / "synth_moe_16rank"
+    base = make_baseline(workflows.whatif_tables(workflows._run(sample)), "rail-optimized:nic_gbps=400")
+
+    def rounds(rule=None) -> tuple[int, int, bool]:
+        if rule is not None:
+            monkeypatch.setattr(chunk_flows, "next_factors", rule)
+        base.memo.clear()
+        s = run_scenario(base, "schedule:1f1b")
+        monkeypatch.setattr(chunk_flows, "next_factors", next_factors)
+        unsettled = any("did not settle" in n for n in s.notes)
+        return s.details["replayed_rounds"]["baseline"], s.details["replayed_rounds"]["scenario"], unsettled
+
+    next_factors = chunk_flows.next_factors
+
+    def undamped(measured, factors, last, round_no):
+        return dict(measured), {}
+
+    def halving_from(first):
+        def rule(measured, factors, last, round_no):
+            if round_no < first:
+                return dict(measured), {}
+            return {k: 0.5 * (v + factors.get(k, 1.0)) for k, v in measured.items()}, {}
+        return rule
+
+    assert rounds() == (14, 11, False)
+    assert rounds(undamped) == (25, 25, True)
+    for first in (3, 7):
+        baseline, scenario, _ = rounds(halving_from(first))
+        assert baseline > 14 and scenario > 11

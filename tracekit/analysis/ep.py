@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 #: A rank is "hot" only when it receives at least this many times the mean (max/mean), not merely
@@ -39,6 +40,17 @@ def ep_pairs(collectives: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
                          pl.col("_members").alias("dst"), pl.col("_splits").alias("bytes"), "assumed")
              .explode(["dst", "bytes"]))
     return pairs.cast(_PAIR_SCHEMA).filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
+
+
+def expert_axis_is_receiver(m: np.ndarray) -> bool:
+    """True for a dispatch (an all-to-all's receivers' totals more skewed than its senders': the
+    tokens go to the experts), False for a combine (the expert outputs go back)."""
+    return _skew(m.sum(axis=0)) >= _skew(m.sum(axis=1))
+
+
+def _skew(totals: np.ndarray) -> float:
+    mean = totals.mean() if totals.size else 0.0
+    return float(totals.max() / mean) if mean > 0 else 1.0
 
 
 GROUP_SCHEMA = {

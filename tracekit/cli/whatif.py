@@ -21,8 +21,9 @@ Scenarios (each compared with the baseline replay on the same --topology):
   dataload:bytes_per_rank=B[,every=S,at=...,via=...,storage=N]
       north-south traffic between every rank and storage nodes.
   scale:dp=K|hosts=H[,ep=E]
-      the job with K copies of its ranks (DP x K, or H hosts), EP degree E,
-      on the topology grown with it (weak scaling: compute as traced).
+      the job with K copies of its ranks (DP x K, or H hosts), EP degree E
+      (split by expert with --expert-loads), on the topology grown with it
+      (weak scaling: compute as traced).
   routing:nodes=M
       node-limited routing: each token's experts on at most M nodes.
   schedule:gpipe|1f1b|interleaved-1f1b|zb-h1|dualpipe|dualpipev[,microbatches=M,chunks=V,sm_share=S]
@@ -37,7 +38,8 @@ Scenarios (each compared with the baseline replay on the same --topology):
 @click.option("--topology", default="rail-optimized", show_default=True, metavar="SPEC",
               help="The network both the baseline and the scenarios are replayed on.")
 @click.option("--expert-loads", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Per-expert token counts for eplb (CSV/JSON: step, layer, expert, tokens).")
+              help="Per-expert token counts for eplb and scale:...,ep=E (CSV/JSON: step, layer, expert, "
+                   "tokens).")
 @click.option("--expert-map", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Which rank holds each expert (CSV/JSON: expert, rank); needed with --expert-loads.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -16,6 +16,12 @@ ranks that hold position j, so sender i sends B[i, j] / m to each of them; with 
 each group splits into d groups of `ep_size` and the experts of member j move to member j mod
 `ep_size` of the sender's own group, which receives the sum of what went to them. Per-rank token
 counts (the row totals) are unchanged either way.
+
+With per-expert loads (`expert_shares`: each rank's experts' shares of the tokens sent to it, in
+expert order), a larger size splits member j's experts into m contiguous blocks of whole experts
+and the rank at position j of copy b takes block b: sender i sends B[i, j] times block b's share
+to it, so a hot expert's tokens move with it (a combine, whose senders are the experts, is the
+transpose: each expert rank sends what it received).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tracekit.analysis.ep import expert_axis_is_receiver
 from tracekit.errors import TracekitError
 from tracekit.replay._kernels import FlowMode
 from tracekit.replay.decompose import Decomposition, Instance, decompose_plan
@@ -41,13 +48,16 @@ class ReplicationError(TracekitError):
 class Replication:
     """`copies` replicas of the run's `ranks_per_copy` ranks (rank r of copy c is `c *
     ranks_per_copy + r`); `widen`: groups whose calls span every copy; `ep_groups` / `ep_size`:
-    the EP groups whose all-to-alls are re-split for `ep_size` members (None: as traced)."""
+    the EP groups whose all-to-alls are re-split for `ep_size` members (None: as traced);
+    `expert_shares`: rank -> its experts' shares of the tokens sent to it (expert order; a rank
+    not listed has its experts spread evenly)."""
 
     copies: int
     ranks_per_copy: int
     widen: frozenset[str] = field(default_factory=frozenset)
     ep_groups: frozenset[str] = field(default_factory=frozenset)
     ep_size: int | None = None
+    expert_shares: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
 
     def rank(self, copy: int, rank: int) -> int:
         return copy * self.ranks_per_copy + rank
@@ -180,14 +190,24 @@ def traffic_matrix(inst: Instance) -> np.ndarray:
     return np.array(rows).reshape(n, n)
 
 
-def resplit_matrix(b: np.ndarray, ep_size: int) -> list[np.ndarray]:
+def resplit_matrix(b: np.ndarray, ep_size: int, shares: Sequence[Sequence[float] | None] | None = None
+                   ) -> list[np.ndarray]:
     """The traced matrix re-split for `ep_size` members: for a larger size, the one matrix of the
     joined groups (m = ep_size / n copies, copy-major); for a smaller one, one matrix per
-    sub-group. Row totals are kept."""
+    sub-group. Row totals are kept (a combine's column totals, when `shares` are given).
+
+    `shares[j]`: member j's experts' shares of the tokens sent to it (None: spread evenly); a
+    larger size gives the rank at position j of copy c the c-th of m contiguous blocks of them."""
     n = b.shape[0]
     if ep_size % n == 0:
         m = ep_size // n
-        return [np.tile(b / m, (m, m))]
+        if shares is None or all(s is None for s in shares):
+            return [np.tile(b / m, (m, m))]
+        block = expert_blocks(shares, m)  # (n, m): member j's share that copy c's rank j takes
+        dispatch = expert_axis_is_receiver(b)
+        d = b if dispatch else b.T
+        joined = np.concatenate([np.tile(d * block[:, c], (m, 1)) for c in range(m)], axis=1)
+        return [joined if dispatch else joined.T]
     if n % ep_size == 0:
         out = []
         for s in range(n // ep_size):
@@ -201,11 +221,30 @@ def resplit_matrix(b: np.ndarray, ep_size: int) -> list[np.ndarray]:
                            "multiple or a divisor of that")
 
 
+def expert_blocks(shares: Sequence[Sequence[float] | None], m: int) -> np.ndarray:
+    """(members, m): the share of member j's tokens that block c of its experts takes (m contiguous
+    blocks of whole experts; even for a member without shares)."""
+    out = np.full((len(shares), m), 1.0 / m)
+    for j, s in enumerate(shares):
+        if s is None:
+            continue
+        per = len(s)
+        if per % m:
+            raise ReplicationError(f"EP member {j} (group order) holds {per} expert{'s' * (per != 1)} in the expert "
+                                   f"map, which cannot be split over {m} ranks: the new EP size needs each "
+                                   f"rank's expert count to be a multiple of {m}")
+        total = float(sum(s))
+        w = np.asarray(s, np.float64) / total if total > 0 else np.full(per, 1.0 / per)
+        out[j] = w.reshape(m, per // m).sum(axis=1)
+    return out
+
+
 def _resplit(inst: Instance, rep: Replication) -> tuple[list[Instance], int]:
     """The re-split all-to-alls of copy 0 (or of the first block of joined copies) and their period."""
     assert rep.ep_size is not None
     n = len(inst.ranks)
-    mats = resplit_matrix(traffic_matrix(inst), rep.ep_size)
+    shares = [rep.expert_shares.get(r) for r in inst.ranks] if rep.expert_shares else None
+    mats = resplit_matrix(traffic_matrix(inst), rep.ep_size, shares)
     if rep.ep_size > n:
         m = rep.ep_size // n
         if rep.copies % m:

@@ -207,11 +207,8 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
                 acc[1] += job.nominal_ns
             ref = {cls: s / n for cls, (s, n) in per.items() if n > 0 and s > 0}
         base = {job.cls: ref.get(job.cls) or ref.get(network.stands_for.get(job.cls)) for job in jobs}
-        new = {job.key: rate[job.key] / base[job.cls] if base[job.cls] else 1.0 for job in jobs}
-        if rounds > DAMP_FROM:  # half steps where a factor turned back (an oscillation), full ones elsewhere
-            new = {k: 0.5 * (v + factors.get(k, 1.0)) if (v - factors.get(k, 1.0)) * last_step.get(k, 0.0) < 0
-                   else v for k, v in new.items()}
-        last_step = {k: v - factors.get(k, 1.0) for k, v in new.items()}
+        measured = {job.key: rate[job.key] / base[job.cls] if base[job.cls] else 1.0 for job in jobs}
+        new, last_step = next_factors(measured, factors, last_step, rounds)
         moved = max((abs(v - factors.get(k, 1.0)) / max(v, 1e-12) for k, v in new.items()), default=0.0)
         factors = new
         if moved <= SETTLE_TOLERANCE:
@@ -220,6 +217,21 @@ def settle(p: Plan, cost: CostOf, transfer: TransferOf, network: ChunkNetwork, *
             break
     step, dp_exposed = _step_end(sim, tail, factors)
     return Settled(sim, factors, ref, rounds, converged, step, dp_exposed)
+
+
+def next_factors(measured: Mapping[Hashable, float], factors: Mapping[Hashable, float],
+                 last_step: Mapping[Hashable, float], round_no: int) -> tuple[dict[Hashable, float],
+                                                                        dict[Hashable, float]]:
+    """The settling rule: the factors for the next placement from those `measured` in round
+    `round_no` (1-based) and the current ones (1 where absent), and the step each took. Up to
+    round DAMP_FROM every factor takes its measured value; from the next round on, a factor whose
+    step turned back against its last one (an oscillation) moves half way, the others take
+    theirs in full."""
+    new = dict(measured)
+    if round_no > DAMP_FROM:
+        new = {k: 0.5 * (v + factors.get(k, 1.0)) if (v - factors.get(k, 1.0)) * last_step.get(k, 0.0) < 0
+               else v for k, v in new.items()}
+    return new, {k: v - factors.get(k, 1.0) for k, v in new.items()}
 
 
 def compute_reached(sim: Simulation, device: int, share: float) -> float:

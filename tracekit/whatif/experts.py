@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.analysis.ep import ep_pairs
+from tracekit.analysis.ep import ep_pairs, expert_axis_is_receiver
 from tracekit.errors import InputError
 from tracekit.results import Result
 from tracekit.whatif._files import load_json, read_rows
@@ -210,16 +210,6 @@ def _matrices(pairs: pl.DataFrame, members: dict[str, tuple[int, ...]]
     return out
 
 
-def expert_axis_is_receiver(m: np.ndarray) -> bool:
-    """True for a dispatch (receivers' totals more skewed than senders'), False for a combine."""
-    return _skew(m.sum(axis=0)) >= _skew(m.sum(axis=1))
-
-
-def _skew(totals: np.ndarray) -> float:
-    mean = totals.mean() if totals.size else 0.0
-    return float(totals.max() / mean) if mean > 0 else 1.0
-
-
 def plan_groups(pairs: pl.DataFrame, tables: Mapping[str, pa.Table], placement: Placement, *,
                 redundant: int, groups: int = 1, nodes: int | None = None, experts_per_rank: int = 1,
                 loads: ExpertLoads | None = None) -> tuple[dict[str, GroupPlan], list[str]]:
@@ -286,11 +276,8 @@ def _expert_loads(order: tuple[int, ...], received: np.ndarray, experts_per_rank
                   loads: ExpertLoads | None) -> tuple[int | None, np.ndarray | None, np.ndarray | None]:
     if loads is None:
         return None, None, None
-    held: dict[int, list[int]] = {r: [] for r in order}
-    for expert, rank in loads.rank_of.items():
-        if rank in held:
-            held[rank].append(int(expert))
-    counts = {len(v) for v in held.values()}
+    held = expert_tokens(loads)
+    counts = {len(held.get(r, ())) for r in order}
     if counts == {0}:
         return None, None, None
     if len(counts) != 1:
@@ -300,12 +287,19 @@ def _expert_loads(order: tuple[int, ...], received: np.ndarray, experts_per_rank
     share = np.zeros((len(order), per))
     weight = np.zeros(len(order) * per)
     for j, r in enumerate(order):
-        experts = sorted(held[r])
-        tokens = np.array([float(loads.tokens.get(e, 0.0)) for e in experts])
+        tokens = np.array(held[r])
         total = tokens.sum()
         share[j] = tokens / total if total > 0 else 1.0 / per
         weight[j * per:(j + 1) * per] = tokens
     return per, share, weight
+
+
+def expert_tokens(loads: ExpertLoads) -> dict[int, tuple[float, ...]]:
+    """Per rank of the expert map, the tokens of its experts in expert order."""
+    held: dict[int, list[int]] = {}
+    for expert, rank in loads.rank_of.items():
+        held.setdefault(int(rank), []).append(int(expert))
+    return {r: tuple(float(loads.tokens.get(e, 0.0)) for e in sorted(experts)) for r, experts in held.items()}
 
 
 def rewrite_all_to_all(tables: Mapping[str, pa.Table], pairs: pl.DataFrame, plans: Mapping[str, GroupPlan]

@@ -20,6 +20,7 @@ from tracekit.replay import ReplayError, TopologySpec, parse_spec
 from tracekit.replay.replicate import Replication, ReplicationError
 from tracekit.replay.topology import TopologyError, leaves_per_plane
 from tracekit.whatif.core import Baseline, ScenarioResult, WhatIfError
+from tracekit.whatif.experts import ExpertLoads, expert_tokens
 
 #: Link windows of a scale replay: none (its link samples are not shown, and windows cost a last
 #: simulation of every flow and time per flow in each).
@@ -50,9 +51,13 @@ def grow(spec: TopologySpec, hosts: int) -> tuple[TopologySpec, list[str]]:
 
 
 def scale(base: Baseline, *, dp: int | None = None, ep: int | None = None, hosts: int | None = None,
-          scenario: str | None = None) -> ScenarioResult:
+          loads: ExpertLoads | None = None, scenario: str | None = None) -> ScenarioResult:
     """Replay the run with its DP degree multiplied by `dp` (or grown to `hosts` hosts) and its EP
-    degree set to `ep`, on the baseline's topology grown to match; compare with the baseline."""
+    degree set to `ep`, on the baseline's topology grown to match; compare with the baseline.
+
+    `loads` (per-expert token counts and the rank of each expert) re-split a larger EP degree
+    expert by expert: each rank's experts are cut into contiguous blocks of whole experts, and a
+    block's tokens go where the block goes; without them a rank's experts spread evenly."""
     name = scenario or "scale:" + ",".join(f"{k}={v}" for k, v in (("dp", dp), ("ep", ep), ("hosts", hosts)) if v)
     traced_hosts = len(base.placement.hosts)
     if dp is not None and hosts is not None:
@@ -72,8 +77,9 @@ def scale(base: Baseline, *, dp: int | None = None, ep: int | None = None, hosts
     if ep is not None and not ep_groups:
         raise WhatIfError("scale: ep= needs EP all-to-alls, and the run has none classified EP")
     ranks = max(base.placement.slots) + 1
+    shares = _expert_shares(coll, ep_groups, loads) if ep and loads is not None else {}
     rep = Replication(copies=copies, ranks_per_copy=ranks, widen=dp_groups,
-                      ep_groups=ep_groups if ep else frozenset(), ep_size=ep)
+                      ep_groups=ep_groups if ep else frozenset(), ep_size=ep, expert_shares=shares)
     spec = parse_spec(base.topology)
     per_host = base.placement.gpus_per_host
     hosts_per_copy = traced_hosts if per_host <= spec.gpus else math.ceil(traced_hosts * per_host / spec.gpus)
@@ -94,12 +100,40 @@ def scale(base: Baseline, *, dp: int | None = None, ep: int | None = None, hosts
         *ASSUMPTIONS, *grow_notes,
         "DP all-reduces span every copy (the gradient bytes per rank as traced); PP and TP calls repeat in each "
         "copy; inter-host bytes count every copy's"]
-    if ep:
+    if ep and shares and loads is not None:
+        result.notes.append(_loads_note(ep_before, ep, shares, loads))
+        result.details["expert_loads"] = {"source": loads.source, "ranks": len(shares),
+                                          "experts_per_rank": sorted({len(v) for v in shares.values()})}
+    elif ep:
         result.notes.append(
             f"EP degree {ep_before} -> {ep}: all-to-all splits re-derived from the traced traffic matrix (a rank's "
             "experts spread evenly over the ranks that take them, or gathered from the ranks that give them up); "
             "expert compute as traced")
     return result
+
+
+def _expert_shares(coll: pl.DataFrame, ep_groups: frozenset[str], loads: ExpertLoads
+                   ) -> dict[int, tuple[float, ...]]:
+    """The expert map's tokens per expert of every rank in the EP groups that the map covers."""
+    members = set(coll.filter(pl.col("group").cast(pl.Utf8).is_in(list(ep_groups))).get_column("rank")
+                  .drop_nulls().to_list())
+    return {r: t for r, t in expert_tokens(loads).items() if r in members}
+
+
+def _loads_note(ep_before: int | None, ep: int, shares: dict[int, tuple[float, ...]], loads: ExpertLoads) -> str:
+    text = (f"EP degree {ep_before} -> {ep}: all-to-all splits re-derived from the traced traffic matrix and the "
+            f"expert loads of {loads.source} ({len(shares)} ranks): ")
+    if ep_before and ep > ep_before:
+        text += (f"each rank's experts (tokens as loaded) are cut into {ep // ep_before} contiguous blocks of whole "
+                 "experts, the rank at its position in each joined copy takes one, and the tokens the traced "
+                 "matrix sent the rank go to the blocks in proportion to their experts' tokens (a hot expert's "
+                 "traffic moves with it)")
+    elif ep_before and ep < ep_before:
+        text += ("each rank's experts move together to the rank that gathers them, so their loads do not change "
+                 "the split")
+    else:
+        text += "the EP size is as traced, so the splits are too"
+    return text + "; ranks outside the expert map have their experts spread evenly; expert compute as traced"
 
 
 def _ep_size(coll: pl.DataFrame) -> int | None:

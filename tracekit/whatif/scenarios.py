@@ -111,7 +111,7 @@ def run_scenario(base: Baseline, scenario: Scenario | str, *, expert_loads: Any 
     if sc.kind == "scale":
         from tracekit.whatif.scale import scale
 
-        return scale(base, **{k: int(v) for k, v in p.items()}, scenario=sc.text)
+        return scale(base, **{k: int(v) for k, v in p.items()}, loads=expert_loads, scenario=sc.text)
     if sc.kind == "routing":
         from tracekit.whatif.routing import node_limited
 
@@ -132,7 +132,7 @@ def whatif(source: Mapping[str, pa.Table], scenarios: Sequence[Scenario | str], 
     """Replay the run on `topology` (the baseline), then each scenario against it.
 
     `source` is the prepared tables (`tracekit.workflows.whatif` gives a run's); `expert_loads`
-    (`ExpertLoads`) feeds EPLB with per-expert token counts; `replay_options` go to
+    (`ExpertLoads`) feeds EPLB and scale's EP re-split with per-expert token counts; `replay_options` go to
     `tracekit.replay.replay`.
     """
     parsed = [parse_scenario(s) if isinstance(s, str) else s for s in scenarios]

@@ -135,9 +135,10 @@ def schedule_whatif(base: Baseline, name: str, *, microbatches: int | None = Non
     if "schedule" not in base.memo:
         base.memo["schedule"] = _costs(base, traced, traced_plan)
     costs: _Costs = base.memo["schedule"]
-    if ("schedule", sm_share) not in base.memo:
-        base.memo[("schedule", sm_share)] = _run(traced_plan, costs, sm_share)
-    settled_before: Settled = base.memo[("schedule", sm_share)]
+    key = ("schedule", sm_share if _has_pairs(traced_plan) else None)  # the share acts on paired slots only
+    if key not in base.memo:
+        base.memo[key] = _run(traced_plan, costs, sm_share)
+    settled_before: Settled = base.memo[key]
     settled_after = _run(target, costs, sm_share, settled_before.reference)
     delta = settled_after.step_ns - settled_before.step_ns
     result = base.compare(text, "schedule", base.result)
@@ -408,6 +409,12 @@ def _cost_functions(p: Plan, costs: _Costs) -> tuple[CostOf, TransferOf]:
         return costs.transfer_ns.get(twin[1:], costs.default_transfer_ns) * costs.hop_scale.get((a, b), 1.0) * size
 
     return cost, transfer
+
+
+def _has_pairs(p: Plan) -> bool:
+    """Whether `p` pairs a forward and a backward chunk in one slot (DualPipe), the only slots on
+    which the SM share acts: a plan without pairs is placed and replayed alike at every share."""
+    return any(slot.paired for slots in p.slots for slot in slots)
 
 
 def _run(p: Plan, costs: _Costs, sm_share: float, reference: Mapping[Hashable, float] | None = None) -> Settled:
