@@ -370,11 +370,11 @@ def rebuild_table(rep_buf, rep_s0, rep_len, seed, tab_hash, tab_code):
 
 
 @njit
-def gather_columns(codes, luts, out):
-    """out[k, i] = luts[k, codes[i]] (`out` of shape (len(luts), len(codes))): the per-series
-    columns of every sample in one pass over the codes (a numpy gather per column reads them
-    once per column)."""
+def gather_columns(codes, luts):
+    """out[k, i] = luts[k, codes[i]]: the per-series columns of every sample in one pass over the
+    codes (a numpy gather per column reads them once per column)."""
     n_k = luts.shape[0]
+    out = np.empty((n_k, len(codes)), np.int32)
     for i in range(len(codes)):
         c = codes[i]
         for k in range(n_k):

@@ -405,7 +405,7 @@ def _store(codes: np.ndarray, values: np.ndarray, ts: np.ndarray, series: _Serie
         luts[k] = [index.get(v, -1) if v is not None else -1 for v in per_code_values]
         dictionaries[col] = uniq
     luts[-1] = [s.bits if s is not None and s.bits else 0 for s in specs]
-    gathered = _kernels.gather_columns(codes, luts, np.empty((len(luts), len(codes)), np.int32))
+    gathered = _kernels.gather_columns(codes, luts)
 
     def dict_col(k: int, col: str) -> pa.DictionaryArray:
         null = luts[k][seen] < 0

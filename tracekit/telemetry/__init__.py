@@ -195,17 +195,17 @@ def rate_taken(holder: list[pa.Table], topology_nodes: pa.Table | None = None,
     del rateable
     if len(base) > 1 and not _k.is_sorted(ts, base):
         base = base[np.argsort(ts[base], kind="stable")]
-    by_series = _k.counting_order(sid, n_sid, base, np.empty(len(base), np.int64))
+    by_series = _k.counting_order(sid, n_sid, base)
     step = _k.min_step(by_series, sid, ts, n_sid)
     tol = np.full(n_pid, np.inf)
     np.fmin.at(tol, pid_of_sid, step)
     tol = np.where(np.isfinite(tol), tol * 0.25, 0.0)
     # One series per port, numbered as its port (a switch export of one counter): the same order.
     one_each = n_sid == n_pid and bool((pid_of_sid == np.arange(n_pid)).all())
-    by_port = by_series if one_each else _k.counting_order(pid, n_pid, base, np.empty(len(base), np.int64))
+    by_port = by_series if one_each else _k.counting_order(pid, n_pid, base)
     n_base = len(base)
     del base
-    row, g_pid, g_t, g_prev = _snap(by_port, pid, ts, tol)
+    row, g_pid, g_t, g_prev = _k.snap(by_port, pid, ts, tol)
     del by_port
 
     speeds_idx = np.flatnonzero(is_speed)
@@ -221,11 +221,8 @@ def rate_taken(holder: list[pa.Table], topology_nodes: pa.Table | None = None,
     used = np.unique(column_of_sid[column_of_sid >= 0])
     compact = np.full(len(VALUE_COLUMNS) + 1, -1, np.int64)
     compact[used] = np.arange(len(used))
-    total = np.zeros((len(used), len(g_t)))
-    present = np.zeros((len(used), len(g_t)), np.bool_)
-    mask = np.zeros((len(used), len(g_t)), np.uint8)
-    n_dup = _k.window_grid(by_series, sid, row, g_t, g_prev, value, bits, saturable, saturated, is_rate,
-                           wrap_of_sid, compact[column_of_sid], total, present, mask)
+    total, present, mask, n_dup = _k.window_grid(by_series, sid, row, g_t, g_prev, value, bits, saturable,
+                                                 saturated, is_rate, wrap_of_sid, compact[column_of_sid], len(used))
     del by_series, row, sid, bits, saturable, saturated, is_rate, kind, is_counter, is_gauge, timed, is_speed
     _skip(stats, "duplicate", n_dup)
     stats.used += n_base - n_dup
@@ -236,19 +233,6 @@ def rate_taken(holder: list[pa.Table], topology_nodes: pa.Table | None = None,
     stats.windows = out.num_rows
     stats.flagged.update(flagged)
     return TelemetryRates(out, stats)
-
-
-def _snap(order: np.ndarray, pid: np.ndarray, ts: np.ndarray,
-          tol: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`_kernels.snap` into numpy arrays: (grid row per sample, -1 outside `order`; the grid's
-    port, time and previous time), the grid trimmed to its rows (copied when most is unused)."""
-    n = len(order)
-    row = np.full(len(pid), -1, np.int64)
-    g_pid, g_t, g_prev = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    g = _k.snap(order, pid, ts, tol, row, g_pid, g_t, g_prev)
-    if 2 * g >= n:  # most of the grid is used: no copy (it would hold both at once)
-        return row, g_pid[:g], g_t[:g], g_prev[:g]
-    return row, g_pid[:g].copy(), g_t[:g].copy(), g_prev[:g].copy()
 
 
 def _skip(stats: RateStats, reason: str, n: int) -> None:
@@ -329,11 +313,10 @@ def _dense(*keys: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, int, np.nd
         widths = [int(combined.max(initial=0)) + 2, 1, 1, 1]
         span = widths[0]
     rows = np.flatnonzero(where)
-    ids = np.full(len(keys[0]), -1, np.int64)
     if span > DIRECT_SPAN:
-        n, first = _k.dense_ids_hashed(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, ids)
+        ids, n, first = _k.dense_ids_hashed(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows)
     else:
-        n, first = _k.dense_ids(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, span, ids)
+        ids, n, first = _k.dense_ids(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, span)
     return ids, int(n), first
 
 
@@ -374,25 +357,18 @@ def _grid_table(g_pid: np.ndarray, g_t: np.ndarray, g_prev: np.ndarray, total: n
         del interval, kept_pid
     s_pid, s_ts, s_value = speeds
     s_order = np.lexsort((s_ts, s_pid))
-    speed = np.full(len(g_pid), np.nan)
-    if len(s_pid):
-        _k.speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value, speed)
+    speed = _k.speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value) if len(s_pid) else np.full(len(g_pid), np.nan)
     link_bps = np.array([ident[2] * 1e9 if ident[2] else np.nan for ident in identity] or [np.nan])
     speed = np.where(np.isnan(speed), link_bps[g_pid], speed)
     # Port order: by link name, then host, device, port; rows by time within a port.
     port_rank = np.empty(n_pid, np.int64)
     port_rank[sorted(range(n_pid), key=lambda p: (identity[p][0], ports[p]))] = np.arange(n_pid)
-    keep = _k.counting_order(port_rank[g_pid], n_pid, keep, np.empty(len(keep), np.int64))
+    keep = _k.counting_order(port_rank[g_pid], n_pid, keep)
     void = sum(1 << (_FLAG_BITS.index(f)) for f in VOIDING_FLAGS)
     column = {VALUE_COLUMNS[c]: j for j, c in enumerate(used.tolist())}
-    n = len(keep)
-    p, ts_ns, interval, speed_out = np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
-    values = np.full((len(used), n), np.nan)
-    tx_util, rx_util, key = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, np.int64)
-    _k.window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void, used, med, gap_factor, speed,
-                   column.get("tx_bytes", -1), column.get("rx_bytes", -1),
-                   p, ts_ns, interval, speed_out, values, tx_util, rx_util, key)
-    speed = speed_out
+    p, ts_ns, interval, speed, values, tx_util, rx_util, key = _k.window_rows(
+        keep, g_pid, g_t, g_prev, total, present, mask, void, used, med, gap_factor, speed,
+        column.get("tx_bytes", -1), column.get("rx_bytes", -1))
     del keep
     flags, detail, flagged = _flag_lists(key)
     del key

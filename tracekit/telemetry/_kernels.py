@@ -1,8 +1,5 @@
 """numba kernels for telemetry rates: ordering, scrape snapping, per-series windows, and the
 per-port window grid. Kernels see numpy arrays and scalars only and read no module globals.
-Large outputs are arrays the caller makes with numpy: numpy asks the kernel for transparent huge
-pages, numba's allocator does not (an array of 8.64M int64 cost about 4x more to allocate and
-fault in, and the random-access kernels ran slower on it).
 
 Flag codes (per series window): 0 none, 1 wrapped, 2 saturated, 3 reset, 4 wrap_ambiguous,
 5 gap (the series has no sample at the window's start).
@@ -18,14 +15,14 @@ from tracekit._jit import njit
 
 
 @njit
-def counting_order(keys, n_keys, base, out):
-    """A stable reordering of `base` (an index array) by `keys[base]` (ints in [0, n_keys)),
-    into `out` (len(base)), which it returns."""
+def counting_order(keys, n_keys, base):
+    """A stable reordering of `base` (an index array) by `keys[base]` (ints in [0, n_keys))."""
     counts = np.zeros(n_keys + 1, np.int64)
     for i in base:
         counts[keys[i] + 1] += 1
     for k in range(n_keys):
         counts[k + 1] += counts[k]
+    out = np.empty(len(base), np.int64)
     for i in base:
         k = keys[i]
         out[counts[k]] = i
@@ -59,13 +56,16 @@ def is_sorted(values, rows):
 
 
 @njit
-def snap(order, pid, ts, tol, row, g_pid, g_t, g_prev):
+def snap(order, pid, ts, tol):
     """Scrapes per port: `order` sorts samples by (port, time); a sample within `tol[port]` of the
-    previous distinct time joins its scrape. Fills, per sample, its grid row `row` (left as it
-    is for samples not in `order`), and the grid (`g_pid` port, `g_t` scrape time, `g_prev`
-    previous scrape time or -1 for a port's first; len(order) each); a sample's scrape time is
-    the time of its row. Returns the number of grid rows."""
+    previous distinct time joins its scrape. Returns, per sample, its grid row (-1 for samples
+    not in `order`), and the grid (port, scrape time, previous scrape time or -1 for a port's
+    first); a sample's scrape time is the time of its row."""
     n = len(order)
+    row = np.full(len(pid), -1, np.int64)
+    g_pid = np.empty(n, np.int64)
+    g_t = np.empty(n, np.int64)
+    g_prev = np.empty(n, np.int64)
     g = -1
     last_pid = -1
     last_t = 0
@@ -86,12 +86,14 @@ def snap(order, pid, ts, tol, row, g_pid, g_t, g_prev):
             g_prev[g] = g_t[g - 1]
         last_t = t
         row[i] = g
-    return g + 1
+    if 2 * (g + 1) >= n:  # most of the grid is used: no copy (it would hold both at once)
+        return row, g_pid[:g + 1], g_t[:g + 1], g_prev[:g + 1]
+    return row, g_pid[:g + 1].copy(), g_t[:g + 1].copy(), g_prev[:g + 1].copy()
 
 
 @njit
 def window_grid(order, sid, row, g_t, g_prev, value, bits, saturable, saturated, is_rate, wrap_of_sid,
-                column_of_sid, total, present, mask):
+                column_of_sid, n_columns):
     """Per sample (in `order`: by series, then scrape), the series window ending at it, summed
     into the port grid.
 
@@ -103,9 +105,13 @@ def window_grid(order, sid, row, g_t, g_prev, value, bits, saturable, saturated,
     long as its wrap time, or of unknown speed), 5 gap (the series' previous sample is not the
     grid row's previous scrape). Voided windows (2-5) give no count.
 
-    Adds, per (column, grid row), to zeroed arrays: the total count, whether any series gave
-    one, the flag bit mask; returns the number of duplicates (a sample in the same scrape as the
-    series' previous one; the first is kept). `column_of_sid` -1 = no output column."""
+    Returns per (column, grid row): the total count, whether any series gave one, the flag bit
+    mask; and the number of duplicates (a sample in the same scrape as the series' previous
+    one; the first is kept). `column_of_sid` -1 = no output column."""
+    n_rows = len(g_t)
+    total = np.zeros((n_columns, n_rows))
+    present = np.zeros((n_columns, n_rows), np.bool_)
+    mask = np.zeros((n_columns, n_rows), np.uint8)
     n_dup = 0
     last = -1
     for k in range(len(order)):
@@ -147,7 +153,7 @@ def window_grid(order, sid, row, g_t, g_prev, value, bits, saturable, saturated,
                     total[c, r] += cnt
                     present[c, r] = True
         last = i
-    return n_dup
+    return total, present, mask, n_dup
 
 
 @njit(inline=True)
@@ -162,16 +168,23 @@ def _ratio(a, b):
 
 @njit
 def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used, med, gap_factor, speed,
-                tx_col, rx_col, port, start, interval, speed_out, values, tx_util, rx_util, key):
-    """The output windows (grid rows `keep`, in output order), written into arrays of len(keep):
-    `port` (int32), `start` (the previous scrape), `interval`, `speed_out`, per column `values`
-    (NaN-filled: stays NaN when no series gave one or a voiding flag is set), `tx_util`/`rx_util`
-    (NaN-filled; bytes x 8 / (speed x seconds); columns `tx_col`/`rx_col` of `total`, -1 when
-    absent), and the flag `key` (the flag bits of column c, which is VALUE_COLUMNS[used[c]], at
-    bit 5 x used[c]; a port gap at bit 60: the window is more than `gap_factor` x its port's
-    median interval `med`)."""
+                tx_col, rx_col):
+    """The output windows (grid rows `keep`, in output order): port (int32), start (the previous
+    scrape), interval, speed, per column the value (NaN when no series gave one or a voiding flag
+    is set), tx/rx utilisation (bytes x 8 / (speed x seconds); columns `tx_col`/`rx_col` of
+    `total`, -1 when absent), and the flag key (the flag bits of column c, which is
+    VALUE_COLUMNS[used[c]], at bit 5 x used[c]; a port gap at bit 60: the window is more than
+    `gap_factor` x its port's median interval `med`)."""
     n = len(keep)
     n_columns = total.shape[0]
+    port = np.empty(n, np.int32)
+    start = np.empty(n, np.int64)
+    interval = np.empty(n, np.int64)
+    speed_out = np.empty(n)
+    values = np.full((n_columns, n), np.nan)
+    tx_util = np.full(n, np.nan)
+    rx_util = np.full(n, np.nan)
+    key = np.zeros(n, np.int64)
     for k in range(n):
         r = keep[k]
         port[k] = g_pid[r]
@@ -195,13 +208,15 @@ def window_rows(keep, g_pid, g_t, g_prev, total, present, mask, void_mask, used,
             tx_util[k] = _ratio(values[tx_col, k] * 8.0, den)
         if rx_col >= 0:
             rx_util[k] = _ratio(values[rx_col, k] * 8.0, den)
+    return port, start, interval, speed_out, values, tx_util, rx_util, key
 
 
 @njit
-def speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value, out):
-    """Per grid row, into `out`, the port's latest reported speed at or before the row's time
-    (else the port's first report; NaN for a port with none). `s_order` sorts the speed samples
-    by (port, time); the grid is sorted by (port, time)."""
+def speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value):
+    """Per grid row, the port's latest reported speed at or before the row's time (else the
+    port's first report; NaN for a port with none). `s_order` sorts the speed samples by
+    (port, time); the grid is sorted by (port, time)."""
+    out = np.full(len(g_pid), np.nan)
     n = len(s_order)
     k = 0
     j = 0
@@ -219,14 +234,16 @@ def speed_asof(g_pid, g_t, s_order, s_pid, s_ts, s_value, out):
             best = s_value[s_order[j]]
             j += 1
         out[r] = best if best == best else first
+    return out
 
 
 @njit
-def dense_ids(k0, k1, k2, k3, w1, w2, w3, rows, span, ids):
+def dense_ids(k0, k1, k2, k3, w1, w2, w3, rows, span):
     """Dense ids of the key tuples (k0, k1, k2, k3)[rows] (each ki in [-1, width-1)), numbered by
-    first appearance, into `ids` at `rows` (the rest left as they are). The tuple's mixed-radix
-    number must be < span. Returns the number of ids, and each id's first row."""
+    first appearance; -1 for rows not listed. The tuple's mixed-radix number must be < span.
+    Returns the ids, their count, and each id's first row."""
     lut = np.full(span, -1, np.int64)
+    ids = np.full(len(k0), -1, np.int64)
     first = np.empty(len(rows), np.int64)
     n = 0
     for r in rows:
@@ -238,17 +255,18 @@ def dense_ids(k0, k1, k2, k3, w1, w2, w3, rows, span, ids):
             first[n] = r
             n += 1
         ids[r] = v
-    return n, first[:n]
+    return ids, n, first[:n]
 
 
 @njit
-def dense_ids_hashed(k0, k1, k2, k3, w1, w2, w3, rows, ids):
+def dense_ids_hashed(k0, k1, k2, k3, w1, w2, w3, rows):
     """`dense_ids` for key spaces too large for a direct table (its memset and page faults cost
     more than the pass): the same ids, from an open-addressing hash table that doubles as it fills.
     A row with the previous row's key takes its id without a lookup."""
     cap = 1024
     table_key = np.empty(cap, np.int64)
     table_id = np.full(cap, -1, np.int64)
+    ids = np.full(len(k0), -1, np.int64)
     first = np.empty(len(rows), np.int64)
     n = 0
     prev = np.int64(-1)
@@ -282,7 +300,7 @@ def dense_ids_hashed(k0, k1, k2, k3, w1, w2, w3, rows, ids):
                         table_id[g] = i
             prev = key
         ids[r] = v
-    return n, first[:n]
+    return ids, n, first[:n]
 
 
 @njit
