@@ -148,6 +148,25 @@ def test_dense_numbers_wide_keys_by_first_appearance(rows, runs):
     assert [rows[f] for f in first.tolist()] == list(seen)
 
 
+def test_dense_numbers_many_wide_keys_through_a_growing_hash_table():
+    """20,000 rows of about 6,000 distinct wide keys (the hash table doubles from 1,024 slots
+    several times), in random order with repeats: a naive first-appearance numbering."""
+    rng = np.random.default_rng(26)
+    keys = [rng.integers(-1, w, 20_000).astype(np.int32) for w in (3000, 30, 30, 60)]
+    pool = rng.integers(0, 20_000, 6000)
+    keys = [k[pool][rng.integers(0, 6000, 20_000)] for k in keys]
+    where = rng.random(20_000) < 0.9
+    ids, n, first = telemetry._dense(*keys, where=where)
+    seen: dict = {}
+    expect = []
+    for i, w in enumerate(where.tolist()):
+        t = tuple(int(k[i]) for k in keys)
+        expect.append(seen.setdefault(t, len(seen)) if w else -1)
+    assert len(seen) > 4096
+    assert ids.tolist() == expect and n == len(seen)
+    assert [tuple(int(k[f]) for k in keys) for f in first.tolist()] == list(seen)
+
+
 METRICS = [("tx_bytes", "tx"), ("rx_bytes", "rx"), ("tx_pkts", "tx"), ("discards", "rx"), ("ecn_marked", "tx")]
 
 
