@@ -1,6 +1,7 @@
 """Telemetry ingest + rating speed and memory against a plain polars read of the same file.
 
 Run:  python benchmarks/bench_telemetry.py [--ports 1000] [--hours 24] [--step 10] [--keep DIR]
+                                          [--baseline PYTHON] [--repeat N]
 
 Input, made here: Prometheus text exposition of `--ports` switch ports scraped every `--step`
 seconds for `--hours` (1,000 ports x 1 day at 10 s = 8.64M samples, about 700 MB): per scrape a
@@ -14,6 +15,10 @@ Contenders, each in its own subprocess (wall and CPU time of the work only; peak
             link_samples (one window per port per scrape); its peak RSS is taken when the ingest
             returns. The parse and rate phases are then timed alone in the same child (the rate
             with the counters read back and held, so the peak after them is reported apart)
+
+  baseline  with `--baseline PYTHON`: the tracekit contender again under another interpreter (a
+            venv with another checkout installed, e.g. main's), in the same run: ratios against
+            the same floor and tracekit/baseline; the runs alternate floor, baseline, tracekit
 
   first run the imports and a tiny ingest in a fresh process with an empty kernel cache (cold: numba
             compiles every kernel), then again with the cache it wrote (warm: numba loads them);
@@ -179,12 +184,13 @@ def run_one(contender: str, path: Path) -> dict:
             "base_mb": base, **phases}
 
 
-def _child(contender: str, path: Path) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--child", contender, str(path)], capture_output=True,
+def _child(contender: str, path: Path, python: str | None = None) -> dict:
+    mode = "tracekit" if contender == "baseline" else contender
+    proc = subprocess.run([python or sys.executable, __file__, "--child", mode, str(path)], capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{contender} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "contender": contender}
 
 
 def main() -> None:
@@ -196,6 +202,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="Keep the generated file in this directory.")
     ap.add_argument("--no-warmup", action="store_true", help="Skip the cold/warm numba first-run figures.")
     ap.add_argument("--warmup-only", action="store_true", help="Only the cold/warm numba first-run figures.")
+    ap.add_argument("--baseline", metavar="PYTHON", default=None,
+                    help="Also run the tracekit contender under this interpreter (another checkout's venv).")
     ap.add_argument("--child", nargs=2, metavar=("CONTENDER", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -220,22 +228,35 @@ def main() -> None:
         size = path.stat().st_size
         print(f"input: {args.ports:,} ports x {scrapes:,} scrapes = {samples:,} samples, "
               f"{size / 1e6:,.0f} MB (generated in {time.perf_counter() - t0:.1f} s)")
-        results: dict[str, list[dict]] = {"floor": [], "tracekit": []}
+        results: dict[str, list[dict]] = {"floor": [], **({"baseline": []} if args.baseline else {}),
+                                          "tracekit": []}
         for _ in range(args.repeat):
             for c in results:
-                results[c].append(_child(c, path))
+                results[c].append(_child(c, path, args.baseline if c == "baseline" else None))
         best = {c: min(rs, key=lambda r: r["seconds"]) for c, rs in results.items()}
         floor, tk = best["floor"], best["tracekit"]
         for c, r in best.items():
             extra = (f"  (parse alone {r['parse_s']:.2f} s, rate alone {r['rate_s']:.2f} s, "
                      f"{r['windows']:,} windows, peak RSS {r['phases_rss_mb']:.0f} MB with them; "
                      f"numba warm-up {r['warmup_s']:.2f} s, untimed)"
-                     if c == "tracekit" else "")
+                     if c != "floor" else "")
             print(f"{c:9s} {r['seconds']:7.2f} s wall {r['cpu']:7.2f} s cpu  peak RSS {r['rss_mb']:7.0f} MB  "
                   f"{r['n']:,} samples  {r['n'] / r['seconds'] / 1e6:.2f} M samples/s{extra}")
         print(f"ratio tracekit/floor: {tk['seconds'] / floor['seconds']:.2f}x wall, "
               f"{tk['cpu'] / floor['cpu']:.2f}x cpu, {tk['rss_mb'] / floor['rss_mb']:.2f}x peak RSS; "
               f"parse alone {tk['parse_s'] / floor['seconds']:.2f}x floor")
+        if args.baseline:
+            base = best["baseline"]
+            print(f"ratio baseline/floor: {base['seconds'] / floor['seconds']:.2f}x wall, "
+                  f"{base['cpu'] / floor['cpu']:.2f}x cpu, {base['rss_mb'] / floor['rss_mb']:.2f}x peak RSS; "
+                  f"tracekit/baseline: {tk['cpu'] / base['cpu']:.2f}x cpu, "
+                  f"{tk['rss_mb'] / base['rss_mb']:.2f}x peak RSS")
+        if args.repeat > 1:
+            for c, rs in results.items():
+                print(f"{c:9s} cpu per run: " + ", ".join(f"{r['cpu']:.2f}" for r in rs)
+                      + (" (floor ratios: " + ", ".join(f"{r['cpu'] / f['cpu']:.2f}x" for r, f in
+                                                       zip(rs, results["floor"], strict=True)) + ")"
+                         if c != "floor" else ""))
     finally:
         if args.keep is None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -367,14 +367,33 @@ def atomic_write(path: Path, write: Any, run_dir: Path | None = None) -> Path:
 
 
 def parquet_options(table_schema: pa.Schema) -> dict[str, Any]:
-    """How the small tables are written: zstd; dictionary pages only for text columns, and
-    min/max statistics only for the others (numbers and times). Dictionary-encoding unique
-    floats and computing string statistics were a third of the write time of a large table.
-    Small tables are written as one row group per batch, so they read back as one chunk."""
+    """How the small tables are written: zstd, but lz4 for float columns; dictionary pages only
+    for text columns, and min/max statistics only for the others (numbers and times).
+    Dictionary-encoding unique floats and computing string statistics were a third of the write
+    time of a large table; zstd on measured floats (rates, counter values) saved 6-19% of their
+    bytes for a quarter of the write time of a day of switch telemetry. Small tables are written
+    as one row group per batch, so they read back as one chunk."""
     text = [f.name for f in table_schema
             if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     stats = [f.name for f in table_schema if f.name not in text and not pa.types.is_nested(f.type)]
-    return {"compression": "zstd", "use_dictionary": text, "write_statistics": stats}
+    compression = {path: "lz4" if pa.types.is_floating(leaf) else "zstd"
+                   for f in table_schema for path, leaf in _parquet_leaves(f.name, f.type)}
+    return {"compression": compression, "use_dictionary": text, "write_statistics": stats}
+
+
+def _parquet_leaves(path: str, kind: pa.DataType) -> Iterator[tuple[str, pa.DataType]]:
+    """The Parquet column paths under one Arrow field (per-column options are keyed by them:
+    a list of strings `flags` is the column `flags.list.element`), with their leaf types."""
+    if pa.types.is_map(kind):
+        yield from _parquet_leaves(f"{path}.key_value.key", kind.key_type)
+        yield from _parquet_leaves(f"{path}.key_value.value", kind.item_type)
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        yield from _parquet_leaves(f"{path}.list.element", kind.value_type)
+    elif pa.types.is_struct(kind):
+        for child in kind:
+            yield from _parquet_leaves(f"{path}.{child.name}", child.type)
+    else:
+        yield path, kind
 
 
 def _to_parquet(table: pa.Table, tmp: str | Path) -> None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from telemetry_naive import VOID, rate, tokenize
 
-from tracekit import schema
+from tracekit import schema, telemetry
 from tracekit.parsers.telemetry import _kernels as pk
 from tracekit.telemetry import VALUE_COLUMNS, rate_counters
 from tracekit.telemetry import _kernels as tk
@@ -125,6 +125,46 @@ def test_dense_ids_number_by_first_appearance(pairs):
         seen.setdefault(p, len(seen))
     assert ids.tolist() == [seen[p] for p in pairs] and n == len(seen)
     assert [pairs[f] for f in first.tolist()] == list(seen)
+    assert all(np.array_equal(x, y) for x, y in zip(tk.dense_ids_hashed(a, b, minus, minus, 5, 1, 1, np.arange(len(a))),
+                                                    (ids, n, first), strict=True))
+
+
+@given(st.lists(st.tuples(st.integers(-1, 3000), st.integers(-1, 40), st.integers(-1, 40), st.integers(-1, 70)),
+                max_size=3000), st.integers(0, 3))
+@settings(deadline=None, max_examples=40)
+def test_dense_numbers_wide_keys_by_first_appearance(rows, runs):
+    """Key spaces beyond the direct table go through the hash table (grown past its first 1,024
+    slots here); runs of a repeated key take the shortcut. The ids are a naive first-appearance
+    numbering either way, on the rows of `where` only."""
+    rows = [r for r in rows for _ in range(runs + 1)]
+    keys = [np.array([r[i] for r in rows] or [0], np.int32)[:len(rows)] for i in range(4)]
+    where = np.array([(i * 7) % 5 != 0 for i in range(len(rows))], bool)
+    ids, n, first = telemetry._dense(*keys, where=where)
+    seen: dict = {}
+    expect = []
+    for r, w in zip(rows, where.tolist(), strict=True):
+        expect.append(seen.setdefault(r, len(seen)) if w else -1)
+    assert ids.tolist() == expect and n == len(seen)
+    assert [rows[f] for f in first.tolist()] == list(seen)
+
+
+def test_dense_numbers_many_wide_keys_through_a_growing_hash_table():
+    """20,000 rows of about 6,000 distinct wide keys (the hash table doubles from 1,024 slots
+    several times), in random order with repeats: a naive first-appearance numbering."""
+    rng = np.random.default_rng(26)
+    keys = [rng.integers(-1, w, 20_000).astype(np.int32) for w in (3000, 30, 30, 60)]
+    pool = rng.integers(0, 20_000, 6000)
+    keys = [k[pool][rng.integers(0, 6000, 20_000)] for k in keys]
+    where = rng.random(20_000) < 0.9
+    ids, n, first = telemetry._dense(*keys, where=where)
+    seen: dict = {}
+    expect = []
+    for i, w in enumerate(where.tolist()):
+        t = tuple(int(k[i]) for k in keys)
+        expect.append(seen.setdefault(t, len(seen)) if w else -1)
+    assert len(seen) > 4096
+    assert ids.tolist() == expect and n == len(seen)
+    assert [tuple(int(k[f]) for k in keys) for f in first.tolist()] == list(seen)
 
 
 METRICS = [("tx_bytes", "tx"), ("rx_bytes", "rx"), ("tx_pkts", "tx"), ("discards", "rx"), ("ecn_marked", "tx")]

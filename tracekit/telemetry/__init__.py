@@ -295,13 +295,17 @@ def _name(codes: tuple[np.ndarray, list], i: int) -> str:
     return "" if idx[i] < 0 else str(dictionary[idx[i]])
 
 
+#: Key spaces up to this size are numbered through a direct table (8 MiB); larger ones through a hash table.
+DIRECT_SPAN = 1 << 20
+
+
 def _dense(*keys: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """Dense ids [0, n) of the key tuples (up to four int arrays, -1 = null) of the rows in
     `where` (-1 elsewhere), numbered in order of first appearance, and the first row of each id."""
     keys = list(keys) + [np.full(len(keys[0]), -1, np.int32)] * (4 - len(keys))
     widths = [int(k.max(initial=-1)) + 2 for k in keys]
     span = widths[0] * widths[1] * widths[2] * widths[3]
-    if span > 1 << 26:
+    if span > 1 << 62:
         combined = np.zeros(len(keys[0]), np.int64)
         for k, w in zip(keys, widths, strict=True):
             combined = np.unique(combined * w + (k + 1), return_inverse=True)[1].astype(np.int64)
@@ -309,7 +313,10 @@ def _dense(*keys: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, int, np.nd
         widths = [int(combined.max(initial=0)) + 2, 1, 1, 1]
         span = widths[0]
     rows = np.flatnonzero(where)
-    ids, n, first = _k.dense_ids(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, span)
+    if span > DIRECT_SPAN:
+        ids, n, first = _k.dense_ids_hashed(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows)
+    else:
+        ids, n, first = _k.dense_ids(keys[0], keys[1], keys[2], keys[3], widths[1], widths[2], widths[3], rows, span)
     return ids, int(n), first
 
 

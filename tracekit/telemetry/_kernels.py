@@ -259,6 +259,51 @@ def dense_ids(k0, k1, k2, k3, w1, w2, w3, rows, span):
 
 
 @njit
+def dense_ids_hashed(k0, k1, k2, k3, w1, w2, w3, rows):
+    """`dense_ids` for key spaces too large for a direct table (its memset and page faults cost
+    more than the pass): the same ids, from an open-addressing hash table that doubles as it fills.
+    A row with the previous row's key takes its id without a lookup."""
+    cap = 1024
+    table_key = np.empty(cap, np.int64)
+    table_id = np.full(cap, -1, np.int64)
+    ids = np.full(len(k0), -1, np.int64)
+    first = np.empty(len(rows), np.int64)
+    n = 0
+    prev = np.int64(-1)
+    v = np.int64(-1)
+    for r in rows:
+        key = ((np.int64(k0[r] + 1) * w1 + (k1[r] + 1)) * w2 + (k2[r] + 1)) * w3 + (k3[r] + 1)
+        if key != prev:
+            mask = cap - 1
+            h = ((key * np.int64(-7046029254386353131)) >> 20) & mask
+            while table_id[h] >= 0 and table_key[h] != key:
+                h = (h + 1) & mask
+            v = table_id[h]
+            if v < 0:
+                v = n
+                table_key[h] = key
+                table_id[h] = n
+                first[n] = r
+                n += 1
+                if 2 * n > cap:
+                    cap *= 2
+                    mask = cap - 1
+                    table_key = np.empty(cap, np.int64)
+                    table_id = np.full(cap, -1, np.int64)
+                    for i in range(n):
+                        f = first[i]
+                        fk = ((np.int64(k0[f] + 1) * w1 + (k1[f] + 1)) * w2 + (k2[f] + 1)) * w3 + (k3[f] + 1)
+                        g = ((fk * np.int64(-7046029254386353131)) >> 20) & mask
+                        while table_id[g] >= 0:
+                            g = (g + 1) & mask
+                        table_key[g] = fk
+                        table_id[g] = i
+            prev = key
+        ids[r] = v
+    return ids, n, first[:n]
+
+
+@njit
 def link_totals(gid, tx_util, rx_util, tx_bytes, rx_bytes, speed, n):
     """Per group (link): windows, windows with a utilisation and their sum and peak (the larger
     of tx and rx, NaN ignored), tx and rx bytes (NaN as 0, +-inf as the largest finite float,
