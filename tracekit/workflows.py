@@ -102,7 +102,7 @@ def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int 
         result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
                              partitioned=partitioned, hang=hang_from_run(run), prepared_run=prepared_run)
         if write:
-            run.write_json("analysis", result.to_json())
+            run.write_json("analysis", to_builtins(result.document()))
     return result
 
 

@@ -3,6 +3,7 @@ outputs; what the report shows equals what the CLI prints for the same run."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -41,7 +42,7 @@ def test_tabs_in_order_when_data_exists(synth, gloo, type_mismatch) -> None:
 def test_results_must_be_typed(gloo) -> None:
     """Regression: the report took ad-hoc dicts, and grew branches to serve hand-made stand-ins."""
     with pytest.raises(TypeError, match="AnalysisResult"):
-        R.build_report_data(gloo.run, analysis=gloo.analysis.to_json())
+        R.build_report_data(gloo.run, analysis=json.loads(gloo.analysis.dumps()))
     with pytest.raises(TypeError, match="ReplayResult"):
         R.build_report_data(gloo.run, analysis=gloo.analysis, replay=to_builtins(gloo.replay.summary))
 
