@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tracekit.replay.topology import TopologySpec
     from tracekit.runinfo import RunInfo
     from tracekit.telemetry.compare import TelemetryComparison
-    from tracekit.viz.report import ReportInfo
+    from tracekit.viz.report import ReportData, ReportInfo
     from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
 
 RunSource = Run | str | os.PathLike[str]
@@ -302,7 +302,7 @@ def report(source: RunSource, out: str | os.PathLike[str], *, analysis: Analysis
 
 
 def report_data(source: RunSource, *, analysis: AnalysisResult | None = None, replay: ReplayResult | None = None,
-                hang: HangResult | None = None, **options: Any) -> dict[str, Any]:
+                hang: HangResult | None = None, **options: Any) -> ReportData:
     """`tracekit.viz.report.build_report_data` with the inputs `report` gathers."""
     from tracekit.viz.report import build_report_data
 
