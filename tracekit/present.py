@@ -7,7 +7,7 @@ Every quantity a command prints or the report shows is formatted here once, from
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -61,6 +61,58 @@ def fmt_step(step: int | None) -> str:
 def mean_of(values: Mapping[str, float]) -> float:
     """The mean over steps of a per-step figure (0 without steps)."""
     return sum(values.values()) / len(values) if values else 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# ingest and info
+
+
+class Source(Protocol):
+    """What the source table reads of an ingested source (`ingest.SourceReport`, `runinfo.SourceInfo`)."""
+
+    path: str | None
+    format: str | None
+    ranks: list[int] | None
+    stored: int | None
+    skipped: dict[str, int] | None
+    error: str | None
+
+
+class SourceRow(Result, frozen=True, kw_only=True):
+    """One ingested source as `ingest` and `info` list it: its name told apart by its folders, format,
+    ranks, rows stored and events skipped (read = stored + skipped)."""
+
+    source: str
+    format: str
+    ranks: str
+    stored: str
+    skipped: str
+
+
+def source_rows(sources: Sequence[Source]) -> list[SourceRow]:
+    """The sources that were read (a failed one's error is printed below the table instead)."""
+    from tracekit._text import short_paths
+
+    names = short_paths([str(s.path) for s in sources])
+    return [SourceRow(source=names[str(s.path)], format=_short_format(s.format),
+                      ranks=",".join(map(str, s.ranks or [])) or "-", stored=f"{s.stored or 0:,}",
+                      skipped=f"{sum((s.skipped or {}).values()):,}")
+            for s in sources if not s.error]
+
+
+def _short_format(fmt: str | None) -> str:
+    return {"flight_recorder": "flightrec"}.get(fmt or "", fmt or "?")
+
+
+def skipped_summary(sources: Sequence[Source]) -> str | None:
+    """ "skipped, by reason: flow 1,520, instant 16" over all sources, or None."""
+    total: dict[str, int] = {}
+    for s in sources:
+        for k, v in (s.skipped or {}).items():
+            total[k] = total.get(k, 0) + v
+    if not total:
+        return None
+    return "skipped, by reason: " + ", ".join(f"{k} {v:,}" for k, v in sorted(total.items()))
 
 
 # ------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from tracekit.analysis.schedule import ScheduleShape
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
-from tracekit.hang import HangResult
 from tracekit.microbench import MicrobenchRun, microbench_runs
 from tracekit.results import Result, dumps
 from tracekit.store import Run
@@ -29,6 +28,7 @@ from tracekit.validity import RunValidity, run_validity
 
 if TYPE_CHECKING:
     from tracekit.analysis.schedule import TracedSchedule
+    from tracekit.hang import HangResult  # the front door computes it (tests/core/test_layers.py)
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
 JSON_SCHEMA = "tracekit.analysis/1"
