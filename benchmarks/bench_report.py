@@ -85,7 +85,7 @@ def bench(ranks: int, steps: int, kernels: int, browser: bool, out_dir: Path) ->
     t2 = time.perf_counter()
     path = out_dir / f"report{ranks}.html"
     path.write_text(text, encoding="utf-8")
-    td = data["timeline"]
+    td = data.timeline
     row = {"ranks": ranks, "events": tables["events"].num_rows, "intervals": td.raw_intervals,
            "merged_full": td.merged_full_view, "merged_finest": td.merged_finest, "data_s": t1 - t0,
            "render_s": t2 - t1, "size_mb": path.stat().st_size / 1e6}

@@ -7,9 +7,10 @@ Every quantity a command prints or the report shows is formatted here once, from
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import polars as pl
+import pyarrow as pa
 from msgspec import UNSET
 
 from tracekit._text import fmt_ns, one_line
@@ -60,6 +61,58 @@ def fmt_step(step: int | None) -> str:
 def mean_of(values: Mapping[str, float]) -> float:
     """The mean over steps of a per-step figure (0 without steps)."""
     return sum(values.values()) / len(values) if values else 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# ingest and info
+
+
+class Source(Protocol):
+    """What the source table reads of an ingested source (`ingest.SourceReport`, `runinfo.SourceInfo`)."""
+
+    path: str | None
+    format: str | None
+    ranks: list[int] | None
+    stored: int | None
+    skipped: dict[str, int] | None
+    error: str | None
+
+
+class SourceRow(Result, frozen=True, kw_only=True):
+    """One ingested source as `ingest` and `info` list it: its name told apart by its folders, format,
+    ranks, rows stored and events skipped (read = stored + skipped)."""
+
+    source: str
+    format: str
+    ranks: str
+    stored: str
+    skipped: str
+
+
+def source_rows(sources: Sequence[Source]) -> list[SourceRow]:
+    """The sources that were read (a failed one's error is printed below the table instead)."""
+    from tracekit._text import short_paths
+
+    names = short_paths([str(s.path) for s in sources])
+    return [SourceRow(source=names[str(s.path)], format=_short_format(s.format),
+                      ranks=",".join(map(str, s.ranks or [])) or "-", stored=f"{s.stored or 0:,}",
+                      skipped=f"{sum((s.skipped or {}).values()):,}")
+            for s in sources if not s.error]
+
+
+def _short_format(fmt: str | None) -> str:
+    return {"flight_recorder": "flightrec"}.get(fmt or "", fmt or "?")
+
+
+def skipped_summary(sources: Sequence[Source]) -> str | None:
+    """ "skipped, by reason: flow 1,520, instant 16" over all sources, or None."""
+    total: dict[str, int] = {}
+    for s in sources:
+        for k, v in (s.skipped or {}).items():
+            total[k] = total.get(k, 0) + v
+    if not total:
+        return None
+    return "skipped, by reason: " + ", ".join(f"{k} {v:,}" for k, v in sorted(total.items()))
 
 
 # ------------------------------------------------------------------------------------------
@@ -153,10 +206,9 @@ def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
     from tracekit._text import fmt_bytes, fmt_pct, fmt_rate
     from tracekit.analysis.steps import STEP_TIME
 
-    doc = result.to_json()
     findings = [f.text for f in result.findings or []] or ["nothing stands out."]
-    steps = doc["step_times"]
-    step_line = (f"{STEP_TIME}: mean {fmt_ns(doc['summary']['mean_step_ns'])}; "
+    steps = _rows(result.step_times)
+    step_line = (f"{STEP_TIME}: mean {fmt_ns(result.mean_step_ns())}; "
                  + ", ".join(f"step {s['step']} {fmt_ns(s['step_ns'])}" for s in steps[:12])) if steps else None
     tables = [
         TableView(title="Stalls by root cause (one row per cascade of waits)",
@@ -167,7 +219,7 @@ def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
         TableView(title="Stragglers", columns=["rank", "last", "of", "delay", "caused", "excess", "steps"],
                   rows=[[s.rank, s.last, s.of, s.delay, s.caused, s.excess, s.steps]
                         for s in straggler_rows(result, top)], caption=STRAGGLER_LEGEND)]
-    cp = doc["critical_path"]
+    cp = _rows(result.critical_path)
     cp_dims = sorted({d["dim"] for c in cp for d in c["comm_by_dim"]})
     tables.append(TableView(
         title="Critical path per step",
@@ -192,22 +244,23 @@ def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
                                                            f"{100 * e['splits_assumed']:.0f}% assumed"),
                "-" if e["hot_rank"] is None else str(e["hot_rank"]), fmt_pct(e["hot_share"]),
                "-" if e["imbalance"] is None else f"{e['imbalance']:.2f}x", fmt_pct(e["inter_host_share"])]
-              for e in doc["ep"][:top]],
+              for e in _rows(result.ep_groups)[:top]],
         caption="hot: receives at least 1.25x the mean in some all-to-all; imbalance: max/mean of the bytes "
                 "received per rank; inter-host: '-' when hosts are unknown."))
-    by_instance = [b for b in doc["bandwidth"] if b["basis"] == "instance"]
+    bandwidth = result.bandwidth()
+    by_instance = [b for b in bandwidth if b.basis == "instance"]
     tables.append(TableView(
         title="Bandwidth (median per group and op)", columns=["group", "op", "dim", "n", "size", "busbw"],
-        rows=[[str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
-               fmt_rate(b["busbw_median_gbps"])] for b in by_instance[:top]],
+        rows=[[str(b.group), str(b.op), str(b.dim), str(b.instances), fmt_bytes(b.bytes_median),
+               fmt_rate(b.busbw_median_gbps)] for b in by_instance[:top]],
         caption="busbw: algbw x the nccl-tests factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
                 "all_to_all (n-1)/n; 1 otherwise)."))
-    by_kernel = [b for b in doc["bandwidth"] if b["basis"] == "kernel_time"]
+    by_kernel = [b for b in bandwidth if b.basis == "kernel_time"]
     tables.append(TableView(
         title="Bandwidth from kernel times (per group, op and size; no other rank of the call is in the run)",
         columns=["group", "op", "dim", "n", "size", "kernel time", "busbw (at least)"],
-        rows=[[str(b["group"]), str(b["op"]), str(b["dim"]), str(b["instances"]), fmt_bytes(b["bytes_median"]),
-               fmt_ns(b["duration_median_ns"]), fmt_rate(b["busbw_median_gbps"])] for b in by_kernel[:top * 2]],
+        rows=[[str(b.group), str(b.op), str(b.dim), str(b.instances), fmt_bytes(b.bytes_median),
+               fmt_ns(b.duration_median_ns), fmt_rate(b.busbw_median_gbps)] for b in by_kernel[:top * 2]],
         caption="kernel time: the median kernel duration, an upper bound on the transfer (it includes waiting for "
                 "the ranks outside the run), so busbw is a lower bound; factors as above."))
     for mb in result.microbench:
@@ -230,6 +283,11 @@ def analysis_view(result: AnalysisResult, top: int) -> AnalysisView:
         f"{fmt_ns(a.residual_ns['median'])}, p90 {fmt_ns(a.residual_ns['p90'])}, max {fmt_ns(a.residual_ns['max'])}")
     pipeline = None if result.pp_schedule is None else schedule_line(result.pp_schedule)
     return AnalysisView(findings=findings, steps=step_line, tables=tables, alignment=alignment, pipeline=pipeline)
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    """A result table's rows (categories as text)."""
+    return table.to_pylist()
 
 
 def _num(x: float | None, digits: int) -> str:

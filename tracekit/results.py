@@ -44,8 +44,12 @@ def _dec_hook(kind: type, obj: Any) -> Any:
 
 def to_builtins(obj: Any, *, str_keys: bool = True) -> Any:
     """`obj` as plain JSON values (dicts, lists, str, int, float, bool, None). Dict keys become strings
-    unless `str_keys` is False (a document written with `sort_keys` orders int keys as numbers)."""
-    return msgspec.to_builtins(obj, str_keys=str_keys, enc_hook=_enc_hook)
+    unless `str_keys` is False (a document written with `sort_keys` orders int keys as numbers), but
+    for the fields a result names in its class variable `number_keys`, whose int keys stay numbers."""
+    doc = msgspec.to_builtins(obj, str_keys=str_keys, enc_hook=_enc_hook)
+    for name in getattr(type(obj), "number_keys", ()):
+        doc[name] = msgspec.to_builtins(getattr(obj, name), str_keys=False, enc_hook=_enc_hook)
+    return doc
 
 
 def dumps(obj: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tracekit.replay.topology import TopologySpec
     from tracekit.runinfo import RunInfo
     from tracekit.telemetry.compare import TelemetryComparison
-    from tracekit.viz.report import ReportInfo
+    from tracekit.viz.report import ReportData, ReportInfo
     from tracekit.whatif import ExpertLoads, Scenario, WhatIfResult
 
 RunSource = Run | str | os.PathLike[str]
@@ -102,7 +102,7 @@ def analyze(source: RunSource, *, dims: str | Overrides | None = None, top: int 
         result = analyse_run(run, dims=dims, top=top, compute=compute, write=write, executor=executor,
                              partitioned=partitioned, hang=hang_from_run(run), prepared_run=prepared_run)
         if write:
-            run.write_json("analysis", result.to_json())
+            run.write_json("analysis", to_builtins(result.document()))
     return result
 
 
@@ -302,7 +302,7 @@ def report(source: RunSource, out: str | os.PathLike[str], *, analysis: Analysis
 
 
 def report_data(source: RunSource, *, analysis: AnalysisResult | None = None, replay: ReplayResult | None = None,
-                hang: HangResult | None = None, **options: Any) -> dict[str, Any]:
+                hang: HangResult | None = None, **options: Any) -> ReportData:
     """`tracekit.viz.report.build_report_data` with the inputs `report` gathers."""
     from tracekit.viz.report import build_report_data
 

@@ -27,12 +27,12 @@ from msgspec import UNSET
 from tracekit._text import bytes_unit, fmt_bytes, fmt_ns, fmt_ranks
 from tracekit.analysis import breakdown
 from tracekit.finding import texts
-from tracekit.results import to_builtins
 
 if TYPE_CHECKING:
     from tracekit.analysis import AnalysisResult
+    from tracekit.finding import Finding
     from tracekit.hang import HangResult
-    from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.engine import HotLink, ReplayResult
     from tracekit.replay.microbench import MicrobenchReport
     from tracekit.whatif.core import Placement, WhatIfResult
     from tracekit.whatif.schedule import PipelineRun
@@ -151,7 +151,31 @@ def merge_short(lane: np.ndarray, start: np.ndarray, end: np.ndarray, *, min_ns:
 # Rows
 
 
-def rank_layout(analysis: AnalysisResult, extra_ranks: Sequence[int] = ()) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Band:
+    """Consecutive rows that share a label (a PP stage and host): rows y0 to y1."""
+
+    label: str
+    y0: int
+    y1: int
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """The row order of per-rank figures (`order`: ranks top to bottom; `row`: rank -> row), each
+    rank's host, PP stage and clock offset (ns), the bands of rows that share a stage and host, and
+    each row's label."""
+
+    order: list[int]
+    row: dict[int, int]
+    host: dict[int, str]
+    stage: dict[int, int]
+    offset: dict[int, int]
+    bands: list[Band]
+    labels: dict[int, str]
+
+
+def rank_layout(analysis: AnalysisResult, extra_ranks: Sequence[int] = ()) -> RankLayout:
     """Row order for per-rank figures: by PP stage (the analysis' `pp_stages`), then host, then rank."""
     r = _df(analysis.ranks).select("rank", "host", "clock_offset_ns")
     host = {int(k): (h or "") for k, h in zip(r["rank"].to_list(), r["host"].to_list(), strict=True)}
@@ -162,19 +186,19 @@ def rank_layout(analysis: AnalysisResult, extra_ranks: Sequence[int] = ()) -> di
     has_stage = bool(stage)
     order = sorted(all_ranks, key=lambda x: (stage.get(x, 1 << 30) if has_stage else 0, host.get(x, ""), x))
     rows = {x: i for i, x in enumerate(order)}
-    bands: list[dict[str, Any]] = []
+    bands: list[Band] = []
     for i, x in enumerate(order):
         parts = []
         if has_stage:
             parts.append(f"stage {stage[x]}" if x in stage else "no stage")
         parts.append(host.get(x) or "host unknown")
         label = " · ".join(parts)
-        if bands and bands[-1]["label"] == label:
-            bands[-1]["y1"] = i
+        if bands and bands[-1].label == label:
+            bands[-1] = Band(label=label, y0=bands[-1].y0, y1=i)
         else:
-            bands.append({"label": label, "y0": i, "y1": i})
-    return {"order": order, "row": rows, "host": host, "stage": stage, "offset": offset, "bands": bands,
-            "labels": {i: f"r{x}" for i, x in enumerate(order)}}
+            bands.append(Band(label=label, y0=i, y1=i))
+    return RankLayout(order=order, row=rows, host=host, stage=stage, offset=offset, bands=bands,
+                      labels={i: f"r{x}" for i, x in enumerate(order)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +212,7 @@ class TimelineData:
 
     t0_ns: int
     span_ms: float
-    rows: dict[str, Any]
+    rows: RankLayout
     names: list[str]
     layers: list[str]
     levels: list[dict[str, dict[str, Any]]]
@@ -244,7 +268,7 @@ def timeline_data(analysis: AnalysisResult, events: pl.DataFrame | pa.Table, *, 
             .with_columns(pl.coalesce("_iop", "op").fill_null("other").alias("op")))
     seen = set(comm["rank"].unique().to_list()) | set(compute["rank"].unique().to_list())
     layout = rank_layout(analysis, extra_ranks=sorted(seen))
-    off = pl.DataFrame({"rank": list(layout["offset"]), "_off": list(layout["offset"].values())},
+    off = pl.DataFrame({"rank": list(layout.offset), "_off": list(layout.offset.values())},
                        schema={"rank": pl.Int32, "_off": pl.Int64})
 
     def aligned(df: pl.DataFrame) -> pl.DataFrame:
@@ -263,7 +287,7 @@ def timeline_data(analysis: AnalysisResult, events: pl.DataFrame | pa.Table, *, 
     span_ns = max(int(max(ends)) - t0, 1) if ends else 1
     names: dict[str, int] = {MERGED_NAME: 0}
     raw: dict[str, dict[str, np.ndarray]] = {}
-    row_of = layout["row"]
+    row_of = layout.row
 
     def rows_for(ranks: pl.Series) -> np.ndarray:
         return ranks.cast(pl.Int64).replace_strict(row_of, return_dtype=pl.Int64).to_numpy()
@@ -343,7 +367,7 @@ def timeline_data(analysis: AnalysisResult, events: pl.DataFrame | pa.Table, *, 
                      f"bars (their shading shows how busy); zoom in for detail.")
     steps = [{"step": int(s), "x0": (a - t0) / 1e6, "x1": (b - t0) / 1e6}
              for s, a, b in step_times.select("step", "start_ns", "end_ns").iter_rows()]
-    overview = _overview(raw, layers, span_ns, len(layout["order"]), overview_bins)
+    overview = _overview(raw, layers, span_ns, len(layout.order), overview_bins)
     name_list = [""] * len(names)
     for v, i in names.items():
         name_list[i] = v
@@ -498,7 +522,19 @@ def level_for(level_ms_per_px: Sequence[float], visible_ms: float, width_px: int
 # Overlap, EP, links, replay, hang
 
 
-def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class OverlapData:
+    """The Overlap tab: the ranks drawn (in row order), the dims present, the bars' columns (rank
+    labels, per dim "DIM_hidden" and "DIM_exposed" and "compute", ms per step) and per dim the
+    summed (hidden, exposed) ms."""
+
+    ranks: list[int]
+    dims: list[str]
+    columns: dict[str, Any]
+    totals_ms: dict[str, tuple[float, float]]
+
+
+def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = None) -> OverlapData | None:
     """Hidden vs exposed communication per rank and dim, in ms per step window (mean over the
     rank's steps), from the analysis' per rank and step breakdown."""
     wide = _df(analysis.per_rank_step)
@@ -523,10 +559,31 @@ def overlap_data(analysis: AnalysisResult, rank_order: Sequence[int] | None = No
     comp = dict(compute.iter_rows())
     cols["compute"] = np.array([comp.get(r, 0.0) / 1e6 for r in ranks])
     totals = {d: (float(np.sum(cols[f"{d}_hidden"])), float(np.sum(cols[f"{d}_exposed"]))) for d in dims}
-    return {"ranks": ranks, "dims": dims, "columns": cols, "totals_ms": totals}
+    return OverlapData(ranks=ranks, dims=dims, columns=cols, totals_ms=totals)
 
 
-def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class EPData:
+    """The EP tab: the traffic matrix among the ranks present (`labels`, in `unit`, `scale` bytes
+    each; ranks grouped in blocks of `block`), the bytes each receives and sends (in `recv_unit`),
+    the analysis' per-group rows (`ep_groups`), the hot ranks' labels, the notes, and whether any
+    split was assumed even."""
+
+    labels: list[str]
+    matrix: np.ndarray
+    assumed: bool
+    unit: str
+    scale: float
+    recv: np.ndarray
+    sent: np.ndarray
+    groups: list[dict[str, Any]]
+    hot: list[str]
+    notes: list[str]
+    block: int
+    recv_unit: str = "B"
+
+
+def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> EPData | None:
     """The EP traffic matrix among the ranks present (the analysis' `ep_traffic`), the bytes each
     receives, the per-group figures (`ep_groups`) and the notes that qualify them; None when
     there is no EP group, or when no all-to-all recorded its splits and every member is present
@@ -541,9 +598,9 @@ def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any]
              if f.kind in ("assumed_splits", "partial_run") and f.group is not None]
     hot = sorted({int(r) for rs in groups["hot_ranks"].to_list() for r in (rs or [])})
     if traffic.height == 0:
-        return {"labels": [], "matrix": np.zeros((0, 0)), "recv": np.zeros(0), "sent": np.zeros(0), "unit": "B",
-                "scale": 1.0, "groups": groups.to_dicts(), "hot": hot, "notes": notes, "block": 1,
-                "assumed": bool(groups["splits_assumed"].max() or 0)}
+        return EPData(labels=[], matrix=np.zeros((0, 0)), recv=np.zeros(0), sent=np.zeros(0), unit="B", scale=1.0,
+                      groups=groups.to_dicts(), hot=[f"r{r}" for r in hot], notes=notes, block=1,
+                      assumed=bool(groups["splits_assumed"].max() or 0))
     ranks = sorted(set(traffic["src"].to_list()) | set(traffic["dst"].to_list()))
     n = len(ranks)
     block = int(np.ceil(n / max_ranks))
@@ -559,13 +616,49 @@ def ep_data(analysis: AnalysisResult, *, max_ranks: int = 256) -> dict[str, Any]
     unit, scale = bytes_unit(float(mat.max()) if mat.size else 0.0)
     recv, sent = mat.sum(axis=0), mat.sum(axis=1)
     runit, rscale = bytes_unit(float(recv.max()) if recv.size else 0.0)
-    return {"labels": labels, "matrix": mat / scale, "assumed": bool(assumed.any()), "unit": unit, "scale": scale,
-            "recv": recv / rscale, "sent": sent / rscale, "recv_unit": runit, "groups": groups.to_dicts(),
-            "hot": [f"r{r}" for r in hot], "notes": notes, "block": block}
+    return EPData(labels=labels, matrix=mat / scale, assumed=bool(assumed.any()), unit=unit, scale=scale,
+                  recv=recv / rscale, sent=sent / rscale, recv_unit=runit, groups=groups.to_dicts(),
+                  hot=[f"r{r}" for r in hot], notes=notes, block=block)
+
+
+@dataclass(frozen=True)
+class LinkLine:
+    """The busiest link of one origin over time: ms from the panel's start, utilisation."""
+
+    link: str
+    x: np.ndarray
+    util: np.ndarray
+
+
+@dataclass(frozen=True)
+class LinkPanel:
+    """One origin's utilisation heatmap (telemetry, or a replayed topology): its busiest `links`
+    (of `total_links`), the grid (link x time bin), where it starts and how wide it is (ms), whether
+    it is on the timeline's clock, its peak, and its busiest link as a line."""
+
+    origin: str
+    name: str
+    kind: str
+    links: list[str]
+    grid: np.ndarray
+    x0_ms: float
+    dw_ms: float
+    aligned: bool
+    total_links: int
+    peak: float
+    line: LinkLine
+
+
+@dataclass(frozen=True)
+class LinkData:
+    """The Links tab's heatmaps, in the order drawn, and the notes on what they leave out."""
+
+    panels: list[LinkPanel]
+    notes: list[str]
 
 
 def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order: Sequence[str] = (),
-              max_links: int = 32, max_bins: int = 400, t0_ns: int | None = None) -> dict[str, Any] | None:
+              max_links: int = 32, max_bins: int = 400, t0_ns: int | None = None) -> LinkData | None:
     """Link utilisation grids per origin (telemetry first, then the replayed topologies in the
     order they were given, `order`), each over its own busiest links, and the busiest link of
     each origin as a line."""
@@ -614,20 +707,41 @@ def link_data(link_samples: pa.Table, topology_links: pa.Table | None, *, order:
         top = links[0]
         line = part.filter(pl.col("link") == top).sort("ts_ns")
         kind = "telemetry" if origin == "telemetry" else "replay"
-        panels.append({
-            "origin": origin, "name": origin.split(":", 1)[-1], "kind": kind, "links": links, "grid": grid,
-            "x0_ms": 0.0, "dw_ms": span / 1e6, "aligned": t0_ns is not None and base == t0_ns,
-            "total_links": rank.height, "peak": float(rank["peak"].max()),
-            "line": {"link": top, "x": (line["ts_ns"].to_numpy() - base) / 1e6,
-                     "util": line["util"].to_numpy().astype(np.float32)}})
+        panels.append(LinkPanel(
+            origin=origin, name=origin.split(":", 1)[-1], kind=kind, links=links, grid=grid, x0_ms=0.0,
+            dw_ms=span / 1e6, aligned=t0_ns is not None and base == t0_ns, total_links=rank.height,
+            peak=float(rank["peak"].max()),
+            line=LinkLine(link=top, x=(line["ts_ns"].to_numpy() - base) / 1e6,
+                          util=line["util"].to_numpy().astype(np.float32))))
     if not panels:
         return None
-    notes = [f"{p['name']}: showing the {len(p['links'])} busiest of {p['total_links']} links."
-             for p in panels if p["total_links"] > len(p["links"])]
-    return {"panels": panels, "notes": notes}
+    notes = [f"{p.name}: showing the {len(p.links)} busiest of {p.total_links} links."
+             for p in panels if p.total_links > len(p.links)]
+    return LinkData(panels=panels, notes=notes)
 
 
-def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ReplayData:
+    """What the Replay tab draws, per topology in the order given (see `replay_data`); `instances` is
+    the scatter's columns (topology, traced_ms, replayed_ms, dim, op, group, seq)."""
+
+    topologies: list[str]
+    step_ms: list[float]
+    delta: list[float]
+    simulated: bool = True
+    not_simulated: str | None = None
+    traced_step_ms: float | None = None
+    error_median: list[float | None] = field(default_factory=list)
+    error_p90: list[float | None] = field(default_factory=list)
+    error_calibrated_on: str | None = None
+    instances: dict[str, list[Any]] = field(default_factory=dict)
+    exposed_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    hot_links: list[tuple[str, HotLink]] = field(default_factory=list)  # (topology, link), hottest first
+    findings: list[Finding] = field(default_factory=list)
+    not_modelled: list[Finding] = field(default_factory=list)  # the network model does not apply (a CPU run)
+
+
+def replay_data(replay: ReplayResult | None) -> ReplayData | None:
     """Per topology, in the order given: the mean step time and its change against the baseline
     (the first topology, as `tracekit replay` prints it), exposed communication per dim, the
     traced vs replayed duration of every simulated instance (those the model gave no traffic keep
@@ -642,14 +756,14 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
         said = [f for f in findings if f.kind == "cpu_backend"]
         if not said:
             return None
-        return {"topologies": [], "step_ms": [], "delta": [], "not_modelled": said,
-                "findings": [f for f in findings if f.kind != "cpu_backend"]}
+        return ReplayData(topologies=[], step_ms=[], delta=[], not_modelled=said,
+                          findings=[f for f in findings if f.kind != "cpu_backend"])
     from tracekit.replay.calibration import NO_FLOWS
 
     topo, step_ms, delta, err_med, err_p90 = [], [], [], [], []
     inst: dict[str, list] = {k: [] for k in ("topology", "traced_ms", "replayed_ms", "dim", "op", "group", "seq")}
     exposed: dict[str, dict[str, float]] = {}
-    hot: list[dict[str, Any]] = []
+    hot: list[tuple[str, HotLink]] = []
     base = None
     for res in replay.results:
         steps = list((res.step_ns or {}).values())
@@ -673,20 +787,53 @@ def replay_data(replay: ReplayResult | None) -> dict[str, Any] | None:
             inst["group"].append(str(i.group or "")[:MAX_NAME_CHARS])
             inst["seq"].append(int(i.seq) if i.seq is not None else -1)
         for h in (res.hot_links or [])[:5]:
-            hot.append({"topology": res.topology, **to_builtins(h)})
+            hot.append((res.topology, h))
     traced = list((replay.results[0].traced_step_ns or {}).values())
     unsimulated = next((f for f in getattr(replay, "findings", []) or [] if f.kind == "not_simulated"), None)
     simulated = replay.results[0].replay_error is not None
-    return {"topologies": topo, "step_ms": step_ms, "delta": delta, "simulated": simulated,
-            "not_simulated": unsimulated.text if unsimulated is not None else None,
-            "traced_step_ms": float(np.mean(traced)) / 1e6 if traced else None,
-            "error_median": err_med, "error_p90": err_p90,
-            "error_calibrated_on": getattr(getattr(replay, "errors", None), "calibrated_on", None),
-            "instances": inst, "exposed_ms": exposed,
-            "hot_links": hot, "findings": list(getattr(replay, "findings", []) or [])}
+    return ReplayData(topologies=topo, step_ms=step_ms, delta=delta, simulated=simulated,
+                      not_simulated=unsimulated.text if unsimulated is not None else None,
+                      traced_step_ms=float(np.mean(traced)) / 1e6 if traced else None,
+                      error_median=err_med, error_p90=err_p90,
+                      error_calibrated_on=getattr(getattr(replay, "errors", None), "calibrated_on", None),
+                      instances=inst, exposed_ms=exposed,
+                      hot_links=hot, findings=list(getattr(replay, "findings", []) or []))
 
 
-def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BenchTableData:
+    """One nccl-tests table: its label, verdict and sentences, and per modelled size the measured and
+    predicted busbw."""
+
+    table: int
+    label: str
+    op: str
+    verdict: str
+    sentence: str
+    floor: str | None
+    size_bytes: list[int]
+    size: list[str]
+    measured: list[float]
+    predicted: list[float]
+
+
+@dataclass(frozen=True)
+class BenchFileData:
+    file: str
+    tables: list[BenchTableData]
+
+
+@dataclass(frozen=True)
+class MicrobenchData:
+    """The nccl-tests page: the topology, the path replayed, per file its tables, the findings' texts."""
+
+    topology: str
+    path: str
+    files: list[BenchFileData]
+    findings: list[str]
+
+
+def microbench_data(report: MicrobenchReport) -> MicrobenchData:
     """Per nccl-tests file: per table, measured and predicted busbw by size (the rows the model
     predicts), and each table's health sentence and latency-floor sentence (None unless the floor is
     high; the same words as `tracekit replay --nccl-tests`)."""
@@ -700,19 +847,47 @@ def microbench_data(report: MicrobenchReport) -> dict[str, Any]:
         for t in (t for t in report.tables if t.source == source):
             rows = [r for r in report.rows if r.source == source and r.table == t.table and r.modelled
                     and r.measured_us > 0]
-            tables.append({"table": t.table, "label": f"table {t.table}: {t.test or t.op}"[:MAX_NAME_CHARS],
-                           "op": t.op, "verdict": t.health.verdict, "sentence": health_sentence(t),
-                           "floor": floor_sentence(t),
-                           "size_bytes": [r.size_bytes for r in rows],
-                           "size": [fmt_bytes(r.size_bytes) for r in rows],
-                           "measured": [r.timed_busbw for r in rows],
-                           "predicted": [r.predicted_busbw for r in rows]})
-        files.append({"file": Path(source).name or source, "tables": tables})
-    return {"topology": report.topology, "path": report.path, "files": files,
-            "findings": [f.text for f in report.findings]}
+            tables.append(BenchTableData(table=t.table, label=f"table {t.table}: {t.test or t.op}"[:MAX_NAME_CHARS],
+                                         op=t.op, verdict=t.health.verdict, sentence=health_sentence(t),
+                                         floor=floor_sentence(t), size_bytes=[r.size_bytes for r in rows],
+                                         size=[fmt_bytes(r.size_bytes) for r in rows],
+                                         measured=[r.timed_busbw for r in rows],
+                                         predicted=[r.predicted_busbw for r in rows]))
+        files.append(BenchFileData(file=Path(source).name or source, tables=tables))
+    return MicrobenchData(topology=report.topology, path=report.path, files=files,
+                          findings=[f.text for f in report.findings])
 
 
-def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class HangGroupData:
+    """One group of the Hang tab: its verdict and status, each rank's last seq (`ranks` and
+    `last_seq` in rank order), the ranks the verdict names and those that dumped nothing."""
+
+    group: str
+    desc: str | None
+    status: str
+    verdict: str
+    ranks: list[int]
+    last_seq: list[int]
+    max_seq: int | None
+    suspects: list[int]
+    missing: list[int]
+    no_dump: str
+
+
+@dataclass(frozen=True)
+class HangData:
+    """The Hang tab: per group, then the verdict's sentences, whether the run hung, where the
+    sequence numbers came from, the ranks to look at."""
+
+    groups: list[HangGroupData]
+    findings: list[str]
+    hung: bool
+    source: str
+    suspects: list[int]
+
+
+def hang_data(hang: HangResult | None) -> HangData | None:
     """Per group of a `tracekit.hang.HangResult`: its verdict and status, each rank's last seq, and
     which ranks the verdict names (the same code and words as `tracekit hang`)."""
     if hang is None or not hang.groups:
@@ -721,12 +896,11 @@ def hang_data(hang: HangResult | None) -> dict[str, Any] | None:
     for g in hang.groups:
         ranks = sorted(g.last_seq)
         top = max(g.last_seq.values()) if g.last_seq else None
-        groups.append({"group": g.group, "desc": g.desc, "status": g.status, "verdict": g.verdict,
-                       "ranks": ranks, "last_seq": [g.last_seq[r] for r in ranks], "max_seq": top,
-                       "suspects": list(g.suspects), "missing": list(g.missing_ranks),
-                       "no_dump": fmt_ranks(g.no_dump_ranks, limit=8)})
-    return {"groups": groups, "findings": texts(hang.findings), "hung": hang.hung, "source": hang.source,
-            "suspects": list(hang.suspects)}
+        groups.append(HangGroupData(group=g.group, desc=g.desc, status=g.status, verdict=g.verdict, ranks=ranks,
+                                    last_seq=[g.last_seq[r] for r in ranks], max_seq=top, suspects=list(g.suspects),
+                                    missing=list(g.missing_ranks), no_dump=fmt_ranks(g.no_dump_ranks, limit=8)))
+    return HangData(groups=groups, findings=texts(hang.findings), hung=hang.hung, source=hang.source,
+                    suspects=list(hang.suspects))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,7 +935,112 @@ def scenario_labels(texts: Sequence[str], max_chars: int = AXIS_CHARS) -> list[s
     return unique
 
 
-def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class EPLoad:
+    """One EPLB scenario's load per rank (GB received, before and after; the first `MAX_EP_RANKS`),
+    the worst group's max/mean and the EP all-to-all time (ms), each (before, after)."""
+
+    scenario: str
+    ranks: list[int]
+    before_gb: list[float]
+    after_gb: list[float]
+    imbalance: tuple[float, float] | None
+    a2a_ms: tuple[float, float] | None
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class PlacementGrid:
+    """A placement as cells: the host names, GPUs per host, and per cell its host row, GPU and rank."""
+
+    hosts: list[str]
+    gpus: int
+    host: list[int]
+    gpu: list[int]
+    rank: list[int]
+
+
+@dataclass(frozen=True)
+class PlacementGrids:
+    """A placement scenario's grids, traced and after, and the ranks that moved."""
+
+    scenario: str
+    before: PlacementGrid
+    after: PlacementGrid
+    moved: list[int]
+
+
+@dataclass(frozen=True)
+class Slowest:
+    """The collective a north-south transfer slowed most (ms, baseline and scenario)."""
+
+    op: str
+    dim: str
+    group: str
+    seq: int
+    baseline_ms: float
+    scenario_ms: float
+
+
+@dataclass(frozen=True)
+class StorageRow:
+    """One north-south scenario: its checkpoint time and transfers (ms), the network it used, how many
+    collectives it slowed and the worst, and the other traffic it names."""
+
+    scenario: str
+    checkpoint_ms: float | None
+    transfer_ms: dict[str, float]
+    network: str | None
+    slowed: int
+    worst: Slowest | None
+    other_traffic: list[Any]
+
+
+@dataclass(frozen=True)
+class ScenarioGantt:
+    """A pipeline scenario's Gantt charts (as traced, rebuilt; the scenario) and its SM share."""
+
+    scenario: str
+    runs: list[Gantt]
+    sm_share: float
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    scenario: str
+    gpus: int
+    step_ms: float
+
+
+@dataclass(frozen=True)
+class WhatIfData:
+    """The What-if tab (see `whatif_data`): per scenario, the baseline first (`names`, with their axis
+    `labels`), the step and exposed time, inter-host traffic, EP loads, placement grids, north-south
+    transfers, scale points, pipeline charts and notes; or, for a run the network model does not
+    apply to, only `not_modelled`."""
+
+    topology: str
+    comparison: str = ""
+    gantt: list[ScenarioGantt] = field(default_factory=list)
+    error_median: float | None = None  # the baseline's replay error, when it was measured
+    error_p90: float | None = None
+    cautions: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
+    exposed_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    dims: list[str] = field(default_factory=list)
+    traffic_gb: dict[str, dict[str, float]] = field(default_factory=dict)
+    traffic_dims: list[str] = field(default_factory=list)
+    ep: list[EPLoad] = field(default_factory=list)
+    grids: list[PlacementGrids] = field(default_factory=list)
+    storage: list[StorageRow] = field(default_factory=list)
+    scale: list[ScalePoint] = field(default_factory=list)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    not_modelled: list[Finding] = field(default_factory=list)
+
+
+def whatif_data(result: WhatIfResult | None) -> WhatIfData | None:
     """A `tracekit.whatif.WhatIfResult` as plain columns: step and exposed time per scenario (the
     baseline first), inter-host bytes per dim, EP load per rank before and after, the rank -> host
     grids of placement scenarios, and north-south transfers. Nothing is recomputed: every figure
@@ -771,7 +1050,7 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
         return None
     if not result.scenarios:
         said = [c for c in result.cautions if c.kind == "cpu_backend"]
-        return {"not_modelled": said, "topology": result.topology} if said else None
+        return WhatIfData(not_modelled=said, topology=result.topology) if said else None
     names = ["baseline"]
     for s in result.scenarios:
         label, i = str(s.scenario)[:MAX_NAME_CHARS], 2
@@ -805,80 +1084,99 @@ def whatif_data(result: WhatIfResult | None) -> dict[str, Any] | None:
                     ranks.append(int(r))
                     before.append(b / 1e9)
                     after.append(a / 1e9)
-            ep.append({"scenario": name, "ranks": ranks, "before_gb": before, "after_gb": after,
-                       "imbalance": (s.ep_imbalance.before, s.ep_imbalance.after) if s.ep_imbalance else None,
-                       "a2a_ms": (s.a2a_ns.before / 1e6, s.a2a_ns.after / 1e6) if s.a2a_ns else None,
-                       "truncated": cut})
+            ep.append(EPLoad(scenario=name, ranks=ranks, before_gb=before, after_gb=after,
+                             imbalance=(s.ep_imbalance.before, s.ep_imbalance.after) if s.ep_imbalance else None,
+                             a2a_ms=(s.a2a_ns.before / 1e6, s.a2a_ns.after / 1e6) if s.a2a_ns else None,
+                             truncated=cut))
         if s.placement_before is not None and s.placement_after is not None:
-            grids.append({"scenario": name, "before": _grid(s.placement_before), "after": _grid(s.placement_after),
-                          "moved": sorted(r for r in s.placement_after.slots
-                                          if s.placement_after.slots[r] != s.placement_before.slots.get(r))})
+            grids.append(PlacementGrids(scenario=name, before=_grid(s.placement_before),
+                                        after=_grid(s.placement_after),
+                                        moved=sorted(r for r in s.placement_after.slots
+                                                     if s.placement_after.slots[r] != s.placement_before.slots.get(r))))
         if s.slowed is not None:
             worst = max(s.slowed, key=lambda x: x.scenario_ns - x.baseline_ns, default=None)
             transfers = (s.details or {}).get("transfer_ns") or {}
             ckpt = None if s.checkpoint_ns is None else s.checkpoint_ns / 1e6
-            storage.append({"scenario": name, "checkpoint_ms": ckpt,
-                            "transfer_ms": {str(k): v / 1e6 for k, v in transfers.items()},
-                            "network": (s.details or {}).get("network"), "slowed": len(s.slowed),
-                            "worst": None if worst is None else {
-                                "op": worst.op, "dim": worst.dim, "group": str(worst.group)[:MAX_NAME_CHARS],
-                                "seq": worst.seq, "baseline_ms": worst.baseline_ns / 1e6,
-                                "scenario_ms": worst.scenario_ns / 1e6},
-                            "other_traffic": list((s.details or {}).get("other_traffic") or [])})
+            storage.append(StorageRow(
+                scenario=name, checkpoint_ms=ckpt, transfer_ms={str(k): v / 1e6 for k, v in transfers.items()},
+                network=(s.details or {}).get("network"), slowed=len(s.slowed),
+                worst=None if worst is None else Slowest(
+                    op=worst.op, dim=worst.dim, group=str(worst.group)[:MAX_NAME_CHARS], seq=worst.seq,
+                    baseline_ms=worst.baseline_ns / 1e6, scenario_ms=worst.scenario_ns / 1e6),
+                other_traffic=list((s.details or {}).get("other_traffic") or [])))
     labels = ["baseline"] + [f"{i}. {lab}" for i, lab in enumerate(scenario_labels(names[1:]), 1)]
-    gantt = [{"scenario": name, "runs": [pipeline_gantt(s.schedule.baseline, "as traced (rebuilt)"),
-                                         pipeline_gantt(s.schedule.scenario, "scenario")],
-              "sm_share": s.schedule.sm_share}
+    gantt = [ScenarioGantt(scenario=name, runs=[pipeline_gantt(s.schedule.baseline, "as traced (rebuilt)"),
+                                                pipeline_gantt(s.schedule.scenario, "scenario")],
+                           sm_share=s.schedule.sm_share)
              for name, s in scen.items() if s.schedule is not None]
-    return {"topology": str(result.topology), "comparison": str(result.comparison), "gantt": gantt,
-            "replay_error": ({"median": result.replay_error.median, "p90": result.replay_error.p90}
-                             if result.replay_error is not None else {}),
-            "cautions": [str(f.text) for f in result.cautions if f.severity == "warning"],
-            "names": names, "labels": labels, "step_ms": step_ms,
-            "exposed_ms": exposed, "dims": dims, "traffic_gb": traffic, "traffic_dims": traffic_dims,
-            "ep": ep, "grids": grids, "storage": storage, "scale": _scale_points(result, scen),
-            "notes": {name: [str(n) for n in s.notes] for name, s in scen.items()}}
+    err = result.replay_error
+    return WhatIfData(topology=str(result.topology), comparison=str(result.comparison), gantt=gantt,
+                      error_median=None if err is None else err.median, error_p90=None if err is None else err.p90,
+                      cautions=[str(f.text) for f in result.cautions if f.severity == "warning"],
+                      names=names, labels=labels, step_ms=step_ms,
+                      exposed_ms=exposed, dims=dims, traffic_gb=traffic, traffic_dims=traffic_dims,
+                      ep=ep, grids=grids, storage=storage, scale=_scale_points(result, scen),
+                      notes={name: [str(n) for n in s.notes] for name, s in scen.items()})
 
 
-def _scale_points(result: WhatIfResult, scen: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _scale_points(result: WhatIfResult, scen: Mapping[str, Any]) -> list[ScalePoint]:
     """Step time (ms, mean over steps) against simulated GPUs: the traced size (the baseline) and
     each scale scenario, by GPUs; empty without a scale scenario."""
-    points = [{"scenario": name, "gpus": int(s.simulated_gpus),
-               "step_ms": float(np.mean(list(s.step_ns.values()))) / 1e6} for name, s in scen.items()
+    points = [ScalePoint(scenario=name, gpus=int(s.simulated_gpus),
+                         step_ms=float(np.mean(list(s.step_ns.values()))) / 1e6) for name, s in scen.items()
               if s.simulated_gpus is not UNSET and s.step_ns]
     if not points:
         return []
     traced = int((next(s for s in scen.values() if s.simulated_gpus is not UNSET).details or {}).get("traced_gpus", 0))
-    base = {"scenario": "baseline", "gpus": traced,
-            "step_ms": float(np.mean(list(result.baseline_step_ns.values()))) / 1e6}
-    return sorted([base, *points], key=lambda p: (p["gpus"], p["scenario"] != "baseline"))
+    base = ScalePoint(scenario="baseline", gpus=traced,
+                      step_ms=float(np.mean(list(result.baseline_step_ns.values()))) / 1e6)
+    return sorted([base, *points], key=lambda p: (p.gpus, p.scenario != "baseline"))
 
 
-def _grid(placement: Placement) -> dict[str, Any]:
+def _grid(placement: Placement) -> PlacementGrid:
     """A placement as cells: host row, GPU column, rank."""
     cells = sorted((h, g, r) for r, (h, g) in placement.slots.items())
-    return {"hosts": [str(h)[:MAX_NAME_CHARS] for h in placement.hosts], "gpus": placement.gpus_per_host,
-            "host": [c[0] for c in cells], "gpu": [c[1] for c in cells], "rank": [c[2] for c in cells]}
+    return PlacementGrid(hosts=[str(h)[:MAX_NAME_CHARS] for h in placement.hosts], gpus=placement.gpus_per_host,
+                         host=[c[0] for c in cells], gpu=[c[1] for c in cells], rank=[c[2] for c in cells])
 
 
 #: Chunks drawn per pipeline Gantt chart at most (the rest are left out, and the chart says so).
 MAX_GANTT_CHUNKS = 4000
 
 
-def pipeline_gantt(run: PipelineRun, title: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Gantt:
+    """One pipeline as Gantt bars: per chunk its stage label, start and end (ms), kind, chunk label and
+    exposed communication (ms); the stage labels, the span (ms), each stage's bubble (ms), and whether
+    chunks were left out (`MAX_GANTT_CHUNKS`)."""
+
+    title: str
+    stage: list[str]
+    left_ms: list[float]
+    right_ms: list[float]
+    kind: list[str]
+    chunk: list[str]
+    exposed_ms: list[float]
+    stages: list[str]
+    span_ms: float
+    bubble_ms: list[float]
+    truncated: bool
+
+
+def pipeline_gantt(run: PipelineRun, title: str) -> Gantt:
     """One placed pipeline (`tracekit.whatif.schedule.PipelineRun`) as bars: per chunk its stage,
     start and end (ms), kind and label; per stage the bubble the result states."""
     placed = run.placed[:MAX_GANTT_CHUNKS]
     chunks = f", {run.chunks} chunks" if run.chunks > 1 else ""
-    return {"title": f"{title}: {run.name} ({run.stages} stages, {run.microbatches} micro-batches{chunks})",
-            "stage": [f"stage {p.stage}" for p in placed], "left_ms": [p.start_ns / 1e6 for p in placed],
-            "right_ms": [p.end_ns / 1e6 for p in placed], "kind": [p.kind for p in placed],
-            "chunk": [p.chunks for p in placed], "exposed_ms": [p.exposed_ns / 1e6 for p in placed],
-            "stages": [f"stage {i}" for i in range(run.stages)], "span_ms": run.span_ns / 1e6,
-            "bubble_ms": [b / 1e6 for b in run.bubble_ns], "truncated": len(run.placed) > len(placed)}
+    return Gantt(title=f"{title}: {run.name} ({run.stages} stages, {run.microbatches} micro-batches{chunks})",
+                 stage=[f"stage {p.stage}" for p in placed], left_ms=[p.start_ns / 1e6 for p in placed],
+                 right_ms=[p.end_ns / 1e6 for p in placed], kind=[p.kind for p in placed],
+                 chunk=[p.chunks for p in placed], exposed_ms=[p.exposed_ns / 1e6 for p in placed],
+                 stages=[f"stage {i}" for i in range(run.stages)], span_ms=run.span_ns / 1e6,
+                 bubble_ms=[b / 1e6 for b in run.bubble_ns], truncated=len(run.placed) > len(placed))
 
 
-def traced_pipeline_gantt(analysis: AnalysisResult) -> dict[str, Any] | None:
+def traced_pipeline_gantt(analysis: AnalysisResult) -> Gantt | None:
     """The traced schedule's compute blocks (`AnalysisResult.pp_schedule.blocks`) as Gantt bars in
     the shape of `pipeline_gantt`, ms from the first block; each stage's bubble is the analysis'
     `pp_bubbles` figure for that stage's rank and step (idle plus receive waits in its window)."""
@@ -896,12 +1194,12 @@ def traced_pipeline_gantt(analysis: AnalysisResult) -> dict[str, Any] | None:
         bubble[stage] = float(row.get_column("bubble_ns")[0]) / 1e6 if row.height else float("nan")
     name = sched.name if sched.recognised else "unrecognised schedule"
     shape = f"{sched.microbatches} micro-batches" if sched.microbatches else "chunks not named"
-    return {"title": f"as traced in step {sched.step}: {name} ({sched.stages} stages, {shape})",
-            "stage": [f"stage {b.stage}" for b in blocks], "left_ms": [(b.start_ns - t0) / 1e6 for b in blocks],
-            "right_ms": [(b.end_ns - t0) / 1e6 for b in blocks],
-            "kind": ["C" if "+" in b.chunks else b.chunks.rstrip("0123456789") or "C" for b in blocks],
-            "chunk": [b.chunks for b in blocks], "exposed_ms": [float("nan")] * len(blocks),
-            "stages": [f"stage {i}" for i in range(sched.stages)],
-            "span_ms": max(b.end_ns for b in blocks) / 1e6 - t0 / 1e6,
-            "bubble_ms": [bubble.get(i, float("nan")) for i in range(sched.stages)],
-            "truncated": len(sched.blocks) > len(blocks)}
+    return Gantt(title=f"as traced in step {sched.step}: {name} ({sched.stages} stages, {shape})",
+                 stage=[f"stage {b.stage}" for b in blocks], left_ms=[(b.start_ns - t0) / 1e6 for b in blocks],
+                 right_ms=[(b.end_ns - t0) / 1e6 for b in blocks],
+                 kind=["C" if "+" in b.chunks else b.chunks.rstrip("0123456789") or "C" for b in blocks],
+                 chunk=[b.chunks for b in blocks], exposed_ms=[float("nan")] * len(blocks),
+                 stages=[f"stage {i}" for i in range(sched.stages)],
+                 span_ms=max(b.end_ns for b in blocks) / 1e6 - t0 / 1e6,
+                 bubble_ms=[bubble.get(i, float("nan")) for i in range(sched.stages)],
+                 truncated=len(sched.blocks) > len(blocks))

@@ -5,6 +5,7 @@ heatmap of what rose, and the setup differences. `diff_data` shapes a `RunDiff` 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +17,47 @@ HEAT_COLUMNS = ("compute", "exposed comm", "late")
 WIDTH = 1400
 
 
-def diff_data(d: RunDiff) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WaterfallStep:
+    """One bar of the waterfall (ns): a total ("total") or a part of the change ("up", "down")."""
+
+    name: str
+    start: float
+    end: float
+    delta: float
+    kind: str
+    significant: bool = False
+
+
+@dataclass(frozen=True)
+class DiffData:
+    """The Diff tab: the verdict and notes, the waterfall, the bucket and setup rows (cells as text),
+    per host the mean change per rank of each `HEAT_COLUMNS` figure (ns), and the network and
+    matching lines."""
+
+    verdict: str
+    notes: list[str]
+    waterfall: list[WaterfallStep]
+    buckets: list[list[str]]
+    setup: list[list[str]]
+    heat: dict[str, dict[str, float]]
+    network: str | None
+    matching: str
+
+
+def diff_data(d: RunDiff) -> DiffData:
     """Plain data for the tab: the waterfall steps (start, end, label), bucket and setup rows, and
     the mean change per host of each rank figure (ns)."""
     deco = d.decomposition
     steps = []
     level = deco.step_a_ns
-    steps.append({"name": "step time in A", "start": 0.0, "end": level, "delta": level, "kind": "total"})
+    steps.append(WaterfallStep(name="step time in A", start=0.0, end=level, delta=level, kind="total"))
     for p in [*deco.parts, None]:
         name, delta = ("remainder", deco.remainder_ns) if p is None else (p.name, p.delta_ns)
-        steps.append({"name": name, "start": level, "end": level + delta, "delta": delta,
-                      "kind": "up" if delta > 0 else "down", "significant": bool(p and p.significant)})
+        steps.append(WaterfallStep(name=name, start=level, end=level + delta, delta=delta,
+                                   kind="up" if delta > 0 else "down", significant=bool(p and p.significant)))
         level += delta
-    steps.append({"name": "step time in B", "start": 0.0, "end": level, "delta": level, "kind": "total"})
+    steps.append(WaterfallStep(name="step time in B", start=0.0, end=level, delta=level, kind="total"))
     hosts: dict[str, dict[str, list[float]]] = {}
     for r in d.ranks:
         h = hosts.setdefault(r.host or "?", {c: [] for c in HEAT_COLUMNS})
@@ -36,12 +65,12 @@ def diff_data(d: RunDiff) -> dict[str, Any]:
         h["exposed comm"].append(r.exposed_b_ns - r.exposed_a_ns)
         h["late"].append(r.late_b_ns - r.late_a_ns)
     heat = {host: {c: sum(v) / len(v) for c, v in cols.items() if v} for host, cols in sorted(hosts.items())}
-    return {"verdict": d.verdict, "notes": list(d.matching.notes), "waterfall": steps,
-            "buckets": present.bucket_rows(d, 20), "setup": present.setup_rows(d), "heat": heat,
-            "network": present.network_line(d), "matching": present.matching_line(d)}
+    return DiffData(verdict=d.verdict, notes=list(d.matching.notes), waterfall=steps,
+                    buckets=present.bucket_rows(d, 20), setup=present.setup_rows(d), heat=heat,
+                    network=present.network_line(d), matching=present.matching_line(d))
 
 
-def diff_panel(data: dict[str, Any], *, width: int = WIDTH) -> Any:
+def diff_panel(data: DiffData, *, width: int = WIDTH) -> Any:
     """The Diff tab's layout: verdict, waterfall figure, per-host heatmap, tables."""
     from bokeh.layouts import column
     from bokeh.models import ColumnDataSource, FactorRange, HoverTool, LinearColorMapper
@@ -50,21 +79,21 @@ def diff_panel(data: dict[str, Any], *, width: int = WIDTH) -> Any:
     from tracekit._text import fmt_ns
     from tracekit.viz._bokeh import esc, html_div, style
 
-    head = f"<h2>{esc(data['verdict'])}</h2>" + "".join(f'<div class="note">{esc(n)}</div>' for n in data["notes"])
-    names = [s["name"] for s in data["waterfall"]]
+    head = f"<h2>{esc(data.verdict)}</h2>" + "".join(f'<div class="note">{esc(n)}</div>' for n in data.notes)
+    names = [s.name for s in data.waterfall]
     colors = {"total": "#9A9A9A", "up": "#D55E00", "down": "#009E73"}
-    src = ColumnDataSource({"name": names, "lo": [min(s["start"], s["end"]) / 1e6 for s in data["waterfall"]],
-                            "hi": [max(s["start"], s["end"]) / 1e6 for s in data["waterfall"]],
-                            "color": [colors[s["kind"]] for s in data["waterfall"]],
-                            "label": [fmt_ns(s["delta"]) if s["kind"] == "total" else present.signed(s["delta"])
-                                      for s in data["waterfall"]]})
+    src = ColumnDataSource({"name": names, "lo": [min(s.start, s.end) / 1e6 for s in data.waterfall],
+                            "hi": [max(s.start, s.end) / 1e6 for s in data.waterfall],
+                            "color": [colors[s.kind] for s in data.waterfall],
+                            "label": [fmt_ns(s.delta) if s.kind == "total" else present.signed(s.delta)
+                                      for s in data.waterfall]})
     p = figure(width=width, height=320, x_range=FactorRange(*names), title="Step time, A -> B (waterfall of the parts)",
                y_axis_label="ms", tools="save", toolbar_location="right")
     style(p)
     p.vbar(x="name", bottom="lo", top="hi", width=0.7, color="color", source=src)
     p.add_tools(HoverTool(tooltips=[("part", "@name"), ("change", "@label")]))
     parts = [html_div(head, width=width), p]
-    heat = data["heat"]
+    heat = data.heat
     if heat:
         hosts = list(heat)
         xs, ys, vals = [], [], []
@@ -84,10 +113,10 @@ def diff_panel(data: dict[str, Any], *, width: int = WIDTH) -> Any:
                 fill_color={"field": "v", "transform": mapper}, line_color="white")
         hm.add_tools(HoverTool(tooltips=[("host", "@y"), ("figure", "@x"), ("change", "@v{0.000} ms")]))
         parts.append(hm)
-    parts.append(html_div(_table("Collective buckets that changed", present.BUCKET_COLUMNS, data["buckets"])
-                          + _table("Setup differences", present.SETUP_COLUMNS, data["setup"])
-                          + (f"<p>{esc(data['network'])}</p>" if data["network"] else "")
-                          + f'<p class="muted">{esc(data["matching"])}</p>', width=width))
+    parts.append(html_div(_table("Collective buckets that changed", present.BUCKET_COLUMNS, data.buckets)
+                          + _table("Setup differences", present.SETUP_COLUMNS, data.setup)
+                          + (f"<p>{esc(data.network)}</p>" if data.network else "")
+                          + f'<p class="muted">{esc(data.matching)}</p>', width=width))
     return column(*parts)
 
 

@@ -24,16 +24,20 @@ from tracekit._text import fmt_ns, fmt_ranks
 from tracekit.analysis import AnalysisResult
 from tracekit.analysis.steps import STEP_TIME
 from tracekit.atomic import atomic_write_text
-from tracekit.present import root_cause_rows, straggler_rows
+from tracekit.finding import Finding
+from tracekit.microbench import MicrobenchRun
+from tracekit.present import RootCauseRow, StragglerRow, root_cause_rows, straggler_rows
 from tracekit.store import Run
-from tracekit.telemetry import telemetry_summary
+from tracekit.telemetry import TelemetrySummary, telemetry_summary
 from tracekit.validity import run_name
 from tracekit.viz import data as D
 
 if TYPE_CHECKING:
     from tracekit.hang import HangResult
     from tracekit.replay.engine import ReplayResult
+    from tracekit.replay.microbench import MicrobenchReport
     from tracekit.telemetry.compare import TelemetryComparison
+    from tracekit.viz.links import LinkComparison
     from tracekit.whatif import WhatIfResult
 
 TAB_ORDER = ("Summary", "Timeline", "Overlap", "EP", "Links", "Replay", "What-if", "Hang")
@@ -55,7 +59,48 @@ class ReportInfo:
     notes: list[str] = field(default_factory=list)
 
 
-def _typed(analysis: Any, replay: Any, hang: Any) -> None:
+@dataclass(frozen=True)
+class ReportSummary:
+    """The Summary tab: headline numbers (label, value), findings, the replay's lines, the stalls by
+    root cause, the stragglers, the nccl-tests tables, what the step time is, the missing ranks."""
+
+    kpis: list[tuple[str, str]]
+    findings: list[Finding]
+    replay: list[str]
+    roots: list[RootCauseRow]
+    stragglers: list[StragglerRow]
+    microbench: list[MicrobenchRun]
+    step_time: str
+    missing: str
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the report shows (`build_report_data`), one field per tab that has data (None when
+    it has none) and the header's, Summary's and caveats' parts; no Bokeh."""
+
+    title: str
+    run: str
+    presence: str
+    hosts: list[str]
+    microbench: list[MicrobenchRun]
+    telemetry: TelemetrySummary | None
+    timeline: D.TimelineData | None
+    pipeline: D.Gantt | None
+    overlap: D.OverlapData | None
+    ep: D.EPData | None
+    links: D.LinkData | None
+    link_compare: LinkComparison
+    replay: D.ReplayData | None
+    hang: D.HangData | None
+    whatif: D.WhatIfData | None
+    caveats: dict[str, list[str]]
+    notes: list[str]
+    summary: ReportSummary
+    tabs: list[str]
+
+
+def _typed(analysis: object, replay: object, hang: object) -> None:
     if analysis is not None and not isinstance(analysis, AnalysisResult):
         raise TypeError(f"analysis must be an AnalysisResult, not {type(analysis).__name__}")
     from tracekit.replay.engine import ReplayResult
@@ -73,8 +118,8 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
                       whatif: WhatIfResult | None = None, links: TelemetryComparison | None = None,
                       width_px: int = WIDTH - PLOT_MARGIN,
                       max_glyphs: int = 60_000,
-                      max_total: int = 250_000) -> dict[str, Any]:
-    """Everything the report shows, as plain data (dicts, lists, numpy arrays); no Bokeh.
+                      max_total: int = 250_000) -> ReportData:
+    """Everything the report shows, as plain data (typed parts, lists, numpy arrays); no Bokeh.
 
     `analysis` is the run's `AnalysisResult`; `replay` a `ReplayResult`; `hang` a `HangResult`
     (the one the analysis carries, when omitted); `whatif` a
@@ -97,36 +142,26 @@ def build_report_data(run: Run | str | os.PathLike[str], *, analysis: AnalysisRe
     name = run_name(run)
     caveats = _caveats(analysis)
     bench = analysis.microbench
-    hosts = sorted({h for h in td.rows["host"].values() if h})
+    hosts = sorted({h for h in td.rows.host.values() if h})
     presence = v.presence()
     if not v.n_present and bench:
         hosts = sorted({h for b in bench for h in b.host_names})
         presence = f"{max(b.nranks or 0 for b in bench)} ranks (nccl-tests header), no trace"
-    data: dict[str, Any] = {
-        "title": f"tracekit report: {name}",
-        "run": name,
-        "presence": presence,
-        "hosts": hosts,
-        "microbench": bench,
-        "telemetry": telemetry_summary(run),
-        "timeline": None if td.empty else td,
-        "pipeline": D.traced_pipeline_gantt(analysis),
-        "overlap": D.overlap_data(analysis, td.rows["order"]),
-        "ep": D.ep_data(analysis),
-        "links": links,
-        "link_compare": link_compare,
-        "replay": D.replay_data(replay),
-        "hang": hd,
-        "what-if": D.whatif_data(whatif),
-        "caveats": caveats,
-        "notes": td.notes + (links or {}).get("notes", []) + list(run.stale),
-    }
-    data["summary"] = summary_data(analysis, td, data)
-    data["tabs"] = [t for t in TAB_ORDER if t == "Summary" or data[t.lower()] is not None]
-    return data
+    telemetry = telemetry_summary(run)
+    rd = D.replay_data(replay)
+    shown = {"Timeline": None if td.empty else td, "Overlap": D.overlap_data(analysis, td.rows.order),
+             "EP": D.ep_data(analysis), "Links": links, "Replay": rd, "What-if": D.whatif_data(whatif), "Hang": hd}
+    return ReportData(
+        title=f"tracekit report: {name}", run=name, presence=presence, hosts=hosts, microbench=bench,
+        telemetry=telemetry, timeline=shown["Timeline"], pipeline=D.traced_pipeline_gantt(analysis),
+        overlap=shown["Overlap"], ep=shown["EP"], links=links, link_compare=link_compare, replay=rd, hang=hd,
+        whatif=shown["What-if"], caveats=caveats,
+        notes=td.notes + (links.notes if links is not None else []) + list(run.stale),
+        summary=summary_data(analysis, td, hosts=hosts, replay=rd, telemetry=telemetry),
+        tabs=[t for t in TAB_ORDER if t == "Summary" or shown[t] is not None])
 
 
-def _link_comparison(run: Run, links: TelemetryComparison | None, t0_ns: int | None) -> dict[str, Any]:
+def _link_comparison(run: Run, links: TelemetryComparison | None, t0_ns: int | None) -> LinkComparison:
     """The measured-vs-replayed panel's data from a `TelemetryComparison`."""
     from tracekit.viz.links import comparison_data
 
@@ -146,14 +181,16 @@ def _caveats(analysis: AnalysisResult) -> dict[str, list[str]]:
     return out
 
 
-def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, Any]) -> dict[str, Any]:
+def summary_data(analysis: AnalysisResult, td: D.TimelineData, *, hosts: list[str], replay: D.ReplayData | None,
+                 telemetry: TelemetrySummary | None) -> ReportSummary:
     """Headline numbers, findings, the stalls by root cause and the stragglers: every number as
-    `tracekit analyze` prints it."""
+    `tracekit analyze` prints it (`hosts` as the header counts them, the Replay tab's data, the
+    run's telemetry)."""
     v = analysis.validity
     kpis: list[tuple[str, str]] = [
         ("ranks present" if v.partial else "ranks", f"{v.n_present} of {v.world_size}" if v.partial
          else f"{v.n_present:,}"),
-        ("hosts", f"{len(data['hosts']):,}" if data["hosts"] and not v.hosts_unknown else "unknown"),
+        ("hosts", f"{len(hosts):,}" if hosts and not v.hosts_unknown else "unknown"),
         ("steps", f"{analysis.step_times.num_rows:,}"),
     ]
     if not v.n_present and analysis.microbench:
@@ -161,7 +198,7 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
 
         bench = analysis.microbench
         kpis = [("ranks (nccl-tests header)", f"{max(b.nranks or 0 for b in bench):,}"),
-                ("hosts", f"{len(data['hosts']):,}" if data["hosts"] else "unknown"),
+                ("hosts", f"{len(hosts):,}" if hosts else "unknown"),
                 ("nccl-tests tables", f"{len(bench):,}"),
                 ("peak busbw", fmt_rate(max((b.peak_busbw_gbps or 0.0) for b in bench)))]
     mean = analysis.mean_step_ns()
@@ -176,37 +213,37 @@ def summary_data(analysis: AnalysisResult, td: D.TimelineData, data: dict[str, A
     kpis.append(("intervals drawn", f"{td.raw_intervals:,}"))
     roots = root_cause_rows(analysis)
     stragglers = straggler_rows(analysis)
-    rp = data.get("replay")
+    rp = replay
     replay_lines = []
     findings = list(analysis.findings)
-    if rp and not rp.get("simulated", True):
-        replay_lines.append(f"Replay error not available: {rp.get('not_simulated') or 'nothing was simulated'}")
-        findings += [f for f in rp["findings"] if f.kind != "not_simulated"]
-    elif rp:
-        for name, ms, d in zip(rp["topologies"], rp["step_ms"], rp["delta"], strict=True):
+    if rp is not None and not rp.simulated:
+        replay_lines.append(f"Replay error not available: {rp.not_simulated or 'nothing was simulated'}")
+        findings += [f for f in rp.findings if f.kind != "not_simulated"]
+    elif rp is not None:
+        for name, ms, d in zip(rp.topologies, rp.step_ms, rp.delta, strict=True):
             replay_lines.append(f"Replayed on {name}: step (mean) {ms:.3f} ms ({d:+.1%} against the baseline "
-                                f"{rp['topologies'][0]}).")
-        findings += rp["findings"]
-        findings += rp.get("not_modelled", [])
-    if data.get("telemetry") is not None:
-        findings.append(data["telemetry"].finding())
+                                f"{rp.topologies[0]}).")
+        findings += rp.findings
+        findings += rp.not_modelled
+    if telemetry is not None:
+        findings.append(telemetry.finding())
     said = {f.kind for f in analysis.findings}  # the replay's run-validity cautions repeat the analysis' own
     findings = [f for f in findings if not (f.kind == "replay_caution" and (f.data or {}).get("reason") in said)]
-    return {"kpis": kpis, "findings": findings, "replay": replay_lines, "roots": roots, "stragglers": stragglers,
-            "microbench": list(analysis.microbench),
-            "step_time": STEP_TIME, "missing": fmt_ranks(v.missing_ranks, limit=8)}
+    return ReportSummary(kpis=kpis, findings=findings, replay=replay_lines, roots=roots, stragglers=stragglers,
+                         microbench=list(analysis.microbench), step_time=STEP_TIME,
+                         missing=fmt_ranks(v.missing_ranks, limit=8))
 
 
-def render(data: dict[str, Any], *, cdn: bool = False, width: int = WIDTH) -> str:
+def render(data: ReportData, *, cdn: bool = False, width: int = WIDTH) -> str:
     """The report's HTML text, from `build_report_data`'s output."""
     from tracekit.viz._bokeh import standalone_html
 
     root = layout(data, width=width)
     status("report: writing the HTML")
-    return standalone_html(root, cdn=cdn, title=data["title"])
+    return standalone_html(root, cdn=cdn, title=data.title)
 
 
-def layout(data: dict[str, Any], *, width: int = WIDTH) -> Any:
+def layout(data: ReportData, *, width: int = WIDTH) -> Any:
     """The report's Bokeh layout (a header above one tab per part), from `build_report_data`'s output."""
     from bokeh.layouts import column
     from bokeh.models import TabPanel, Tabs
@@ -217,29 +254,29 @@ def layout(data: dict[str, Any], *, width: int = WIDTH) -> Any:
     from tracekit.viz.timeline import timeline_figure
 
     panels = []
-    for tab in data["tabs"]:
+    for tab in data.tabs:
         if tab == "Summary":
             child = html_div(summary_html(data), width=width)
         elif tab == "Timeline":
-            child, _ = timeline_figure(data["timeline"], width=width)
-            if data.get("pipeline"):
-                child = column(child, figures.traced_pipeline(data["pipeline"], width=width))
+            child, _ = timeline_figure(data.timeline, width=width)
+            if data.pipeline:
+                child = column(child, figures.traced_pipeline(data.pipeline, width=width))
         elif tab == "Overlap":
-            child = figures.overlap_figure(data["overlap"], width=width)
+            child = figures.overlap_figure(data.overlap, width=width)
         elif tab == "EP":
-            child = figures.ep_figures(data["ep"], width=width)
+            child = figures.ep_figures(data.ep, width=width)
         elif tab == "Links":
             from tracekit.viz.links import comparison_panel
 
-            child = column(figures.link_figures(data["links"], width=width),
-                           comparison_panel(data["link_compare"], width=width))
+            child = column(figures.link_figures(data.links, width=width),
+                           comparison_panel(data.link_compare, width=width))
         elif tab == "Replay":
-            child = figures.replay_figures(data["replay"], width=width)
+            child = figures.replay_figures(data.replay, width=width)
         elif tab == "What-if":
-            child = figures.whatif_figures(data["what-if"], width=width)
+            child = figures.whatif_figures(data.whatif, width=width)
         else:
-            child = figures.hang_div(data["hang"], width=width)
-        caveat = note_div(data["caveats"].get(tab, []) if tab != "Summary" else [], width=width, warn=True)
+            child = figures.hang_div(data.hang, width=width)
+        caveat = note_div(data.caveats.get(tab, []) if tab != "Summary" else [], width=width, warn=True)
         if caveat is not None:
             child = column(caveat, child)
         panels.append(TabPanel(child=child, title=tab))
@@ -260,14 +297,14 @@ def write_report(run: Run | str | os.PathLike[str], out_path: str | os.PathLike[
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)
-    td = data["timeline"]
+    td = data.timeline
     return ReportInfo(path=out, size_bytes=out.stat().st_size,
                       merged_intervals=td.merged_finest if td else 0,
                       merged_full_view=td.merged_full_view if td else 0,
-                      raw_intervals=td.raw_intervals if td else 0, tabs=list(data["tabs"]), notes=list(data["notes"]))
+                      raw_intervals=td.raw_intervals if td else 0, tabs=list(data.tabs), notes=list(data.notes))
 
 
-def write_microbench_report(report: Any, out_path: str | os.PathLike[str], *, cdn: bool = False,
+def write_microbench_report(report: MicrobenchReport, out_path: str | os.PathLike[str], *, cdn: bool = False,
                             width: int = WIDTH) -> ReportInfo:
     """Write a standalone HTML page drawing an nccl-tests replay (`validate.MicrobenchReport`):
     predicted against measured busbw per file, and each table's health."""

@@ -84,7 +84,7 @@ def _tooltips(layer: str) -> list[tuple[str, str]]:
 def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM, Range1d]:
     """The timeline layout (notices, main plot, range selector) and its shared x range."""
     rows = td.rows
-    nrows = max(len(rows["order"]), 1)
+    nrows = max(len(rows.order), 1)
     row_px = _row_px(nrows)
     frame_h = int(nrows * row_px) + 24
     pad = td.span_ms * 0.01
@@ -93,7 +93,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
     p = figure(width=width, height=frame_h + 126, x_range=x_range, y_range=Range1d(nrows - 0.5, top),
                tools="xpan,xwheel_zoom,box_zoom,reset,save", active_scroll="xwheel_zoom", active_drag="xpan",
                toolbar_location="above",
-               title=f"Timeline: {len(rows['order'])} ranks on the aligned clock "
+               title=f"Timeline: {len(rows.order)} ranks on the aligned clock "
                      f"(each row: compute on top, communication below; striped = waiting for the last rank)",
                x_axis_label="time since run start (ms, aligned clock)")
     style(p)
@@ -103,19 +103,19 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
     left = p.yaxis[0]
     step = 1 if row_px >= 9 else max(1, round(9 / row_px))
     left.ticker = FixedTicker(ticks=list(range(0, nrows, step)))
-    left.major_label_overrides = {i: lab for i, lab in rows["labels"].items() if i % step == 0}
+    left.major_label_overrides = {i: lab for i, lab in rows.labels.items() if i % step == 0}
     left.major_label_text_font_size = "8pt" if row_px < 14 else "9pt"
     left.axis_label = "rank"
     # bands per (stage, host) group, named on a right-hand axis
     band_ticks, band_labels = [], {}
-    for i, band in enumerate(rows["bands"]):
+    for i, band in enumerate(rows.bands):
         if i % 2 == 0:
-            p.add_layout(BoxAnnotation(bottom=band["y0"] - 0.5, top=band["y1"] + 0.5, fill_color="#f3f3f3",
+            p.add_layout(BoxAnnotation(bottom=band.y0 - 0.5, top=band.y1 + 0.5, fill_color="#f3f3f3",
                                        fill_alpha=1.0, line_color=None, level="underlay"))
-        if (band["y1"] - band["y0"] + 1) * row_px >= 10:
-            mid = (band["y0"] + band["y1"]) / 2
+        if (band.y1 - band.y0 + 1) * row_px >= 10:
+            mid = (band.y0 + band.y1) / 2
             band_ticks.append(mid)
-            band_labels[mid] = band["label"]
+            band_labels[mid] = band.label
     if band_ticks:
         right = LinearAxis(ticker=FixedTicker(ticks=band_ticks), major_label_overrides=band_labels,
                            major_tick_line_color=None, axis_line_color=None, major_label_text_font_size="8pt",
@@ -125,7 +125,7 @@ def timeline_figure(td: D.TimelineData, *, width: int = 1400) -> tuple[LayoutDOM
     formatters: dict[str, Any] = {"@name_id": lookup(td.names), "@dur_ns": duration_fmt(),
                                   "@wait_ns": duration_fmt(), "@bytes": bytes_fmt(), "@busbw": gbps_fmt(),
                                   "@seq": seq_fmt(), "@waited_on": rank_fmt(), "@root": rank_fmt(),
-                                  "@y": lookup([f"r{r}" for r in rows["order"]])}
+                                  "@y": lookup([f"r{r}" for r in rows.order])}
     level0 = td.levels[0] if td.levels else {}
     shown: dict[str, ColumnDataSource] = {}
     items: list[LegendItem] = []

@@ -64,5 +64,5 @@ def test_flight_recorder_hang_with_no_splits_gets_no_ep_tab(tmp_path: Path) -> N
     run = _run(FR_HANG, tmp_path)
     res = analyze(run, write=True)
     assert res.ep_groups.num_rows == 1 and "assumed_splits" in [f.kind for f in res.findings]
-    tabs = build_report_data(run.path if hasattr(run, "path") else tmp_path / "run")["tabs"]
+    tabs = build_report_data(run.path if hasattr(run, "path") else tmp_path / "run").tabs
     assert "EP" not in tabs and "Hang" in tabs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_no_pipeline_no_schedule() -> None:
 def test_kineto_round_trip_keeps_the_schedule(tmp_path: Path) -> None:
     write_kineto(_run("zb-h1", 2, 4, 1), tmp_path / "traces")
     ingest([tmp_path / "traces"], tmp_path / "run")
-    doc = analyze(tmp_path / "run", write=False).to_json()
+    doc = json.loads(analyze(tmp_path / "run", write=False).dumps())
     assert doc["pp_schedule"] == {"name": "zb-h1", "stages": 2, "microbatches": 4, "chunks": 1}
 
 
@@ -80,7 +81,7 @@ def test_kineto_round_trip_keeps_the_schedule(tmp_path: Path) -> None:
 def test_bundled_samples(tmp_path: Path, sample: str, expected: dict) -> None:
     ingest([SAMPLES / sample], tmp_path / "run")
     result = analyze(tmp_path / "run", write=False)
-    assert result.to_json()["pp_schedule"] == expected
+    assert json.loads(result.dumps())["pp_schedule"] == expected
     if sample == "gloo_moe_8rank":  # one micro-batch: GPipe and 1F1B leave the same trace
         assert result.pp_schedule is not None and "1f1b" in result.pp_schedule.also
 
@@ -90,7 +91,7 @@ def test_pipeline_stages_follow_the_chain(name: str) -> None:
     """One rule for stages (`pp.pp_chains`): interleaved 1F1B's last-to-first hop closes no ring, and
     DualPipe's two ends, which start alike, are numbered from the lower rank."""
     tables = _run(name, 4, 8, 2 if name == "interleaved-1f1b" else 1)
-    doc = analyze(strip_derived(tables)).to_json()
+    doc = json.loads(analyze(strip_derived(tables)).dumps())
     assert doc["pp_stages"] == {str(r): r // 2 for r in range(8)}
 
 

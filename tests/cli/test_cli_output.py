@@ -17,6 +17,8 @@ from tracekit._text import fmt_ns, fmt_rate, grouped_warnings, short_paths
 from tracekit.cli import main
 from tracekit.cli.ingest import sources_table
 from tracekit.ingest import ingest
+from tracekit.results import from_builtins
+from tracekit.runinfo import SourceInfo
 
 REPO = Path(__file__).resolve().parents[2]
 GLOO = REPO / "sample_traces" / "gloo_moe_8rank"
@@ -39,7 +41,7 @@ def test_ingest_table_keeps_every_number_at_80_columns(gloo_run: Path) -> None:
     """Regression: at 80 columns the table cut numbers ("2,460" showed "2,4") and dropped columns."""
     doc = json.loads(run_cli("info", str(gloo_run), "--json")[1])
     console = Console(width=80, record=True, markup=False, highlight=False)
-    console.print(sources_table(doc["sources"]))
+    console.print(sources_table(from_builtins(doc["sources"], list[SourceInfo])))
     text = console.export_text()
     assert all(len(line) <= 80 for line in text.splitlines())
     header = text.splitlines()[0]

@@ -64,11 +64,11 @@ def test_report_shows_the_busbw_table(nccl_tests_run, tmp_path):
     from tracekit.workflows import report_data as build_report_data
 
     data = build_report_data(nccl_tests_run)
-    assert data["presence"] == "16 ranks (nccl-tests header), no trace" and len(data["hosts"]) == 2
+    assert data.presence == "16 ranks (nccl-tests header), no trace" and len(data.hosts) == 2
     html = summary_html(data)
     assert "0 ranks present" not in html and "nccl-tests all_reduce_perf busbw" in html
     assert "<td class='num'>338.82</td>" in html
-    assert ("peak busbw", "339 GB/s") in data["summary"]["kpis"]
+    assert ("peak busbw", "339 GB/s") in data.summary.kpis
 
 
 @needs_real

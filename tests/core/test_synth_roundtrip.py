@@ -22,7 +22,7 @@ def round_trip(tmp_path_factory):
                                     straggler_step=1, clock_skew_ns=3_000_000, seed=3, slow_nic_rank=2)
     write_kineto(tables, base / "traces")
     report = ingest([base / "traces"], base / "run")
-    return tables, truth, report, analyze(base / "run", write=False).to_json(), base
+    return tables, truth, report, json.loads(analyze(base / "run", write=False).dumps()), base
 
 
 def test_every_call_ingests_with_its_bytes_and_peers(round_trip):

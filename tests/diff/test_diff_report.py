@@ -18,16 +18,16 @@ def slow_nic():
 
 
 def test_waterfall_steps_chain_from_a_to_b(slow_nic):
-    steps = diff_data(slow_nic)["waterfall"]
-    assert steps[0]["name"] == "step time in A" and steps[-1]["name"] == "step time in B"
+    steps = diff_data(slow_nic).waterfall
+    assert steps[0].name == "step time in A" and steps[-1].name == "step time in B"
     for prev, cur in zip(steps[1:-2], steps[2:-1], strict=True):  # noqa: RUF007 - the parts only
-        assert cur["start"] == pytest.approx(prev["end"])
-    assert steps[-2]["end"] == pytest.approx(steps[-1]["end"])  # the remainder closes on B
-    assert steps[-1]["end"] == pytest.approx(slow_nic.decomposition.step_b_ns)
+        assert cur.start == pytest.approx(prev.end)
+    assert steps[-2].end == pytest.approx(steps[-1].end)  # the remainder closes on B
+    assert steps[-1].end == pytest.approx(slow_nic.decomposition.step_b_ns)
 
 
 def test_heat_names_the_slow_host_late(slow_nic):
-    heat = diff_data(slow_nic)["heat"]
+    heat = diff_data(slow_nic).heat
     assert set(heat) == {"node000", "node001", "node002", "node003"}
     assert max(heat, key=lambda h: heat[h]["exposed comm"]) in ("node000", "node001")
     assert heat["node001"]["exposed comm"] > 1e6 and abs(heat["node001"]["compute"]) < 2e5  # comm rose, not compute

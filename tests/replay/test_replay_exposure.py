@@ -43,9 +43,9 @@ def test_identity_replay_gives_the_analysis_exposure(path: Path, tmp_path: Path)
     assert _close(ident.comm_ns, analysed.comm_ns) and _close(ident.exposed_ns, analysed.exposed_ns)
     overlap = D.overlap_data(res)
     assert overlap is not None
-    n_ranks = len(overlap["ranks"])
+    n_ranks = len(overlap.ranks)
     for d, ns in analysed.exposed_ns.items():  # the Overlap tab's legend: exposed ms per rank and step
-        assert overlap["totals_ms"][D.norm_dim(d)][1] / n_ranks == pytest.approx(ns / 1e6, rel=0.01)
+        assert overlap.totals_ms[D.norm_dim(d)][1] / n_ranks == pytest.approx(ns / 1e6, rel=0.01)
 
 
 @pytest.mark.parametrize("path", ONE_RANK, ids=lambda p: p.name)
@@ -57,7 +57,7 @@ def test_baseline_replay_with_nothing_simulated_gives_the_analysis_exposure(path
     assert base.comm_ns == analysed.comm_ns and base.exposed_ns == analysed.exposed_ns
     rd = D.replay_data(replay(prepare(run, write=False), ["rail-optimized"]))
     assert rd is not None
-    assert {d: v for d, v in rd["exposed_ms"]["rail-optimized"].items()} == pytest.approx(
+    assert {d: v for d, v in rd.exposed_ms["rail-optimized"].items()} == pytest.approx(
         {D.norm_dim(d): ns / 1e6 for d, ns in analysed.exposed_ns.items()}, rel=0.01)
 
 

@@ -242,13 +242,13 @@ def test_report_data_is_per_file_with_the_cli_sentences():
             _row(64 * MIB, 100.0, 90.0, source="dir/b.txt")]
     report = microbench_report(rows, "rail-optimized", path="dir")
     md = microbench_data(report)
-    assert [f["file"] for f in md["files"]] == ["a.txt", "b.txt"]
-    first = md["files"][0]["tables"]
-    assert [t["verdict"] for t in first] == ["degraded", "unknown"]
-    assert first[0]["size_bytes"] == [MIB, 64 * MIB] and first[1]["size_bytes"] == []
-    assert first[0]["measured"] == pytest.approx([r.timed_busbw for r in rows[:2]])
-    assert first[0]["sentence"] == health_sentence(report.tables[0])
-    assert first[0]["floor"] is None  # no row of 64 KiB or below
+    assert [f.file for f in md.files] == ["a.txt", "b.txt"]
+    first = md.files[0].tables
+    assert [t.verdict for t in first] == ["degraded", "unknown"]
+    assert first[0].size_bytes == [MIB, 64 * MIB] and first[1].size_bytes == []
+    assert first[0].measured == pytest.approx([r.timed_busbw for r in rows[:2]])
+    assert first[0].sentence == health_sentence(report.tables[0])
+    assert first[0].floor is None  # no row of 64 KiB or below
 
 
 @needs_real

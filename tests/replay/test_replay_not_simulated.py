@@ -59,7 +59,7 @@ def test_partly_simulated_run_says_how_many_were_not_and_scores_the_rest():
     assert res.results[1].replay_error is not None
     lines = replay_comparison(res)
     assert any(line.startswith("caution: 1 of 2 collective instances were not simulated") for line in lines)
-    assert D.replay_data(res)["instances"]["seq"] == [0, 0]  # the simulated one, on each topology
+    assert D.replay_data(res).instances["seq"] == [0, 0]  # the simulated one, on each topology
 
 
 def test_nothing_simulated_has_no_replay_error_and_no_comparison_table():
@@ -74,7 +74,7 @@ def test_nothing_simulated_has_no_replay_error_and_no_comparison_table():
                                "instances has traffic in the model (2 with members outside the run)")
     assert not [line for line in lines if "%" in line]
     rd = D.replay_data(res)
-    assert rd["simulated"] is False and rd["instances"]["traced_ms"] == []
+    assert rd.simulated is False and rd.instances["traced_ms"] == []
     assert D.link_data(res.link_samples(), None, order=res.topologies) is None
 
 
@@ -143,10 +143,10 @@ def test_real_one_rank_trace_reports_no_replay_error(name: str, tmp_path: Path) 
     from tracekit.workflows import report_data as build_report_data
 
     report = build_report_data(tmp_path / "run")
-    assert "Links" not in report["tabs"] and "Replay" in report["tabs"]
-    assert report["summary"]["replay"][0].startswith("Replay error not available: nothing was simulated")
+    assert "Links" not in report.tabs and "Replay" in report.tabs
+    assert report.summary.replay[0].startswith("Replay error not available: nothing was simulated")
     # each caveat once: the replay's "1 of 8 ranks present" and "hosts unknown" repeated the analysis' (issue 21, 10)
-    kinds = [f.kind for f in report["summary"]["findings"]]
+    kinds = [f.kind for f in report.summary.findings]
     assert kinds.count("partial_run") == 1 and kinds.count("unknown_hosts") == 1 and "replay_caution" not in kinds
 
 

@@ -239,7 +239,7 @@ def test_hostile_names_render_as_text_and_run_nothing(browser, reports, hostile)
         page.show("Summary")
         assert HOSTILE in " ".join(page.page.locator(".tk").all_inner_texts())  # the group description, as text
         page.show("Timeline")
-        td = hostile.data["timeline"]
+        td = hostile.data.timeline
         comp = td.levels[-1]["compute"]
         k = next(i for i, n in enumerate(comp["name_id"]) if td.names[n] == HOSTILE)
         x0, x1, y = float(comp["x0"][k]), float(comp["x1"][k]), float(comp["y"][k])
@@ -257,9 +257,9 @@ def test_hostile_names_render_as_text_and_run_nothing(browser, reports, hostile)
 def test_tooltip_names_the_rank_waited_on_and_the_root(browser, reports, gloo) -> None:
     """Regression: tooltips said how long a rank waited, not for whom."""
     worst = pl.from_arrow(gloo.analysis.instances).sort("max_wait_ns", descending=True).row(0, named=True)
-    td = gloo.data["timeline"]
+    td = gloo.data.timeline
     cols = td.levels[-1][f"comm:{worst['dim']}"]
-    row = td.rows["row"][worst["first_rank"]]
+    row = td.rows.row[worst["first_rank"]]
     k = max((i for i in range(len(cols["y"])) if round(float(cols["y"][i]) - 0.2) == row
              and cols["waited_on"][i] == worst["waited_on"]), key=lambda i: cols["wait_ns"][i])
     page = Page(browser, reports["gloo"])

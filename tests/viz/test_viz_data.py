@@ -112,11 +112,11 @@ def test_pipeline_stages_are_the_analysis_stages(gloo, synth) -> None:
     """Regression: the report numbered stages by its own rule (a 3 -> 1 pipeline came out {1:0, 3:1});
     the rows now follow `AnalysisResult.pp_stages`, and the gloo sample's truth (stage 0: ranks 0-3)."""
     for p in (gloo, synth):
-        td = p.data["timeline"]
-        assert td.rows["stage"] == dict(pl.from_arrow(p.analysis.pp_stages).iter_rows())
-        stages = [td.rows["stage"][r] for r in td.rows["order"]]
+        td = p.data.timeline
+        assert td.rows.stage == dict(pl.from_arrow(p.analysis.pp_stages).iter_rows())
+        stages = [td.rows.stage[r] for r in td.rows.order]
         assert stages == sorted(stages)
-    assert {r for r, s in gloo.data["timeline"].rows["stage"].items() if s == 0} == {0, 1, 2, 3}
+    assert {r for r, s in gloo.data.timeline.rows.stage.items() if s == 0} == {0, 1, 2, 3}
 
 
 def test_timeline_waits_are_the_analysis_waits(gloo) -> None:
@@ -128,7 +128,7 @@ def test_timeline_waits_are_the_analysis_waits(gloo) -> None:
     for w, on in parts.select("wait_ns", "waited_on").iter_rows():
         waits.setdefault(on, []).append(w)
     seen = 0
-    for layer, cols in gloo.data["timeline"].levels[-1].items():
+    for layer, cols in gloo.data.timeline.levels[-1].items():
         if not layer.startswith("comm:"):
             continue
         for wait, on, root in zip(cols["wait_ns"], cols["waited_on"], cols["root"], strict=True):
@@ -142,7 +142,7 @@ def test_timeline_waits_are_the_analysis_waits(gloo) -> None:
 def test_overview_never_counts_more_ranks_than_the_run_has(synth, gloo) -> None:
     """Regression: "ranks busy" reached 30 on 16 ranks (streams and dims counted twice)."""
     for p in (synth, gloo):
-        ov = p.data["timeline"].overview
+        ov = p.data.timeline.overview
         comm = sum(v for k, v in ov["series"].items() if k.startswith("comm:"))
         assert comm.max() <= ov["nrows"] + 1e-6
         assert ov["series"]["compute"].max() <= ov["nrows"] + 1e-6
@@ -152,29 +152,29 @@ def test_overview_never_counts_more_ranks_than_the_run_has(synth, gloo) -> None:
 def test_ep_figures_are_the_analysis_figures(synth) -> None:
     """Regression: the EP headline (5.61x, 35.1%) disagreed with its own table (5.69x, 70.1%);
     there is no run-wide headline any more, only the analysis' per-group figures."""
-    ep = synth.data["ep"]
+    ep = synth.data.ep
     groups = {g["group"]: g for g in pl.from_arrow(synth.analysis.ep_groups).to_dicts()}
-    assert {g["group"]: g["imbalance"] for g in ep["groups"]} == {k: g["imbalance"] for k, g in groups.items()}
-    assert sorted(ep["hot"]) == sorted(f"r{r}" for g in groups.values() for r in g["hot_ranks"])
+    assert {g["group"]: g["imbalance"] for g in ep.groups} == {k: g["imbalance"] for k, g in groups.items()}
+    assert sorted(ep.hot) == sorted(f"r{r}" for g in groups.values() for r in g["hot_ranks"])
     traffic = pl.from_arrow(synth.analysis.ep_traffic)
-    assert ep["matrix"].sum() * ep["scale"] == pytest.approx(traffic["bytes"].sum())
+    assert ep.matrix.sum() * ep.scale == pytest.approx(traffic["bytes"].sum())
 
 
 def test_ep_unit_fits_kilobyte_traffic(gloo) -> None:
     """Regression: MB for kilobyte data (the gloo sample moves a few KB per all-to-all)."""
-    ep = gloo.data["ep"]
-    assert ep["unit"] == "KB" and ep["matrix"].max() >= 1
-    assert ep["recv_unit"] == "KB"
+    ep = gloo.data.ep
+    assert ep.unit == "KB" and ep.matrix.max() >= 1
+    assert ep.recv_unit == "KB"
 
 
 def test_ep_draws_only_ranks_present(two_of_128) -> None:
     """Regression: 2 of 128 ranks present, the EP tab invented 126 absent ranks each receiving 12.4 MB."""
-    ep = two_of_128.data["ep"]
-    assert ep["labels"] == ["r0", "r1"] and ep["matrix"].shape == (2, 2)
-    group = ep["groups"][0]
+    ep = two_of_128.data.ep
+    assert ep.labels == ["r0", "r1"] and ep.matrix.shape == (2, 2)
+    group = ep.groups[0]
     assert not group["complete"] and group["members"] == 128 and group["hot_rank"] is None
     assert group["bytes_outside"] > 0
-    assert any("2 of 128 members present" in n for n in ep["notes"])
+    assert any("2 of 128 members present" in n for n in ep.notes)
 
 
 def test_ep_assumed_splits_are_said(tmp_path) -> None:
@@ -187,46 +187,46 @@ def test_ep_assumed_splits_are_said(tmp_path) -> None:
     if not path.exists():
         pytest.skip(f"real traces not present at {path}")
     p = pipeline([path], tmp_path / "run", dims="ep=0")
-    assert p.analysis.ep_groups.num_rows == 1 and p.data["ep"] is None and "EP" not in p.data["tabs"]
+    assert p.analysis.ep_groups.num_rows == 1 and p.data.ep is None and "EP" not in p.data.tabs
     assert any("traffic assumed even" in f.text for f in p.analysis.findings)
 
 
 def test_dlrm_embedding_all_to_all_has_no_ep_tab(dlrm) -> None:
     """DLRM's all-to-all carries embeddings, not tokens to experts: no EP tab (it had one, flat)."""
-    assert dlrm.data["ep"] is None and "EP" not in dlrm.data["tabs"]
+    assert dlrm.data.ep is None and "EP" not in dlrm.data.tabs
 
 
 def test_link_panels_keep_the_topology_order(synth) -> None:
     """Regression: panels were in alphabetical order, not the --topology order."""
-    assert [p["name"] for p in synth.data["links"]["panels"]] == SYNTH_TOPOLOGIES
+    assert [p.name for p in synth.data.links.panels] == SYNTH_TOPOLOGIES
 
 
 def test_link_panels_label_their_own_links(synth) -> None:
     """Regression: one link list for all panels left white bands (links absent from a topology)
     and labels on the first panel only."""
-    for p in synth.data["links"]["panels"]:
-        grid = np.asarray(p["grid"])
-        assert grid.shape[0] == len(p["links"]) and len(set(p["links"])) == len(p["links"])
+    for p in synth.data.links.panels:
+        grid = np.asarray(p.grid)
+        assert grid.shape[0] == len(p.links) and len(set(p.links)) == len(p.links)
         assert not np.isnan(grid).all(axis=1).any()  # every drawn link has samples in this panel
-        assert p["line"]["link"] == p["links"][0]
+        assert p.line.link == p.links[0]
 
 
 def test_replay_data_follows_the_topology_order_and_the_cli(synth) -> None:
-    rd = synth.data["replay"]
-    assert rd["topologies"] == SYNTH_TOPOLOGIES
-    assert rd["delta"][0] == 0.0
+    rd = synth.data.replay
+    assert rd.topologies == SYNTH_TOPOLOGIES
+    assert rd.delta[0] == 0.0
     steps = [float(np.mean(list(r.step_ns.values()))) / 1e6 for r in synth.replay.results]
-    assert rd["step_ms"] == pytest.approx(steps)
+    assert rd.step_ms == pytest.approx(steps)
 
 
 def test_hang_data_is_tracekit_hang(type_mismatch) -> None:
     """Regression: on the real type_mismatch dumps the Hang tab was all green while `tracekit hang`
     blamed rank 3 (a broadcast against an all_reduce)."""
-    hd = type_mismatch.data["hang"]
-    assert hd["hung"] and hd["suspects"] == [3]
-    group = next(g for g in hd["groups"] if g["group"] == "0")
-    assert group["status"] == "mismatch" and group["suspects"] == [3]
-    assert hd["findings"][0].startswith("Start with rank 3")
+    hd = type_mismatch.data.hang
+    assert hd.hung and hd.suspects == [3]
+    group = next(g for g in hd.groups if g.group == "0")
+    assert group.status == "mismatch" and group.suspects == [3]
+    assert hd.findings[0].startswith("Start with rank 3")
 
 
 def test_world_is_named_as_the_cli_names_it() -> None:

@@ -6,7 +6,7 @@ from bokeh.resources import CDN
 
 from tracekit import schema
 from tracekit.telemetry.compare import compare_links
-from tracekit.viz.links import NO_TELEMETRY, comparison_data, comparison_panel
+from tracekit.viz.links import NO_TELEMETRY, LinkComparison, comparison_data, comparison_panel
 
 S = 1_000_000_000
 T0 = 1_767_225_600 * S
@@ -26,16 +26,16 @@ def _comparison(link: str = "h0/mlx5_0:1--leaf0:1"):
 
 def test_series_are_the_comparison_s_windows_in_gbps():
     data = comparison_data(_comparison(), has_telemetry=True, t0_ns=T0 - 5 * S)
-    (s,) = data["series"]
-    assert data["aligned"] and list(s["x_ms"]) == [5_000.0, 15_000.0]
-    assert s["measured_gbps"][0] == 10.0 and s["replayed_gbps"][0] == 8.0  # 12.5 GB and 10 GB in 10 s
-    assert s["flags"] == ["", "reset"]
-    assert data["table"][0]["unexplained_bytes"] == 2.5e9
+    (s,) = data.series
+    assert data.aligned and list(s.x_ms) == [5_000.0, 15_000.0]
+    assert s.measured_gbps[0] == 10.0 and s.replayed_gbps[0] == 8.0  # 12.5 GB and 10 GB in 10 s
+    assert s.flags == ["", "reset"]
+    assert data.table[0].unexplained_bytes == 2.5e9
 
 
 def test_one_line_instead_of_empty_panels():
-    assert comparison_data(None, has_telemetry=False) == {"message": NO_TELEMETRY}
-    assert "tracekit replay RUN --topology observed" in comparison_data(None, has_telemetry=True)["message"]
+    assert comparison_data(None, has_telemetry=False) == LinkComparison(message=NO_TELEMETRY)
+    assert "tracekit replay RUN --topology observed" in comparison_data(None, has_telemetry=True).message
 
 
 def test_link_names_are_escaped():

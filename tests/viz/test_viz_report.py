@@ -3,6 +3,7 @@ outputs; what the report shows equals what the CLI prints for the same run."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -31,17 +32,17 @@ def _strip_tags(html: str) -> str:
 
 
 def test_tabs_in_order_when_data_exists(synth, gloo, type_mismatch) -> None:
-    assert synth.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay"]
+    assert synth.data.tabs == ["Summary", "Timeline", "Overlap", "EP", "Links", "Replay"]
     # + FR dumps; a CPU/gloo run is not replayed on a GPU fabric: no replayed link samples, a Replay tab that says so
-    assert gloo.data["tabs"] == ["Summary", "Timeline", "Overlap", "EP", "Replay", "Hang"]
+    assert gloo.data.tabs == ["Summary", "Timeline", "Overlap", "EP", "Replay", "Hang"]
     # a 4-rank Flight Recorder hang whose all-to-alls recorded no splits: no flat, assumed EP heatmap
-    assert type_mismatch.data["tabs"] == ["Summary", "Hang"]
+    assert type_mismatch.data.tabs == ["Summary", "Hang"]
 
 
 def test_results_must_be_typed(gloo) -> None:
     """Regression: the report took ad-hoc dicts, and grew branches to serve hand-made stand-ins."""
     with pytest.raises(TypeError, match="AnalysisResult"):
-        R.build_report_data(gloo.run, analysis=gloo.analysis.to_json())
+        R.build_report_data(gloo.run, analysis=json.loads(gloo.analysis.dumps()))
     with pytest.raises(TypeError, match="ReplayResult"):
         R.build_report_data(gloo.run, analysis=gloo.analysis, replay=to_builtins(gloo.replay.summary))
 
@@ -57,7 +58,7 @@ def test_title_names_the_input_not_a_cache_hash(tmp_path) -> None:
 
 def test_one_step_time_named_everywhere(synth) -> None:
     """Regression: two step-time definitions side by side (39.85 ms "per rank" vs 45.48 ms "traced")."""
-    kpis = dict(synth.data["summary"]["kpis"])
+    kpis = dict(synth.data.summary.kpis)
     label = "mean step time (first rank in to last rank out)"
     assert list(kpis).count(label) == 1 and not any("per rank" in k for k in kpis)
     from tracekit._text import fmt_ns
@@ -91,9 +92,9 @@ def test_report_names_the_rank_hang_names(type_mismatch) -> None:
     """Regression: `tracekit hang` blamed rank 3 on the real type_mismatch dumps while the report's
     Hang tab was green and the Summary said nothing; now both quote the same verdict."""
     hang_out = cli("hang", str(type_mismatch.run.path), "--no-write")
-    verdict = type_mismatch.data["hang"]["findings"][0]
+    verdict = type_mismatch.data.hang.findings[0]
     assert verdict in hang_out and "rank 3" in verdict
-    texts = [f.text for f in type_mismatch.data["summary"]["findings"] if f.kind == "hang"]
+    texts = [f.text for f in type_mismatch.data.summary.findings if f.kind == "hang"]
     assert verdict in texts
     analyze_out = cli("analyze", str(type_mismatch.run.path), "--no-write")
     assert verdict in analyze_out
@@ -103,21 +104,21 @@ def test_partial_run_is_said_on_every_tab(one_of_eight) -> None:
     """Regression: rank 0 of an 8-rank job was reported as "the most idle of any rank", never as
     1 of 8 ranks present."""
     data = one_of_eight.data
-    assert data["presence"] == "1 of 8 ranks present"
-    assert dict(data["summary"]["kpis"])["ranks present"] == "1 of 8"
-    for tab in data["tabs"]:
+    assert data.presence == "1 of 8 ranks present"
+    assert dict(data.summary.kpis)["ranks present"] == "1 of 8"
+    for tab in data.tabs:
         if tab != "Summary":
-            assert any("1 of 8 ranks present" in c for c in data["caveats"][tab]), tab
-    texts = " ".join(f.text for f in data["summary"]["findings"])
+            assert any("1 of 8 ranks present" in c for c in data.caveats[tab]), tab
+    texts = " ".join(f.text for f in data.summary.findings)
     assert "the most of any rank" not in texts and "cross-rank findings (waits" in texts
 
 
 def test_unknown_hosts_are_said(dlrm) -> None:
     """Regression: with hosts unknown, every rank silently landed on one host."""
-    assert dict(dlrm.data["summary"]["kpis"])["hosts"] == "unknown"
+    assert dict(dlrm.data.summary.kpis)["hosts"] == "unknown"
     for tab in ("Links", "EP"):
-        assert any("name no rank's host" in c for c in dlrm.data["caveats"][tab])
-    cautions = [f.text for f in dlrm.data["replay"]["findings"] if f.kind == "replay_caution"]
+        assert any("name no rank's host" in c for c in dlrm.data.caveats[tab])
+    cautions = [f.text for f in dlrm.data.replay.findings if f.kind == "replay_caution"]
     assert any(t.startswith("hosts unknown: ranks were placed on hosts by rank order") for t in cautions)
 
 
@@ -126,7 +127,7 @@ def test_write_report_escapes_trace_strings(hostile, tmp_path) -> None:
     info = R.write_report(hostile.run, tmp_path / "r.html", analysis=hostile.analysis, replay=hostile.replay)
     text = info.path.read_text()
     assert info.size_bytes == len(text.encode()) and info.size_bytes < 8_000_000
-    assert HOSTILE in hostile.data["timeline"].names  # reaches the page as a data field for Bokeh to escape
+    assert HOSTILE in hostile.data.timeline.names  # reaches the page as a data field for Bokeh to escape
     assert HOSTILE not in text  # never raw: Bokeh's JSON is HTML-escaped, Div text is escaped twice
     assert "&amp;lt;img src=x onerror" in text  # the group description in a finding, inside a Div
     assert re.search(r"<script[^>]*>\s*window.__pwned", text) is None
@@ -182,8 +183,8 @@ def test_busiest_links_chart_one_line_per_source_each_its_own_style(synth) -> No
 
     from tracekit.viz import figures
 
-    panels = synth.data["links"]["panels"]
-    lay = figures.link_figures(synth.data["links"], width=1400)
+    panels = synth.data.links.panels
+    lay = figures.link_figures(synth.data.links, width=1400)
     chart = next(m for m in lay.select({"type": Figure}) if m.title.text.startswith("The busiest link"))
     lines = [r.glyph for r in chart.select({"type": GlyphRenderer})]
     assert len(lines) == len(panels) >= 3
@@ -232,15 +233,15 @@ def test_replay_baseline_far_from_the_trace_is_a_caution(two_of_128) -> None:
     assert all(f.kind == "replay_caution" and f.severity == "warning" for f in replay.findings
                if f.data.get("reason") == "baseline_step")
     data = R.build_report_data(two_of_128.run, analysis=two_of_128.analysis, replay=replay)
-    assert any("off the traced step" in f.text for f in data["replay"]["findings"])
+    assert any("off the traced step" in f.text for f in data.replay.findings)
 
 
 def test_cpu_gloo_run_says_the_network_model_does_not_apply(gloo) -> None:
     """The gloo sample: the Replay tab and the Summary carry the replay's one `cpu_backend` finding,
     and the tab draws no modelled times."""
     [cpu] = [f for f in gloo.replay.findings if f.kind == "cpu_backend"]
-    assert gloo.data["replay"]["not_modelled"] == [cpu] and gloo.data["replay"]["topologies"] == []
-    assert cpu in gloo.data["summary"]["findings"]
+    assert gloo.data.replay.not_modelled == [cpu] and gloo.data.replay.topologies == []
+    assert cpu in gloo.data.summary.findings
     html = R.render(gloo.data)
     assert "CPU/gloo run" in html and "does not apply" in html
 

@@ -24,15 +24,15 @@ def schedule_whatif():
 
 def test_gantt_is_the_result_unchanged(schedule_whatif) -> None:
     wd = D.whatif_data(schedule_whatif)
-    assert [g["scenario"] for g in wd["gantt"]] == ["schedule:dualpipe", "schedule:zb-h1"]
-    for g, s in zip(wd["gantt"], schedule_whatif.scenarios, strict=True):
-        for drawn, run in zip(g["runs"], (s.schedule.baseline, s.schedule.scenario), strict=True):
-            assert drawn["bubble_ms"] == [b / 1e6 for b in run.bubble_ns]
-            assert drawn["span_ms"] == run.span_ns / 1e6
-            assert drawn["left_ms"] == [p.start_ns / 1e6 for p in run.placed]
-            assert drawn["kind"] == [p.kind for p in run.placed] and not drawn["truncated"]
-    dualpipe = wd["gantt"][0]["runs"][1]
-    assert "FB" in dualpipe["kind"] and dualpipe["title"].startswith("scenario: dualpipe (2 stages, 4 micro")
+    assert [g.scenario for g in wd.gantt] == ["schedule:dualpipe", "schedule:zb-h1"]
+    for g, s in zip(wd.gantt, schedule_whatif.scenarios, strict=True):
+        for drawn, run in zip(g.runs, (s.schedule.baseline, s.schedule.scenario), strict=True):
+            assert drawn.bubble_ms == [b / 1e6 for b in run.bubble_ns]
+            assert drawn.span_ms == run.span_ns / 1e6
+            assert drawn.left_ms == [p.start_ns / 1e6 for p in run.placed]
+            assert drawn.kind == [p.kind for p in run.placed] and not drawn.truncated
+    dualpipe = wd.gantt[0].runs[1]
+    assert "FB" in dualpipe.kind and dualpipe.title.startswith("scenario: dualpipe (2 stages, 4 micro")
 
 
 def test_bubble_labels_are_the_ones_the_cli_prints(schedule_whatif) -> None:
@@ -56,13 +56,13 @@ def test_traced_gantt_draws_the_analysis() -> None:
     result = analyze(tables)
     g = D.traced_pipeline_gantt(result)
     sched = result.pp_schedule
-    assert g is not None and sched is not None and g["title"].startswith("as traced in step 0: zb-h1 (2 stages")
-    assert g["chunk"] == [b.chunks for b in sched.blocks] and "W0" in " ".join(g["chunk"])
+    assert g is not None and sched is not None and g.title.startswith("as traced in step 0: zb-h1 (2 stages")
+    assert g.chunk == [b.chunks for b in sched.blocks] and "W0" in " ".join(g.chunk)
     bubbles = pl.from_arrow(result.pp_bubbles).filter(pl.col("step") == sched.step)
     for stage, ranks in enumerate(sched.stage_ranks):
         rank = next(b.rank for b in sched.blocks if b.stage == stage)
         assert rank in ranks
-        assert g["bubble_ms"][stage] == bubbles.filter(pl.col("rank") == rank).get_column("bubble_ns")[0] / 1e6
+        assert g.bubble_ms[stage] == bubbles.filter(pl.col("rank") == rank).get_column("bubble_ns")[0] / 1e6
     lay = figures.traced_pipeline(g, width=1000)
     labels = {str(x).strip() for src in lay.select({"type": ColumnDataSource}) for x in src.data.get("label", [])}
-    assert {f"bubble {b:.3f} ms" for b in g["bubble_ms"]} <= labels
+    assert {f"bubble {b:.3f} ms" for b in g.bubble_ms} <= labels

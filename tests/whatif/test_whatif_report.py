@@ -32,19 +32,19 @@ def test_data_is_the_result_unchanged(study):
     _, result, _ = study
     wd = D.whatif_data(result)
     eplb, place, ckpt = result.scenarios
-    assert wd["names"][0] == "baseline" and wd["names"][1:] == [s.scenario for s in result.scenarios]
-    assert wd["labels"][1] == "1. eplb:redundant=4"
+    assert wd.names[0] == "baseline" and wd.names[1:] == [s.scenario for s in result.scenarios]
+    assert wd.labels[1] == "1. eplb:redundant=4"
     mean = sum(eplb.step_ns.values()) / len(eplb.step_ns)
-    assert wd["step_ms"][1] == pytest.approx(mean / 1e6)
-    assert wd["exposed_ms"]["baseline"]["EP"] == pytest.approx(result.baseline_exposed_ns["EP"] / 1e6)
-    assert wd["ep"][0]["after_gb"] == pytest.approx([b / 1e9 for g in eplb.ep_load for b in g.after])
-    assert wd["ep"][0]["ranks"] == [r for g in eplb.ep_load for r in g.ranks]
-    grid = wd["grids"][0]["after"]
-    assert grid["hosts"] == list(place.placement_after.hosts)
-    assert {(grid["hosts"][h], g, r) for h, g, r in zip(grid["host"], grid["gpu"], grid["rank"], strict=True)} == {
+    assert wd.step_ms[1] == pytest.approx(mean / 1e6)
+    assert wd.exposed_ms["baseline"]["EP"] == pytest.approx(result.baseline_exposed_ns["EP"] / 1e6)
+    assert wd.ep[0].after_gb == pytest.approx([b / 1e9 for g in eplb.ep_load for b in g.after])
+    assert wd.ep[0].ranks == [r for g in eplb.ep_load for r in g.ranks]
+    grid = wd.grids[0].after
+    assert grid.hosts == list(place.placement_after.hosts)
+    assert {(grid.hosts[h], g, r) for h, g, r in zip(grid.host, grid.gpu, grid.rank, strict=True)} == {
         (place.placement_after.hosts[h], g, r) for r, (h, g) in place.placement_after.slots.items()}
-    assert wd["storage"][0]["slowed"] == len(ckpt.slowed) and wd["storage"][0]["network"] == "backend"
-    assert wd["traffic_gb"][wd["names"][3]]["storage"] == pytest.approx(ckpt.inter_host_after["storage"] / 1e9)
+    assert wd.storage[0].slowed == len(ckpt.slowed) and wd.storage[0].network == "backend"
+    assert wd.traffic_gb[wd.names[3]]["storage"] == pytest.approx(ckpt.inter_host_after["storage"] / 1e9)
     assert D.whatif_data(None) is None
 
 

@@ -156,16 +156,16 @@ def test_report_plots_step_time_against_gpus(runs, tmp_path):
 
     small = runs[2]
     result = whatif(small.tables, ["scale:dp=4", "scale:dp=2", "eplb:redundant=2"], topology=TOPOLOGY)
-    points = D.whatif_data(result)["scale"]
-    assert [(p["scenario"], p["gpus"]) for p in points] == [("baseline", 8), ("scale:dp=2", 16), ("scale:dp=4", 32)]
+    points = D.whatif_data(result).scale
+    assert [(p.scenario, p.gpus) for p in points] == [("baseline", 8), ("scale:dp=2", 16), ("scale:dp=4", 32)]
     by_name = {s.scenario: s for s in result.scenarios}
-    assert points[2]["step_ms"] == pytest.approx(_mean(by_name["scale:dp=4"].step_ns) / 1e6)
-    assert points[0]["step_ms"] == pytest.approx(_mean(result.baseline_step_ns) / 1e6)
+    assert points[2].step_ms == pytest.approx(_mean(by_name["scale:dp=4"].step_ns) / 1e6)
+    assert points[0].step_ms == pytest.approx(_mean(result.baseline_step_ns) / 1e6)
     tables, truth = make_run_tables(SMALL)
     run = write_run(tables, tmp_path / "run", truth=truth)
     html = workflows.report(run, tmp_path / "report.html", whatif=result).path.read_text()
     assert "Step time against GPUs (scale scenarios)" in html
-    assert D.whatif_data(whatif(small.tables, ["eplb:redundant=2"], topology=TOPOLOGY))["scale"] == []
+    assert D.whatif_data(whatif(small.tables, ["eplb:redundant=2"], topology=TOPOLOGY)).scale == []
 
 
 def test_readme_scale_block_is_the_real_output():

@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import msgspec
 import polars as pl
 import pyarrow as pa
+from msgspec import UNSET, UnsetType
 
 from tracekit.analysis import breakdown, ep, pp, rootcause, stalls, steps
 from tracekit.analysis._frames import frame, table
 from tracekit.analysis.classify import Overrides, classify, embedding_all_to_all
 from tracekit.analysis.clocks import Alignment, align_clocks
 from tracekit.analysis.matching import match_collectives
+from tracekit.analysis.schedule import ScheduleShape
 from tracekit.errors import TracekitError
 from tracekit.executors import Executor, parse_executor
 from tracekit.finding import Finding
 from tracekit.microbench import MicrobenchRun, microbench_runs
-from tracekit.results import to_builtins
+from tracekit.results import Result, dumps
 from tracekit.store import Run
 from tracekit.validity import RunValidity, run_validity
 
 if TYPE_CHECKING:
     from tracekit.analysis.schedule import TracedSchedule
-    from tracekit.hang import HangResult
+    from tracekit.hang import HangResult  # the front door computes it (tests/core/test_layers.py)
 
 RunLike = Run | str | os.PathLike[str] | Mapping[str, pa.Table]
 JSON_SCHEMA = "tracekit.analysis/1"
@@ -107,6 +108,94 @@ def prepared(source: RunLike, *, dims: str | Overrides | None = None, write: boo
     return Prepared(tables=out, dims=dims, extra=extra)
 
 
+STALL_COLUMNS = ("instance", "group", "seq", "op", "dim", "step", "first_rank", "last_rank", "waited_on",
+                 "root_rank", "root_instance", "root_step", "root_stall_ns", "chain", "chain_ranks", "max_wait_ns",
+                 "caused_ns", "excess_ns", "participants", "nranks", "complete", "bytes", "duration_ns",
+                 "busbw_gbps")
+
+
+class AnalysisCounts(Result, frozen=True, kw_only=True):
+    """The document's `summary`: what the run holds and the mean step time."""
+
+    collective_calls: int
+    groups: int
+    instances: int
+    mean_step_ns: float | None
+    mismatches: int
+    ranks: int
+    step_sources: list[str]
+    step_time: str
+    steps: list[int | None]
+
+
+class RankStep(Result, frozen=True, kw_only=True):
+    """One rank's step window: its span, compute, idle and communication time (ns), per dim and in
+    total; `overlap` repeats `overlap_ns` (the name the first documents used)."""
+
+    comm_ns: dict[str, int]
+    comm_total_ns: int | None
+    compute_ns: int | None
+    exposed_ns: dict[str, int]
+    exposed_total_ns: int | None
+    idle_ns: int | None
+    overlap: dict[str, int] = msgspec.field(default_factory=dict)
+    overlap_ns: dict[str, int]
+    rank: int
+    span_ns: int | None
+    step: int | None
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "overlap", self.overlap_ns)
+
+
+class Bandwidth(Result, frozen=True, kw_only=True):
+    """The median bandwidth of one group and op (`basis` "instance"), or of one group, op and size from
+    kernel times alone (`basis` "kernel_time", `stalls.kernel_bandwidth`: then `bytes` is the size)."""
+
+    algbw_median_gbps: float | None
+    basis: str
+    busbw_median_gbps: float | None
+    busbw_p10_gbps: float | None
+    bytes: int | UnsetType | None = UNSET
+    bytes_median: float | None
+    dim: str | None
+    duration_median_ns: float | None
+    group: str | None
+    instances: int
+    op: str | None
+
+
+class AnalysisDocument(Result, frozen=True, kw_only=True):
+    """results/analysis.json and `analyze --json` (layout: docs/analysis.md): the fields in key order,
+    tables as their rows. Its keys are sorted (`sort_keys`); `alignment` keeps its rank keys as numbers
+    (sorted as numbers), every other block's keys are text (`number_keys`, `tracekit.results`)."""
+
+    number_keys: ClassVar[tuple[str, ...]] = ("alignment",)
+
+    alignment: Alignment
+    alignment_residual_ns: dict[str, float | None]
+    bandwidth: list[Bandwidth]
+    clock_offsets_ns: dict[str, int | None]
+    critical_path: pa.Table
+    dims: dict[str, list[str]]
+    ep: pa.Table
+    findings: list[Finding]
+    hang: HangResult | None
+    microbench: list[MicrobenchRun]
+    mismatches: pa.Table
+    per_rank_step: list[RankStep]
+    pp_bubbles: pa.Table
+    pp_schedule: ScheduleShape | None
+    pp_stages: dict[str, int]
+    root_causes: pa.Table
+    schema: str = JSON_SCHEMA
+    stalls: pa.Table
+    step_times: pa.Table
+    stragglers: pa.Table
+    summary: AnalysisCounts
+    validity: RunValidity
+
+
 @dataclass
 class AnalysisResult:
     """Every analysis table (Arrow), the alignment report, the run's validity, the hang verdict
@@ -157,9 +246,9 @@ class AnalysisResult:
         df = df.filter(pl.col("max_wait_ns") > 0).sort(["max_wait_ns", "instance"], descending=[True, False])
         return df.head(n or self.top)
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict; its layout is documented in docs/analysis.md."""
-        return _to_json(self)
+    def document(self) -> AnalysisDocument:
+        """The result as results/analysis.json holds it (`tracekit.results` encodes it; docs/analysis.md)."""
+        return _document(self)
 
     def per_rank_means(self) -> pl.DataFrame:
         """Per rank, the mean over its step windows of the window span, compute, exposed comm and idle
@@ -179,8 +268,25 @@ class AnalysisResult:
             return None
         return float(sum(st.column("step_ns").to_pylist()) / st.num_rows)
 
+    def bandwidth(self) -> list[Bandwidth]:
+        """The median bandwidth per group and op of the instances with a bandwidth, then the kernel-time
+        estimates per group, op and size (`stalls.kernel_bandwidth`)."""
+        inst = _pl(self.instances)
+        bw = (inst.filter(pl.col("busbw_gbps").is_not_null())
+              .group_by("dim", "op", "group")
+              .agg(pl.len().alias("instances"), pl.col("bytes").median().alias("bytes_median"),
+                   pl.col("duration_ns").median().alias("duration_median_ns"),
+                   pl.col("algbw_gbps").median().alias("algbw_median_gbps"),
+                   pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
+                   pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
+              .sort("dim", "op", "group", nulls_last=True))
+        kernel_bw = _pl(self.kernel_bandwidth) if self.kernel_bandwidth.num_columns else pl.DataFrame()
+        return ([Bandwidth(**row, basis="instance") for row in bw.to_dicts()]
+                + [Bandwidth(**row, basis="kernel_time") for row in kernel_bw.to_dicts()])
+
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=1, sort_keys=True, default=_default)
+        """The JSON text of `document()`, as `analyze --json` prints it."""
+        return dumps(self.document(), sort_keys=True)
 
 
 def analyze(source: RunLike, *, dims: str | Overrides | None = None, top: int = 10,
@@ -288,82 +394,49 @@ def _pl(t: pa.Table) -> pl.DataFrame:
     return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 
-def _to_json(r: AnalysisResult) -> dict[str, Any]:
+def _document(r: AnalysisResult) -> AnalysisDocument:
     rk = _pl(r.ranks)
     wide = _pl(r.per_rank_step)
     long = _pl(r.per_rank_step_dim)
     inst = _pl(r.instances)
-    per_dim: dict[tuple[int, int], dict[str, dict[str, int]]] = {}
+    per_dim: dict[tuple[int, int], tuple[dict[str, int], dict[str, int], dict[str, int]]] = {}
     for row in long.iter_rows(named=True):
-        d = per_dim.setdefault((row["rank"], row["step"]), {"comm_ns": {}, "exposed_ns": {}, "overlap_ns": {}})
-        d["comm_ns"][row["dim"]] = row["comm_ns"]
-        d["exposed_ns"][row["dim"]] = row["exposed_ns"]
-        d["overlap_ns"][row["dim"]] = row["overlap_ns"]
+        comm, exposed, overlap = per_dim.setdefault((row["rank"], row["step"]), ({}, {}, {}))
+        comm[row["dim"]] = row["comm_ns"]
+        exposed[row["dim"]] = row["exposed_ns"]
+        overlap[row["dim"]] = row["overlap_ns"]
     prs = []
     for row in wide.iter_rows(named=True):
-        d = per_dim.get((row["rank"], row["step"]), {"comm_ns": {}, "exposed_ns": {}, "overlap_ns": {}})
-        prs.append({
-            "rank": row["rank"], "step": row["step"], "span_ns": row["span_ns"], "compute_ns": row["compute_ns"],
-            "comm_ns": d["comm_ns"], "exposed_ns": d["exposed_ns"], "overlap_ns": d["overlap_ns"],
-            "overlap": d["overlap_ns"], "comm_total_ns": row["comm_ns"], "exposed_total_ns": row["exposed_ns"],
-            "idle_ns": row["idle_ns"],
-        })
-    stall_cols = ["instance", "group", "seq", "op", "dim", "step", "first_rank", "last_rank", "waited_on",
-                  "root_rank", "root_instance", "root_step", "root_stall_ns", "chain", "chain_ranks", "max_wait_ns",
-                  "caused_ns", "excess_ns", "participants", "nranks", "complete", "bytes", "duration_ns",
-                  "busbw_gbps"]
+        comm, exposed, overlap = per_dim.get((row["rank"], row["step"]), ({}, {}, {}))
+        prs.append(RankStep(rank=row["rank"], step=row["step"], span_ns=row["span_ns"], compute_ns=row["compute_ns"],
+                            comm_ns=comm, exposed_ns=exposed, overlap_ns=overlap, comm_total_ns=row["comm_ns"],
+                            exposed_total_ns=row["exposed_ns"], idle_ns=row["idle_ns"]))
     groups = _pl(r.groups)
     stalls_rows = (r.stalls().join(groups.select("group", "desc"), on="group", how="left", maintain_order="left")
-                   .select(*stall_cols, "desc").to_dicts() if inst.height else [])
-    bw = (inst.filter(pl.col("busbw_gbps").is_not_null())
-          .group_by("dim", "op", "group")
-          .agg(pl.len().alias("instances"), pl.col("bytes").median().alias("bytes_median"),
-               pl.col("duration_ns").median().alias("duration_median_ns"),
-               pl.col("algbw_gbps").median().alias("algbw_median_gbps"),
-               pl.col("busbw_gbps").median().alias("busbw_median_gbps"),
-               pl.col("busbw_gbps").quantile(0.1).alias("busbw_p10_gbps"))
-          .sort("dim", "op", "group", nulls_last=True)
-          .with_columns(pl.lit("instance").alias("basis")))
-    kernel_bw = _pl(r.kernel_bandwidth) if r.kernel_bandwidth.num_columns else pl.DataFrame()
-    bandwidth = bw.to_dicts() + [{**row, "basis": "kernel_time"} for row in kernel_bw.to_dicts()]
+                   .select(*STALL_COLUMNS, "desc") if inst.height else pl.DataFrame())
+    bandwidth = r.bandwidth()
     from tracekit.analysis.steps import STEP_TIME
 
-    st = _pl(r.step_times)
-    return {
-        "schema": JSON_SCHEMA,
-        "summary": {
-            "ranks": rk.height, "groups": groups.height, "steps": sorted(set(wide.get_column("step").to_list())),
-            "collective_calls": r.collectives.num_rows, "instances": inst.height,
-            "mismatches": r.mismatches.num_rows, "mean_step_ns": r.mean_step_ns(), "step_time": STEP_TIME,
-            "step_sources": sorted({str(x) for x in _pl(r.steps).get_column("source").to_list() if x is not None})
-            if "source" in r.steps.column_names else [],
-        },
-        "validity": to_builtins(r.validity),
-        "step_times": st.to_dicts(),
-        "clock_offsets_ns": {str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
-        "alignment_residual_ns": r.alignment.residual_ns,
-        "alignment": to_builtins(r.alignment, str_keys=False),
-        "dims": {g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
-        "pp_stages": {str(k): v for k, v in _pl(r.pp_stages).iter_rows()},
-        "per_rank_step": prs,
-        "stalls": stalls_rows,
-        "root_causes": _pl(r.root_causes).head(r.top).to_dicts(),
-        "critical_path": _pl(r.critical_path).to_dicts(),
-        "stragglers": _pl(r.stragglers).head(r.top).to_dicts(),
-        "ep": _pl(r.ep_groups).to_dicts(),
-        "pp_bubbles": _pl(r.pp_bubbles).to_dicts(),
-        "pp_schedule": to_builtins(r.pp_schedule.shape()) if r.pp_schedule is not None else None,
-        "bandwidth": bandwidth,
-        "mismatches": _pl(r.mismatches).head(r.top * 10).to_dicts(),
-        "hang": to_builtins(r.hang) if r.hang is not None else None,
-        "microbench": to_builtins(r.microbench),
-        "findings": to_builtins(r.findings),
-    }
+    counts = AnalysisCounts(
+        ranks=rk.height, groups=groups.height, steps=sorted(set(wide.get_column("step").to_list())),
+        collective_calls=r.collectives.num_rows, instances=inst.height, mismatches=r.mismatches.num_rows,
+        mean_step_ns=r.mean_step_ns(), step_time=STEP_TIME,
+        step_sources=sorted({str(x) for x in _pl(r.steps).get_column("source").to_list() if x is not None})
+        if "source" in r.steps.column_names else [])
+    return AnalysisDocument(
+        summary=counts, validity=r.validity, step_times=_rows(r.step_times),
+        clock_offsets_ns={str(k): v for k, v in rk.select("rank", "clock_offset_ns").iter_rows()},
+        alignment_residual_ns=r.alignment.residual_ns, alignment=r.alignment,
+        dims={g: list(d or []) for g, d in groups.select("group", "dims").iter_rows()},
+        pp_stages={str(k): v for k, v in _pl(r.pp_stages).iter_rows()}, per_rank_step=prs,
+        stalls=stalls_rows.to_arrow(), root_causes=_rows(r.root_causes, r.top),
+        critical_path=_rows(r.critical_path), stragglers=_rows(r.stragglers, r.top), ep=_rows(r.ep_groups),
+        pp_bubbles=_rows(r.pp_bubbles), pp_schedule=r.pp_schedule.shape() if r.pp_schedule is not None else None,
+        bandwidth=bandwidth, mismatches=_rows(r.mismatches, r.top * 10), hang=r.hang, microbench=r.microbench,
+        findings=r.findings)
 
 
-def _default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+def _rows(t: pa.Table, n: int | None = None) -> pa.Table:
+    """`t` as the document lists it: categories as text, the first `n` rows."""
+    df = _pl(t)
+    return (df if n is None else df.head(n)).to_arrow()

@@ -123,7 +123,6 @@ def _bytes(n: float | None) -> str:
 def _print(doc: RunInfo) -> None:
     from rich.table import Table
 
-    from tracekit.results import to_builtins
 
     console = safe_console(soft_wrap=True)
     if not console.is_terminal:
@@ -163,12 +162,12 @@ def _print(doc: RunInfo) -> None:
         out(t)
     _print_communicators(out, doc.communicators, [w.text for w in doc.nccl_warnings])
     from tracekit._text import grouped_warnings, short_paths
-    from tracekit.cli.ingest import skipped_summary, sources_table
+    from tracekit.cli.ingest import sources_table
+    from tracekit.present import skipped_summary
 
-    sources = to_builtins(doc.sources)
     out()
-    out(sources_table(sources, title="sources"))
-    note = skipped_summary([s for s in sources if not s.get("error")])
+    out(sources_table(doc.sources, title="sources"))
+    note = skipped_summary([s for s in doc.sources if not s.error])
     if note:
         out(note, soft_wrap=True)
     names = short_paths([s.path for s in doc.sources])

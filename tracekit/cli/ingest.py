@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tracekit.cli._common import console, executor_options, json_option, user_errors
+
+if TYPE_CHECKING:
+    from tracekit.present import Source
 
 safe_console = console
 
@@ -88,52 +93,31 @@ def ingest(paths: tuple[str, ...], out: Path, jobs: int | None, rank: int | None
         raise SystemExit(2)
 
 
-def sources_table(sources: list, *, title: str | None = None):
-    """The per-source table `ingest` and `info` print: names told apart by their folders, numbers
-    never cut (the name column folds instead), skipped events as one count per source (read =
-    stored + skipped). Failed sources are left out: their errors are printed below the table."""
+def sources_table(sources: Sequence[Source], *, title: str | None = None):
+    """The per-source table `ingest` and `info` print (`present.source_rows`); the name column folds
+    so that numbers are never cut."""
     from rich.table import Table
 
-    from tracekit._text import short_paths
+    from tracekit.present import source_rows
 
-    names = short_paths([s["path"] for s in sources])
     table = Table(show_edge=False, title=title, title_justify="left", pad_edge=False)
     table.add_column("source", overflow="fold", ratio=1, min_width=12)
     table.add_column("format", no_wrap=True)
     table.add_column("ranks", overflow="fold", max_width=12)
     for col in ("stored", "skipped"):
         table.add_column(col, justify="right", no_wrap=True)
-    for s in sources:
-        if s.get("error"):
-            continue
-        skipped = sum((s.get("skipped") or {}).values())
-        table.add_row(names[s["path"]], _short_format(s.get("format")),
-                      ",".join(map(str, s.get("ranks") or [])) or "-", f"{s.get('stored') or 0:,}", f"{skipped:,}")
+    for r in source_rows(sources):
+        table.add_row(r.source, r.format, r.ranks, r.stored, r.skipped)
     return table
-
-
-def _short_format(fmt: str | None) -> str:
-    return {"flight_recorder": "flightrec"}.get(fmt or "", fmt or "?")
-
-
-def skipped_summary(sources: list) -> str | None:
-    """ "skipped, by reason: flow 1,520, instant 16" over all sources, or None."""
-    total: dict[str, int] = {}
-    for s in sources:
-        for k, v in (s.get("skipped") or {}).items():
-            total[k] = total.get(k, 0) + v
-    if not total:
-        return None
-    return "skipped, by reason: " + ", ".join(f"{k} {v:,}" for k, v in sorted(total.items()))
 
 
 def _print(report) -> None:
     from tracekit._text import grouped_warnings, short_paths
-    from tracekit.results import to_builtins
+    from tracekit.present import skipped_summary
 
     console = safe_console(soft_wrap=False)
     err = safe_console(stderr=True, soft_wrap=True)
-    ok = to_builtins(report.ingested)
+    ok = report.ingested
     if report.ingested:
         console.print(sources_table(ok))
         note = skipped_summary(ok)
