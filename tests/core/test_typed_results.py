@@ -389,6 +389,7 @@ MAPPINGS = {
     "tracekit/whatif/core.py:inter_host_bytes": "dim -> bytes",
     "tracekit/whatif/core.py:instance_times": "(group, seq) -> replayed instance",
     "tracekit/whatif/core.py:parse_params": "a scenario spec parsed: key -> value",
+    "tracekit/whatif/experts.py:expert_tokens": "rank -> the tokens of its experts, in expert order",
     "tracekit/whatif/experts.py:rank_loads": "EP group -> rank -> bytes received",
     "tracekit/whatif/experts.py:read_expert_map": "expert -> rank",
     "tracekit/whatif/storage.py:parse_storage_params": "a storage spec parsed: key -> value",
