@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from tracekit import schema
 from tracekit.atomic import atomic_write_all, atomic_write_with
 from tracekit.errors import TracekitError
-from tracekit.manifest import check_manifest
+from tracekit.manifest import Manifest, check_manifest, json_default, manifest_text
 from tracekit.results import Result
 
 MANIFEST = "manifest.json"
@@ -478,7 +478,7 @@ def _commit_record(run_dir: Path) -> CommitRecord | None:
     return CommitRecord(names["tables"], names["remove"])
 
 
-def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Mapping[str, Any], *,
+def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Manifest, *,
            copies: Mapping[str, Path] | None = None) -> None:
     """Replace the merged tables and the manifest of a run as one step (call with the lock held).
     A table named in `copies` is written as a copy of that Parquet file (which holds the same rows);
@@ -502,8 +502,8 @@ def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest
                 else:
                     write_parquet(table, staging / f"{name}.parquet")
                 present.append(name)
-        atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(
-            json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)))
+        text = manifest_text(manifest)
+        atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(text))
         record = {"tables": present, "remove": sorted(n for n, t in tables.items() if t is None)}
         atomic_write(staging / COMMIT, lambda t: Path(t).write_text(json.dumps(record)))
     except OSError as exc:
@@ -554,7 +554,7 @@ def manifest_generation(manifest: Mapping[str, Any]) -> str:
     given = manifest.get("generation")
     if isinstance(given, str) and given:
         return given
-    text = json.dumps(manifest, sort_keys=True, default=_json_default)
+    text = json.dumps(manifest, sort_keys=True, default=json_default)
     return "legacy-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -852,7 +852,7 @@ class Run:
 
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
-        text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
+        text = json.dumps(payload, indent=1, sort_keys=True, default=json_default)
         if self._pending is not None:
             self._pending[f"results/{name}.json"] = text
             return self.path / "results" / f"{name}.json"
@@ -984,8 +984,8 @@ def _read(run_dir: Path, path: Path) -> pa.Table:
             from exc
 
 
-def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> None:
-    text = json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)
+def write_manifest(run_dir: Path, manifest: Manifest | Mapping[str, Any]) -> None:
+    text = manifest_text(manifest)
     atomic_write(Path(run_dir) / MANIFEST, lambda t: Path(t).write_text(text), Path(run_dir))
 
 
@@ -1020,13 +1020,3 @@ def remove_stale_sources(run_dir: Path, keep: set[str]) -> None:
         with contextlib.suppress(OSError):
             if not any(rank_dir.iterdir()):
                 rank_dir.rmdir()
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
