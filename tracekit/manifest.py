@@ -136,6 +136,12 @@ class Manifest(Result, frozen=False, kw_only=True):
     validity: ValidityEntry | UnsetType | None = UNSET
     primary_sources: dict[str, list[str]] | UnsetType | None = UNSET
 
+    @property
+    def primary(self) -> dict[str, list[str]] | None:
+        """Each rank's primary source keys, by rank as text; None for a run that does not record
+        them (every ingested source then counts)."""
+        return self.primary_sources if isinstance(self.primary_sources, dict) else None
+
     @classmethod
     def new(cls, sources: list[SourceRecord], tables: dict[str, int], **fields: Any) -> Manifest:
         """A manifest written now: this tracekit's version and the table schema's."""

@@ -623,18 +623,19 @@ class Run:
             raise RunError(f"{self.path}: not a tracekit run directory (no {MANIFEST}); run `tracekit ingest` first")
         try:
             contained(self.path, manifest_path)
-            self.manifest: dict[str, Any] = json.loads(self._moved_or(manifest_path, Path.read_text))
+            doc = json.loads(self._moved_or(manifest_path, Path.read_text))
         except OSError as exc:
             raise os_error(exc, str(manifest_path)) from exc
         except ValueError as exc:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
-        if not isinstance(self.manifest, dict):
+        if not isinstance(doc, dict):
             raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
         try:
-            check_manifest(self.manifest, manifest_path)
+            self.manifest: Manifest = check_manifest(doc, manifest_path)
+            self.manifest_doc: dict[str, Any] = doc  # as stored (an absent field is not its default)
         except ValueError as exc:
             raise RunError(str(exc)) from None
-        self.generation = manifest_generation(self.manifest)
+        self.generation = manifest_generation(doc)
         self.stale: list[str] = []  # results left aside because an ingest has replaced their data
         #: derived files held by `results_together` (path in the run -> table, JSON text, or None
         #: to remove), committed together when its block ends
@@ -664,24 +665,23 @@ class Run:
     def _check_parts(self) -> None:
         """Every events part the manifest counts must exist (a run whose files were deleted
         under it must not analyse as if complete)."""
-        primary = self.manifest.get("primary_sources")
+        primary = self.manifest.primary
         primary_keys = None if primary is None else {k for keys in primary.values() for k in keys}
-        for s in self.manifest.get("sources") or []:
-            if not isinstance(s, dict) or s.get("error") or not s.get("key"):
+        for s in self.manifest.sources:
+            if s.error or not s.key:
                 continue
-            key = s["key"]
+            key = s.key
             if primary_keys is not None and key not in primary_keys:
                 continue
-            ranks = s.get("ranks") or []
-            for r in ranks if len(ranks) == 1 and s.get("events") else []:
+            for r in s.ranks if len(s.ranks) == 1 and s.events else []:
                 if not (self.path / "events" / f"rank={r}" / f"{key}.parquet").exists():
-                    raise RunError(f"{self.path}: inconsistent run: the events of {s.get('path')} (rank {r}) are "
+                    raise RunError(f"{self.path}: inconsistent run: the events of {s.path} (rank {r}) are "
                                    "missing; run `tracekit ingest` again")
 
     @property
     def ingested(self) -> int:
         """How many sources were ingested without error."""
-        return sum(1 for s in self.manifest.get("sources") or [] if isinstance(s, dict) and not s.get("error"))
+        return sum(1 for s in self.manifest.sources if not s.error)
 
     def require_data(self) -> None:
         """Raise a clear RunError when the run holds no ingested source (nothing to analyse)."""
@@ -731,10 +731,9 @@ class Run:
         if not root.is_dir():
             return []
         wanted = None if ranks is None else {int(r) for r in ranks}
-        primary = self.manifest.get("primary_sources")
+        primary = self.manifest.primary
         if primary is None:
-            listed = {s.get("key") for s in self.manifest.get("sources") or [] if isinstance(s, dict)
-                      and not s.get("error") and s.get("key")}
+            listed = {s.key for s in self.manifest.sources if not s.error and s.key}
         files = []
         real = os.path.realpath(self.path)
         for part in sorted(_rank_dirs(root), key=lambda p: int(p.name.split("=", 1)[1])):
@@ -908,18 +907,6 @@ class Run:
         if path is None:
             return None
         return json.loads(path.read_text())
-
-    def update_manifest(self, **fields: Any) -> None:
-        self.manifest.update(fields)
-        self.manifest.setdefault("generation", self.generation)  # a legacy run keeps its generation
-
-        def write() -> Path:
-            recover(self.path)
-            self.check_generation()
-            write_manifest(self.path, self.manifest)
-            return self.path / MANIFEST
-
-        self.save(MANIFEST, write)
 
 
 def _current_generation(run_dir: Path) -> str | None:

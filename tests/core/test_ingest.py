@@ -52,7 +52,7 @@ def test_dlrm_eight_ranks_line_up(dlrm_run: Path) -> None:
         ends = [c["ts_ns"] + c["dur_ns"] for c in coll if c["seq"] == seq]
         assert len(ends) == 8 and max(ends) - min(ends) < 50_000
     assert run.scan("events").select("rank").collect().height == sum(
-        s["stored"] for s in run.manifest["sources"])
+        s.stored for s in run.manifest.sources)
 
 
 def test_manifest_contents(dlrm_run: Path, dlrm: list[Path]) -> None:
