@@ -1,4 +1,5 @@
-"""Where per-file ingest and per-rank analysis run: in this process (the default) or as Ray tasks.
+"""Where per-file ingest and per-rank analysis run: in this process (the default), in a pool of
+processes on this machine (ingest's choice for large inputs), or as Ray tasks.
 
 `--executor ray` uses the Ray cluster this process is already connected to, else the one
 RAY_ADDRESS names, else starts a local one; `--executor ray://HOST:PORT` connects through Ray
