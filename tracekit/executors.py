@@ -1,4 +1,5 @@
-"""Where per-file ingest and per-rank analysis run: in this process (the default) or as Ray tasks.
+"""Where per-file ingest and per-rank analysis run: in this process (the default), in a pool of
+processes on this machine (ingest's choice for large inputs), or as Ray tasks.
 
 `--executor ray` uses the Ray cluster this process is already connected to, else the one
 RAY_ADDRESS names, else starts a local one; `--executor ray://HOST:PORT` connects through Ray
@@ -9,8 +10,10 @@ every node mounts at the same path (see docs/scale.md). Ray is an optional extra
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +29,15 @@ class ExecutorError(TracekitError):
 
 @dataclass(frozen=True)
 class Executor:
-    """A parsed `--executor`: kind "local" or "ray", the Ray address (None: connected, RAY_ADDRESS or
-    local), and the memory each task reserves in bytes (None: Ray's default)."""
+    """Where tasks run: kind "local" (in this process, one after another), "process" (a pool of
+    `workers` processes on this machine; chosen by the library, not by `--executor`) or "ray";
+    for Ray the address (None: connected, RAY_ADDRESS or local) and the memory each task reserves
+    in bytes (None: Ray's default)."""
 
     kind: str = "local"
     address: str | None = None
     task_memory: int | None = None
+    workers: int | None = None
 
     @property
     def is_local(self) -> bool:
@@ -99,10 +105,13 @@ def ray_session(executor: Executor) -> Iterator[Any]:
 
 
 def run_tasks(executor: Executor, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], *,
-              done: Callable[[int, Any], None] | None = None) -> list[Any]:
-    """fn(*args) for every args in `calls`, as Ray tasks (one CPU each, `task_memory` reserved);
-    results in the order of `calls`. `done(i, result)` is called as each task finishes. A task
-    that raises fails the whole call with an ExecutorError naming it."""
+              done: Callable[[int, Any], None] | None = None,
+              failed: Callable[[int, BaseException], Any] | None = None) -> list[Any]:
+    """fn(*args) for every args in `calls` on `executor` (here, in a process pool, or as Ray tasks
+    of one CPU each with `task_memory` reserved); results in the order of `calls`. `done(i, result)`
+    is called (in this process) as each task finishes. A Ray task that raises fails the whole call
+    with an ExecutorError naming it; a pool task that raises gives `failed(i, exc)` as its result
+    (without `failed`, the ExecutorError); here, the exception propagates."""
     if executor.is_local:
         out = []
         for i, args in enumerate(calls):
@@ -110,6 +119,8 @@ def run_tasks(executor: Executor, fn: Callable[..., Any], calls: Sequence[tuple[
             if done is not None:
                 done(i, out[-1])
         return out
+    if executor.kind == "process":
+        return _run_in_pool(executor, fn, calls, done, failed)
     with ray_session(executor) as ray:
         options: dict[str, Any] = {"num_cpus": 1, "max_retries": 1}
         if executor.task_memory is not None:
@@ -133,6 +144,29 @@ def run_tasks(executor: Executor, fn: Callable[..., Any], calls: Sequence[tuple[
                 if done is not None:
                     done(i, results[i])
         return results
+
+
+def _run_in_pool(executor: Executor, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
+                 done: Callable[[int, Any], None] | None,
+                 failed: Callable[[int, BaseException], Any] | None) -> list[Any]:
+    """`run_tasks` on a pool of `executor.workers` spawned processes (a fork would copy this
+    process's threads and memory pools)."""
+    results: list[Any] = [None] * len(calls)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=executor.workers, mp_context=context) as pool:
+        futures = {pool.submit(fn, *args): i for i, args in enumerate(calls)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                results[i] = future.result()
+            except Exception as exc:
+                if failed is None:
+                    raise ExecutorError(f"task {getattr(fn, '__name__', fn)}{_brief(calls[i])} failed: "
+                                        f"{type(exc).__name__}: {exc}") from exc
+                results[i] = failed(i, exc)
+            if done is not None:
+                done(i, results[i])
+    return results
 
 
 def _brief(args: tuple[Any, ...]) -> str:

@@ -129,7 +129,7 @@ UNTIMED_FORMATS = {
 
 def _why_untimed(run: Run) -> str:
     """ "the run holds no timed events (NCCL logs give ...); `tracekit info` ... reads them"."""
-    formats = sorted({s["format"] for s in run.manifest.get("sources", []) if not s.get("error") and s.get("format")})
+    formats = sorted({s.format for s in run.manifest.sources if not s.error and s.format})
     reasons = [UNTIMED_FORMATS[f] for f in formats if f in UNTIMED_FORMATS]
     others = [f for f in formats if f not in UNTIMED_FORMATS]
     if others:

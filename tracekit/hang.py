@@ -687,8 +687,7 @@ def _fr_parts(run: Any, fmt: str = "flight_recorder") -> tuple[pa.Table | None, 
     """Every Flight Recorder (or NCCL log) source's own collectives and ranks. Ingest keeps one
     source per rank in the merged tables (Kineto before NCCL logs before Flight Recorder, one of a
     pickle/JSON pair), so a run with several trace kinds has these only under RUN/sources/<key>/."""
-    keys = [s["key"] for s in run.manifest.get("sources", [])
-            if s.get("format") == fmt and not s.get("error") and s.get("key")]
+    keys = [s.key for s in run.manifest.sources if s.format == fmt and not s.error and s.key]
     parts: dict[str, list[pa.Table]] = {"collectives": [], "ranks": []}
     for key in sorted(keys):
         for name, tables in parts.items():

@@ -146,7 +146,7 @@ class RunInfo(Result):
 
 def describe(run: Run) -> RunInfo:
     """The run's `RunInfo`, without its telemetry section (the front door adds it)."""
-    m = run.manifest
+    m = run.manifest_doc  # as stored: a field an older manifest lacks is None here, not its default
     ranks = run.table("ranks").to_pylist()
     groups = run.table("groups").to_pylist()
     sources = m.get("sources", [])

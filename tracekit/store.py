@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from tracekit import schema
 from tracekit.atomic import atomic_write_all, atomic_write_with
 from tracekit.errors import TracekitError
-from tracekit.manifest import check_manifest
+from tracekit.manifest import Manifest, check_manifest, json_default, manifest_text
 from tracekit.results import Result
 
 MANIFEST = "manifest.json"
@@ -497,7 +497,7 @@ def _commit_record(run_dir: Path) -> CommitRecord | None:
     return CommitRecord(names["tables"], names["remove"])
 
 
-def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Mapping[str, Any], *,
+def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest: Manifest, *,
            copies: Mapping[str, Path] | None = None) -> None:
     """Replace the merged tables and the manifest of a run as one step (call with the lock held).
     A table named in `copies` is written as a copy of that Parquet file (which holds the same rows);
@@ -521,8 +521,8 @@ def commit(run_dir: Path, tables: Mapping[str, pa.Table | Path | None], manifest
                 else:
                     write_parquet(table, staging / f"{name}.parquet")
                 present.append(name)
-        atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(
-            json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)))
+        text = manifest_text(manifest)
+        atomic_write(staging / MANIFEST, lambda t: Path(t).write_text(text))
         record = {"tables": present, "remove": sorted(n for n, t in tables.items() if t is None)}
         atomic_write(staging / COMMIT, lambda t: Path(t).write_text(json.dumps(record)))
     except OSError as exc:
@@ -573,7 +573,7 @@ def manifest_generation(manifest: Mapping[str, Any]) -> str:
     given = manifest.get("generation")
     if isinstance(given, str) and given:
         return given
-    text = json.dumps(manifest, sort_keys=True, default=_json_default)
+    text = json.dumps(manifest, sort_keys=True, default=json_default)
     return "legacy-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -642,18 +642,19 @@ class Run:
             raise RunError(f"{self.path}: not a tracekit run directory (no {MANIFEST}); run `tracekit ingest` first")
         try:
             contained(self.path, manifest_path)
-            self.manifest: dict[str, Any] = json.loads(self._moved_or(manifest_path, Path.read_text))
+            doc = json.loads(self._moved_or(manifest_path, Path.read_text))
         except OSError as exc:
             raise os_error(exc, str(manifest_path)) from exc
         except ValueError as exc:
             raise RunError(f"{manifest_path}: unreadable manifest: {exc}") from exc
-        if not isinstance(self.manifest, dict):
+        if not isinstance(doc, dict):
             raise RunError(f"{manifest_path}: unreadable manifest (not a JSON object)")
         try:
-            check_manifest(self.manifest, manifest_path)
+            self.manifest: Manifest = check_manifest(doc, manifest_path)
+            self.manifest_doc: dict[str, Any] = doc  # as stored (an absent field is not its default)
         except ValueError as exc:
             raise RunError(str(exc)) from None
-        self.generation = manifest_generation(self.manifest)
+        self.generation = manifest_generation(doc)
         self.stale: list[str] = []  # results left aside because an ingest has replaced their data
         #: derived files held by `results_together` (path in the run -> table, JSON text, or None
         #: to remove), committed together when its block ends
@@ -683,24 +684,23 @@ class Run:
     def _check_parts(self) -> None:
         """Every events part the manifest counts must exist (a run whose files were deleted
         under it must not analyse as if complete)."""
-        primary = self.manifest.get("primary_sources")
+        primary = self.manifest.primary
         primary_keys = None if primary is None else {k for keys in primary.values() for k in keys}
-        for s in self.manifest.get("sources") or []:
-            if not isinstance(s, dict) or s.get("error") or not s.get("key"):
+        for s in self.manifest.sources:
+            if s.error or not s.key:
                 continue
-            key = s["key"]
+            key = s.key
             if primary_keys is not None and key not in primary_keys:
                 continue
-            ranks = s.get("ranks") or []
-            for r in ranks if len(ranks) == 1 and s.get("events") else []:
+            for r in s.ranks if len(s.ranks) == 1 and s.events else []:
                 if not (self.path / "events" / f"rank={r}" / f"{key}.parquet").exists():
-                    raise RunError(f"{self.path}: inconsistent run: the events of {s.get('path')} (rank {r}) are "
+                    raise RunError(f"{self.path}: inconsistent run: the events of {s.path} (rank {r}) are "
                                    "missing; run `tracekit ingest` again")
 
     @property
     def ingested(self) -> int:
         """How many sources were ingested without error."""
-        return sum(1 for s in self.manifest.get("sources") or [] if isinstance(s, dict) and not s.get("error"))
+        return sum(1 for s in self.manifest.sources if not s.error)
 
     def require_data(self) -> None:
         """Raise a clear RunError when the run holds no ingested source (nothing to analyse)."""
@@ -750,10 +750,9 @@ class Run:
         if not root.is_dir():
             return []
         wanted = None if ranks is None else {int(r) for r in ranks}
-        primary = self.manifest.get("primary_sources")
+        primary = self.manifest.primary
         if primary is None:
-            listed = {s.get("key") for s in self.manifest.get("sources") or [] if isinstance(s, dict)
-                      and not s.get("error") and s.get("key")}
+            listed = {s.key for s in self.manifest.sources if not s.error and s.key}
         files = []
         real = os.path.realpath(self.path)
         for part in sorted(_rank_dirs(root), key=lambda p: int(p.name.split("=", 1)[1])):
@@ -871,7 +870,7 @@ class Run:
 
     def write_json(self, name: str, payload: Any) -> Path | None:
         """Write a derived JSON document (analysis or replay results) under RUN/results/."""
-        text = json.dumps(payload, indent=1, sort_keys=True, default=_json_default)
+        text = json.dumps(payload, indent=1, sort_keys=True, default=json_default)
         if self._pending is not None:
             self._pending[f"results/{name}.json"] = text
             return self.path / "results" / f"{name}.json"
@@ -927,18 +926,6 @@ class Run:
         if path is None:
             return None
         return json.loads(path.read_text())
-
-    def update_manifest(self, **fields: Any) -> None:
-        self.manifest.update(fields)
-        self.manifest.setdefault("generation", self.generation)  # a legacy run keeps its generation
-
-        def write() -> Path:
-            recover(self.path)
-            self.check_generation()
-            write_manifest(self.path, self.manifest)
-            return self.path / MANIFEST
-
-        self.save(MANIFEST, write)
 
 
 def _current_generation(run_dir: Path) -> str | None:
@@ -1003,8 +990,8 @@ def _read(run_dir: Path, path: Path) -> pa.Table:
             from exc
 
 
-def write_manifest(run_dir: Path, manifest: Mapping[str, Any]) -> None:
-    text = json.dumps(manifest, indent=1, sort_keys=True, default=_json_default)
+def write_manifest(run_dir: Path, manifest: Manifest | Mapping[str, Any]) -> None:
+    text = manifest_text(manifest)
     atomic_write(Path(run_dir) / MANIFEST, lambda t: Path(t).write_text(text), Path(run_dir))
 
 
@@ -1039,13 +1026,3 @@ def remove_stale_sources(run_dir: Path, keep: set[str]) -> None:
         with contextlib.suppress(OSError):
             if not any(rank_dir.iterdir()):
                 rank_dir.rmdir()
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

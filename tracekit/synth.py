@@ -51,11 +51,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 
-from tracekit import __version__, schema
+from tracekit import schema
 from tracekit.atomic import atomic_write_bytes, atomic_write_text
 from tracekit.errors import TracekitError
+from tracekit.manifest import Manifest, SourceRecord
 from tracekit.parsers._kineto_calls import kernel_algo
-from tracekit.results import to_builtins
 from tracekit.store import Run, RunLock, SourceSink, commit
 
 #: NVLink 4 (H100): 18 links x 25 GB/s, per direction per GPU.
@@ -939,21 +939,14 @@ def write_run(tables: dict[str, pa.Table], out: str | Path, *, truth: dict[str, 
     sink = SourceSink(out, "synth")
     sink.add_events(tables["events"])
     parts = sink.close()
-    from tracekit.ingest import SourceReport
-
     events = tables["events"]
     ts = events.column("ts_ns")
     steps = sorted({s for s in events.column("step").to_pylist() if s is not None})
-    source = SourceReport(path="synth", format="synth", key="synth", read=events.num_rows, stored=events.num_rows,
+    source = SourceRecord(path="synth", format="synth", key="synth", read=events.num_rows, stored=events.num_rows,
                           ranks=sorted(tables["ranks"].column("rank").to_pylist()), events=events.num_rows,
                           collectives=tables["collectives"].num_rows, groups=tables["groups"].num_rows, steps=steps,
-                          ts_min_ns=pa.compute.min(ts).as_py(), ts_max_ns=pa.compute.max(ts).as_py())
-    manifest = {
-        "tracekit_version": __version__,
-        "schema_version": schema.SCHEMA_VERSION,
-        "sources": [{**to_builtins(source), "parts": parts}],
-        "tables": {name: t.num_rows for name, t in tables.items()},
-    }
+                          ts_min_ns=pa.compute.min(ts).as_py(), ts_max_ns=pa.compute.max(ts).as_py(), parts=parts)
+    manifest = Manifest.new([source], {name: t.num_rows for name, t in tables.items()})
     with RunLock(out):
         commit(out, {name: schema.conform(name, t) for name, t in tables.items() if name != "events"}, manifest)
     run = Run(out)

@@ -26,6 +26,7 @@ import pyarrow as pa
 from tracekit._text import fmt_ranks
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
+from tracekit.manifest import ValidityEntry
 from tracekit.results import Result, from_builtins, to_builtins
 
 #: Sources further apart in time than this are from different jobs.
@@ -336,9 +337,9 @@ def run_validity(source: Any) -> RunValidity:
         return from_ranks(source.get("ranks"))
     run = source if isinstance(source, Run) else Run(source)
     found = from_ranks(run.table("ranks"))
-    saved = run.manifest.get("validity")
-    if isinstance(saved, Mapping):
-        recorded = from_builtins(saved, RunValidity)
+    saved = run.manifest.validity
+    if isinstance(saved, ValidityEntry):
+        recorded = from_builtins(to_builtins(saved), RunValidity)
         found.jobs = recorded.jobs
         found.allow_mixed = recorded.allow_mixed
         if recorded.world_size and not found.world_size:
@@ -355,7 +356,7 @@ def run_name(source: Any) -> str:
     if isinstance(source, Mapping):
         return "tables"
     run = source if isinstance(source, Run) else Run(source)
-    paths = [s.get("path") for s in run.manifest.get("sources", []) if s.get("path") and not s.get("error")]
+    paths = [s.path for s in run.manifest.sources if s.path and not s.error]
     if paths:
         common = Path(os.path.commonpath([str(Path(p).parent) for p in paths]))
         if common.name and common.name not in ("json", "pickle", "fr"):

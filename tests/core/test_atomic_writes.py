@@ -232,3 +232,23 @@ def test_disk_full_at_every_write_point_leaves_the_run_as_it_was(gloo_run: Path,
         assert changed == [], (k, changed)
         assert res.exit_code == 1 or "not saved" in res.stderr, (k, res.output[-500:])
     raise AssertionError("the command never finished within 40 write points")
+
+
+def test_a_full_disk_during_a_parse_stops_the_ingest_and_commits_nothing(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source whose parse cannot write the run (ENOSPC) is not one failed source among others:
+    the ingest stops with a RunError, commits no manifest, and leaves an earlier run as it was."""
+    from tracekit.ingest import ingest
+    from tracekit.ingest import parse as parsing
+    from tracekit.store import RunError
+
+    traces = Path(__file__).resolve().parents[2] / "sample_traces" / "synth_moe_16rank"
+    out = tmp_path / "run"
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(parsing, "atomic_write_text", full)
+    with pytest.raises(RunError, match="nothing was committed"):
+        ingest([traces], out, jobs=1)
+    assert not (out / "manifest.json").exists()

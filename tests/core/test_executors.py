@@ -1,5 +1,6 @@
 """Executors without Ray: spec parsing, and the partitioned analysis (run inline) against the whole-run one."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -180,3 +181,30 @@ def test_union_by_rank_is_rootcause_union_per_rank(rows):
         want += [(rank, int(a), int(b)) for a, b in zip(s, e, strict=True)]
     assert got.rows() == want
     assert got.schema == {"rank": pl.Int32, "s": pl.Int64, "e": pl.Int64}
+
+
+def test_a_process_pool_gives_results_in_call_order_and_a_failed_task_its_stand_in():
+    import operator
+
+    pool = Executor("process", workers=2)
+    seen: list[int] = []
+    got = run_tasks(pool, operator.truediv, [(1, 2), (1, 0), (3, 1)], done=lambda i, r: seen.append(i),
+                    failed=lambda i, exc: f"{i}: {type(exc).__name__}")
+    assert got == [0.5, "1: ZeroDivisionError", 3.0] and sorted(seen) == [0, 1, 2]
+    with pytest.raises(ExecutorError, match=r"task truediv\(1, 0\) failed: ZeroDivisionError"):
+        run_tasks(pool, operator.truediv, [(1, 0)])
+
+
+def test_the_parse_of_an_ingest_picks_its_executor():
+    from tracekit.ingest.parse import PARALLEL_MIN_BYTES, parse_executor_for
+    from tracekit.manifest import SourceRecord
+
+    big = [(SourceRecord(path=str(i), size=PARALLEL_MIN_BYTES), "kineto") for i in range(3)]
+    small = [(SourceRecord(path=str(i), size=1), "kineto") for i in range(3)]
+    here, ray = Executor(), Executor("ray")
+    workers = min(os.cpu_count() or 1, len(big))
+    assert parse_executor_for(here, None, big) == (Executor("process", workers=workers) if workers > 1 else here)
+    assert parse_executor_for(here, None, small) == here  # workers cost more than these files
+    assert parse_executor_for(here, 2, small) == Executor("process", workers=2)
+    assert parse_executor_for(here, 1, big) == here and parse_executor_for(here, 8, big[:1]) == here
+    assert parse_executor_for(ray, 1, small) == ray

@@ -52,7 +52,7 @@ def test_dlrm_eight_ranks_line_up(dlrm_run: Path) -> None:
         ends = [c["ts_ns"] + c["dur_ns"] for c in coll if c["seq"] == seq]
         assert len(ends) == 8 and max(ends) - min(ends) < 50_000
     assert run.scan("events").select("rank").collect().height == sum(
-        s["stored"] for s in run.manifest["sources"])
+        s.stored for s in run.manifest.sources)
 
 
 def test_manifest_contents(dlrm_run: Path, dlrm: list[Path]) -> None:
@@ -91,26 +91,26 @@ def test_unchanged_reingest_commits_nothing(dlrm: list[Path], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Re-ingesting what the run holds (a warm `tracekit replay`) reports the committed run as is,
     without merging, checking or committing again; anything changed takes the full path."""
-    import tracekit.ingest as ingest_module
+    import tracekit.ingest.merge as ingest_module
 
     out = tmp_path / "run"
     ingest(dlrm[:2], out)
     first = ingest(dlrm[:2], out)  # the manifest now says every source was a cache hit
     assert first.committed
     stamp = (out / "manifest.json").stat().st_mtime_ns
-    full_merge = ingest_module._merge
+    full_merge = ingest_module.merge_tables
 
     def no_merge(*args, **kwargs):
         raise AssertionError("merged again")
 
-    monkeypatch.setattr(ingest_module, "_merge", no_merge)
+    monkeypatch.setattr(ingest_module, "merge_tables", no_merge)
     again = ingest(dlrm[:2], out)
     assert (out / "manifest.json").stat().st_mtime_ns == stamp and not again.committed
     assert to_builtins(again) == to_builtins(first) and again.exit_code == 0
     (out / "groups.parquet").unlink()  # a table gone: merged and committed again
     with pytest.raises(AssertionError, match="merged again"):
         ingest(dlrm[:2], out)
-    monkeypatch.setattr(ingest_module, "_merge", full_merge)
+    monkeypatch.setattr(ingest_module, "merge_tables", full_merge)
     assert ingest(dlrm[:2], out).committed and Run(out).has("groups")
 
 
@@ -272,7 +272,7 @@ def test_group_rows_merge_in_source_order() -> None:
     rank list wins (a differing one warns), partial lists are unioned, desc/backend fill in."""
     import pyarrow as pa
 
-    from tracekit.ingest import _merge_groups
+    from tracekit.ingest.merge import _merge_groups
 
     a = {"group": "1", "desc": "", "backend": None, "ranks": [0, 1], "size": 2, "dims": ["DP"],
          "ranks_complete": False}

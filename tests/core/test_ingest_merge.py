@@ -11,8 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracekit import ingest, nccl_fabric, schema
-from tracekit.ingest import SourceReport, _Fill, _merge_collectives
+from tracekit import nccl_fabric, schema
+from tracekit.ingest import SourceReport
+from tracekit.ingest import merge as ingest
+from tracekit.ingest.merge import _Fill, _merge_collectives
 
 
 def _part(rng: random.Random, ranks: list[int], n: int, *, nccl: bool) -> pa.Table:

@@ -66,7 +66,7 @@ def test_inspector_files_of_another_job_are_refused(tmp_path: Path) -> None:
 
     inspector = sorted((PARSERS_TESTS / "nccl_data").glob("inspector_*.log"))
     alone = ingest(inspector, tmp_path / "inspector")
-    assert not alone.failed and {s["format"] for s in Run(tmp_path / "inspector").manifest["sources"]} == {
+    assert not alone.failed and {s.format for s in Run(tmp_path / "inspector").manifest.sources} == {
         "nccl_inspector"}
     with pytest.raises(MixedRunError, match=r"rank 0 has sources from two of them: .*inspector_node-a"):
         ingest([SAMPLE, *inspector], tmp_path / "mixed")
@@ -74,7 +74,7 @@ def test_inspector_files_of_another_job_are_refused(tmp_path: Path) -> None:
 
 def test_every_table_from_its_source(mixed: Path) -> None:
     run = Run(mixed)
-    formats = {s["format"] for s in run.manifest["sources"]}
+    formats = {s.format for s in run.manifest.sources}
     assert formats == {"kineto", "flight_recorder", "nccl_log", "nccl_tests"}
     coll = run.table("collectives").to_pylist()
     assert {r["source"] for r in coll} == {"kineto"}

@@ -42,7 +42,7 @@ def test_stray_files_in_directories_are_ignored_not_errors(mixed):
     report, run = mixed
     assert [Path(i.path).name for i in report.ignored] == ["truth.json"]
     assert not report.failed
-    assert run.manifest["ignored"][0]["path"].endswith("truth.json")
+    assert run.manifest.ignored[0].path.endswith("truth.json")
 
 
 def test_directory_without_supported_files_says_so(tmp_path):

@@ -43,8 +43,8 @@ def _same_run(a: Path, b: Path) -> None:
     assert [p.relative_to(a) for p in ra.event_files()] == [p.relative_to(b) for p in rb.event_files()]
     assert ra.events().equals(rb.events())
     keep = ("path", "format", "key", "read", "stored", "skipped", "ranks", "events", "collectives")
-    assert [{k: s[k] for k in keep} for s in ra.manifest["sources"]] == \
-        [{k: s[k] for k in keep} for s in rb.manifest["sources"]]
+    assert [{k: getattr(s, k) for k in keep} for s in ra.manifest.sources] == \
+        [{k: getattr(s, k) for k in keep} for s in rb.manifest.sources]
 
 
 @pytest.mark.parametrize("name", ["synth", "gloo"])

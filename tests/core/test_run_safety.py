@@ -36,7 +36,7 @@ def consistent(run_dir: Path) -> dict:
     """Check that a run is self-consistent; return its identity (source paths, table rows)."""
     run = Run(run_dir)
     m = run.manifest
-    for name, n in m["tables"].items():
+    for name, n in m.tables.items():
         if name == "events":
             got = sum(pq.ParquetFile(f).metadata.num_rows for f in run.event_files())
         else:
@@ -45,10 +45,10 @@ def consistent(run_dir: Path) -> dict:
                 path = run_dir / STAGING / f"{name}.parquet"
             got = pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
         assert got == n, (name, got, n)
-    for s in m["sources"]:
-        if not s.get("error") and s.get("key"):
-            assert (run_dir / "sources" / s["key"]).is_dir(), s["path"]
-    return {"sources": sorted(s["path"] for s in m["sources"] if not s.get("error")), "tables": m["tables"]}
+    for s in m.sources:
+        if not s.error and s.key:
+            assert (run_dir / "sources" / s.key).is_dir(), s.path
+    return {"sources": sorted(s.path for s in m.sources if not s.error), "tables": m.tables}
 
 
 @pytest.fixture(scope="module")

@@ -57,7 +57,9 @@ from tracekit.whatif.experts import ExpertLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONVERTED = ["tracekit/finding.py", "tracekit/validity.py", "tracekit/telemetry/compare.py", "tracekit/hang.py",
-             "tracekit/whatif/experts.py", "tracekit/ingest.py", "tracekit/nccl_fabric.py",
+             "tracekit/whatif/experts.py", "tracekit/ingest/__init__.py", "tracekit/ingest/describe.py",
+             "tracekit/ingest/merge.py", "tracekit/ingest/parse.py", "tracekit/ingest/plan.py",
+             "tracekit/manifest.py", "tracekit/nccl_fabric.py",
              "tracekit/analysis/schedule.py", "tracekit/replay/calibration.py", "tracekit/replay/engine.py",
              "tracekit/replay/microbench.py", "tracekit/whatif/core.py", "tracekit/telemetry/__init__.py",
              "tracekit/store.py", "tracekit/analysis/core.py"]

@@ -11,9 +11,9 @@ import pytest
 from kineto_helpers import REAL as REAL_KINETO
 from nccl_eras import Job, job_log
 
-from tracekit import ingest as ingest_mod
 from tracekit import nccl_fabric, store
 from tracekit.ingest import ingest
+from tracekit.ingest import merge as ingest_mod
 from tracekit.parsers import _lines, _stream, kineto, nccl_log
 from tracekit.store import SMALL_TABLES, Run
 

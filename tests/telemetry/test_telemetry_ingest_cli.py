@@ -45,8 +45,8 @@ def test_traces_and_telemetry_make_one_run(tmp_path):
     samples = run.table("link_samples").to_pylist()
     assert [s["tx_bytes"] for s in samples] == [1e9, 2e9, None, 2e9 - 100]
     assert samples[2]["flags"] == ["reset"]
-    assert run.manifest["tables"]["link_samples"] == 4
-    assert run.manifest["ranks"] == list(range(8))
+    assert run.manifest.tables["link_samples"] == 4
+    assert run.manifest.ranks == list(range(8))
     # re-ingest: every source is a cache hit and the tables come out the same
     again = ingest([tmp_path / "in"], tmp_path / "run")
     assert all(s.cached for s in again.ingested)

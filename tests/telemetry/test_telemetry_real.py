@@ -211,4 +211,4 @@ def test_whole_directory_ingests(real, tmp_path):
     assert run.table("counters").num_rows == sum(s.stored for s in report.ingested
                                                  if s.format not in ("ibnetdiscover",))
     assert run.table("topology_links").num_rows == 6
-    assert run.manifest["ranks"] == []
+    assert run.manifest.ranks == []
