@@ -458,7 +458,8 @@ class ChromeTraceReader:
                         self._truncate()
                         return
                     continue
-                item = _decode_one(decode, buf[pos:end]) if deepest <= self.max_depth and c == 0x7B else None
+                item = (_decode_one(decode, buf[pos:end], self.repeated_keys)
+                        if deepest <= self.max_depth and c == 0x7B else None)
                 yield ("bad", buf[pos:end]) if item is None else ("batch", item)
                 self.pos = end
                 continue
@@ -580,7 +581,7 @@ class ChromeTraceReader:
                 raw = buf[pos:end]
                 item = None
                 if deepest <= self.max_depth and c == 0x7B:
-                    item = _decode_one(decode, raw)
+                    item = _decode_one(decode, raw, self.repeated_keys)
                 if item is None:
                     yield "bad", raw
                 else:
@@ -598,13 +599,43 @@ _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
-def _decode_one(decode: Callable[[bytes], Any], raw: bytes) -> Any | None:
+def _decode_one(decode: Callable[[bytes], Any], raw: bytes, repeated: RepeatedKeys) -> Any | None:
+    """One event the batch decoder refused, decoded alone: as given, with invalid UTF-8 replaced,
+    then (when it gives a key twice) with the last values only, the repeats tallied in `repeated`."""
     try:
         return decode(b"[" + raw + b"]")
     except _DECODE_ERRORS:
         pass
+    fixed = raw.decode("utf-8", "replace").encode()
     try:
-        fixed = raw.decode("utf-8", "replace").encode()
         return decode(b"[" + fixed + b"]")
     except _DECODE_ERRORS:
+        pass
+    keys = RepeatedKeys()
+    if not keys.scan_exact(fixed):
         return None
+    try:
+        item = decode(b"[" + _last_values(fixed) + b"]")
+    except (*_DECODE_ERRORS, msgspec.EncodeError):
+        return None
+    repeated.objects += keys.objects
+    repeated.names.update(keys.names)
+    return item
+
+
+_RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+#: objects nested deeper than this keep their repeats (no event field is an object inside an object)
+_LAST_VALUES_DEPTH = 4
+
+
+def _last_values(raw: bytes, depth: int = 0) -> bytes:
+    """The JSON object `raw` with each key once, with its last value, as json and JSON.parse read
+    it (so does msgspec, but it checks every value given against the field's type); the values'
+    bytes are kept as they are, numbers unrounded."""
+    obj = _RAW_OBJECT.decode(raw)
+    if depth < _LAST_VALUES_DEPTH:
+        for k, v in obj.items():
+            b = bytes(v)
+            if b.startswith(b"{"):
+                obj[k] = msgspec.Raw(_last_values(b, depth + 1))
+    return msgspec.json.encode(obj)

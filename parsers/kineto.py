@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 NAME = "kineto"
-PARSER_VERSION = "4"  # 4: NCCL's own NVTX API ranges (`ncclAllReduce`, ...) are call markers
+PARSER_VERSION = "5"  # 5: a key given twice in an event, first with a refused type, is read (was invalid)
 
 #: Kernel-name regexes (searched anywhere in the name) that mark a GPU kernel as communication.
 DEFAULT_COMM_PATTERNS: tuple[str, ...] = (

@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from tracekit._limits import MAX_WORLD_SIZE, checked_int, in_range, out_of_range
+from tracekit._limits import checked_int, in_range, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers import _nccl
 from tracekit.parsers._json_keys import RepeatedKeys
@@ -71,8 +71,7 @@ def _int(v: Any, kind: str = "id") -> int | None:
 
 def _world(v: Any) -> int | None:
     """A communicator size in 1..MAX_WORLD_SIZE (structures are sized by it), else None."""
-    n = checked_int(v, "count")
-    return n if n is not None and 1 <= n <= MAX_WORLD_SIZE else None
+    return checked_int(v, "world_size")
 
 
 def _us_as_ns(v: Any, kind: str = "time_ns") -> int | None:

@@ -55,7 +55,7 @@ from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nccl_log"
-PARSER_VERSION = "2"
+PARSER_VERSION = "3"  # 3: the tuning patterns see 256 bytes either side of " Bytes -> " only
 #: coll_id = rank * 2**32 + COLL_ID_OFFSET + ordinal: apart from Kineto's and Flight Recorder's ids.
 COLL_ID_OFFSET = 3 << 30
 #: Collective rows kept in memory before they are spooled; tuning lines may still update the last
@@ -89,6 +89,8 @@ _END = re.compile(rb"comm (\S+) rank (\d+) n[Rr]anks (\d+) cudaDev (-?\d+) busId
                   rb"(Destroy|Abort|Revoke) (START|COMPLETE)")
 _TUNE_OLD = re.compile(rb"(?:(\w+): )?(\d+) Bytes -> Algo (\d+) proto (\d+) time")
 _TUNE_NEW = re.compile(rb"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
+#: bytes either side of " Bytes -> " that the tuning patterns see (real lines: a name and a size)
+_TUNE_AROUND = 256
 _TRANSPORT = re.compile(
     rb"(?:Channel|Ring) (\d+)(?:/(\d+))? : (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])? "
     rb"(?:\[(send|receive)\] )?via (.+?)\s*$")
@@ -628,6 +630,10 @@ class _Builder:
         self.stats.store()
 
     def _tuning(self, msg: bytes, host: str, pid: int, tid: int) -> None:
+        # the patterns are searched near the first " Bytes -> " only: `(\w+): ` searched over a
+        # long run of word characters backtracks quadratically (a 4 MB line took hours)
+        at = msg.find(b" Bytes -> ")
+        msg = msg[max(0, at - _TUNE_AROUND):at + _TUNE_AROUND] if at >= 0 else msg[:_TUNE_AROUND]
         m = _TUNE_NEW.search(msg)
         if m is not None and not m.group(3).isdigit():
             name, algo, proto = m.group(1), m.group(3).decode(), m.group(4).decode().upper()

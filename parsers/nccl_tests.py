@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from tracekit._limits import checked_int, out_of_range
+from tracekit._limits import MAX_WORLD_SIZE, checked_int, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
@@ -45,8 +45,9 @@ from tracekit.parsers.registry import Format
 from tracekit.store import ParseResult, SourceSink, SourceStats
 
 NAME = "nccl_tests"
-# 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks without device lines
-PARSER_VERSION = "5"
+# 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks without device lines;
+# 6: no inferred rank count beyond MAX_WORLD_SIZE
+PARSER_VERSION = "6"
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
@@ -458,7 +459,20 @@ def infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
     """The rank count of a table printed without its `Using devices` lines (outputs pasted in docs
     and READMEs): size / count where the count is per rank, else nccl-tests' busbw / algbw factor
     inverted. Each printed value is taken as exact to half its last digit, and n is kept only when
-    one whole number fits every row: a coarse table gives no count, never a wrong one."""
+    one whole number fits every row: a coarse table gives no count, never a wrong one; nor does a
+    count beyond `MAX_WORLD_SIZE` (huge sizes or factors; a run's rank list is sized by it)."""
+    n, why = _infer_nranks(rows, op)
+    if n is not None and checked_int(n, "world_size") is None:
+        return None, f"{why}: {_digits(n)} ranks, beyond {MAX_WORLD_SIZE:,}"
+    return n, why
+
+
+def _digits(n: int) -> str:
+    text = str(n)
+    return f"{text[:12]}... ({len(text)} digits)" if len(text) > 15 else f"{n:,}"
+
+
+def _infer_nranks(rows: list[dict[str, Any]], op: str) -> tuple[int | None, str]:
     if op in _COUNT_PER_RANK:
         ratios = set(_share_ratios(rows))
         if len(ratios) == 1 and (n := ratios.pop()) >= 2 and n == int(n):

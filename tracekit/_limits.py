@@ -55,6 +55,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "size": (0, 2**62),
     "count": (0, 2**31 - 1),
     "rank": (0, MAX_WORLD_SIZE - 1),
+    "world_size": (1, MAX_WORLD_SIZE),  # a rank count: structures are sized by it
     "int32": (-(2**31), 2**31 - 1),
 }
 

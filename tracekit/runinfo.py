@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec import UNSET, UnsetType
 
+from tracekit._limits import checked_int
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.microbench import MicrobenchRun, microbench_runs
@@ -165,7 +166,8 @@ def describe(run: Run) -> RunInfo:
     ranks_from = "traces" if rank_ids else None
     if not rank_ids and bench:
         # an nccl-tests run: its header names every rank, its host and its device
-        rank_ids = list(range(max(b.nranks or 0 for b in bench)))
+        # a rank count out of range (a received run's table) names no ranks: the list is sized by it
+        rank_ids = list(range(max((checked_int(b.nranks, "world_size") or 0 for b in bench), default=0)))
         hosts = sorted({h for b in bench for h in b.host_names})
         devices = sorted({d for b in bench for d in b.devices})
         ranks_from = "nccl-tests header"

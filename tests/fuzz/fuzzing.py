@@ -833,8 +833,6 @@ def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
     yaml_map = seed.fmt == "link_map" and b"links:" in seed.data
     if seed.encoding != "json" and not (seed.encoding == "text" and seed.fmt in _JSON_LINES) and not yaml_map:
         return None
-    if seed.fmt == "kineto":  # read (last value), not counted: a known gap (test_duplicate_keys.py)
-        return None
     pairs = list((_YAML_PAIR if yaml_map else _INNER_PAIR).finditer(seed.data))
     if seed.fmt in _JSON_LINES:  # a line that is not JSON is skipped as malformed: its keys are no test
         pairs = [m for m in pairs if _json_line_at(seed.data, m.start())]
@@ -845,6 +843,10 @@ def _inner_keys(seed: Seed, rnd: random.Random) -> ClassCase | None:
         data = data[:m.start()] + m.group(0) + b", " + data[m.start():]
 
     def expect(stats: Any, seed_read: int | None) -> str | None:
+        if seed.fmt == "kineto":  # read (last value) but not warned inside events: a known gap
+            if seed_read is None or stats.read == seed_read:  # (test_duplicate_keys.py); the count holds
+                return None
+            return f"inner_keys: read {stats.read} events, the seed {seed_read}"
         if any("given more than once" in w for w in stats.warnings):
             return None
         return "inner_keys: a key repeated inside a record, and no warning says so"

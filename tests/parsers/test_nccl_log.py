@@ -338,6 +338,23 @@ def test_tuning_line_goes_to_the_collective_of_its_group_call(tmp_path: Path) ->
     assert got == {"send": (None, None), "recv": (None, None), "all_reduce": ("TREE", "LL128")}
 
 
+@pytest.mark.parametrize("tuning", ["64 Bytes -> Algo 0 proto 1 time 3.000000" + "x" * 60_000,
+                                    "y" * 60_000 + " 64 Bytes -> Algo 0 proto 1 time 3.000000"])
+def test_a_long_tuning_line_is_read_in_linear_time(tuning: str, tmp_path: Path) -> None:
+    """A tuning line with a long run of word characters: the tuning patterns' `(\\w+): ` searched
+    the whole line and backtracked quadratically (a 4 MB line ran for hours under `tracekit
+    ingest`; found by the round-three campaign's long_line class through the CLI). They now see
+    256 bytes either side of " Bytes -> ": this line parses in milliseconds (minutes before)."""
+    from nccl_eras import coll_line, prefix
+
+    job = Job("2.22")
+    setup = [ln for ln in rank_log(job, 0) if "opCount" not in ln and "Bytes ->" not in ln]
+    pre = prefix(job, 0) + "NCCL INFO "
+    p = parse_lines([*setup, pre + coll_line(job, 0, "AllReduce", 5, 16, 7, 0), pre + tuning], tmp_path)
+    got = {r["op"]: (r["algo"], r["proto"]) for r in p.rows("collectives")}
+    assert got == {"all_reduce": ("TREE", "LL128")}
+
+
 @pytest.mark.parametrize("prefix", ["[9999999999.5] ", "[9999-12-31 23:59:59.000] INFO worker: "])
 def test_a_line_time_beyond_the_int64_range_is_read_as_untimed_with_a_warning(prefix: str, tmp_path: Path) -> None:
     """A prefix time past 2116 (a 10-digit epoch near 1e10 s, the year 9999) overflowed int64 when

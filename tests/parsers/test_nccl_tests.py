@@ -324,6 +324,38 @@ def test_rank_count_inferred_without_device_lines(tmp_path: Path, text: str, nra
     assert any("no device lines" in w and how in w for w in res.stats.warnings), res.stats.warnings
 
 
+def test_rank_count_beyond_the_world_size_is_no_count(tmp_path: Path) -> None:
+    """size / count of 2^29 ranks (a huge size; found by the round-three campaign's huge_number
+    class): `tracekit info` built a list of that many rank ids (17 GB, OOM-killed). No count."""
+    text = _without_devices(AG_TEXT).replace("          32             2     float",
+                                              "  4294967296             2     float")
+    text = text.replace("        1024            64     float", "137438953472            64     float")
+    res, rows = parse(write(tmp_path, text), tmp_path)
+    assert {r["nranks"] for r in rows} == {None}
+    assert any("536,870,912 ranks, beyond 262,144" in w for w in res.stats.warnings), res.stats.warnings
+
+
+def test_ranks_of_a_received_run_are_not_sized_by_an_absurd_count(tmp_path: Path) -> None:
+    """A received run's microbench table with a rank count past MAX_WORLD_SIZE: `info` names no
+    ranks from it and replay refuses the row, rather than allocating per rank."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tracekit import workflows
+    from tracekit.ingest import ingest
+    from tracekit.replay.microbench import not_replayable
+
+    assert not ingest([DATA / "nccl_tests_all_gather_4rank.txt"], tmp_path / "run").failed
+    path = tmp_path / "run" / "microbench.parquet"
+    table = pq.read_table(path)
+    table = table.set_column(table.schema.get_field_index("nranks"), "nranks",
+                             pa.array([10_000_000] * table.num_rows, table.schema.field("nranks").type))
+    pq.write_table(table, path)
+    found = workflows.info(tmp_path / "run")
+    assert found.ranks == [] and found.ranks_from == "nccl-tests header"
+    assert not_replayable(table.to_pylist()[0]) == "its rank count 10000000 is beyond 262,144"
+
+
 def test_real_output_without_device_lines_gives_its_rank_count(tmp_path: Path, real_file: Path) -> None:
     res, rows = parse(write(tmp_path, _without_devices(real_file.read_text())), tmp_path)
     assert {r["nranks"] for r in rows} == {16}

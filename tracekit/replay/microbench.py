@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracekit import schema
+from tracekit._limits import MAX_WORLD_SIZE, checked_int
 from tracekit.errors import TracekitError
 from tracekit.finding import Finding
 from tracekit.replay import hardware
@@ -272,6 +273,8 @@ def not_replayable(row: dict[str, Any]) -> str | None:
         return "its op is unknown"
     if not row.get("nranks") or row["nranks"] < 1:
         return "its rank count is unknown (no device lines, and the columns do not tell it)"
+    if checked_int(row["nranks"], "world_size") is None:
+        return f"its rank count {row['nranks']} is beyond {MAX_WORLD_SIZE:,}"
     if row.get("size_bytes") is None:
         return "its size is missing"
     if row.get("oop_time_us") is None:
