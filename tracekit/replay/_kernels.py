@@ -4,6 +4,7 @@ dependency scheduler. Kernels see numpy arrays, scalars and named tuples of them
 
 from __future__ import annotations
 
+import ctypes
 import math
 from enum import IntEnum
 from typing import NamedTuple
@@ -370,16 +371,23 @@ _LAYOUT = np.array([
 ], np.int64)
 
 
-@intrinsic
-def _pointer(typingctx, address, dtype):
-    """The int `address` as a pointer to `dtype` (for numba.carray)."""
-    item = dtype.dtype
-    sig = types.CPointer(item)(types.intp, dtype)
+if numba.config.DISABLE_JIT:  # plain Python (the NUMBA_DISABLE_JIT test run): ctypes pointers
+    _CTYPES = {np.float64: ctypes.c_double, np.int64: ctypes.c_int64, np.bool_: ctypes.c_bool}
 
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(item)))
+    def _pointer(address, dtype):
+        """The int `address` as a pointer to `dtype` (for numba.carray)."""
+        return ctypes.cast(int(address), ctypes.POINTER(_CTYPES[dtype]))
+else:
+    @intrinsic
+    def _pointer(typingctx, address, dtype):
+        """The int `address` as a pointer to `dtype` (for numba.carray)."""
+        item = dtype.dtype
+        sig = types.CPointer(item)(types.intp, dtype)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(types.CPointer(item)))
+
+        return sig, codegen
 
 
 @njit_inline
