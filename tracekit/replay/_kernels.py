@@ -1082,15 +1082,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             need = ag_used + _class_slots(st, s_n)
             if need > agr.size:
                 size = max(2 * agr.size, need)
-                grown_i = np.empty(size, np.int64)
-                grown_i[:ag_used] = agr[:ag_used]
-                agr = grown_i
-                grown_i = np.empty(size, np.int64)
-                grown_i[:ag_used] = agc[:ag_used]
-                agc = grown_i
-                grown_f = np.empty(size, np.float64)
-                grown_f[:ag_used] = agw[:ag_used]
-                agw = grown_f
+                agr = _grown(agr, ag_used, size)
+                agc = _grown(agc, ag_used, size)
+                agw = _grown(agw, ag_used, size)
                 _point(tab, _S.AGR, agr.ctypes.data, size)
                 _point(tab, _S.AGC, agc.ctypes.data, size)
                 _point(tab, _S.AGW, agw.ctypes.data, size)
@@ -1100,6 +1094,14 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     out = _window_bytes(_f3(st, _S.WD), n_res, n_win, window_ns)
     _keep_alive(tab, arena_f, arena_i, arena_b, agr, agc, agw, release, cap, wt)
     return finish, out
+
+
+@njit
+def _grown(a, used, size):
+    """A new array of `size` holding a's first `used` items."""
+    out = np.empty(size, a.dtype)
+    out[:used] = a[:used]
+    return out
 
 
 @njit
