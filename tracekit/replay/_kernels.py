@@ -1,6 +1,7 @@
 """numba kernels for replay: routing to CSR paths, the max-min fair fluid simulator, and the
 dependency scheduler. Kernels see numpy arrays, scalars and named tuples of them (`FatTreeTables`,
-`GraphTables`) only, and read no module globals but the `FlowMode` constants."""
+`GraphTables`) only, and read no module globals but constants (`FlowMode`; the flow kernel's state
+table layout, `_S` and `_LAYOUT`)."""
 
 from __future__ import annotations
 
