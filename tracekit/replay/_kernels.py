@@ -1006,7 +1006,26 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     link (`maxr`), the bottleneck check, a class's fair share and a lazy class's rate are all
     rate / weight. Each event runs the phases in turn: lazy classes' finishes, finishes,
     arrivals, S0, then S solved and verified until every flow next to a change has a bottleneck,
-    a new lazy class, the completion keys."""
+    a new lazy class, the completion keys. The phases' parameters besides the state table `st`:
+
+    | name        | meaning                                                                  |
+    |-------------|--------------------------------------------------------------------------|
+    | now, event  | the event's time (ns) and number (1, 2, ...; RCHG, IN_S compare with it)  |
+    | tol, tol_b  | its tolerance (rel_eps x abs(now) + 1e-6 ns); that of saturation and of  |
+    |             | the bottleneck check (1e3 x rel_eps)                                     |
+    | rel_eps     | `simulate_flows`'s; a load change above it changes a resource            |
+    | merge       | `simulate_flows`'s early-finish fraction                                 |
+    | unit        | every weight is 1 (rates compare as they are)                            |
+    | hn, gn      | sizes of the completion heap (HK) and of the class heap (GK)             |
+    | nxt         | the next flow to release, in ORDER                                       |
+    | s_n, n_chg  | flows in S (S_LIST); changed resources (CHG_LINKS)                       |
+    | n_bad       | flows without a bottleneck (BAD)                                         |
+    | wstamp      | a stamp no earlier pass used (CMARK, LMARK, CHECKED compare with it)     |
+    | ag_used     | slots of AGR/AGC/AGW in use                                              |
+    | lz_b, b     | a lazy class, by its resource (-1: none)                                 |
+    | w_on, wrow, | whether this event counts in the window integrals WD, in which row, and  |
+    | wfrac       | for how long (ns) up to its window's end (`_event_window`)               |
+    """
     n_flows = nbytes.size
     n_res = cap.size
     n_win = max(n_windows, 0)
