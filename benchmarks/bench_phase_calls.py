@@ -30,7 +30,7 @@ _A, _B, _C, _D, _E, _G = range(6)
 
 
 @njit
-def _work(a, b, c, d, e, g, i, n):
+def phase_arrays(a, b, c, d, e, g, i, n):
     if a[i] < 0.0:
         return 0
     s = 0
@@ -45,11 +45,6 @@ def _work(a, b, c, d, e, g, i, n):
 
 
 @njit
-def phase_arrays(a, b, c, d, e, g, i, n):
-    return _work(a, b, c, d, e, g, i, n)
-
-
-@njit
 def phase_addresses(pa, pb, pc, pd, pe, pg, i, n):
     a = numba.carray(_pointer(pa, np.float64), n)
     b = numba.carray(_pointer(pb, np.float64), n)
@@ -57,7 +52,17 @@ def phase_addresses(pa, pb, pc, pd, pe, pg, i, n):
     d = numba.carray(_pointer(pd, np.int64), n)
     e = numba.carray(_pointer(pe, np.int64), n)
     g = numba.carray(_pointer(pg, np.float64), n)
-    return _work(a, b, c, d, e, g, i, n)
+    if a[i] < 0.0:
+        return 0
+    s = 0
+    for k in range(c[i], c[i] + 4):
+        j = d[k % n]
+        b[j] += a[i]
+        e[j] += 1
+        if g[j] > 2.0:
+            return s
+        s += j
+    return s
 
 
 @njit
@@ -70,7 +75,18 @@ def phase_table(st, i0, per, n):
     g = _f1(st, _G)
     t = 0
     for r in range(i0, i0 + per):
-        t += _work(a, b, c, d, e, g, r % n, n)
+        i = r % n
+        if a[i] < 0.0:
+            continue
+        s = 0
+        for k in range(c[i], c[i] + 4):
+            j = d[k % n]
+            b[j] += a[i]
+            e[j] += 1
+            if g[j] > 2.0:
+                break
+            s += j
+        t += s
     return t
 
 
@@ -79,7 +95,18 @@ def loop_inline(a, b, c, d, e, g, calls, per):
     n = a.size
     t = 0
     for r in range(calls):
-        t += _work(a, b, c, d, e, g, r % n, n)
+        i = r % n
+        if a[i] < 0.0:
+            continue
+        s = 0
+        for k in range(c[i], c[i] + 4):
+            j = d[k % n]
+            b[j] += a[i]
+            e[j] += 1
+            if g[j] > 2.0:
+                break
+            s += j
+        t += s
     return t
 
 
