@@ -1,14 +1,19 @@
 """numba kernels for replay: routing to CSR paths, the max-min fair fluid simulator, and the
 dependency scheduler. Kernels see numpy arrays, scalars and named tuples of them (`FatTreeTables`,
-`GraphTables`) only, and read no module globals but the `FlowMode` constants."""
+`GraphTables`) only, and read no module globals but constants (`FlowMode`; the flow kernel's state
+table layout, `_S` and `_LAYOUT`)."""
 
 from __future__ import annotations
 
+import ctypes
 import math
 from enum import IntEnum
 from typing import NamedTuple
 
+import numba
 import numpy as np
+from numba.core import types
+from numba.extending import intrinsic
 
 from tracekit._jit import njit
 
@@ -251,33 +256,264 @@ def route_flows(mode, src, dst, channel, fhash, tables):
 # Max-min fair fluid simulation.
 
 
+# The kernel's state. `_simulate_sorted` keeps its arrays in three arenas (float64, int64, bool)
+# and a table of (address, shape) per array, `_S` naming the rows; each phase function takes the
+# table's address `st` and scalars, and rebuilds the views it reads with `numba.carray`. A view
+# over a raw address carries no reference count, so a phase call costs no NRT_incref/decref pair
+# per array (passing the arrays themselves cost 20% of the time: docs/replay.md, section 4).
+
+
+class _S(IntEnum):
+    """Rows of the flow kernel's state table: one array each (F: flows, R: resources, P: path
+    entries, A: a lazy class's link slots; all flows are numbered in release order)."""
+
+    INDPTR = 0      # [F + 1] int64: start of each flow's path in RES (CSR)
+    RES = 1         # [P] int64: the resources of each path
+    RELEASE = 2     # [F] float64: release time (ns)
+    CAP = 3         # [R] float64: capacity (bytes/ns)
+    WT = 4          # [F] float64: max-min weight
+    FINISH = 5      # [F] float64: finish time with latency (out; nan until it finishes)
+    LATENCY = 6     # [F] float64: latency added to the finish
+    IW = 7          # [F] float64: 1 / weight (rates compare per unit weight as rate x IW)
+    RATE = 8        # [F] float64: current rate (bytes/ns)
+    REM = 9         # [F] float64: remaining bytes at TLAST (a lazy member: its key, see LZF)
+    TLAST = 10      # [F] float64: time REM was last brought up to date
+    ORIG = 11       # [F] float64: a member of S: its rate before this event
+    NEW_RATE = 12   # [F] float64: S member i's new rate
+    ACTIVE = 13     # [F] bool: released, with bytes and a path, not finished
+    BOTT = 14       # [F] int64: bottleneck resource (-1: none)
+    BPOS = 15       # [F] int64: slot in its bottleneck's part of BPOOL
+    IN_S = 16       # [F] int64: the event it joined S at (-1: none)
+    CHECKED = 17    # [F] int64: stamp of the verify pass that checked it
+    FROZE_AT = 18   # [F] int64: S member i's freezing resource (the class's, or the water-fill's)
+    S_LIST = 19     # [F] int64: the flows of S
+    CAND = 20       # [F] int64: scratch: flows to check on changed resources
+    BAD = 21        # [F] int64: scratch: flows found without a bottleneck
+    ORDER = 22      # [F] int64: flows by release time
+    LZC = 23        # [F] int64: its lazy class (by resource; -1: none)
+    FIN = 24        # [F] int64: scratch: the lazy members finishing
+    HK = 25         # [F] float64: completion heap: key (drain time)
+    HI = 26         # [F] int64: completion heap: flow
+    HPOS = 27       # [F] int64: a flow's slot in the completion heap (-1: none)
+    LOAD = 28       # [R] float64: sum of the rates crossing it
+    MAXR = 29       # [R] float64: largest rate per unit weight crossing it
+    MAXR_OK = 30    # [R] bool: MAXR is up to date
+    LSTART = 31     # [R] int64: first slot of the resource in the per-path-entry pools
+    LUSED = 32      # [R] int64: flows in its part of POOLF
+    LCNT = 33       # [R] int64: active flows crossing it
+    NARR = 34       # [R] int64: flows that arrived on it this event
+    BCNT = 35       # [R] int64: flows bottlenecked on it (its part of BPOOL)
+    RCHG = 36       # [R] int64: the event that last changed it (-1: none)
+    CHG_LINKS = 37  # [R] int64: the resources changed this event
+    THR = 38        # [R] float64: scratch: residual capacity, or the slowest bad flow's rate
+    MARKED = 39     # [R] int64: scratch: the resources THR holds
+    CMARK = 40      # [R] int64: stamp: a class's resource this pass
+    CLS_N = 41      # [R] int64: members of the class on it (-1: its fair share is set)
+    CLS_W = 42      # [R] float64: their weight
+    CLS_X = 43      # [R] float64: residual capacity, then the class's fair share
+    LMAP = 44       # [R] int64: the water-fill's local id of a resource
+    LMARK = 45      # [R] int64: stamp: LMAP / THR valid
+    AMAP = 46       # [R] int64: scratch: 1 + a resource's slot in AGR while a class forms
+    GK = 47         # [R] float64: heap of lazy classes: key (the first member's drain time)
+    GI = 48         # [R] int64: heap of lazy classes: class
+    GPOS = 49       # [R] int64: a class's slot in that heap (-1: none)
+    DONE_K = 50     # [R] float64: scratch: classes applied at this event, their keys
+    DONE_I = 51     # [R] int64: and the classes
+    LZF = 52        # [R, 4] float64: per class: rate per unit weight, V, time of V, members' weight
+    LZI = 53        # [R, 3] int64: per class: members, start and length of its links in AGR
+    POOLF = 54      # [P] int64: per resource, the flows that crossed it since the last pass
+    BPOOL = 55      # [P] int64: per resource, the flows bottlenecked on it
+    AGGPOS = 56     # [P] int64: a lazy member's path entry's slot in AGR
+    CK = 57         # [P] float64: member heaps (slots from LSTART of the class): key
+    CI = 58         # [P] int64: member heaps: flow
+    W_LINKS = 59    # [R] int64: water-fill scratch: per local link, its resource
+    W_CNT = 60      # [R + 1] int64: start of its members
+    W_FILL = 61     # [R] int64: members placed
+    W_MEMBERS = 62  # [P] int64: per link, the S members crossing it
+    W_RESID = 63    # [R] float64: capacity left by the flows outside S
+    W_NUN = 64      # [R] int64: its unfrozen members
+    W_WUN = 65      # [R] float64: their weight
+    W_USED = 66     # [R] float64: rate of its frozen members
+    W_VER = 67      # [R] int64: version of its key (stale heap entries)
+    W_HK = 68       # [R + P + 1] float64: heap of links: key
+    W_HI = 69       # [R + P + 1] int64: local link
+    W_HT = 70       # [R + P + 1] int64: version
+    W_FROZEN = 71   # [F] bool: S member i is frozen
+    W_SPTR = 72     # [F + 1] int64: S's paths in local link ids: start
+    W_SLOC = 73     # [P] int64: local link ids
+    WD = 74         # [window + 1, R, 2] float64: window integrals of the loads (see _simulate_sorted)
+    AGR = 75        # [A] int64: a lazy class's links other than its own: resource
+    AGC = 76        # [A] int64: members crossing it
+    AGW = 77        # [A] float64: their weight
+
+
+_N_SLOTS = len(_S)
+
+# per row of _S: dtype (0 float64, 1 int64, 2 bool), its dims (0: none, 1: F, 2: R, 3: P, 4: F + 1,
+# 5: R + 1, 6: R + P + 1, 7: windows + 1, 8: 2, 9: 3, 10: 4), initial value (0: 0, 1: -1, 2: nan,
+# 3: set by _new_state's caller); rows 0-4 and AGR-AGW are the caller's arrays (dtype -1)
+_LAYOUT = np.array([
+    (-1, 4, 0, 0, 3), (-1, 3, 0, 0, 3), (-1, 1, 0, 0, 3), (-1, 2, 0, 0, 3), (-1, 1, 0, 0, 3),
+    (0, 1, 0, 0, 2), (0, 1, 0, 0, 3), (0, 1, 0, 0, 3), (0, 1, 0, 0, 0), (0, 1, 0, 0, 3),
+    (0, 1, 0, 0, 0), (0, 1, 0, 0, 0), (0, 1, 0, 0, 0), (2, 1, 0, 0, 0), (1, 1, 0, 0, 1),
+    (1, 1, 0, 0, 0), (1, 1, 0, 0, 1), (1, 1, 0, 0, 1), (1, 1, 0, 0, 0), (1, 1, 0, 0, 0),
+    (1, 1, 0, 0, 0), (1, 1, 0, 0, 0), (1, 1, 0, 0, 3), (1, 1, 0, 0, 1), (1, 1, 0, 0, 0),
+    (0, 1, 0, 0, 0), (1, 1, 0, 0, 0), (1, 1, 0, 0, 1), (0, 2, 0, 0, 0), (0, 2, 0, 0, 0),
+    (2, 2, 0, 0, 0), (1, 2, 0, 0, 3), (1, 2, 0, 0, 0), (1, 2, 0, 0, 0), (1, 2, 0, 0, 0),
+    (1, 2, 0, 0, 0), (1, 2, 0, 0, 1), (1, 2, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0),
+    (1, 2, 0, 0, 1), (1, 2, 0, 0, 0), (0, 2, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0),
+    (1, 2, 0, 0, 1), (1, 2, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0), (1, 2, 0, 0, 1),
+    (0, 2, 0, 0, 0), (1, 2, 0, 0, 0), (0, 2, 10, 0, 0), (1, 2, 9, 0, 0), (1, 3, 0, 0, 0),
+    (1, 3, 0, 0, 0), (1, 3, 0, 0, 0), (0, 3, 0, 0, 0), (1, 3, 0, 0, 0), (1, 2, 0, 0, 0),
+    (1, 5, 0, 0, 0), (1, 2, 0, 0, 0), (1, 3, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0),
+    (0, 2, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0), (0, 6, 0, 0, 0), (1, 6, 0, 0, 0),
+    (1, 6, 0, 0, 0), (2, 1, 0, 0, 0), (1, 4, 0, 0, 0), (1, 3, 0, 0, 0), (0, 7, 2, 8, 0),
+    (-1, 0, 0, 0, 3), (-1, 0, 0, 0, 3), (-1, 0, 0, 0, 3),
+], np.int64)
+
+
+if numba.config.DISABLE_JIT:  # plain Python (the NUMBA_DISABLE_JIT test run): ctypes pointers
+    _CTYPES = {np.float64: ctypes.c_double, np.int64: ctypes.c_int64, np.bool_: ctypes.c_bool}
+
+    def _pointer(address, dtype):
+        """The int `address` as a pointer to `dtype` (for numba.carray)."""
+        return ctypes.cast(int(address), ctypes.POINTER(_CTYPES[dtype]))
+else:
+    @intrinsic
+    def _pointer(typingctx, address, dtype):
+        """The int `address` as a pointer to `dtype` (for numba.carray)."""
+        item = dtype.dtype
+        sig = types.CPointer(item)(types.intp, dtype)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(types.CPointer(item)))
+
+        return sig, codegen
+
+
+@njit_inline
+def _table(st):
+    return numba.carray(_pointer(st, np.int64), (_N_SLOTS, 4))
+
+
+@njit_inline
+def _f1(st, slot):
+    """Row `slot` of the state table at `st` as a 1-D float64 view (so for the others)."""
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.float64), t[slot, 1])
+
+
+@njit_inline
+def _i1(st, slot):
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.int64), t[slot, 1])
+
+
+@njit_inline
+def _b1(st, slot):
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.bool_), t[slot, 1])
+
+
+@njit_inline
+def _f2(st, slot):
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.float64), (t[slot, 1], t[slot, 2]))
+
+
+@njit_inline
+def _i2(st, slot):
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.int64), (t[slot, 1], t[slot, 2]))
+
+
+@njit_inline
+def _f3(st, slot):
+    t = _table(st)
+    return numba.carray(_pointer(t[slot, 0], np.float64), (t[slot, 1], t[slot, 2], t[slot, 3]))
+
+
 @njit
-def _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, stamp, new_rate, froze_at,
-               links, cnt, fill, members, resid, nun, wun, used, ver, hk, hi, ht, frozen, sptr, sloc):
+def _point(tab, slot, address, n):
+    """Make row `slot` of the table a 1-D array of n at `address` (the caller's array)."""
+    tab[slot, 0] = address
+    tab[slot, 1] = n
+    tab[slot, 2] = 1
+    tab[slot, 3] = 1
+
+
+@njit
+def _new_state(n_flows, n_res, n_inc, n_win):
+    """The state table and its three arenas (float64, int64, bool) for `_simulate_sorted`, every
+    array at its `_LAYOUT` initial value; the caller points rows 0-4 and AGR-AGW at its arrays and
+    sets the rows marked 3, and keeps the arenas alive while the table is used."""
+    sizes = np.array([1, n_flows, n_res, n_inc, n_flows + 1, n_res + 1, n_res + n_inc + 1, n_win + 1, 2, 3, 4])
+    tab = np.zeros((_N_SLOTS, 4), np.int64)
+    used = np.zeros(3, np.int64)
+    start = np.zeros(_N_SLOTS, np.int64)
+    for s in range(_N_SLOTS):
+        kind = _LAYOUT[s, 0]
+        n = sizes[_LAYOUT[s, 1]] * sizes[_LAYOUT[s, 2]] * sizes[_LAYOUT[s, 3]]
+        for d in range(3):
+            tab[s, 1 + d] = sizes[_LAYOUT[s, 1 + d]]
+        if kind >= 0:
+            start[s] = used[kind]
+            used[kind] += n
+    af = np.zeros(used[0], np.float64)
+    ai = np.zeros(used[1], np.int64)
+    ab = np.zeros(used[2], np.bool_)
+    for s in range(_N_SLOTS):
+        kind = _LAYOUT[s, 0]
+        n = tab[s, 1] * tab[s, 2] * tab[s, 3]
+        init = _LAYOUT[s, 4]
+        if kind == 0:
+            part = af[start[s]:start[s] + n]
+            tab[s, 0] = part.ctypes.data
+            if init == 1:
+                part[:] = -1.0
+            elif init == 2:
+                part[:] = np.nan
+        elif kind == 1:
+            part_i = ai[start[s]:start[s] + n]
+            tab[s, 0] = part_i.ctypes.data
+            if init == 1:
+                part_i[:] = -1
+        elif kind == 2:
+            tab[s, 0] = ab[start[s]:start[s] + n].ctypes.data
+    return tab, af, ai, ab
+
+
+@njit
+def _waterfill(st, s_n, stamp):
     """Weighted max-min rates of the flows in S given every other flow's current rate (progressive
     filling from the residual capacities: every unfrozen flow's rate is wt[f] x the level). Writes
-    new_rate[i] for S member i and froze_at[i], the resource that froze it.
-
-    | name              | shape                  | dtype   | meaning                                  |
-    |-------------------|------------------------|---------|------------------------------------------|
-    | s_list, s_n       | [flow], scalar         | int64   | the flows of S: s_list[:s_n]             |
-    | indptr, res       | [flow + 1], [incidence]| int64   | the paths (CSR)                          |
-    | cap, load         | [resource]             | float64 | capacity; sum of the current rates       |
-    | rate, wt          | [flow]                 | float64 | current rate; weight                     |
-    | lmap, lmark, stamp| [resource], scalar     | int64   | local id of a resource, valid where      |
-    |                   |                        |         | lmark == stamp (a value no pass used)    |
-    | new_rate, froze_at| [flow]                 | f8, i8  | out: S member i's rate, freezing resource|
-    | links             | [resource]             | int64   | scratch, per local link: its resource    |
-    | cnt, fill         | [resource + 1], [res.] | int64   | start of its members; members placed     |
-    | members           | [incidence]            | int64   | per link, the S members crossing it      |
-    | resid, used       | [resource]             | float64 | capacity left by the flows outside S;    |
-    |                   |                        |         | rate of its frozen members               |
-    | nun, wun          | [resource]             | i8, f8  | its unfrozen members; their weight       |
-    | ver               | [resource]             | int64   | version of its key (stale heap entries)  |
-    | hk, hi, ht        | [res. + incidence + 1] | f8,i8,i8| heap of links: key, local link, version  |
-    | frozen            | [flow]                 | bool    | S member i is frozen                     |
-    | sptr, sloc        | [flow + 1], [incidence]| int64   | S's paths in local link ids              |
-    """
+    new_rate[i] for S member i and froze_at[i], the resource that froze it."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    wt = _f1(st, _S.WT)
+    rate = _f1(st, _S.RATE)
+    new_rate = _f1(st, _S.NEW_RATE)
+    froze_at = _i1(st, _S.FROZE_AT)
+    s_list = _i1(st, _S.S_LIST)
+    hk = _f1(st, _S.W_HK)
+    hi = _i1(st, _S.W_HI)
+    load = _f1(st, _S.LOAD)
+    lmap = _i1(st, _S.LMAP)
+    lmark = _i1(st, _S.LMARK)
+    links = _i1(st, _S.W_LINKS)
+    cnt = _i1(st, _S.W_CNT)
+    fill = _i1(st, _S.W_FILL)
+    members = _i1(st, _S.W_MEMBERS)
+    resid = _f1(st, _S.W_RESID)
+    nun = _i1(st, _S.W_NUN)
+    wun = _f1(st, _S.W_WUN)
+    used = _f1(st, _S.W_USED)
+    ver = _i1(st, _S.W_VER)
+    ht = _i1(st, _S.W_HT)
+    frozen = _b1(st, _S.W_FROZEN)
+    sptr = _i1(st, _S.W_SPTR)
+    sloc = _i1(st, _S.W_SLOC)
     n_loc = 0
     p = 0
     sptr[0] = 0
@@ -497,11 +733,24 @@ def _ih_delete(hk, hi, hpos, n, item):
 
 
 @njit
-def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn):
+def _lz_flush(st, b, now, hn):
     """Turn lazy class b back into flows at `now` (remaining bytes and completion-heap keys as the
     exact algorithm has them); the caller takes it off the class heap. Returns the completion
     heap's new size. lzf, lzi, ck, ci, lzc, lstart: the classes (`_lz_event`); rate, wt, rem,
     tlast: per flow; hk, hi, hpos, hn: the completion heap and its size."""
+    wt = _f1(st, _S.WT)
+    rate = _f1(st, _S.RATE)
+    rem = _f1(st, _S.REM)
+    tlast = _f1(st, _S.TLAST)
+    lzc = _i1(st, _S.LZC)
+    hk = _f1(st, _S.HK)
+    hi = _i1(st, _S.HI)
+    hpos = _i1(st, _S.HPOS)
+    lstart = _i1(st, _S.LSTART)
+    lzf = _f2(st, _S.LZF)
+    lzi = _i2(st, _S.LZI)
+    ck = _f1(st, _S.CK)
+    ci = _i1(st, _S.CI)
     _lz_advance(b, now, lzf)
     x = lzf[b, 0]
     v = lzf[b, 1]
@@ -520,9 +769,7 @@ def _lz_flush(b, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, h
 
 
 @njit
-def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res, agr, agc,
-              agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish, latency, bott, bpool, bpos,
-              bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
+def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
     """An event at `now` in which flows of lazy class b finish. When it is a one-class event of
     the exact algorithm (the class is every flow bottlenecked on b, a member is left, nobody else
     is bottlenecked on a link the event touches, and every other link the class crosses stays
@@ -530,39 +777,39 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
     everything as it was and return False. The class's links other than b, with the number of
     members crossing each and their weight, are agr/agc/agw[lzi[b, 1]:+lzi[b, 2]]; aggpos maps a member's path entry
     to its slot there. Load changes go onto the window integrals wd (row wrow, see
-    `_simulate_sorted`) when w_on.
-
-    | name              | shape                   | dtype   | meaning                                    |
-    |-------------------|-------------------------|---------|--------------------------------------------|
-    | b                 | scalar                  | int     | the class, by its resource                 |
-    | now, tol, tol_b   | scalar                  | float   | the event; its tolerance; that of          |
-    |                   |                         |         | saturation and of the bottleneck check     |
-    | lzf               | [resource, 4]           | float64 | per class: rate per unit weight, V, time   |
-    |                   |                         |         | of V, the members' weight                  |
-    | lzi               | [resource, 3]           | int64   | per class: members, start and length of    |
-    |                   |                         |         | its links in agr/agc/agw                   |
-    | ck, ci            | [incidence]             | f8, i8  | member heaps (slots from lstart[b]): key   |
-    |                   |                         |         | (V at which it drains), member             |
-    | lzc               | [flow]                  | int64   | a flow's class (-1: none)                  |
-    | gk, gi, gpos, gn  | [resource], scalar      |         | the heap of classes and its size           |
-    | lstart            | [resource]              | int64   | first slot of a resource in the pools      |
-    | indptr, res       | [flow + 1], [incidence] | int64   | the paths (CSR)                            |
-    | agr, agc, agw     | [slot]                  | i8,i8,f8| a class's links: resource, members         |
-    |                   |                         |         | crossing it, their weight                  |
-    | aggpos            | [incidence]             | int64   | a member's path entry's slot in agr        |
-    | cap, load         | [resource]              | float64 | capacity; sum of the current rates         |
-    | maxr, maxr_ok     | [resource]              | f8, bool| largest rate per unit weight; up to date   |
-    | rate, wt, rem     | [flow]                  | float64 | rate; weight; remaining bytes (a member:   |
-    |                   |                         |         | its key)                                   |
-    | active, finish    | [flow]                  | b1, f8  | running; finish time (out)                 |
-    | latency           | [flow]                  | float64 | latency added to the finish                |
-    | bott, bpos        | [flow]                  | int64   | bottleneck; slot in its part of bpool      |
-    | bpool, bcnt       | [incidence], [resource] | int64   | flows bottlenecked on each resource; count |
-    | lcnt              | [resource]              | int64   | active flows crossing it                   |
-    | fin               | [flow]                  | int64   | scratch: the members finishing             |
-    | wd, w_on, wrow,   | [window + 1, resource,  | float64 | window integrals; whether, in which row    |
-    | wfrac             | 2], scalars             |         | and for how long (ns) this event counts    |
-    """
+    `_simulate_sorted`) when w_on."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    wt = _f1(st, _S.WT)
+    finish = _f1(st, _S.FINISH)
+    latency = _f1(st, _S.LATENCY)
+    rate = _f1(st, _S.RATE)
+    rem = _f1(st, _S.REM)
+    active = _b1(st, _S.ACTIVE)
+    bott = _i1(st, _S.BOTT)
+    bpos = _i1(st, _S.BPOS)
+    lzc = _i1(st, _S.LZC)
+    fin = _i1(st, _S.FIN)
+    load = _f1(st, _S.LOAD)
+    maxr = _f1(st, _S.MAXR)
+    maxr_ok = _b1(st, _S.MAXR_OK)
+    lstart = _i1(st, _S.LSTART)
+    lcnt = _i1(st, _S.LCNT)
+    bcnt = _i1(st, _S.BCNT)
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    lzf = _f2(st, _S.LZF)
+    lzi = _i2(st, _S.LZI)
+    bpool = _i1(st, _S.BPOOL)
+    aggpos = _i1(st, _S.AGGPOS)
+    ck = _f1(st, _S.CK)
+    ci = _i1(st, _S.CI)
+    wd = _f3(st, _S.WD)
+    agr = _i1(st, _S.AGR)
+    agc = _i1(st, _S.AGC)
+    agw = _f1(st, _S.AGW)
     base = lstart[b]
     n_all = lzi[b, 0]
     x = lzf[b, 0]
@@ -754,114 +1001,59 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
                      t_origin, rel_eps, merge, lazy_min, wt):
-    """`simulate_flows` on flows numbered in release order (`wt`: their weights). Rates compare
-    per unit weight wherever max-min compares them: the largest rate of a link (`maxr`), the
-    bottleneck check, a class's fair share and a lazy class's rate are all rate / weight."""
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights; parameters as
+    there). Rates compare per unit weight wherever max-min compares them: the largest rate of a
+    link (`maxr`), the bottleneck check, a class's fair share and a lazy class's rate are all
+    rate / weight. Each event runs the phases in turn: lazy classes' finishes, finishes,
+    arrivals, S0, then S solved and verified until every flow next to a change has a bottleneck,
+    a new lazy class, the completion keys. The phases' parameters besides the state table `st`:
+
+    | name        | meaning                                                                  |
+    |-------------|--------------------------------------------------------------------------|
+    | now, event  | the event's time (ns) and number (1, 2, ...; RCHG, IN_S compare with it)  |
+    | tol, tol_b  | its tolerance (rel_eps x abs(now) + 1e-6 ns); that of saturation and of  |
+    |             | the bottleneck check (1e3 x rel_eps)                                     |
+    | rel_eps     | `simulate_flows`'s; a load change above it changes a resource            |
+    | merge       | `simulate_flows`'s early-finish fraction                                 |
+    | unit        | every weight is 1 (rates compare as they are)                            |
+    | hn, gn      | sizes of the completion heap (HK) and of the class heap (GK)             |
+    | nxt         | the next flow to release, in ORDER                                       |
+    | s_n, n_chg  | flows in S (S_LIST); changed resources (CHG_LINKS)                       |
+    | n_bad       | flows without a bottleneck (BAD)                                         |
+    | wstamp      | a stamp no earlier pass used (CMARK, LMARK, CHECKED compare with it)     |
+    | ag_used     | slots of AGR/AGC/AGW in use                                              |
+    | lz_b, b     | a lazy class, by its resource (-1: none)                                 |
+    | w_on, wrow, | whether this event counts in the window integrals WD, in which row, and  |
+    | wfrac       | for how long (ns) up to its window's end (`_event_window`)               |
+    """
     n_flows = nbytes.size
     n_res = cap.size
-    finish = np.full(n_flows, np.nan)
-    # Bytes per window are integrals of the link loads: a change dl of load[r] at `now`, in window
-    # w, adds dl * (end of w - now) to w and dl * window_ns to each later window. wd[w + 1, r]
-    # holds those two parts (row 0: changes before the first window); one pass at the end sums
-    # them up. Every change of a load is a change of flows' rates, so this is the bytes each flow
-    # carried in each window, at O(1) per change instead of O(windows) per flow.
     n_win = max(n_windows, 0)
-    wd = np.zeros((n_win + 1, n_res, 2), np.float64)
     if n_flows == 0:
-        return finish, np.zeros((n_res, n_win), np.float64)
-    iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
-    unit = True
-    for f in range(n_flows):
-        if wt[f] != 1.0:
-            unit = False
-    static = np.zeros(n_res, np.int64)
-    latency = np.zeros(n_flows, np.float64)
-    for f in range(n_flows):
-        lat = 0.0
-        for k in range(indptr[f], indptr[f + 1]):
-            static[res[k]] += 1
-            lat += res_lat[res[k]]
-        latency[f] = lat * lat_mult[f]
-    lstart = np.zeros(n_res, np.int64)
-    for r in range(1, n_res):
-        lstart[r] = lstart[r - 1] + static[r - 1]
-    # per resource, the flows that crossed it since the last pass over them (finished flows are
-    # dropped by the next pass: removing them on finishing was a random access per hop);
-    # lcnt: the active ones
-    poolf = np.empty(res.size, np.int64)
-    lused = np.zeros(n_res, np.int64)
-    lcnt = np.zeros(n_res, np.int64)
-    narr = np.zeros(n_res, np.int64)
-    load = np.zeros(n_res, np.float64)
-    rate = np.zeros(n_flows, np.float64)
-    rem = nbytes.astype(np.float64).copy()
-    tlast = np.zeros(n_flows, np.float64)
-    active = np.zeros(n_flows, np.bool_)
-    bott = np.full(n_flows, -1, np.int64)
-    bpool = np.empty(res.size, np.int64)
-    bcnt = np.zeros(n_res, np.int64)
-    bpos = np.zeros(n_flows, np.int64)
-    cand = np.empty(n_flows, np.int64)
-    thr = np.zeros(n_res, np.float64)
-    marked = np.empty(n_res, np.int64)
-    cmark = np.full(n_res, -1, np.int64)
-    cls_n = np.zeros(n_res, np.int64)
-    cls_w = np.zeros(n_res, np.float64)
-    cls_x = np.zeros(n_res, np.float64)
-    w_links = np.empty(n_res, np.int64)
-    w_cnt = np.zeros(n_res + 1, np.int64)
-    w_fill = np.empty(n_res, np.int64)
-    w_members = np.empty(res.size, np.int64)
-    w_resid = np.empty(n_res, np.float64)
-    w_nun = np.empty(n_res, np.int64)
-    w_wun = np.empty(n_res, np.float64)
-    w_used = np.empty(n_res, np.float64)
-    w_ver = np.empty(n_res, np.int64)
-    w_hk = np.empty(n_res + res.size + 1, np.float64)
-    w_hi = np.empty(n_res + res.size + 1, np.int64)
-    w_ht = np.empty(n_res + res.size + 1, np.int64)
-    w_frozen = np.empty(n_flows, np.bool_)
-    w_sptr = np.empty(n_flows + 1, np.int64)
-    w_sloc = np.empty(res.size, np.int64)
-    froze_at = np.empty(n_flows, np.int64)
-    in_s = np.full(n_flows, -1, np.int64)
-    orig = np.zeros(n_flows, np.float64)
-    checked = np.full(n_flows, -1, np.int64)
-    rchg = np.full(n_res, -1, np.int64)
-    maxr_ok = np.zeros(n_res, np.bool_)
-    maxr = np.zeros(n_res, np.float64)
-    lmap = np.zeros(n_res, np.int64)
-    lmark = np.full(n_res, -1, np.int64)
-    s_list = np.empty(n_flows, np.int64)
-    new_rate = np.empty(n_flows, np.float64)
-    chg_links = np.empty(n_res, np.int64)
-    bad = np.empty(n_flows, np.int64)
-    order = np.argsort(release, kind="mergesort")
-    hk = np.empty(n_flows, np.float64)
-    hi = np.empty(n_flows, np.int64)
-    hpos = np.full(n_flows, -1, np.int64)
-    hn = 0
-    nxt = 0
-    event = 0
-    wstamp = 0
-    lzf = np.zeros((n_res, 4), np.float64)
-    lzi = np.zeros((n_res, 3), np.int64)
+        return np.full(n_flows, np.nan), np.zeros((n_res, n_win), np.float64)
+    release = release.astype(np.float64)
+    cap = cap.astype(np.float64)
+    wt = wt.astype(np.float64)
+    tab, arena_f, arena_i, arena_b = _new_state(n_flows, n_res, res.size, n_win)
+    st = tab.ctypes.data
+    _point(tab, _S.INDPTR, indptr.ctypes.data, indptr.size)
+    _point(tab, _S.RES, res.ctypes.data, res.size)
+    _point(tab, _S.RELEASE, release.ctypes.data, n_flows)
+    _point(tab, _S.CAP, cap.ctypes.data, n_res)
+    _point(tab, _S.WT, wt.ctypes.data, n_flows)
     agr = np.empty(1024, np.int64)
     agc = np.empty(1024, np.int64)
     agw = np.empty(1024, np.float64)
-    ag_used = 0
-    aggpos = np.empty(res.size, np.int64)
-    amap = np.zeros(n_res, np.int64)
-    lzc = np.full(n_flows, -1, np.int64)
-    ck = np.empty(res.size, np.float64)
-    ci = np.empty(res.size, np.int64)
-    gk = np.empty(n_res, np.float64)
-    gi = np.empty(n_res, np.int64)
-    gpos = np.full(n_res, -1, np.int64)
-    gn = 0
-    fin = np.empty(n_flows, np.int64)
-    done_k = np.empty(n_res, np.float64)
-    done_i = np.empty(n_res, np.int64)
+    _point(tab, _S.AGR, agr.ctypes.data, agr.size)
+    _point(tab, _S.AGC, agc.ctypes.data, agc.size)
+    _point(tab, _S.AGW, agw.ctypes.data, agw.size)
+    unit = _init_flows(st, nbytes, lat_mult, res_lat)
+    order = _i1(st, _S.ORDER)
+    hk = _f1(st, _S.HK)
+    gk = _f1(st, _S.GK)
+    bcnt = _i1(st, _S.BCNT)
+    hn = gn = nxt = event = wstamp = ag_used = 0
+    tol_b = 1e3 * rel_eps
     if merge != 0.0:
         lazy_min = 0
     while True:
@@ -872,515 +1064,878 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             break
         now = min(t_rel, t_fin, t_cls)
         tol = rel_eps * abs(now) + 1e-6
-        tol_b = 1e3 * rel_eps
         event += 1
-        w_on = False
-        wrow = 0
-        wfrac = 0.0
-        if n_win > 0:
-            ew = math.floor((now - t_origin) / window_ns)
-            if ew < n_win:
-                w_on = True
-                if ew >= 0:
-                    wrow = ew + 1
-                    wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
+        w_on, wrow, wfrac = _event_window(now, n_win, window_ns, t_origin)
         if gn == 0:
             ag_used = 0
         else:
-            # each class with flows finishing now: a lazy class event, else flows again (the classes
-            # are independent, so one after the other at `now` is the same as all together)
+            gn, hn = _lazy_finishes(st, now, tol, tol_b, gn, hn, w_on, wrow, wfrac)
             lim = now + tol
-            n_done = 0
-            while gn > 0 and gk[0] <= lim:
-                cb = gi[0]
-                if _lz_event(cb, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstart, indptr, res,
-                             agr, agc, agw, aggpos, cap, load, maxr, maxr_ok, rate, wt, rem, active, finish,
-                             latency, bott,
-                             bpool, bpos, bcnt, lcnt, fin, wd, w_on, wrow, wfrac):
-                    done_k[n_done] = gk[gpos[cb]]
-                    done_i[n_done] = cb
-                    n_done += 1
-                    gn = _ih_delete(gk, gi, gpos, gn, cb)
-                else:
-                    gn = _ih_delete(gk, gi, gpos, gn, cb)
-                    hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
-            for j in range(n_done):
-                gn += 1
-                _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
             if t_rel > lim and (hn == 0 or hk[0] > lim):
                 continue
-        s_n = 0
-        n_chg = 0
-        while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
-            f = hi[0]
-            t_proj = hk[0]
-            tf = t_proj if t_proj <= now + tol else now
-            # pop the heap top (inlined, as are the other helpers of this loop: numba's inliner
-            # wraps array arguments in reference counting, which cost a third of the time)
-            hpos[f] = -1
-            hn -= 1
-            if hn > 0:
-                hk[0] = hk[hn]
-                hi[0] = hi[hn]
-                hpos[hi[0]] = 0
-                key = hk[0]
-                item = hi[0]
-                i = 0
-                while True:
-                    c = 2 * i + 1
-                    if c >= hn:
-                        break
-                    if c + 1 < hn and hk[c + 1] < hk[c]:
-                        c += 1
-                    if hk[c] >= key:
-                        break
-                    hk[i] = hk[c]
-                    hi[i] = hi[c]
-                    hpos[hi[i]] = i
-                    i = c
-                hk[i] = key
-                hi[i] = item
-                hpos[item] = i
-            # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
-            late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
-            rem[f] = 0.0
-            finish[f] = tf + latency[f]
-            active[f] = False
-            old = bott[f]
-            if old >= 0:
-                i = bpos[f]
-                last = bpool[lstart[old] + bcnt[old] - 1]
-                bpool[lstart[old] + i] = last
-                bpos[last] = i
-                bcnt[old] -= 1
-                bott[f] = -1
-            for k in range(indptr[f], indptr[f + 1]):
-                r = res[k]
-                lcnt[r] -= 1
-                dl = -rate[f]
-                load[r] -= rate[f]
-                if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
-                    maxr_ok[r] = False
-                if lcnt[r] == 0:
-                    dl -= load[r]
-                    load[r] = 0.0
-                if w_on:
-                    wd[wrow, r, 0] += dl * wfrac + late
-                    wd[wrow, r, 1] += dl
-                if rchg[r] != event:
-                    rchg[r] = event
-                    chg_links[n_chg] = r
-                    n_chg += 1
-            rate[f] = 0.0
-        arrivals = False
-        while nxt < n_flows and release[order[nxt]] <= now + tol:
-            f = order[nxt]
-            nxt += 1
-            if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
-                finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
-                continue
-            active[f] = True
-            arrivals = True
-            tlast[f] = now
-            rate[f] = 0.0
-            in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
-            orig[f] = 0.0
-            s_list[s_n] = f
-            s_n += 1
-            for k in range(indptr[f], indptr[f + 1]):
-                r = res[k]
-                poolf[lstart[r] + lused[r]] = f
-                lused[r] += 1
-                lcnt[r] += 1
-                narr[r] += 1
-                if rchg[r] != event:
-                    rchg[r] = event
-                    chg_links[n_chg] = r
-                    n_chg += 1
-        # S0: the flows on a touched resource that arrived now (in S already) or were bottlenecked there
-        for c in range(n_chg):
-            r = chg_links[c]
-            if arrivals:
-                every = narr[r] == lcnt[r]
-                narr[r] = 0
-                if every:  # all its flows arrived now
-                    continue
-                w = lstart[r]
-                for q in range(lstart[r], lstart[r] + lused[r]):
-                    g = poolf[q]
-                    if not active[g]:
-                        continue
-                    poolf[w] = g
-                    w += 1
-                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
-                        cb = lzc[g]
-                        gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
-                    if in_s[g] != event:
-                        in_s[g] = event
-                        orig[g] = rate[g]
-                        s_list[s_n] = g
-                        s_n += 1
-                lused[r] = w - lstart[r]
-            else:
-                for q in range(lstart[r], lstart[r] + bcnt[r]):
-                    g = bpool[q]
-                    if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
-                        cb = lzc[g]
-                        gn = _ih_delete(gk, gi, gpos, gn, cb)
-                        hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi, hpos, hn)
-                    if in_s[g] != event:
-                        in_s[g] = event
-                        orig[g] = rate[g]
-                        s_list[s_n] = g
-                        s_n += 1
+        hn, n_chg = _finish_flows(st, now, tol, tol_b, merge, event, hn, unit, w_on, wrow, wfrac)
+        nxt, s_n, n_chg, arrivals = _arrive(st, now, tol, event, nxt, n_chg)
+        s_n, gn, hn = _seed_s(st, now, event, arrivals, s_n, n_chg, gn, hn)
         if not arrivals:
-            # a flow pinned by another valid bottleneck on an unchanged resource stays out of S
-            kept = 0
-            skip = event
-            hint = -1
-            for i in range(s_n):
-                h = s_list[i]
-                b = -1
-                p0 = indptr[h]
-                for a in range(0, indptr[h + 1] - p0):
-                    r = hint if a < 0 else res[p0 + a]
-                    if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
-                        continue
-                    if not maxr_ok[r]:
-                        maxr_ok[r] = True
-                        m = 0.0
-                        w = lstart[r]
-                        for q in range(lstart[r], lstart[r] + lused[r]):
-                            g = poolf[q]
-                            if active[g]:
-                                poolf[w] = g
-                                w += 1
-                                m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
-                        lused[r] = w - lstart[r]
-                        maxr[r] = m
-                    if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
-                        b = r
-                        break
-                if b >= 0:
-                    old = bott[h]
-                    if old != b:
-                        if old >= 0:
-                            j = bpos[h]
-                            last = bpool[lstart[old] + bcnt[old] - 1]
-                            bpool[lstart[old] + j] = last
-                            bpos[last] = j
-                            bcnt[old] -= 1
-                        if b >= 0:
-                            bpool[lstart[b] + bcnt[b]] = h
-                            bpos[h] = bcnt[b]
-                            bcnt[b] += 1
-                        bott[h] = b
-                    in_s[h] = -1
-                else:
-                    s_list[kept] = h
-                    kept += 1
-            s_n = kept
+            s_n = _drop_pinned(st, event, s_n, tol_b, unit)
         fast_cls = -1
         while s_n > 0:
             wstamp += 1
-            fast_cls = -1
-            n_cls = 0
-            # Rate classes: flows of S bottlenecked on the same resource b are one class. When no
-            # flow of S crosses another class's resource and, with each class at its resource's
-            # fair share x_b, every other resource S crosses stays clearly unsaturated, progressive
-            # filling freezes each class at x_b on b: the water-fill's result without running it
-            # (most events of a skewed all-to-all; the same numbers, in the same order).
-            one = True
-            for i in range(s_n):
-                b = bott[s_list[i]]
-                if b < 0:
-                    one = False
-                    break
-                if cmark[b] != wstamp:
-                    cmark[b] = wstamp
-                    n_cls += 1
-                    cls_n[b] = 0
-                    cls_w[b] = 0.0
-                    cls_x[b] = cap[b] - load[b]
-                cls_n[b] += 1
-                cls_w[b] += wt[s_list[i]]
-                cls_x[b] += rate[s_list[i]]
-            if one:
-                n_mark = 0
-                for i in range(s_n):
-                    g = s_list[i]
-                    b = bott[g]
-                    if cls_n[b] > 0:  # first member: resid -> fair share
-                        x = max(cls_x[b], 0.0) / cls_w[b]
-                        cls_x[b] = x
-                        cls_n[b] = -1
-                        if x <= 0.0:
-                            one = False
-                            break
-                    d = cls_x[b] * wt[g] - rate[g]
-                    for k in range(indptr[g], indptr[g + 1]):
-                        r = res[k]
-                        if r == b:
-                            continue
-                        if cmark[r] == wstamp:  # crosses another class's resource
-                            one = False
-                            break
-                        if lmark[r] != wstamp:
-                            lmark[r] = wstamp
-                            thr[r] = cap[r] - load[r]
-                            marked[n_mark] = r
-                            n_mark += 1
-                        thr[r] -= d
-                    if not one:
-                        break
-                if one:
-                    for i in range(n_mark):
-                        r = marked[i]
-                        if thr[r] <= cap[r] * tol_b:
-                            one = False
-                            break
-            if one:
-                for i in range(s_n):
-                    b = bott[s_list[i]]
-                    new_rate[i] = cls_x[b] * wt[s_list[i]]
-                    froze_at[i] = b
-                if n_cls == 1:
-                    fast_cls = bott[s_list[0]]
-            else:
+            one, fast_cls = _rate_classes(st, s_n, wstamp, tol_b)
+            if not one:
                 wstamp += 1
-                _waterfill(s_list, s_n, indptr, res, cap, load, rate, wt, lmap, lmark, wstamp, new_rate,
-                           froze_at, w_links, w_cnt, w_fill, w_members, w_resid, w_nun, w_wun, w_used, w_ver,
-                           w_hk, w_hi, w_ht, w_frozen, w_sptr, w_sloc)
-            for i in range(s_n):
-                g = s_list[i]
-                d = new_rate[i] - rate[g]
-                if d != 0.0:
-                    big = abs(d) > rel_eps * max(rate[g], new_rate[i])
-                    for k in range(indptr[g], indptr[g + 1]):
-                        r = res[k]
-                        load[r] += d
-                        if w_on:
-                            wd[wrow, r, 0] += d * wfrac
-                            wd[wrow, r, 1] += d
-                        if d > 0.0:
-                            nr = new_rate[i] if unit else new_rate[i] * iw[g]
-                            if nr > maxr[r]:
-                                maxr[r] = nr
-                        elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
-                            # r x (1/w) can round below the share it was set from: a rate that
-                            # falls (or a flow that leaves) near the largest marks it for recomputing
-                            maxr_ok[r] = False
-                        if big and rchg[r] != event:
-                            rchg[r] = event
-                            chg_links[n_chg] = r
-                            n_chg += 1
-                    rate[g] = new_rate[i]
-            # verify: every flow in S or on a changed resource needs a bottleneck
+                _waterfill(st, s_n, wstamp)
+            n_chg = _apply_rates(st, s_n, event, n_chg, rel_eps, tol_b, unit, w_on, wrow, wfrac)
             wstamp += 1
-            n_bad = 0
-            skip = -2
-            for phase in range(2):
-                # phase 0: the flows of S (first trying the resource that froze them); phase 1:
-                # the flows bottlenecked on a changed resource
-                n_chk = s_n
-                if phase == 1:
-                    n_chk = 0
-                    for c in range(n_chg):
-                        r = chg_links[c]
-                        for q in range(lstart[r], lstart[r] + bcnt[r]):
-                            h = bpool[q]
-                            if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
-                                cb = lzc[h]
-                                gn = _ih_delete(gk, gi, gpos, gn, cb)
-                                hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
-                                               hpos, hn)
-                            if checked[h] != wstamp:
-                                checked[h] = wstamp
-                                cand[n_chk] = h
-                                n_chk += 1
-                for i in range(n_chk):
-                    if phase == 0:
-                        h = s_list[i]
-                        checked[h] = wstamp
-                        hint = froze_at[i]
-                    else:
-                        h = cand[i]
-                        hint = bott[h]
-                    b = -1
-                    p0 = indptr[h]
-                    for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
-                        r = hint if a < 0 else res[p0 + a]
-                        if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
-                            continue
-                        if not maxr_ok[r]:
-                            maxr_ok[r] = True
-                            m = 0.0
-                            w = lstart[r]
-                            for q in range(lstart[r], lstart[r] + lused[r]):
-                                g = poolf[q]
-                                if active[g]:
-                                    poolf[w] = g
-                                    w += 1
-                                    m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
-                            lused[r] = w - lstart[r]
-                            maxr[r] = m
-                        if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
-                            b = r
-                            break
-                    old = bott[h]
-                    if old != b:
-                        if old >= 0:
-                            j = bpos[h]
-                            last = bpool[lstart[old] + bcnt[old] - 1]
-                            bpool[lstart[old] + j] = last
-                            bpos[last] = j
-                            bcnt[old] -= 1
-                        if b >= 0:
-                            bpool[lstart[b] + bcnt[b]] = h
-                            bpos[h] = bcnt[b]
-                            bcnt[b] += 1
-                        bott[h] = b
-                    if b < 0:
-                        bad[n_bad] = h
-                        n_bad += 1
+            n_bad, gn, hn = _verify(st, s_n, n_chg, now, wstamp, gn, hn, tol_b, unit)
             if n_bad == 0:
                 break
-            grew = False
             wstamp += 1
-            n_mark = 0
-            for i in range(n_bad):
-                h = bad[i]
-                if in_s[h] != event:
-                    in_s[h] = event
-                    orig[h] = rate[h]
-                    s_list[s_n] = h
-                    s_n += 1
-                    grew = True
-                for kk in range(indptr[h], indptr[h + 1]):
-                    rr = res[kk]
-                    if load[rr] < cap[rr] * (1.0 - 1e3 * rel_eps):
-                        continue
-                    if lmark[rr] != wstamp:
-                        lmark[rr] = wstamp
-                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
-                        marked[n_mark] = rr
-                        n_mark += 1
-                    elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
-                        thr[rr] = rate[h] if unit else rate[h] * iw[h]
-            for i in range(n_mark):
-                rr = marked[i]
-                limit = thr[rr] * (1.0 - 1e3 * rel_eps)
-                w = lstart[rr]
-                for qq in range(lstart[rr], lstart[rr] + lused[rr]):
-                    g = poolf[qq]
-                    if not active[g]:
-                        continue
-                    poolf[w] = g
-                    w += 1
-                    nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
-                    if in_s[g] != event and nr >= limit:
-                        if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
-                            cb = lzc[g]
-                            gn = _ih_delete(gk, gi, gpos, gn, cb)
-                            hn = _lz_flush(cb, now, lzf, lzi, ck, ci, lzc, lstart, rate, wt, rem, tlast, hk, hi,
-                                           hpos, hn)
-                        in_s[g] = event
-                        orig[g] = rate[g]
-                        s_list[s_n] = g
-                        s_n += 1
-                        grew = True
-                lused[rr] = w - lstart[rr]
+            s_n, grew, gn, hn = _grow_s(st, s_n, n_bad, event, wstamp, now, gn, hn, rel_eps, unit)
             if not grew:
                 fast_cls = -1
                 break
-        # a one-class event that set the rate of every flow bottlenecked on its resource: keep the
-        # class lazily from now on
         lz_b = -1
         if lazy_min > 0 and fast_cls >= 0 and s_n >= lazy_min and bcnt[fast_cls] == s_n:
-            lz_b = fast_cls
-            for i in range(s_n):
-                g = s_list[i]
-                if bott[g] != lz_b or rate[g] != cls_x[lz_b] * wt[g]:
-                    lz_b = -1
-                    break
+            lz_b = _whole_class(st, s_n, fast_cls)
         if lz_b >= 0:
-            lzf[lz_b, 0] = cls_x[lz_b]
-            lzf[lz_b, 1] = 0.0
-            lzf[lz_b, 2] = now
-            lzi[lz_b, 0] = s_n
-            w_cls = 0.0
-            for i in range(s_n):
-                w_cls += wt[s_list[i]]
-            lzf[lz_b, 3] = w_cls
-            # the class's links other than lz_b, with the number of members crossing each
-            n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
-            for i in range(s_n):
-                n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
-            if ag_used + s_n * n_inc > agr.size:
-                size = max(2 * agr.size, ag_used + s_n * n_inc)
-                grown_i = np.empty(size, np.int64)
-                grown_i[:ag_used] = agr[:ag_used]
-                agr = grown_i
-                grown_i = np.empty(size, np.int64)
-                grown_i[:ag_used] = agc[:ag_used]
-                agc = grown_i
-                grown_f = np.empty(size, np.float64)
-                grown_f[:ag_used] = agw[:ag_used]
-                agw = grown_f
-            a0 = ag_used
-            for i in range(s_n):
-                g = s_list[i]
-                for k in range(indptr[g], indptr[g + 1]):
-                    r = res[k]
-                    if r == lz_b:
-                        continue
-                    if amap[r] == 0:
-                        agr[ag_used] = r
-                        agc[ag_used] = 0
-                        agw[ag_used] = 0.0
-                        ag_used += 1
-                        amap[r] = ag_used
-                    aggpos[k] = amap[r] - 1
-                    agc[amap[r] - 1] += 1
-                    agw[amap[r] - 1] += wt[g]
-            for j in range(a0, ag_used):
-                amap[agr[j]] = 0
-            lzi[lz_b, 1] = a0
-            lzi[lz_b, 2] = ag_used - a0
+            need = ag_used + _class_slots(st, s_n)
+            if need > agr.size:
+                size = max(2 * agr.size, need)
+                agr = _grown(agr, ag_used, size)
+                agc = _grown(agc, ag_used, size)
+                agw = _grown(agw, ag_used, size)
+                _point(tab, _S.AGR, agr.ctypes.data, size)
+                _point(tab, _S.AGC, agc.ctypes.data, size)
+                _point(tab, _S.AGW, agw.ctypes.data, size)
+            ag_used = _form_lazy(st, lz_b, s_n, now, ag_used)
+        hn, gn = _rekey(st, s_n, lz_b, now, hn, gn, unit)
+    finish = _f1(st, _S.FINISH).copy()
+    out = _window_bytes(_f3(st, _S.WD), n_res, n_win, window_ns)
+    _keep_alive(tab, arena_f, arena_i, arena_b, agr, agc, agw, release, cap, wt)
+    return finish, out
+
+
+@njit
+def _grown(a, used, size):
+    """A new array of `size` holding a's first `used` items."""
+    out = np.empty(size, a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+@njit
+def _keep_alive(*arrays):
+    """Nothing: a last use of the arrays behind the state table's views (numba frees an array
+    after its last use, and a view over its address does not count as one)."""
+    return len(arrays)
+
+
+@njit
+def _init_flows(st, nbytes, lat_mult, res_lat):
+    """Fill the rows set from the inputs (REM, IW, LATENCY, LSTART, ORDER); returns whether every
+    weight is 1."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    release = _f1(st, _S.RELEASE)
+    wt = _f1(st, _S.WT)
+    latency = _f1(st, _S.LATENCY)
+    iw = _f1(st, _S.IW)
+    rem = _f1(st, _S.REM)
+    order = _i1(st, _S.ORDER)
+    lstart = _i1(st, _S.LSTART)
+    n_flows = rem.size
+    n_res = lstart.size
+    for f in range(n_flows):
+        rem[f] = nbytes[f]
+        iw[f] = 1.0 / wt[f]
+    unit = True
+    for f in range(n_flows):
+        if wt[f] != 1.0:
+            unit = False
+    static = np.zeros(n_res, np.int64)
+    for f in range(n_flows):
+        lat = 0.0
+        for k in range(indptr[f], indptr[f + 1]):
+            static[res[k]] += 1
+            lat += res_lat[res[k]]
+        latency[f] = lat * lat_mult[f]
+    for r in range(1, n_res):
+        lstart[r] = lstart[r - 1] + static[r - 1]
+    order[:] = np.argsort(release, kind="mergesort")
+    return unit
+
+
+@njit
+def _event_window(now, n_win, window_ns, t_origin):
+    """Whether an event at `now` counts in the window integrals, in which row of WD and for how
+    long (ns) up to its window's end."""
+    w_on = False
+    wrow = 0
+    wfrac = 0.0
+    if n_win > 0:
+        ew = math.floor((now - t_origin) / window_ns)
+        if ew < n_win:
+            w_on = True
+            if ew >= 0:
+                wrow = ew + 1
+                wfrac = min(max(t_origin + (ew + 1) * window_ns - now, 0.0), window_ns)
+    return w_on, wrow, wfrac
+
+
+@njit
+def _lazy_finishes(st, now, tol, tol_b, gn, hn, w_on, wrow, wfrac):
+    """Each lazy class with members finishing at `now`: a lazy class event, else flows again (the
+    classes are independent, so one after the other at `now` is the same as all together).
+    Returns the heaps' new sizes (classes, completions)."""
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    done_k = _f1(st, _S.DONE_K)
+    done_i = _i1(st, _S.DONE_I)
+    lim = now + tol
+    n_done = 0
+    while gn > 0 and gk[0] <= lim:
+        cb = gi[0]
+        if _lz_event(st, cb, now, tol, tol_b, gn, w_on, wrow, wfrac):
+            done_k[n_done] = gk[gpos[cb]]
+            done_i[n_done] = cb
+            n_done += 1
+            gn = _ih_delete(gk, gi, gpos, gn, cb)
+        else:
+            gn = _ih_delete(gk, gi, gpos, gn, cb)
+            hn = _lz_flush(st, cb, now, hn)
+    for j in range(n_done):
+        gn += 1
+        _ih_set(gk, gi, gpos, gn, gn - 1, done_k[j], done_i[j])
+    return gn, hn
+
+
+@njit
+def _finish_flows(st, now, tol, tol_b, merge, event, hn, unit, w_on, wrow, wfrac):
+    """The flows draining at `now` (within tol, or `merge` x their age) finish: off the heap, their
+    bottleneck and their links, whose loads (and window integrals) drop. Returns the completion
+    heap's size and the number of changed resources (CHG_LINKS)."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    release = _f1(st, _S.RELEASE)
+    finish = _f1(st, _S.FINISH)
+    latency = _f1(st, _S.LATENCY)
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    rem = _f1(st, _S.REM)
+    tlast = _f1(st, _S.TLAST)
+    active = _b1(st, _S.ACTIVE)
+    bott = _i1(st, _S.BOTT)
+    bpos = _i1(st, _S.BPOS)
+    hk = _f1(st, _S.HK)
+    hi = _i1(st, _S.HI)
+    hpos = _i1(st, _S.HPOS)
+    load = _f1(st, _S.LOAD)
+    maxr = _f1(st, _S.MAXR)
+    maxr_ok = _b1(st, _S.MAXR_OK)
+    lstart = _i1(st, _S.LSTART)
+    lcnt = _i1(st, _S.LCNT)
+    bcnt = _i1(st, _S.BCNT)
+    rchg = _i1(st, _S.RCHG)
+    chg_links = _i1(st, _S.CHG_LINKS)
+    bpool = _i1(st, _S.BPOOL)
+    wd = _f3(st, _S.WD)
+    n_chg = 0
+    while hn > 0 and hk[0] <= now + tol + merge * (hk[0] - release[hi[0]]):
+        f = hi[0]
+        t_proj = hk[0]
+        tf = t_proj if t_proj <= now + tol else now
+        # pop the heap top (inlined, as are the other helpers of this loop: numba's inliner
+        # wraps array arguments in reference counting, which cost a third of the time)
+        hpos[f] = -1
+        hn -= 1
+        if hn > 0:
+            hk[0] = hk[hn]
+            hi[0] = hi[hn]
+            hpos[hi[0]] = 0
+            key = hk[0]
+            item = hi[0]
+            i = 0
+            while True:
+                c = 2 * i + 1
+                if c >= hn:
+                    break
+                if c + 1 < hn and hk[c + 1] < hk[c]:
+                    c += 1
+                if hk[c] >= key:
+                    break
+                hk[i] = hk[c]
+                hi[i] = hi[c]
+                hpos[hi[i]] = i
+                i = c
+            hk[i] = key
+            hi[i] = item
+            hpos[item] = i
+        # the bytes it carries after `now` (t_proj - now: at most tol, or `merge` x its age)
+        late = rate[f] * (t_proj - now) if t_proj > tlast[f] else 0.0
+        rem[f] = 0.0
+        finish[f] = tf + latency[f]
+        active[f] = False
+        old = bott[f]
+        if old >= 0:
+            i = bpos[f]
+            last = bpool[lstart[old] + bcnt[old] - 1]
+            bpool[lstart[old] + i] = last
+            bpos[last] = i
+            bcnt[old] -= 1
+            bott[f] = -1
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            lcnt[r] -= 1
+            dl = -rate[f]
+            load[r] -= rate[f]
+            if (rate[f] if unit else rate[f] * iw[f]) >= maxr[r] * (1.0 - tol_b):
+                maxr_ok[r] = False
+            if lcnt[r] == 0:
+                dl -= load[r]
+                load[r] = 0.0
+            if w_on:
+                wd[wrow, r, 0] += dl * wfrac + late
+                wd[wrow, r, 1] += dl
+            if rchg[r] != event:
+                rchg[r] = event
+                chg_links[n_chg] = r
+                n_chg += 1
+        rate[f] = 0.0
+    return hn, n_chg
+
+
+@njit
+def _arrive(st, now, tol, event, nxt, n_chg):
+    """The flows released at `now` become active and join S (in flow order) and their links'
+    pools. Returns the next flow to release, the size of S, the changed resources and whether any
+    flow arrived."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    release = _f1(st, _S.RELEASE)
+    finish = _f1(st, _S.FINISH)
+    latency = _f1(st, _S.LATENCY)
+    rate = _f1(st, _S.RATE)
+    rem = _f1(st, _S.REM)
+    tlast = _f1(st, _S.TLAST)
+    orig = _f1(st, _S.ORIG)
+    active = _b1(st, _S.ACTIVE)
+    in_s = _i1(st, _S.IN_S)
+    s_list = _i1(st, _S.S_LIST)
+    order = _i1(st, _S.ORDER)
+    lstart = _i1(st, _S.LSTART)
+    lused = _i1(st, _S.LUSED)
+    lcnt = _i1(st, _S.LCNT)
+    narr = _i1(st, _S.NARR)
+    rchg = _i1(st, _S.RCHG)
+    chg_links = _i1(st, _S.CHG_LINKS)
+    poolf = _i1(st, _S.POOLF)
+    n_flows = order.size
+    s_n = 0
+    arrivals = False
+    while nxt < n_flows and release[order[nxt]] <= now + tol:
+        f = order[nxt]
+        nxt += 1
+        if rem[f] <= 0.0 or indptr[f + 1] == indptr[f]:
+            finish[f] = release[f] + latency[f] + (0.0 if rem[f] <= 0.0 else np.inf)
+            continue
+        active[f] = True
+        arrivals = True
+        tlast[f] = now
+        rate[f] = 0.0
+        in_s[f] = event  # into S in flow order (the order of the arrays S's loops read)
+        orig[f] = 0.0
+        s_list[s_n] = f
+        s_n += 1
+        for k in range(indptr[f], indptr[f + 1]):
+            r = res[k]
+            poolf[lstart[r] + lused[r]] = f
+            lused[r] += 1
+            lcnt[r] += 1
+            narr[r] += 1
+            if rchg[r] != event:
+                rchg[r] = event
+                chg_links[n_chg] = r
+                n_chg += 1
+    return nxt, s_n, n_chg, arrivals
+
+
+@njit
+def _seed_s(st, now, event, arrivals, s_n, n_chg, gn, hn):
+    """S0: the flows on a touched resource that arrived now (in S already) or were bottlenecked
+    there (a lazy member turns its class back into flows). Returns S's and the heaps' sizes."""
+    rate = _f1(st, _S.RATE)
+    orig = _f1(st, _S.ORIG)
+    active = _b1(st, _S.ACTIVE)
+    in_s = _i1(st, _S.IN_S)
+    s_list = _i1(st, _S.S_LIST)
+    lzc = _i1(st, _S.LZC)
+    lstart = _i1(st, _S.LSTART)
+    lused = _i1(st, _S.LUSED)
+    lcnt = _i1(st, _S.LCNT)
+    narr = _i1(st, _S.NARR)
+    bcnt = _i1(st, _S.BCNT)
+    chg_links = _i1(st, _S.CHG_LINKS)
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    poolf = _i1(st, _S.POOLF)
+    bpool = _i1(st, _S.BPOOL)
+    for c in range(n_chg):
+        r = chg_links[c]
+        if arrivals:
+            every = narr[r] == lcnt[r]
+            narr[r] = 0
+            if every:  # all its flows arrived now
+                continue
+            w = lstart[r]
+            for q in range(lstart[r], lstart[r] + lused[r]):
+                g = poolf[q]
+                if not active[g]:
+                    continue
+                poolf[w] = g
+                w += 1
+                if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                    cb = lzc[g]
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(st, cb, now, hn)
+                if in_s[g] != event:
+                    in_s[g] = event
+                    orig[g] = rate[g]
+                    s_list[s_n] = g
+                    s_n += 1
+            lused[r] = w - lstart[r]
+        else:
+            for q in range(lstart[r], lstart[r] + bcnt[r]):
+                g = bpool[q]
+                if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                    cb = lzc[g]
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(st, cb, now, hn)
+                if in_s[g] != event:
+                    in_s[g] = event
+                    orig[g] = rate[g]
+                    s_list[s_n] = g
+                    s_n += 1
+    return s_n, gn, hn
+
+
+@njit
+def _drop_pinned(st, event, s_n, tol_b, unit):
+    """An event without arrivals: a flow of S pinned by another valid bottleneck on an unchanged
+    resource leaves S. Returns S's size."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    active = _b1(st, _S.ACTIVE)
+    bott = _i1(st, _S.BOTT)
+    bpos = _i1(st, _S.BPOS)
+    in_s = _i1(st, _S.IN_S)
+    s_list = _i1(st, _S.S_LIST)
+    lzc = _i1(st, _S.LZC)
+    load = _f1(st, _S.LOAD)
+    maxr = _f1(st, _S.MAXR)
+    maxr_ok = _b1(st, _S.MAXR_OK)
+    lstart = _i1(st, _S.LSTART)
+    lused = _i1(st, _S.LUSED)
+    bcnt = _i1(st, _S.BCNT)
+    rchg = _i1(st, _S.RCHG)
+    lzf = _f2(st, _S.LZF)
+    poolf = _i1(st, _S.POOLF)
+    bpool = _i1(st, _S.BPOOL)
+    kept = 0
+    skip = event
+    hint = -1
+    for i in range(s_n):
+        h = s_list[i]
+        b = -1
+        p0 = indptr[h]
+        for a in range(0, indptr[h + 1] - p0):
+            r = hint if a < 0 else res[p0 + a]
+            if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                continue
+            if not maxr_ok[r]:
+                maxr_ok[r] = True
+                m = 0.0
+                w = lstart[r]
+                for q in range(lstart[r], lstart[r] + lused[r]):
+                    g = poolf[q]
+                    if active[g]:
+                        poolf[w] = g
+                        w += 1
+                        m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                lused[r] = w - lstart[r]
+                maxr[r] = m
+            if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                b = r
+                break
+        if b >= 0:
+            old = bott[h]
+            if old != b:
+                if old >= 0:
+                    j = bpos[h]
+                    last = bpool[lstart[old] + bcnt[old] - 1]
+                    bpool[lstart[old] + j] = last
+                    bpos[last] = j
+                    bcnt[old] -= 1
+                if b >= 0:
+                    bpool[lstart[b] + bcnt[b]] = h
+                    bpos[h] = bcnt[b]
+                    bcnt[b] += 1
+                bott[h] = b
+            in_s[h] = -1
+        else:
+            s_list[kept] = h
+            kept += 1
+    s_n = kept
+    return s_n
+
+
+@njit
+def _rate_classes(st, s_n, wstamp, tol_b):
+    """Rate classes: flows of S bottlenecked on the same resource b are one class. When no flow of
+    S crosses another class's resource and, with each class at its resource's fair share x_b,
+    every other resource S crosses stays clearly unsaturated, progressive filling freezes each
+    class at x_b on b: the water-fill's result without running it (most events of a skewed
+    all-to-all; the same numbers, in the same order). Then sets NEW_RATE and FROZE_AT. Returns
+    whether it did, and the class's resource when S is one class (else -1)."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    wt = _f1(st, _S.WT)
+    rate = _f1(st, _S.RATE)
+    new_rate = _f1(st, _S.NEW_RATE)
+    bott = _i1(st, _S.BOTT)
+    froze_at = _i1(st, _S.FROZE_AT)
+    s_list = _i1(st, _S.S_LIST)
+    load = _f1(st, _S.LOAD)
+    thr = _f1(st, _S.THR)
+    marked = _i1(st, _S.MARKED)
+    cmark = _i1(st, _S.CMARK)
+    cls_n = _i1(st, _S.CLS_N)
+    cls_w = _f1(st, _S.CLS_W)
+    cls_x = _f1(st, _S.CLS_X)
+    lmark = _i1(st, _S.LMARK)
+    fast_cls = -1
+    n_cls = 0
+    one = True
+    for i in range(s_n):
+        b = bott[s_list[i]]
+        if b < 0:
+            one = False
+            break
+        if cmark[b] != wstamp:
+            cmark[b] = wstamp
+            n_cls += 1
+            cls_n[b] = 0
+            cls_w[b] = 0.0
+            cls_x[b] = cap[b] - load[b]
+        cls_n[b] += 1
+        cls_w[b] += wt[s_list[i]]
+        cls_x[b] += rate[s_list[i]]
+    if one:
+        n_mark = 0
         for i in range(s_n):
             g = s_list[i]
-            if rate[g] == orig[g] and lz_b < 0:
+            b = bott[g]
+            if cls_n[b] > 0:  # first member: resid -> fair share
+                x = max(cls_x[b], 0.0) / cls_w[b]
+                cls_x[b] = x
+                cls_n[b] = -1
+                if x <= 0.0:
+                    one = False
+                    break
+            d = cls_x[b] * wt[g] - rate[g]
+            for k in range(indptr[g], indptr[g + 1]):
+                r = res[k]
+                if r == b:
+                    continue
+                if cmark[r] == wstamp:  # crosses another class's resource
+                    one = False
+                    break
+                if lmark[r] != wstamp:
+                    lmark[r] = wstamp
+                    thr[r] = cap[r] - load[r]
+                    marked[n_mark] = r
+                    n_mark += 1
+                thr[r] -= d
+            if not one:
+                break
+        if one:
+            for i in range(n_mark):
+                r = marked[i]
+                if thr[r] <= cap[r] * tol_b:
+                    one = False
+                    break
+    if one:
+        for i in range(s_n):
+            b = bott[s_list[i]]
+            new_rate[i] = cls_x[b] * wt[s_list[i]]
+            froze_at[i] = b
+        if n_cls == 1:
+            fast_cls = bott[s_list[0]]
+    return one, fast_cls
+
+
+@njit
+def _apply_rates(st, s_n, event, n_chg, rel_eps, tol_b, unit, w_on, wrow, wfrac):
+    """S takes its new rates: loads, window integrals and largest rates follow; a resource whose
+    load changed by more than rel_eps joins CHG_LINKS. Returns their number."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    new_rate = _f1(st, _S.NEW_RATE)
+    s_list = _i1(st, _S.S_LIST)
+    load = _f1(st, _S.LOAD)
+    maxr = _f1(st, _S.MAXR)
+    maxr_ok = _b1(st, _S.MAXR_OK)
+    rchg = _i1(st, _S.RCHG)
+    chg_links = _i1(st, _S.CHG_LINKS)
+    wd = _f3(st, _S.WD)
+    for i in range(s_n):
+        g = s_list[i]
+        d = new_rate[i] - rate[g]
+        if d != 0.0:
+            big = abs(d) > rel_eps * max(rate[g], new_rate[i])
+            for k in range(indptr[g], indptr[g + 1]):
+                r = res[k]
+                load[r] += d
+                if w_on:
+                    wd[wrow, r, 0] += d * wfrac
+                    wd[wrow, r, 1] += d
+                if d > 0.0:
+                    nr = new_rate[i] if unit else new_rate[i] * iw[g]
+                    if nr > maxr[r]:
+                        maxr[r] = nr
+                elif (rate[g] if unit else rate[g] * iw[g]) >= maxr[r] * (1.0 - tol_b):
+                    # r x (1/w) can round below the share it was set from: a rate that
+                    # falls (or a flow that leaves) near the largest marks it for recomputing
+                    maxr_ok[r] = False
+                if big and rchg[r] != event:
+                    rchg[r] = event
+                    chg_links[n_chg] = r
+                    n_chg += 1
+            rate[g] = new_rate[i]
+    return n_chg
+
+
+@njit
+def _verify(st, s_n, n_chg, now, wstamp, gn, hn, tol_b, unit):
+    """Every flow in S or bottlenecked on a changed resource needs a bottleneck (a saturated
+    resource on which its rate per unit weight is the largest): each one's is found (first trying
+    the resource that froze it) and kept in BOTT/BPOOL; those without go to BAD. Returns their
+    number and the heaps' sizes."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    active = _b1(st, _S.ACTIVE)
+    bott = _i1(st, _S.BOTT)
+    bpos = _i1(st, _S.BPOS)
+    checked = _i1(st, _S.CHECKED)
+    froze_at = _i1(st, _S.FROZE_AT)
+    s_list = _i1(st, _S.S_LIST)
+    cand = _i1(st, _S.CAND)
+    bad = _i1(st, _S.BAD)
+    lzc = _i1(st, _S.LZC)
+    load = _f1(st, _S.LOAD)
+    maxr = _f1(st, _S.MAXR)
+    maxr_ok = _b1(st, _S.MAXR_OK)
+    lstart = _i1(st, _S.LSTART)
+    lused = _i1(st, _S.LUSED)
+    bcnt = _i1(st, _S.BCNT)
+    rchg = _i1(st, _S.RCHG)
+    chg_links = _i1(st, _S.CHG_LINKS)
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    lzf = _f2(st, _S.LZF)
+    poolf = _i1(st, _S.POOLF)
+    bpool = _i1(st, _S.BPOOL)
+    n_bad = 0
+    skip = -2
+    for phase in range(2):
+        # phase 0: the flows of S (first trying the resource that froze them); phase 1:
+        # the flows bottlenecked on a changed resource
+        n_chk = s_n
+        if phase == 1:
+            n_chk = 0
+            for c in range(n_chg):
+                r = chg_links[c]
+                for q in range(lstart[r], lstart[r] + bcnt[r]):
+                    h = bpool[q]
+                    if lzc[h] >= 0:  # a lazy class's member: the class becomes flows again
+                        cb = lzc[h]
+                        gn = _ih_delete(gk, gi, gpos, gn, cb)
+                        hn = _lz_flush(st, cb, now, hn)
+                    if checked[h] != wstamp:
+                        checked[h] = wstamp
+                        cand[n_chk] = h
+                        n_chk += 1
+        for i in range(n_chk):
+            if phase == 0:
+                h = s_list[i]
+                checked[h] = wstamp
+                hint = froze_at[i]
+            else:
+                h = cand[i]
+                hint = bott[h]
+            b = -1
+            p0 = indptr[h]
+            for a in range(-1 if hint >= 0 else 0, indptr[h + 1] - p0):
+                r = hint if a < 0 else res[p0 + a]
+                if (a >= 0 and r == hint) or rchg[r] == skip or load[r] < cap[r] * (1.0 - tol_b):
+                    continue
+                if not maxr_ok[r]:
+                    maxr_ok[r] = True
+                    m = 0.0
+                    w = lstart[r]
+                    for q in range(lstart[r], lstart[r] + lused[r]):
+                        g = poolf[q]
+                        if active[g]:
+                            poolf[w] = g
+                            w += 1
+                            m = max(m, (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0])
+                    lused[r] = w - lstart[r]
+                    maxr[r] = m
+                if (rate[h] if unit else rate[h] * iw[h]) >= maxr[r] * (1.0 - tol_b):
+                    b = r
+                    break
+            old = bott[h]
+            if old != b:
+                if old >= 0:
+                    j = bpos[h]
+                    last = bpool[lstart[old] + bcnt[old] - 1]
+                    bpool[lstart[old] + j] = last
+                    bpos[last] = j
+                    bcnt[old] -= 1
+                if b >= 0:
+                    bpool[lstart[b] + bcnt[b]] = h
+                    bpos[h] = bcnt[b]
+                    bcnt[b] += 1
+                bott[h] = b
+            if b < 0:
+                bad[n_bad] = h
+                n_bad += 1
+    return n_bad, gn, hn
+
+
+@njit
+def _grow_s(st, s_n, n_bad, event, wstamp, now, gn, hn, rel_eps, unit):
+    """A flow without a bottleneck joins S with the flows at least as fast on its saturated
+    resources. Returns S's size, whether it grew, and the heaps' sizes."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    cap = _f1(st, _S.CAP)
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    orig = _f1(st, _S.ORIG)
+    active = _b1(st, _S.ACTIVE)
+    in_s = _i1(st, _S.IN_S)
+    s_list = _i1(st, _S.S_LIST)
+    bad = _i1(st, _S.BAD)
+    lzc = _i1(st, _S.LZC)
+    load = _f1(st, _S.LOAD)
+    lstart = _i1(st, _S.LSTART)
+    lused = _i1(st, _S.LUSED)
+    thr = _f1(st, _S.THR)
+    marked = _i1(st, _S.MARKED)
+    lmark = _i1(st, _S.LMARK)
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    lzf = _f2(st, _S.LZF)
+    poolf = _i1(st, _S.POOLF)
+    grew = False
+    n_mark = 0
+    for i in range(n_bad):
+        h = bad[i]
+        if in_s[h] != event:
+            in_s[h] = event
+            orig[h] = rate[h]
+            s_list[s_n] = h
+            s_n += 1
+            grew = True
+        for kk in range(indptr[h], indptr[h + 1]):
+            rr = res[kk]
+            if load[rr] < cap[rr] * (1.0 - 1e3 * rel_eps):
                 continue
-            if orig[g] > 0.0:
-                rem[g] -= orig[g] * (now - tlast[g])
-                if rem[g] < 0.0:
-                    rem[g] = 0.0
-            tlast[g] = now
-            if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
-                if hpos[g] >= 0:
-                    hn = _ih_delete(hk, hi, hpos, hn, g)
-                lzc[g] = lz_b
-                rem[g] = rem[g] if unit else rem[g] * iw[g]
-                _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
+            if lmark[rr] != wstamp:
+                lmark[rr] = wstamp
+                thr[rr] = rate[h] if unit else rate[h] * iw[h]
+                marked[n_mark] = rr
+                n_mark += 1
+            elif (rate[h] if unit else rate[h] * iw[h]) < thr[rr]:
+                thr[rr] = rate[h] if unit else rate[h] * iw[h]
+    for i in range(n_mark):
+        rr = marked[i]
+        limit = thr[rr] * (1.0 - 1e3 * rel_eps)
+        w = lstart[rr]
+        for qq in range(lstart[rr], lstart[rr] + lused[rr]):
+            g = poolf[qq]
+            if not active[g]:
                 continue
-            r_g = rate[g] if rate[g] > 0.0 else 1e-300
-            key = now + rem[g] / r_g
-            i = hpos[g]
-            if i < 0:
-                i = hn
-                hn += 1
-            _ih_set(hk, hi, hpos, hn, i, key, g)
-        if lz_b >= 0:
-            gn += 1
-            _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
+            poolf[w] = g
+            w += 1
+            nr = (rate[g] if unit else rate[g] * iw[g]) if lzc[g] < 0 else lzf[lzc[g], 0]
+            if in_s[g] != event and nr >= limit:
+                if lzc[g] >= 0:  # a lazy class's member: the class becomes flows again
+                    cb = lzc[g]
+                    gn = _ih_delete(gk, gi, gpos, gn, cb)
+                    hn = _lz_flush(st, cb, now, hn)
+                in_s[g] = event
+                orig[g] = rate[g]
+                s_list[s_n] = g
+                s_n += 1
+                grew = True
+        lused[rr] = w - lstart[rr]
+    return s_n, grew, gn, hn
+
+
+@njit
+def _whole_class(st, s_n, b):
+    """After a one-class event on resource b: b when S is b's class, each member at the class's
+    fair share (it can become lazy), else -1."""
+    wt = _f1(st, _S.WT)
+    rate = _f1(st, _S.RATE)
+    bott = _i1(st, _S.BOTT)
+    s_list = _i1(st, _S.S_LIST)
+    cls_x = _f1(st, _S.CLS_X)
+    lz_b = b
+    for i in range(s_n):
+        g = s_list[i]
+        if bott[g] != lz_b or rate[g] != cls_x[lz_b] * wt[g]:
+            lz_b = -1
+            break
+    return lz_b
+
+
+@njit
+def _class_slots(st, s_n):
+    """Slots of AGR a class of S's flows may take: |S| x its longest path."""
+    indptr = _i1(st, _S.INDPTR)
+    s_list = _i1(st, _S.S_LIST)
+    n_inc = indptr[s_list[0] + 1] - indptr[s_list[0]]
+    for i in range(s_n):
+        n_inc = max(n_inc, indptr[s_list[i] + 1] - indptr[s_list[i]])
+    return s_n * n_inc
+
+
+@njit
+def _form_lazy(st, lz_b, s_n, now, ag_used):
+    """S, every flow bottlenecked on lz_b, becomes a lazy class: its rate, V = 0 now, its members'
+    weight, and its links other than lz_b with the members crossing each (from AGR[ag_used]).
+    Returns the slots of AGR used."""
+    indptr = _i1(st, _S.INDPTR)
+    res = _i1(st, _S.RES)
+    wt = _f1(st, _S.WT)
+    s_list = _i1(st, _S.S_LIST)
+    cls_x = _f1(st, _S.CLS_X)
+    amap = _i1(st, _S.AMAP)
+    lzf = _f2(st, _S.LZF)
+    lzi = _i2(st, _S.LZI)
+    aggpos = _i1(st, _S.AGGPOS)
+    agr = _i1(st, _S.AGR)
+    agc = _i1(st, _S.AGC)
+    agw = _f1(st, _S.AGW)
+    lzf[lz_b, 0] = cls_x[lz_b]
+    lzf[lz_b, 1] = 0.0
+    lzf[lz_b, 2] = now
+    lzi[lz_b, 0] = s_n
+    w_cls = 0.0
+    for i in range(s_n):
+        w_cls += wt[s_list[i]]
+    lzf[lz_b, 3] = w_cls
+    a0 = ag_used
+    for i in range(s_n):
+        g = s_list[i]
+        for k in range(indptr[g], indptr[g + 1]):
+            r = res[k]
+            if r == lz_b:
+                continue
+            if amap[r] == 0:
+                agr[ag_used] = r
+                agc[ag_used] = 0
+                agw[ag_used] = 0.0
+                ag_used += 1
+                amap[r] = ag_used
+            aggpos[k] = amap[r] - 1
+            agc[amap[r] - 1] += 1
+            agw[amap[r] - 1] += wt[g]
+    for j in range(a0, ag_used):
+        amap[agr[j]] = 0
+    lzi[lz_b, 1] = a0
+    lzi[lz_b, 2] = ag_used - a0
+    return ag_used
+
+
+@njit
+def _rekey(st, s_n, lz_b, now, hn, gn, unit):
+    """The flows of S whose rate changed bring their remaining bytes up to `now` and take a new
+    completion key; the members of a new lazy class go to its member heap, keyed by V, and the
+    class onto the class heap. Returns the heaps' sizes."""
+    iw = _f1(st, _S.IW)
+    rate = _f1(st, _S.RATE)
+    rem = _f1(st, _S.REM)
+    tlast = _f1(st, _S.TLAST)
+    orig = _f1(st, _S.ORIG)
+    s_list = _i1(st, _S.S_LIST)
+    lzc = _i1(st, _S.LZC)
+    hk = _f1(st, _S.HK)
+    hi = _i1(st, _S.HI)
+    hpos = _i1(st, _S.HPOS)
+    lstart = _i1(st, _S.LSTART)
+    gk = _f1(st, _S.GK)
+    gi = _i1(st, _S.GI)
+    gpos = _i1(st, _S.GPOS)
+    lzf = _f2(st, _S.LZF)
+    ck = _f1(st, _S.CK)
+    ci = _i1(st, _S.CI)
+    for i in range(s_n):
+        g = s_list[i]
+        if rate[g] == orig[g] and lz_b < 0:
+            continue
+        if orig[g] > 0.0:
+            rem[g] -= orig[g] * (now - tlast[g])
+            if rem[g] < 0.0:
+                rem[g] = 0.0
+        tlast[g] = now
+        if lz_b >= 0:  # into the class's heap, keyed by the class's V (0 now) at which it drains
+            if hpos[g] >= 0:
+                hn = _ih_delete(hk, hi, hpos, hn, g)
+            lzc[g] = lz_b
+            rem[g] = rem[g] if unit else rem[g] * iw[g]
+            _mh_push(ck, ci, lstart[lz_b], i, rem[g], g)
+            continue
+        r_g = rate[g] if rate[g] > 0.0 else 1e-300
+        key = now + rem[g] / r_g
+        i = hpos[g]
+        if i < 0:
+            i = hn
+            hn += 1
+        _ih_set(hk, hi, hpos, hn, i, key, g)
+    if lz_b >= 0:
+        gn += 1
+        _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
+    return hn, gn
+
+
+@njit
+def _window_bytes(wd, n_res, n_win, window_ns):
+    """Bytes per resource and window from the window integrals of the loads: WD[w + 1, r] holds,
+    for the load changes in window w, dl x (end of w - now) and dl (row 0: before the first)."""
     out = np.empty((n_res, n_win), np.float64)
     for r in range(n_res):
         level = wd[0, r, 1]
         for w in range(n_win):
             out[r, w] = wd[w + 1, r, 0] + level * window_ns
             level += wd[w + 1, r, 1]
-    return finish, out
+    return out
 
 
 # --------------------------------------------------------------------------------------------
