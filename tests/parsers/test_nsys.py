@@ -91,6 +91,8 @@ def test_twins_give_the_same_collectives_groups_and_ranks(twins):
             "algo", "instance", "dim", "name", "lane", "step", "seq_explicit"]
     ck, cn = (_str(pl.from_arrow(Run(base / r).table("collectives"))) for r in ("rk", "rn"))
     assert ck.select(cols).sort(cols).equals(cn.select(cols).sort(cols))
+    per_group = cn.sort("ts_ns").group_by(["rank", "group"], maintain_order=True).agg(pl.col("seq"))
+    assert all(seq == list(range(len(seq))) for seq in per_group["seq"].to_list())  # numbered in call order, from 0
     # NCCL's payloads name no dtype for point-to-point calls; the collectives' come from the kernels
     p2p = pl.col("op").is_in(["send", "recv"])
     assert cn.filter(p2p)["dtype"].null_count() == cn.filter(p2p).height > 0
@@ -917,3 +919,25 @@ def test_the_collectives_pass_costs_tens_of_bytes_a_call(tmp_path, monkeypatch):
     assert calls > 5_000
     assert max(peak / c for c, _, peak in measured) < 400, measured
 
+
+
+def test_payloads_given_through_string_ids(tmp_path, small):
+    """`NVTX_EVENTS.jsonTextId` into `StringIds` (instead of the inline `jsonText`) gives the same."""
+    inline = write_nsys(small, tmp_path / "a", release="2024.5", nccl="2.27")[0]
+    by_id = write_nsys(small, tmp_path / "b", release="2024.5", nccl="2.27")[0]
+    with closing(sqlite3.connect(by_id)) as db:
+        top = db.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+        texts = db.execute("SELECT DISTINCT jsonText FROM NVTX_EVENTS WHERE jsonText IS NOT NULL").fetchall()
+        ids = {t: top + 1 + i for i, (t,) in enumerate(texts)}
+        db.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)", [(i, t) for t, i in ids.items()])
+        db.executemany("UPDATE NVTX_EVENTS SET jsonTextId = ?, jsonText = NULL WHERE jsonText = ?",
+                       [(i, t) for t, i in ids.items()])
+        db.commit()
+        assert len(ids) > 3 and not db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE jsonText IS NOT NULL"
+                                               ).fetchone()[0]
+    a, ta = parse(inline, tmp_path / "ra")
+    b, tb = parse(by_id, tmp_path / "rb")
+    assert a.ranks == b.ranks == [0, 1]
+    for table in ("events", *TABLES):
+        keep = [c for c in ta[table].column_names if c != "source_file"]
+        assert ta[table].select(keep).equals(tb[table].select(keep)), table
