@@ -158,7 +158,7 @@ class _SQLite(_Source):
             self.db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
             names = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             self.tables = {n: [r[1] for r in self.db.execute(f'PRAGMA table_info("{_ident(n)}")')] for n in names}
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(path, exc) from exc
 
     def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
@@ -170,7 +170,7 @@ class _SQLite(_Source):
                 if not rows:
                     return
                 yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def where_in(self, table: str, columns: Sequence[str], key: str,
@@ -184,13 +184,13 @@ class _SQLite(_Source):
             cur = self.db.execute(sql, (msgspec.json.encode(sorted(values)).decode(),))
             while rows := cur.fetchmany(BATCH_ROWS):
                 yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def distinct(self, table: str, column: str) -> set[Any]:
         try:
             return {r[0] for r in self.db.execute(f'SELECT DISTINCT "{_ident(column)}" FROM "{_ident(table)}"')}
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def index_launches(self) -> bool:
@@ -207,7 +207,7 @@ class _SQLite(_Source):
                 f'FROM "{_ident(RUNTIME)}" WHERE typeof(globalTid) = \'integer\' AND typeof(correlationId) = '
                 "'integer' AND typeof(start) = 'integer' AND typeof(\"end\") = 'integer' "
                 f'AND start BETWEEN {lo} AND {hi} AND "end" - start BETWEEN {dlo} AND {dhi}')
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
         return True
 
@@ -220,7 +220,7 @@ class _SQLite(_Source):
             cur = self.db.execute(sql)
             while rows := cur.fetchmany(BATCH_ROWS):
                 yield dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def close(self) -> None:
@@ -277,11 +277,15 @@ class _ArrowDir(_Source):
             raise InputError(f, f"unreadable table of an Nsight export: {exc}") from exc
 
 
+#: What reading an SQLite file can raise: its errors, and text that is not UTF-8 (a damaged file).
+_DB_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
 def _ident(name: str) -> str:
     return name.replace('"', '""')
 
 
-def _db_error(path: str, exc: sqlite3.Error) -> InputError:
+def _db_error(path: str, exc: Exception) -> InputError:
     text = str(exc)
     if "locked" in text or "busy" in text:
         return InputError(path, "the SQLite database is locked by another process (is nsys still exporting it?)")
@@ -324,7 +328,7 @@ def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
         try:
             with closing(sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)) as db:
                 names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        except sqlite3.Error:
+        except _DB_ERRORS:
             return True
         return is_nsight_tables(names)
     if p.suffix in REPORT_SUFFIXES:
