@@ -12,7 +12,8 @@ import bisect
 import functools
 import re
 from array import array
-from collections import Counter, defaultdict
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,8 @@ _NUMERIC = {"ordinal": "q", "ts": "q", "dur": "q", "corr": "q", "ext": "q", "fla
             "name": "i", "args": "i"}
 #: Bits of a marker's `flags`: on a GPU lane, a communication kernel, has a correlation, an External id.
 MARK_GPU, MARK_COMM, MARK_CORR, MARK_EXT = 1, 2, 4, 8
+#: Distinct call args a MarkerStore looks up to share (beyond it new ones are stored, unshared).
+_SHARED_ARGS = 4096
 
 
 class MarkerStore:
@@ -111,7 +114,10 @@ class MarkerStore:
     50 bytes a marker plus the raw bytes of the call args it has, where a marker object with
     its args took about 1.2 KB. Lanes and names are codes into one string table; a marker's
     args are packed as the fields it has (a bit mask, then each field's length and raw JSON), so
-    a marker with args costs 12 bytes besides the lengths and the bytes of its fields."""
+    a marker with args costs 12 bytes besides the lengths and the bytes of its fields. Markers
+    with the same args (a call repeated every step: the same group, op and sizes) share one row of
+    them (up to `_SHARED_ARGS` distinct ones are looked up), so such a marker costs its columns only;
+    `args_row(i)` names the row, equal for equal args."""
 
     def __init__(self, args_type: type[Args] | None = None) -> None:
         self._args_type = args_type
@@ -119,6 +125,7 @@ class MarkerStore:
         self._packed = bytearray()
         self._arg_end = array("q", [0])
         self._arg_mask = array("I")
+        self._arg_rows: dict[bytes, int] = {}
         self.strings: list[str] = []
         self._codes: dict[str, int] = {}
         self.n = 0
@@ -142,20 +149,29 @@ class MarkerStore:
         if not n:
             return
         rows = np.full(n, -1, np.int32)
+        known = self._arg_rows
         for i, a in enumerate(args):
             if a is None:
                 continue
-            rows[i] = self.n_args
-            self.n_args += 1
             mask = 0
+            packed = bytearray()
             for bit, f in enumerate(RAW_ARGS):
                 raw = getattr(a, f)
                 if raw:
                     mask |= 1 << bit
-                    self._packed += len(raw).to_bytes(4, "little")
-                    self._packed += raw
-            self._arg_mask.append(mask)
-            self._arg_end.append(len(self._packed))
+                    packed += len(raw).to_bytes(4, "little")
+                    packed += raw
+            key = mask.to_bytes(4, "little") + packed
+            row = known.get(key)
+            if row is None:
+                row = self.n_args
+                self.n_args += 1
+                self._packed += packed
+                self._arg_mask.append(mask)
+                self._arg_end.append(len(self._packed))
+                if len(known) < _SHARED_ARGS:
+                    known[key] = row
+            rows[i] = row
         for k, t in _NUMERIC.items():
             self._cols[k].frombytes(np.ascontiguousarray(rows if k == "args" else cols[k], np.dtype(t)).tobytes())
         self.n += n
@@ -189,6 +205,20 @@ class MarkerStore:
 
     def has_args(self, i: int) -> bool:
         return self._cols["args"][i] >= 0
+
+    def args_row(self, i: int) -> int:
+        """Marker i's row of args (-1: none); markers whose args were equal share a row."""
+        return self._cols["args"][i]
+
+    def fields_of(self, i: int) -> int:
+        """The bit mask of the `RAW_ARGS` fields marker i's args have (0: none)."""
+        row = self._cols["args"][i]
+        return self._arg_mask[row] if row >= 0 else 0
+
+    def args_of_row(self, row: int) -> Args:
+        """The args of a row `args_row` named."""
+        assert self._args_type is not None, "a store with args is made with their type"
+        return self._args_type(**{f: msgspec.Raw(v) for f, v in self._fields(row).items()})
 
     def args(self, i: int) -> Args | None:
         row = self._cols["args"][i]
@@ -261,6 +291,7 @@ def op_from_name(name: str | None) -> str | None:
     return COLLECTIVE_OPS.get(key)
 
 
+@functools.lru_cache(maxsize=4096)
 def kernel_op(name: str) -> tuple[str, str | None]:
     """(op, dim_hint) for a communication kernel name."""
     m = _KERNEL_OP.search(name)
@@ -302,71 +333,97 @@ class _CallView:
     markers: list[Marker]
 
 
-def _view(ms: MarkerStore, call: _Call) -> _CallView:
-    return _CallView([ms.marker(i) for i in call.kernels], [ms.marker(i) for i in call.markers])
-
-
-def _collect_calls(p1: Pass1) -> list[_Call]:
+def _collect_calls(p1: Pass1) -> Iterator[_Call]:
     """Group markers into calls: CPU markers nested on one lane form a cluster; kernels join the
-    cluster of their CPU op (External id) or launch (correlation); one call per cluster."""
+    cluster of their CPU op (External id) or launch (correlation); one call per cluster. The
+    clusters are held as arrays (about 60 bytes a call) and each call is made as it is yielded:
+    the clusters in order (those of one op split across threads paired after them, see
+    `_pair_split_calls`), then the kernels that joined none."""
     ms: MarkerStore = p1.markers
     flags = ms.col("flags")
     ts_col, dur_col, ord_col, lane_col = ms.col("ts"), ms.col("dur"), ms.col("ordinal"), ms.col("lane")
     ext_col, corr_col = ms.col("ext"), ms.col("corr")
     call_name = _call_names(ms)
     cand = np.flatnonzero((flags & MARK_GPU) == 0)
-    cpu = [i for i in cand.tolist() if _is_call_marker(ms, i, call_name)]
+    cls = np.full(len(ms.strings) + 1, 2, np.int8)
+    for code, c in call_name.items():
+        cls[code] = c
+    cand_cls = cls[ms.col("name")[cand]] if len(cand) else np.empty(0, np.int8)
+    is_call = cand_cls == 1
+    for j in np.flatnonzero(cand_cls == 0).tolist():
+        is_call[j] = _is_call_marker(ms, int(cand[j]), call_name)
+    cpu = cand[is_call]
     kernels = np.flatnonzero(flags & MARK_COMM)
-    by_lane: dict[int, list[int]] = defaultdict(list)
-    for i, lane in zip(cpu, lane_col[cpu].tolist(), strict=True):
-        by_lane[lane].append(i)
-    clusters: list[_Call] = []
-    lane_index: dict[int, tuple[list[int], list[int], list[int]]] = {}
+    members = array("q")  # the CPU markers, lane by lane (in order of first appearance), in time order
+    cl_start = array("q")  # cluster c's markers: members[cl_start[c]:cl_start[c + 1]]
+    lane_index: dict[int, tuple[array, array, int]] = {}  # lane -> (cluster starts, ends, first cluster)
     ext_to_cluster: dict[int, int] = {}
-    for lane, idx in by_lane.items():
-        ix = np.asarray(idx, np.int64)
+    lanes = lane_col[cpu]
+    for lane in dict.fromkeys(lanes.tolist()):
+        ix = cpu[lanes == lane]
         ix = ix[np.lexsort((ord_col[ix], -dur_col[ix], ts_col[ix]))]
-        starts: list[int] = []
-        ends: list[int] = []
-        ids: list[int] = []
+        starts, ends = array("q"), array("q")
+        first = len(cl_start)
+        last_end = None
         for i, t, d, fl, e in zip(ix.tolist(), ts_col[ix].tolist(), dur_col[ix].tolist(), flags[ix].tolist(),
                                   ext_col[ix].tolist(), strict=True):
-            if ends and t <= ends[-1] and t + d <= ends[-1]:
-                cid = ids[-1]
-            else:
-                cid = len(clusters)
-                clusters.append(_Call())
+            if last_end is None or not (t <= last_end and t + d <= last_end):
+                cl_start.append(len(members))
                 starts.append(t)
                 ends.append(t + d)
-                ids.append(cid)
-            clusters[cid].markers.append(i)
+                last_end = t + d
+            members.append(i)
             if fl & MARK_EXT:
-                ext_to_cluster.setdefault(e, cid)
-        lane_index[lane] = (starts, ends, ids)
-    kflags = flags[kernels]
-    launches = _launch_index(p1, set(corr_col[kernels][(kflags & MARK_CORR) != 0].tolist()))
-    calls_for_kernels: list[_Call] = []
+                ext_to_cluster.setdefault(e, len(cl_start) - 1)
+        lane_index[lane] = (starts, ends, first)
+    n_clusters = len(cl_start)
+    cl_start.append(len(members))
     korder = kernels[np.lexsort((ord_col[kernels], ts_col[kernels]))]
-    for k, fl, kc, ke in zip(korder.tolist(), flags[korder].tolist(), corr_col[korder].tolist(),
-                             ext_col[korder].tolist(), strict=True):
-        cid = None
-        has_corr, has_ext = bool(fl & MARK_CORR), bool(fl & MARK_EXT)
-        if has_corr and kc in launches:
-            lane_name, t = launches[kc]
-            code = ms.code_of(lane_name)
-            li = lane_index.get(code) if code is not None else None
+    k_flags = flags[korder]
+    k_corr = corr_col[korder]
+    has_corr = (k_flags & MARK_CORR) != 0
+    l_found, l_lane, l_ts = _launch_index(p1, ms, k_corr, has_corr)
+    k_cluster = np.full(len(korder), -1, np.int64)
+    for j, (fl, kc, ke, found, lane, t) in enumerate(zip(k_flags.tolist(), k_corr.tolist(),
+                                                         ext_col[korder].tolist(), l_found.tolist(),
+                                                         l_lane.tolist(), l_ts.tolist(), strict=True)):
+        if found:
+            li = lane_index.get(lane)
             if li is not None:
-                j = bisect.bisect_right(li[0], t) - 1
-                if j >= 0 and t <= li[1][j]:
-                    cid = li[2][j]
-        elif has_ext and not (has_corr and ke == kc):
-            cid = ext_to_cluster.get(ke)
-        if cid is None:
-            calls_for_kernels.append(_Call(kernels=[k]))
-        else:
-            clusters[cid].kernels.append(k)
-    calls = [c for c in clusters if c.kernels or _cluster_op(ms, c) is not None]
-    return _pair_split_calls(ms, calls) + calls_for_kernels
+                i = bisect.bisect_right(li[0], t) - 1
+                if i >= 0 and t <= li[1][i]:
+                    k_cluster[j] = li[2] + i
+        elif fl & MARK_EXT and not (fl & MARK_CORR and ke == kc):
+            k_cluster[j] = ext_to_cluster.get(ke, -1)
+    joined = np.flatnonzero(k_cluster >= 0)
+    by_cluster = joined[np.argsort(k_cluster[joined], kind="stable")]
+    kc_bounds = np.searchsorted(k_cluster[by_cluster], np.arange(n_clusters + 1))
+    k_index = korder.tolist() if len(korder) else []
+
+    def cluster(c: int) -> _Call:
+        lo, hi = int(kc_bounds[c]), int(kc_bounds[c + 1])
+        return _Call(kernels=[k_index[j] for j in by_cluster[lo:hi].tolist()],
+                     markers=members[cl_start[c]:cl_start[c + 1]].tolist())
+
+    held: dict[int, _Call] = {}  # the clusters `_pair_split_calls` pairs (gloo), with their order
+    ops: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for c in range(n_clusters):
+        if kc_bounds[c + 1] > kc_bounds[c]:
+            continue
+        call = cluster(c)
+        side = _split_side(ms, call)
+        if side is not None:
+            held[c] = call
+            ops[side[0]][side[1]].append(c)
+    for c in range(n_clusters):
+        if c in held:
+            continue
+        call = cluster(c)
+        if call.kernels or _cluster_op(ms, call) is not None:
+            yield call
+    yield from _pair_split_calls(ms, held, ops)
+    for j in np.flatnonzero(k_cluster < 0).tolist():
+        yield _Call(kernels=[k_index[j]])
 
 
 def _call_names(ms: MarkerStore) -> dict[int, int]:
@@ -388,40 +445,40 @@ def _start(ms: MarkerStore, call: _Call) -> int:
     return int(ms.col("ts")[call.markers].min())
 
 
-def _pair_split_calls(ms: MarkerStore, calls: list[_Call]) -> list[_Call]:
+def _split_side(ms: MarkerStore, call: _Call) -> tuple[str, int] | None:
+    """(op, 0 for the `c10d::` side or 1 for the `gloo:`/`nccl:` one) of a kernel-less call that
+    has only one side of a collective split across threads; None for any other call."""
+    has_c10d = has_ann = False
+    for i in call.markers:
+        name = ms.name(i)
+        if name.startswith("c10d::"):
+            has_c10d = True
+        elif name.startswith(("nccl:", "gloo:")):
+            has_ann = True
+    if has_c10d == has_ann:
+        return None
+    op = _cluster_op(ms, call)
+    if op is None or _args_with_coll(ms, call) is not None:
+        return None
+    return op, 0 if has_c10d else 1
+
+
+def _pair_split_calls(ms: MarkerStore, held: dict[int, _Call],
+                      ops: dict[str, tuple[list[int], list[int]]]) -> Iterator[_Call]:
     """Join a `c10d::` op with its `gloo:`/`nccl:` event when they sit on different threads
     (gloo runs the work on worker threads): per op, the k-th of each, in time order."""
-    ops: dict[str, tuple[list[_Call], list[_Call]]] = defaultdict(lambda: ([], []))
-    rest: list[_Call] = []
-    for c in calls:
-        if c.kernels:
-            rest.append(c)
-            continue
-        has_c10d = has_ann = False
-        for i in c.markers:
-            name = ms.name(i)
-            if name.startswith("c10d::"):
-                has_c10d = True
-            elif name.startswith(("nccl:", "gloo:")):
-                has_ann = True
-        op = _cluster_op(ms, c)
-        if has_c10d == has_ann or op is None or _args_with_coll(ms, c) is not None:
-            rest.append(c)
-        else:
-            ops[op][0 if has_c10d else 1].append(c)
-    for c10d, anns in ops.values():
-        c10d.sort(key=lambda c: _start(ms, c))
-        anns.sort(key=lambda c: _start(ms, c))
+    for c10d_ids, ann_ids in ops.values():
+        c10d = sorted((held[c] for c in c10d_ids), key=lambda c: _start(ms, c))
+        anns = sorted((held[c] for c in ann_ids), key=lambda c: _start(ms, c))
         i = 0
         for a in anns:
             t = _start(ms, a)
             if i < len(c10d) and _start(ms, c10d[i]) <= t:
-                rest.append(_Call(kernels=[], markers=c10d[i].markers + a.markers))
+                yield _Call(kernels=[], markers=c10d[i].markers + a.markers)
                 i += 1
             else:
-                rest.append(a)
-        rest.extend(c10d[i:])
-    return rest
+                yield a
+        yield from c10d[i:]
 
 
 def _is_call_marker(ms: MarkerStore, i: int, classes: dict[int, int]) -> bool:
@@ -432,17 +489,29 @@ def _is_call_marker(ms: MarkerStore, i: int, classes: dict[int, int]) -> bool:
     return cls == 1
 
 
-def _launch_index(p1: Pass1, wanted: set[int]) -> dict[int, tuple[str, int]]:
-    if not wanted or not p1.runtime:
-        return {}
+def _launch_index(p1: Pass1, ms: MarkerStore, corr: np.ndarray, has: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each kernel correlation (`has`: it has one), whether a runtime call of the pass has it
+    and the first such call's lane (a code of `ms`, -1 when no marker has that lane) and time."""
+    n = len(corr)
+    none = (np.zeros(n, bool), np.full(n, -1, np.int64), np.zeros(n, np.int64))
+    if not n or not has.any() or not p1.runtime:
+        return none
     rt = pa.concat_tables(p1.runtime)
-    mask = pc.is_in(rt.column("correlation"), value_set=pa.array(sorted(wanted), pa.int64()))
-    sub = rt.filter(mask)
-    out: dict[int, tuple[str, int]] = {}
-    for c, t, lane in zip(sub.column("correlation").to_pylist(), sub.column("ts").to_pylist(),
-                          sub.column("lane").to_pylist(), strict=True):
-        out.setdefault(c, (lane, t))
-    return out
+    wanted = pa.array(np.unique(corr[has]), pa.int64())
+    sub = rt.filter(pc.is_in(rt.column("correlation"), value_set=wanted))
+    if not sub.num_rows:
+        return none
+    rc = sub.column("correlation").to_numpy()
+    rts = sub.column("ts").to_numpy()
+    lanes = sub.column("lane").cast(pa.string()).combine_chunks().dictionary_encode()
+    codes = np.asarray([-1 if v is None or (c := ms.code_of(v)) is None else c
+                        for v in lanes.dictionary.to_pylist()] + [-1], np.int64)
+    rlane = codes[pc.fill_null(lanes.indices, len(codes) - 1).to_numpy(zero_copy_only=False)]
+    uc, first = np.unique(rc, return_index=True)
+    j = np.minimum(np.searchsorted(uc, corr), len(uc) - 1)
+    found = has & (uc[j] == corr)
+    return found, np.where(found, rlane[first][j], -1), np.where(found, rts[first][j], 0)
 
 
 def _args_with_coll(ms: MarkerStore, call: _Call) -> Args | None:
@@ -697,140 +766,215 @@ def _group_order(name: str) -> tuple[int, int, str]:
 
 @dataclass(slots=True)
 class _Row:
-    """One call's collective row while the file's rows are completed (groups, peers, splits) and
-    numbered; `first` is its first marker's ordinal, `pos` its place before sorting."""
+    """The fields of a collective row that calls repeat (all but its times, ids and sequence
+    number), while the file's rows are completed (groups, peers, splits): the calls of a file
+    share one per distinct set of values, each call keeping only its numbers (`_Rows`)."""
 
     group: str | None
-    seq: int | None
     op: str
     dtype: str | None
     in_bytes: int | None
     out_bytes: int | None
     nranks: int | None
     peer: int | None
-    in_splits: list[int] | None
-    out_splits: list[int] | None
-    ts: int
-    dur: int
+    in_splits: Any
+    out_splits: Any
     name: str
     lane: str
     comms_id: str | None
     dim_hint: str | None
-    issue: int
     algo: str | None
     gpu: bool
-    kcorr: int | None
-    first: int
     desc: str | None
-    ranks: list[int]
+    ranks: tuple[int, ...]
     complete: bool
     in_rows: Any
     out_rows: Any
     peer_local: int | None
-    pos: int = 0
-    coll_id: int = 0
-    seq_explicit: bool = False
 
 
-def build_collectives(p1: Pass1, ident: Identity, steps: Steps,
-                       groups: dict[str, dict[str, Any]], stats: SourceStats
-                       ) -> tuple[dict[str, list[Any]], tuple[np.ndarray, np.ndarray]]:
-    """The file's collectives as columns, and which collective each marker belongs to (marker
-    ordinals, sorted, and their coll_ids)."""
-    ms: MarkerStore = p1.markers
-    calls = _collect_calls(p1)
-    rows: list[_Row] = []
+class _Rows:
+    """A file's collective rows as columns: each row's shared fields (`_Row`, interned) and its
+    own numbers, about 60 bytes a row (a row object with its lists took about 1 KB)."""
+
+    def __init__(self) -> None:
+        self.shared: list[_Row] = []
+        self._index: dict[tuple[Any, ...], int] = {}
+        self.cols = {k: array("q") for k in ("shared", "ts", "end", "issue", "kcorr", "first", "seq", "has_seq")}
+
+    def __len__(self) -> int:
+        return len(self.cols["ts"])
+
+    def add(self, key: tuple[Any, ...], ts: int, end: int, issue: int, kcorr: int | None, first: int,
+            seq: int | None) -> int:
+        """Add a row (`key`: the `_Row` field values, in order); its position."""
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.shared)
+            self.shared.append(_Row(*key))
+        c = self.cols
+        c["shared"].append(i)
+        c["ts"].append(ts)
+        c["end"].append(end)
+        c["issue"].append(issue)
+        c["kcorr"].append(-1 if kcorr is None else kcorr)
+        c["first"].append(first)
+        c["seq"].append(0 if seq is None else seq)
+        c["has_seq"].append(seq is not None)
+        return len(c["ts"]) - 1
+
+    def col(self, name: str) -> np.ndarray:
+        c = self.cols[name]
+        return np.frombuffer(c, np.int64) if len(c) else np.empty(0, np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class _ArgFields:
+    """What a call's args give its row, decoded once per distinct args (`MarkerStore.args_row`)."""
+
+    coll_name: str | None
+    group: str | None
+    desc: str | None
+    ranks: tuple[int, ...]
+    complete: bool
+    size: int | None
+    dtype: str | None
+    in_bytes: int | None
+    out_bytes: int | None
+    in_splits: tuple[int, ...] | None
+    out_splits: tuple[int, ...] | None
+    dst: int | None
+    src: int | None
+    seq: int | None
+    comms_id: str | None
+
+
+def _arg_fields(args: Args) -> _ArgFields:
+    ranks, complete = parse_rank_list(_jv(args.pg_ranks))
+    dtype = _str(_jv(args.dtype))
+    width = dtype_bytes(dtype)
+    in_n = _size(_jv(args.in_nelems))
+    if in_n is None:
+        in_n = _size(_jv(args.in_size))
+    out_n = _size(_jv(args.out_nelems))
+    if out_n is None:
+        out_n = _size(_jv(args.out_size))
+    in_b = out_b = None
+    if width is not None:
+        in_b = _bytes(in_n, width)
+        out_b = _bytes(out_n, width)
+    in_splits = _bytes_per_peer(_splits(args.in_split), in_b)
+    out_splits = _bytes_per_peer(_splits(args.out_split), out_b)
+    return _ArgFields(
+        coll_name=_str(_jv(args.coll)), group=_str(_jv(args.pg_name)) or _str(_jv(args.pg_id)),
+        desc=_str(_jv(args.pg_desc)), ranks=tuple(ranks), complete=complete,
+        size=as_int(_jv(args.group_size), "count"), dtype=dtype, in_bytes=in_b, out_bytes=out_b,
+        in_splits=tuple(in_splits) if in_splits is not None else None,
+        out_splits=tuple(out_splits) if out_splits is not None else None,
+        dst=as_int(_jv(args.dst_rank), "rank"), src=as_int(_jv(args.src_rank), "rank"), seq=as_int(_jv(args.seq)),
+        comms_id=_comms_id(args.comms_id))
+
+
+#: Most decoded args kept for reuse by `build_collectives` (calls repeat a few distinct ones).
+_ARG_CACHE = 4096
+
+
+def _frozen_rows(spec: Any) -> Any:
+    """A `_shape_sizes` split spec (rows, elements per row, width) as a hashable tuple."""
+    return None if spec is None else (tuple(spec[0]), spec[1], spec[2])
+
+
+def _call_rows(ms: MarkerStore, calls: Iterable[_Call]) -> tuple[_Rows, array, array]:
+    """Each call's row, and every marker's (ordinal, row position)."""
+    c = ms._cols
+    tsc, durc, ordc, lanec, namec, corrc, flagc = (c[k] for k in ("ts", "dur", "ordinal", "lane", "name", "corr",
+                                                                   "flags"))
+    strings = ms.strings
+    rows = _Rows()
     ord_keys = array("q")
     ord_rows = array("q")
+    decoded: dict[int, _ArgFields] = {}
+    for call in calls:
+        kern, mk = call.kernels, call.markers
+        if call.args_at is _UNSET:
+            call.args_at = _find_args(ms, call)
+        af = None
+        if call.args_at is not None:
+            arow = ms.args_row(call.args_at)
+            af = decoded.get(arow)
+            if af is None:
+                af = _arg_fields(ms.args_of_row(arow))
+                if len(decoded) >= _ARG_CACHE:
+                    decoded.clear()
+                decoded[arow] = af
+        op = op_from_name(af.coll_name) if af is not None and af.coll_name else None
+        if op is None:
+            op = _cluster_op(ms, call)
+        dim_hint = None
+        if kern:
+            kop, dim_hint = kernel_op(strings[namec[kern[0]]])
+            if op is None:
+                op = kop
+        op = op or "other"
+        anchor = None
+        if mk:
+            anchor = mk[0] if len(mk) == 1 else min(mk, key=lambda i: (tsc[i], ordc[i]))
+        if kern:
+            k0 = kern[0] if len(kern) == 1 else min(kern, key=lambda i: (tsc[i], ordc[i]))
+            ts = tsc[k0]
+            end = max(tsc[k] + durc[k] for k in kern)
+            lane, name = strings[lanec[k0]], strings[namec[k0]]
+            issue = tsc[anchor] if anchor is not None else ts
+        else:
+            a = next((i for i in mk if strings[namec[i]].startswith(("nccl:", "gloo:"))), anchor)
+            assert a is not None
+            ts, end, lane, name, issue = tsc[a], tsc[a] + durc[a], strings[lanec[a]], strings[namec[a]], tsc[a]
+        group = desc = dtype = in_b = out_b = peer = seq = size = comms_id = None
+        ranks: tuple[int, ...] = ()
+        complete = False
+        in_splits = out_splits = None
+        if af is not None:
+            group, desc, ranks, complete, size, dtype = af.group, af.desc, af.ranks, af.complete, af.size, af.dtype
+            in_b, out_b, in_splits, out_splits = af.in_bytes, af.out_bytes, af.in_splits, af.out_splits
+            if op == "send":
+                peer = af.dst
+            elif op == "recv":
+                peer = af.src
+            seq, comms_id = af.seq, af.comms_id
+        peer_local = in_rows = out_rows = None
+        if (af is None or in_b is None) and mk:  # (a call of kernels alone has no shapes)
+            shape = _shape_sizes(_CallView([], [ms.marker(i) for i in mk]), op)
+            dtype = dtype or shape["dtype"]
+            in_b = in_b if in_b is not None else shape["in_bytes"]
+            out_b = out_b if out_b is not None else shape["out_bytes"]
+            in_rows, out_rows = _frozen_rows(shape["in_rows"]), _frozen_rows(shape["out_rows"])
+            peer_local = shape["peer_local"]
+        kcorr = corrc[kern[0]] if kern and flagc[kern[0]] & MARK_CORR else None
+        pos = rows.add((group, op, dtype, in_b, out_b, size, peer, in_splits, out_splits, name, lane, comms_id,
+                        dim_hint, kernel_algo(name) if kern else None, bool(kern), desc, ranks, complete, in_rows,
+                        out_rows, peer_local),
+                       ts, end, issue, kcorr, ordc[kern[0] if kern else mk[0]], seq)
+        for m in kern:
+            ord_keys.append(ordc[m])
+        for m in mk:
+            ord_keys.append(ordc[m])
+        ord_rows.extend([pos] * (len(kern) + len(mk)))
+    return rows, ord_keys, ord_rows
+
+
+def _complete_groups(shared: list[_Row], ident: Identity, groups: dict[str, dict[str, Any]],
+                     stats: SourceStats) -> None:
+    """Groups, sizes, global peers and splits of the shared rows (in the order their first call
+    came: what the calls would give one by one), and the groups they name."""
     default_group = None
     if not groups:
         default_group = "0"
     elif len(groups) == 1:
         default_group = next(iter(groups))
     assumed = False
-    for call in calls:
-        args = _args_with_coll(ms, call)
-        op = None
-        coll_name = _str(_jv(args.coll)) if args is not None else None
-        if coll_name:
-            op = op_from_name(coll_name)
-        if op is None:
-            op = _cluster_op(ms, call)
-        view = _view(ms, call)
-        dim_hint = None
-        if view.kernels:
-            kop, dim_hint = kernel_op(view.kernels[0].name)
-            if op is None:
-                op = kop
-        op = op or "other"
-        anchor_cpu = min(view.markers, key=lambda m: (m.ts, m.ordinal)) if view.markers else None
-        if view.kernels:
-            ks = sorted(view.kernels, key=lambda m: (m.ts, m.ordinal))
-            ts = ks[0].ts
-            end = max(k.ts + k.dur for k in ks)
-            lane, name = ks[0].lane, ks[0].name
-            issue = anchor_cpu.ts if anchor_cpu else ts
-        else:
-            named = [m for m in view.markers if m.name.startswith(("nccl:", "gloo:"))]
-            a = named[0] if named else anchor_cpu
-            assert a is not None
-            ts, end, lane, name, issue = a.ts, a.ts + a.dur, a.lane, a.name, a.ts
-        group = desc = None
-        ranks: list[int] = []
-        complete = False
-        size = None
-        dtype = in_b = out_b = peer = seq = None
-        in_splits = out_splits = None
-        comms_id = None
-        if args is not None:
-            group = _str(_jv(args.pg_name)) or _str(_jv(args.pg_id))
-            desc = _str(_jv(args.pg_desc))
-            ranks, complete = parse_rank_list(_jv(args.pg_ranks))
-            size = as_int(_jv(args.group_size), "count")
-            dtype = _str(_jv(args.dtype))
-            width = dtype_bytes(dtype)
-            in_n = _size(_jv(args.in_nelems))
-            if in_n is None:
-                in_n = _size(_jv(args.in_size))
-            out_n = _size(_jv(args.out_nelems))
-            if out_n is None:
-                out_n = _size(_jv(args.out_size))
-            if width is not None:
-                in_b = _bytes(in_n, width)
-                out_b = _bytes(out_n, width)
-            in_splits = _bytes_per_peer(_splits(args.in_split), in_b)
-            out_splits = _bytes_per_peer(_splits(args.out_split), out_b)
-            if op == "send":
-                peer = as_int(_jv(args.dst_rank), "rank")
-            elif op == "recv":
-                peer = as_int(_jv(args.src_rank), "rank")
-            seq = as_int(_jv(args.seq))
-            comms_id = _comms_id(args.comms_id)
-        peer_local = None
-        if args is None or in_b is None:
-            shape = _shape_sizes(view, op)
-            dtype = dtype or shape["dtype"]
-            in_b = in_b if in_b is not None else shape["in_bytes"]
-            out_b = out_b if out_b is not None else shape["out_bytes"]
-            in_rows, out_rows = shape["in_rows"], shape["out_rows"]
-            peer_local = shape["peer_local"]
-        else:
-            in_rows = out_rows = None
-        rows.append(_Row(
-            group=group, seq=seq, op=op, dtype=dtype, in_bytes=in_b, out_bytes=out_b, nranks=size, peer=peer,
-            in_splits=in_splits, out_splits=out_splits, ts=ts, dur=end - ts, name=name, lane=lane,
-            comms_id=comms_id, dim_hint=dim_hint, issue=issue,
-            algo=kernel_algo(name) if view.kernels else None, gpu=bool(view.kernels),
-            kcorr=view.kernels[0].corr if view.kernels else None,
-            first=(view.kernels + view.markers)[0].ordinal,
-            desc=desc, ranks=ranks, complete=complete, in_rows=in_rows, out_rows=out_rows,
-            peer_local=peer_local))
-        for m in view.kernels + view.markers:
-            ord_keys.append(m.ordinal)
-            ord_rows.append(len(rows) - 1)
     if len(groups) > 1:
-        _infer_groups(rows, ident, groups)
-    for row in rows:
+        _infer_groups(shared, ident, groups)  # type: ignore[arg-type]
+    for row in shared:
         group = row.group
         if group is None and default_group is not None:
             group = row.group = default_group
@@ -843,16 +987,16 @@ def build_collectives(p1: Pass1, ident: Identity, steps: Steps,
             g["desc"] = row.desc
         if row.ranks and not g["ranks_complete"]:
             if row.complete:
-                g["ranks"], g["ranks_complete"] = row.ranks, True
+                g["ranks"], g["ranks_complete"] = list(row.ranks), True
             else:
                 g["ranks"] = sorted(set(g["ranks"]) | set(row.ranks))
         if row.nranks is not None and g["size"] is None:
             g["size"] = row.nranks
-    for row in rows:
+    for row in shared:
         g = groups.get(row.group) if row.group is not None else None
         if row.nranks is None and g is not None:
             row.nranks = g["size"]
-        _finish_p2p_and_splits(row, g)
+        _finish_p2p_and_splits(row, g)  # type: ignore[arg-type]
     if assumed:
         stats.warnings.append("no process-group info in the trace: collectives assigned to the "
                               "default group '0'")
@@ -863,58 +1007,88 @@ def build_collectives(p1: Pass1, ident: Identity, steps: Steps,
             g["ranks"], g["ranks_complete"] = list(range(ident.world_size)), True
         if g["size"] is None:
             g["size"] = ident.world_size
-        for row in rows:
+        for row in shared:
             if row.group == "0" and row.nranks is None:
                 row.nranks = g["size"]
+
+
+def _counts_within(codes: np.ndarray) -> np.ndarray:
+    """For each item, how many items before it have its code."""
+    n = len(codes)
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]]) if n else np.empty(0, np.int64)
+    lengths = np.diff(np.r_[starts, n])
+    out = np.empty(n, np.int64)
+    out[order] = np.arange(n) - np.repeat(starts, lengths)
+    return out
+
+
+def _shared_column(shared: list[_Row], name: str, typ: pa.DataType, take: np.ndarray) -> pa.Array:
+    values = [getattr(r, name) for r in shared]
+    if typ == pa.list_(pa.int64()):
+        values = [list(v) if v is not None else None for v in values]
+    return pa.array(values, typ).take(pa.array(take, pa.int64()))
+
+
+def build_collectives(p1: Pass1, ident: Identity, steps: Steps,
+                       groups: dict[str, dict[str, Any]], stats: SourceStats
+                       ) -> tuple[dict[str, pa.Array], tuple[np.ndarray, np.ndarray]]:
+    """The file's collectives as typed columns, and which collective each marker belongs to
+    (marker ordinals, sorted, and their coll_ids). Rows are numbered in (issue, start, first
+    marker) order; a row without a sequence number in its args gets its group's count so far."""
+    ms: MarkerStore = p1.markers
+    rows, ord_keys, ord_rows = _call_rows(ms, _collect_calls(p1))
+    shared = rows.shared
+    _complete_groups(shared, ident, groups, stats)
     n = len(rows)
-    for pos, row in enumerate(rows):
-        row.pos = pos
-    rows.sort(key=lambda r: (r.issue, r.ts, r.first))
-    per_group: Counter[str | None] = Counter()
+    sh = rows.col("shared")
+    order = np.lexsort((rows.col("first"), rows.col("ts"), rows.col("issue"))) if n else np.empty(0, np.int64)
     base = ident.rank * 2**32
+    coll_id = base + np.arange(n, dtype=np.int64)
     coll_of_pos = np.empty(n, np.int64)
-    for i, row in enumerate(rows):
-        row.coll_id = base + i
-        coll_of_pos[row.pos] = row.coll_id
-        row.seq_explicit = row.seq is not None
-        if row.seq is None:
-            row.seq = per_group[row.group]
-        per_group[row.group] += 1
+    coll_of_pos[order] = coll_id
+    take = sh[order]
+    group_code = {g: i for i, g in enumerate(dict.fromkeys(r.group for r in shared))}
+    codes = np.asarray([group_code[r.group] for r in shared], np.int64)[take] if n else np.empty(0, np.int64)
+    has_seq = rows.col("has_seq")[order].astype(bool)
+    seq = np.where(has_seq, rows.col("seq")[order], _counts_within(codes))
     keys = np.frombuffer(ord_keys, np.int64) if len(ord_keys) else np.empty(0, np.int64)
     vals = coll_of_pos[np.frombuffer(ord_rows, np.int64)] if len(ord_rows) else np.empty(0, np.int64)
-    order = np.lexsort((vals, keys))
-    keys, vals = keys[order], vals[order]
+    korder = np.lexsort((vals, keys))
+    keys, vals = keys[korder], vals[korder]
     first = np.ones(len(keys), bool)
     first[1:] = keys[1:] != keys[:-1]  # a marker of two calls (none should be) maps to the first
     keys, vals = keys[first], vals[first]
-    ts = np.array([r.ts for r in rows], np.int64)
-    gpu = np.array([r.gpu for r in rows], bool)
-    corr = np.array([r.kcorr if r.kcorr is not None else -1 for r in rows], np.int64)
+    ts = rows.col("ts")[order]
+    gpu = np.asarray([r.gpu for r in shared], bool)[take] if n else np.empty(0, bool)
+    corr = rows.col("kcorr")[order]
     step = steps.assign(ts, gpu, corr, corr >= 0) if n else np.empty(0, np.int64)
-    cols: dict[str, list[Any]] = {
-        "coll_id": [r.coll_id for r in rows],
-        "rank": [ident.rank] * n,
-        "group": [r.group for r in rows],
-        "seq": [r.seq for r in rows],
-        "op": [r.op for r in rows],
-        "dtype": [r.dtype for r in rows],
-        "in_bytes": [r.in_bytes for r in rows],
-        "out_bytes": [r.out_bytes for r in rows],
-        "nranks": [r.nranks for r in rows],
-        "peer": [r.peer for r in rows],
-        "in_splits": [r.in_splits for r in rows],
-        "out_splits": [r.out_splits for r in rows],
-        "ts_ns": [r.ts + ident.base_ns for r in rows],
-        "dur_ns": [r.dur for r in rows],
-        "state": ["completed"] * n,
-        "source": [SOURCE] * n,
-        "seq_explicit": [r.seq_explicit for r in rows],
-        "name": [r.name for r in rows],
-        "lane": [r.lane for r in rows],
-        "step": [int(s) if s >= 0 else None for s in step],
-        "comms_id": [r.comms_id for r in rows],
-        "dim_hint": [r.dim_hint for r in rows],
-        "algo": [r.algo for r in rows],
+    string, int64 = pa.string(), pa.int64()
+    cols: dict[str, pa.Array] = {
+        "coll_id": pa.array(coll_id, int64),
+        "rank": pa.array(np.full(n, ident.rank, np.int64), int64),
+        "group": _shared_column(shared, "group", string, take),
+        "seq": pa.array(seq, int64),
+        "op": _shared_column(shared, "op", string, take),
+        "dtype": _shared_column(shared, "dtype", string, take),
+        "in_bytes": _shared_column(shared, "in_bytes", int64, take),
+        "out_bytes": _shared_column(shared, "out_bytes", int64, take),
+        "nranks": _shared_column(shared, "nranks", pa.int32(), take),
+        "peer": _shared_column(shared, "peer", pa.int32(), take),
+        "in_splits": _shared_column(shared, "in_splits", pa.list_(int64), take),
+        "out_splits": _shared_column(shared, "out_splits", pa.list_(int64), take),
+        "ts_ns": pa.array(ts + ident.base_ns, int64),
+        "dur_ns": pa.array(rows.col("end")[order] - ts, int64),
+        "state": pa.array(["completed"] * n, string),
+        "source": pa.array([SOURCE] * n, string),
+        "seq_explicit": pa.array(has_seq, pa.bool_()),
+        "name": _shared_column(shared, "name", string, take),
+        "lane": _shared_column(shared, "lane", string, take),
+        "step": pa.array(step.astype(np.int32), pa.int32(), mask=step < 0),
+        "comms_id": _shared_column(shared, "comms_id", string, take),
+        "dim_hint": _shared_column(shared, "dim_hint", string, take),
+        "algo": _shared_column(shared, "algo", string, take),
     }
     return cols, (keys, vals)
 

@@ -1013,23 +1013,8 @@ def pass2(path: str, sink: SourceSink, p1: Pass1, meta: dict[str, Any], ident: I
         "dims": pa.array([[] for _ in group_rows], pa.list_(pa.string())),
         "ranks_complete": [g["ranks_complete"] for g in group_rows],
     })
-    if coll_cols["coll_id"]:
-        sink.add("collectives", {
-            **coll_cols,
-            "in_splits": pa.array(coll_cols["in_splits"], pa.list_(pa.int64())),
-            "out_splits": pa.array(coll_cols["out_splits"], pa.list_(pa.int64())),
-            "group": pa.array(coll_cols["group"], pa.string()),
-            "dtype": pa.array(coll_cols["dtype"], pa.string()),
-            "dim_hint": pa.array(coll_cols["dim_hint"], pa.string()),
-            "comms_id": pa.array(coll_cols["comms_id"], pa.string()),
-            "algo": pa.array(coll_cols["algo"], pa.string()),
-            "in_bytes": pa.array(coll_cols["in_bytes"], pa.int64()),
-            "out_bytes": pa.array(coll_cols["out_bytes"], pa.int64()),
-            "nranks": pa.array(coll_cols["nranks"], pa.int32()),
-            "peer": pa.array(coll_cols["peer"], pa.int32()),
-            "step": pa.array(coll_cols["step"], pa.int32()),
-            "seq": pa.array(coll_cols["seq"], pa.int64()),
-        })
+    if len(coll_cols["coll_id"]):
+        sink.add("collectives", coll_cols)
     sink.add("ranks", {
         "rank": pa.array([ident.rank], pa.int32()),
         "world_size": pa.array([ident.world_size], pa.int32()),

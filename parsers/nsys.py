@@ -21,6 +21,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from array import array
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -157,7 +158,7 @@ class _SQLite(_Source):
             self.db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
             names = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")]
             self.tables = {n: [r[1] for r in self.db.execute(f'PRAGMA table_info("{_ident(n)}")')] for n in names}
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(path, exc) from exc
 
     def batches(self, table: str, columns: Sequence[str]) -> Iterator[dict[str, list[Any]]]:
@@ -169,7 +170,7 @@ class _SQLite(_Source):
                 if not rows:
                     return
                 yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def where_in(self, table: str, columns: Sequence[str], key: str,
@@ -183,13 +184,13 @@ class _SQLite(_Source):
             cur = self.db.execute(sql, (msgspec.json.encode(sorted(values)).decode(),))
             while rows := cur.fetchmany(BATCH_ROWS):
                 yield dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def distinct(self, table: str, column: str) -> set[Any]:
         try:
             return {r[0] for r in self.db.execute(f'SELECT DISTINCT "{_ident(column)}" FROM "{_ident(table)}"')}
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def index_launches(self) -> bool:
@@ -206,7 +207,7 @@ class _SQLite(_Source):
                 f'FROM "{_ident(RUNTIME)}" WHERE typeof(globalTid) = \'integer\' AND typeof(correlationId) = '
                 "'integer' AND typeof(start) = 'integer' AND typeof(\"end\") = 'integer' "
                 f'AND start BETWEEN {lo} AND {hi} AND "end" - start BETWEEN {dlo} AND {dhi}')
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
         return True
 
@@ -219,7 +220,7 @@ class _SQLite(_Source):
             cur = self.db.execute(sql)
             while rows := cur.fetchmany(BATCH_ROWS):
                 yield dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _db_error(self.path, exc) from exc
 
     def close(self) -> None:
@@ -276,11 +277,15 @@ class _ArrowDir(_Source):
             raise InputError(f, f"unreadable table of an Nsight export: {exc}") from exc
 
 
+#: What reading an SQLite file can raise: its errors, and text that is not UTF-8 (a damaged file).
+_DB_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
 def _ident(name: str) -> str:
     return name.replace('"', '""')
 
 
-def _db_error(path: str, exc: sqlite3.Error) -> InputError:
+def _db_error(path: str, exc: Exception) -> InputError:
     text = str(exc)
     if "locked" in text or "busy" in text:
         return InputError(path, "the SQLite database is locked by another process (is nsys still exporting it?)")
@@ -323,7 +328,7 @@ def sniff_path(path: str | os.PathLike[str], head: bytes) -> bool:
         try:
             with closing(sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)) as db:
                 names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        except sqlite3.Error:
+        except _DB_ERRORS:
             return True
         return is_nsight_tables(names)
     if p.suffix in REPORT_SUFFIXES:
@@ -517,6 +522,53 @@ class _P2P:
     peer: int | None
 
 
+class _P2PColumns(Sequence[_P2P]):
+    """One thread's ncclSend/ncclRecv ranges as columns (about 40 bytes a range, where a `_P2P`
+    took about 150): read back as `_P2P`s by `group_batches`, one thread at a time."""
+
+    def __init__(self) -> None:
+        self.start, self.end, self.nbytes, self.peer = array("q"), array("q"), array("q"), array("q")
+        self.comm, self.flags = array("Q"), array("b")  # flags: 1 recv, 2 has a comm
+
+    def append(self, start: int, end: int, op: str, comm: int | None, nbytes: int | None, peer: int | None) -> None:
+        self.start.append(start)
+        self.end.append(end)
+        self.nbytes.append(-1 if nbytes is None else nbytes)
+        self.peer.append(-1 if peer is None else peer)
+        self.comm.append(0 if comm is None else comm)
+        self.flags.append((op == "recv") | (2 if comm is not None else 0))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        f, nb, peer = self.flags[i], self.nbytes[i], self.peer[i]
+        return _P2P(self.start[i], self.end[i], "recv" if f & 1 else "send", self.comm[i] if f & 2 else None,
+                    None if nb < 0 else nb, None if peer < 0 else peer)
+
+
+class _Marks(Sequence[tuple[int, int, bool]]):
+    """One thread's ncclGroupStart/ncclGroupEnd ranges, (start, end, is GroupStart), as columns."""
+
+    def __init__(self) -> None:
+        self.start, self.end, self.opens = array("q"), array("q"), array("b")
+
+    def append(self, mark: tuple[int, int, bool]) -> None:
+        self.start.append(mark[0])
+        self.end.append(mark[1])
+        self.opens.append(mark[2])
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.start[i], self.end[i], bool(self.opens[i])
+
+
 def is_p2p_kernel(name: str) -> bool:
     """Whether a comm kernel is NCCL's point-to-point one (what a group of sends and recvs launches)."""
     return "SendRecv" in name or kernel_op(name)[0] in ("send", "recv")
@@ -658,8 +710,8 @@ class _Parse:
         #: gtid -> [(launch start, kernel, correlation)] of its comm kernels, in time order
         self.launches: dict[int, _Launches] = {}
         self.comm_corrs = np.zeros(0, np.int64)  # the comm kernels' correlation ids, sorted
-        self.p2p: dict[int, list[_P2P]] = defaultdict(list)  # gtid -> its ncclSend/ncclRecv ranges
-        self.group_marks: dict[int, list[tuple[int, int, bool]]] = defaultdict(list)  # (start, end, is GroupStart)
+        self.p2p: dict[int, Sequence[_P2P]] = defaultdict(_P2PColumns)  # gtid -> its ncclSend/ncclRecv ranges
+        self.group_marks: dict[int, Sequence[tuple[int, int, bool]]] = defaultdict(_Marks)  # (start, end, opens)
         self.kernel_args: dict[tuple[int | None, int], kineto.Args] = {}  # a group's kernel -> its call's args
         self.absorbed: set[tuple[int, int, str]] = set()  # (gtid, start, op) of ranges a group's kernel carries
         self.comm_re = kineto.compile_patterns(None)
@@ -774,7 +826,8 @@ class _Parse:
                 if name in GROUP_CALLS:
                     start, end = b["start"][i], b["end"][i]
                     if type(start) is int and type(end) is int:
-                        self.group_marks[b["globalTid"][i]].append((start, end, name == GROUP_CALLS[0]))
+                        self.group_marks[b["globalTid"][i]].append(  # type: ignore[attr-defined]
+                            (start, end, name == GROUP_CALLS[0]))
                     continue
                 if name in ("ncclSend", "ncclRecv"):
                     self._note_p2p(b, i, nv, name)
@@ -798,8 +851,8 @@ class _Parse:
         if type(start) is not int or type(end) is not int:
             return
         pl = self.nvtx_payload(b, i, nv)
-        self.p2p[b["globalTid"][i]].append(_P2P(start, end, NCCL_CALLS[name], pl.get("comm"), pl.get("bytes"),
-                                                pl.get("peer")))
+        self.p2p[b["globalTid"][i]].append(start, end, NCCL_CALLS[name], pl.get("comm"), pl.get("bytes"),  # type: ignore[attr-defined]
+                                           pl.get("peer"))
 
     def kernel_name_column(self) -> str | None:
         cols = self.src.tables.get(KERNEL, [])
@@ -943,27 +996,29 @@ def parse(path: str | os.PathLike[str], sink: SourceSink, *, rank: int | None = 
     InputError when it cannot be used. A `.nsys-rep` is exported first when `nsys` is on PATH."""
     path = os.fspath(path)
     p = Path(path)
-    if p.suffix in REPORT_SUFFIXES:
-        with open(p, "rb") as f:
-            if not looks_binary(f.read(4096)):
-                raise InputError(path, f"named {p.suffix} but it is text (or empty), not an Nsight Systems report")
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(SQLITE_MAGIC):  # by content, whatever its name (an export renamed .nsys-rep too)
+        return _parse_source(path, _SQLite(path), sink, rank, rank_map)
+    if p.suffix in REPORT_SUFFIXES and not looks_binary(head):
+        raise InputError(path, f"named {p.suffix} but it is text (or empty), not an Nsight Systems report")
     if p.suffix == ".qdrep":
         raise InputError(path, "an old Nsight Systems report (.qdrep, before 2021.4): export it with the "
                                f"release that wrote it: nsys export --type sqlite -o {p.with_suffix('.sqlite').name} "
                                f"{p.name}")
     if p.suffix == ".nsys-rep":
         return _from_report(path, sink, rank, rank_map)
-    directory = p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES
-    if not directory:
-        with open(p, "rb") as f:
-            head = f.read(16)
+    if not (p.stem == "StringIds" and p.suffix in _ArrowDir.SUFFIXES):
         if head[:2] == b"\x1f\x8b":
             raise InputError(path, "a gzip-compressed file: SQLite cannot read it compressed; gunzip it first")
-        if head != SQLITE_MAGIC:
-            raise InputError(path, "not an Nsight Systems export: no SQLite header (and not a .nsys-rep, .qdrep "
-                                   "or the StringIds file of a directory export)")
+        raise InputError(path, "not an Nsight Systems export: no SQLite header (and not a .nsys-rep, .qdrep "
+                               "or the StringIds file of a directory export)")
+    return _parse_source(path, _ArrowDir(str(p.parent)), sink, rank, rank_map)
+
+
+def _parse_source(path: str, src: _Source, sink: SourceSink, rank: int | None,
+                  rank_map: Mapping[tuple[str | None, int, int], int] | None) -> ParseResult:
     with kineto.gc_paused():
-        src: _Source = _ArrowDir(str(p.parent)) if directory else _SQLite(path)
         try:
             return _parse(path, src, sink, rank, rank_map)
         finally:
@@ -1030,6 +1085,7 @@ def _parse(path: str, src: _Source, sink: SourceSink, rank: int | None,
         ps.comm_launches()
         ps.resolve_groups()
         ps.p2p.clear()
+        ps.group_marks.clear()
         feed.activities()
         feed.runtime()
         feed.nvtx(nv)

@@ -290,7 +290,7 @@ def mutate_sqlite(data: bytes, rnd: random.Random) -> bytes:
             db.execute(f'ALTER TABLE "{t}" DROP COLUMN "{rnd.choice(cols)}"')
         db.commit()
         return db.serialize()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # a mutated name that is not UTF-8
         return data
     finally:
         db.close()

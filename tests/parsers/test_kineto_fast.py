@@ -166,6 +166,36 @@ def test_marker_args_do_not_pin_the_batch() -> None:
     assert bytes(store.args(2).pg_id) == b"7" and not store.args(2).pg_name
 
 
+def test_markers_with_equal_args_share_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call repeated every step has the same args: its markers share one row of them; args
+    with the same bytes in other fields, or beyond the looked-up ones, keep their own."""
+    from tracekit.parsers import _kineto_calls
+    from tracekit.parsers._kineto_calls import MarkerStore
+
+    def args(**raw: bytes) -> kineto.Args:
+        return kineto.Args(**{k: msgspec.Raw(v) for k, v in raw.items()})
+
+    same = [args(coll=b'"allreduce"', pg_name=b'"0"'), args(coll=b'"allreduce"', pg_name=b'"0"')]
+    moved = args(coll=b'"allreduce"', pg_id=b'"0"')  # the same bytes, in another field
+    other = args(coll=b'"broadcast"', pg_name=b'"0"')
+    five = np.zeros(5, np.int64)
+    cols = {"ordinal": five, "ts": five, "dur": five, "corr": five, "ext": five, "flags": five, "lane": five,
+            "name": five}
+    store = MarkerStore(kineto.Args)
+    store.append(cols, [*same, None, moved, other])
+    rows = [store.args_row(i) for i in range(5)]
+    assert rows[0] == rows[1] >= 0 and rows[2] == -1 and len({rows[0], rows[3], rows[4]}) == 3
+    assert store.n_args == 3
+    assert [store.raw(i, "pg_name") for i in (0, 1, 3)] == [b'"0"', b'"0"', b""]
+    assert store.raw(3, "pg_id") == b'"0"' and store.raw(4, "coll") == b'"broadcast"'
+    assert store.fields_of(2) == 0 and store.fields_of(0) != store.fields_of(3)
+    monkeypatch.setattr(_kineto_calls, "_SHARED_ARGS", 1)
+    full = MarkerStore(kineto.Args)
+    full.append(cols, [other, *same, moved, other])
+    assert [full.args_row(i) for i in range(5)] == [0, 1, 2, 3, 0]  # only the first is looked up
+    assert [bytes(full.args(i).coll) for i in range(5)] == [b'"broadcast"', *[b'"allreduce"'] * 3, b'"broadcast"']
+
+
 def test_spooled_and_held_stages_give_the_same_tables(real: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from kineto_helpers import parse_into

@@ -91,6 +91,8 @@ def test_twins_give_the_same_collectives_groups_and_ranks(twins):
             "algo", "instance", "dim", "name", "lane", "step", "seq_explicit"]
     ck, cn = (_str(pl.from_arrow(Run(base / r).table("collectives"))) for r in ("rk", "rn"))
     assert ck.select(cols).sort(cols).equals(cn.select(cols).sort(cols))
+    per_group = cn.sort("ts_ns").group_by(["rank", "group"], maintain_order=True).agg(pl.col("seq"))
+    assert all(seq == list(range(len(seq))) for seq in per_group["seq"].to_list())  # numbered in call order, from 0
     # NCCL's payloads name no dtype for point-to-point calls; the collectives' come from the kernels
     p2p = pl.col("op").is_in(["send", "recv"])
     assert cn.filter(p2p)["dtype"].null_count() == cn.filter(p2p).height > 0
@@ -812,3 +814,130 @@ def test_a_point_to_point_payload_read_twice_is_counted_once(tmp_path, small):
     res, _ = parse(path, tmp_path / "run")
     assert next(w for w in res.stats.warnings if "keys given more than once" in w).startswith(
         "1 NCCL NVTX payload with keys given more than once")
+
+
+# -- detection by content: renamed exports (issue 25) ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["profile.nsys-rep", "profile.qdrep", "profile", "profile.json", "run.log"])
+def test_a_renamed_sqlite_export_is_read_by_its_content(tmp_path, small, name):
+    """An SQLite export is one whatever its name: the SQLite header wins over a report suffix."""
+    path = write_nsys(small, tmp_path / "n")[0]
+    renamed = tmp_path / name
+    renamed.write_bytes(path.read_bytes())
+    assert detect.detect_format(renamed) == "nsys"
+    a, ta = parse(path, tmp_path / "a")
+    b, tb = parse(renamed, tmp_path / "b")
+    assert b.ranks == a.ranks == [0, 1]
+    for table in ("events", *TABLES):
+        keep = [c for c in ta[table].column_names if c != "source_file"]
+        assert ta[table].select(keep).equals(tb[table].select(keep)), table
+
+
+@pytest.mark.parametrize("folder", ["profile.sqlite", "profile.nsys-rep", "anything"])
+def test_a_renamed_directory_export_is_read(tmp_path, small, folder):
+    path = write_nsys(small, tmp_path / "n")[0]
+    _to_dir(path, tmp_path / folder, ".parquet")
+    report = ingest([tmp_path / folder], tmp_path / "run")
+    assert not report.failed and [(s.format, s.ranks) for s in report.sources] == [("nsys", [0, 1])]
+
+
+def test_a_renamed_report_is_not_recognised_and_says_so_in_one_line(tmp_path):
+    """The .nsys-rep container's header is not publicly documented: without its suffix a report
+    cannot be told from any binary file (docs/formats.md); ingest names the file, in one line."""
+    path = tmp_path / "profile.dat"
+    path.write_bytes(bytes(range(256)) * 16)
+    assert detect.detect_format(path) is None
+    report = ingest([path], tmp_path / "run")
+    (failed,) = report.failed
+    assert "\n" not in failed.error and failed.error.startswith(str(path)) and "unknown format" in failed.error
+
+
+# -- bad input: the rest of the list -------------------------------------------------------------
+
+
+def test_a_failed_nsys_export_is_one_line_and_stores_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "prof.nsys-rep"
+    path.write_bytes(b"\x00" * 64)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nsys"
+    fake.write_text("#!/bin/sh\necho 'Importer error: the report is\nfrom a newer version' >&2\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    msg = _one_line_error(path, tmp_path / "run")
+    assert "nsys export failed (exit 3: from a newer version)" in msg
+    report = ingest([path], tmp_path / "ingested")
+    assert report.failed and not list((tmp_path / "ingested").glob("events/*/*"))
+
+
+def test_two_process_device_pairs_given_one_rank(tmp_path, small):
+    path = write_nsys(small, tmp_path / "n", nccl="2.18")[0]
+    with pytest.raises(InputError) as exc:
+        parse(path, tmp_path / "run", rank_map={(None, 10_000, 0): 0, (None, 10_001, 1): 0})
+    assert "rank 0 given to two (process, device) pairs" in str(exc.value) and "\n" not in str(exc.value)
+
+
+# -- the collectives pass: calls repeat, their rows share -----------------------------------------
+
+
+def test_the_collectives_pass_costs_tens_of_bytes_a_call(tmp_path, monkeypatch):
+    """A report's calls repeat every step (same group, sizes, kernel): their markers share one
+    row of args and their collective rows one set of fields, so the pass costs tens of bytes a
+    call (each call's own markers, times and ids), where objects per call cost about a kilobyte."""
+    import sys
+    import tracemalloc
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    import bench_nsys
+
+    from tracekit.parsers import kineto
+
+    path = bench_nsys.make_db(tmp_path / "n")
+    bench_nsys.grow(path, 8)
+    measured: list[tuple[int, int, int]] = []
+    build = kineto.build_collectives
+
+    def measure(p1, *args):  # type: ignore[no-untyped-def]
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        out = build(p1, *args)
+        measured.append((len(out[0]["coll_id"]), p1.markers.n, tracemalloc.get_traced_memory()[1] - before))
+        return out
+
+    monkeypatch.setattr(kineto, "build_collectives", measure)
+    tracemalloc.start()
+    try:
+        sink = SourceSink(tmp_path / "run", "k")
+        try:
+            nsys.parse(path, sink)
+        finally:
+            sink.close()
+    finally:
+        tracemalloc.stop()
+    calls = sum(c for c, _, _ in measured)
+    assert calls > 5_000
+    assert max(peak / c for c, _, peak in measured) < 400, measured
+
+
+
+def test_payloads_given_through_string_ids(tmp_path, small):
+    """`NVTX_EVENTS.jsonTextId` into `StringIds` (instead of the inline `jsonText`) gives the same."""
+    inline = write_nsys(small, tmp_path / "a", release="2024.5", nccl="2.27")[0]
+    by_id = write_nsys(small, tmp_path / "b", release="2024.5", nccl="2.27")[0]
+    with closing(sqlite3.connect(by_id)) as db:
+        top = db.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+        texts = db.execute("SELECT DISTINCT jsonText FROM NVTX_EVENTS WHERE jsonText IS NOT NULL").fetchall()
+        ids = {t: top + 1 + i for i, (t,) in enumerate(texts)}
+        db.executemany("INSERT INTO StringIds (id, value) VALUES (?, ?)", [(i, t) for t, i in ids.items()])
+        db.executemany("UPDATE NVTX_EVENTS SET jsonTextId = ?, jsonText = NULL WHERE jsonText = ?",
+                       [(i, t) for t, i in ids.items()])
+        db.commit()
+        assert len(ids) > 3 and not db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE jsonText IS NOT NULL"
+                                               ).fetchone()[0]
+    a, ta = parse(inline, tmp_path / "ra")
+    b, tb = parse(by_id, tmp_path / "rb")
+    assert a.ranks == b.ranks == [0, 1]
+    for table in ("events", *TABLES):
+        keep = [c for c in ta[table].column_names if c != "source_file"]
+        assert ta[table].select(keep).equals(tb[table].select(keep)), table
