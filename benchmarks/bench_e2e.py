@@ -198,7 +198,8 @@ def run_size(ranks: int, steps: int, work: Path, nice: int, extra: list[str]) ->
     traces, run, out = work / f"k{ranks}", work / f"run{ranks}", work / f"out{ranks}"
     out.mkdir(parents=True, exist_ok=True)
     m = run_stage(["synth", "-o", str(traces), "--format", "kineto", "--hosts", str(hosts), "--gpus", str(GPUS),
-                   "--pp", str(PP), "--ep", str(EP), "--steps", str(steps), *extra], nice=nice)
+                   "--pp", str(PP), "--ep", str(EP), "--steps", str(steps),
+                   "--straggler-step", str(min(1, steps - 1)), *extra], nice=nice)
     row.stages["synth"] = m
     if (err := _fail(m)) is not None:
         row.checks["synth"] = err
