@@ -71,7 +71,8 @@ class Row:
     checks: dict[str, str] = field(default_factory=dict)
 
 
-def _tree_rss_sampler(pid: int, peak: list[float], stop: threading.Event) -> None:
+def _tree_rss_sampler(pid: int, peak: list[float], stop: threading.Event, limit_mib: float | None = None,
+                      over: list[bool] | None = None) -> None:
     try:
         import psutil
     except ImportError:
@@ -83,17 +84,27 @@ def _tree_rss_sampler(pid: int, peak: list[float], stop: threading.Event) -> Non
     while not stop.is_set():
         total = 0
         try:
-            for p in [root, *root.children(recursive=True)]:
+            tree = [root, *root.children(recursive=True)]
+            for p in tree:
                 with contextlib.suppress(psutil.Error):
                     total += p.memory_info().rss
         except psutil.Error:
             break
         peak[0] = max(peak[0], total / 2**20)
+        if limit_mib is not None and over is not None and total / 2**20 > limit_mib:
+            over[0] = True
+            for p in reversed(tree):  # the workers first, so the parent cannot start others
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            break
         stop.wait(0.1)
 
 
-def run_stage(args: list[str], *, nice: int = 0, stdout_path: Path | None = None) -> Measure:
-    """Run `python -m tracekit ARGS` in a fresh process; wall, CPU and peak RSS of it and its children."""
+def run_stage(args: list[str], *, nice: int = 0, stdout_path: Path | None = None,
+              limit_mib: float | None = None) -> Measure:
+    """Run `python -m tracekit ARGS` in a fresh process; wall, CPU and peak RSS of it and its children.
+    Over `limit_mib` of RSS (the sum over the process tree, needs psutil) the stage is killed and
+    fails with that reason."""
     cmd = [sys.executable, "-m", "tracekit", *args]
     if nice:
         cmd = ["nice", "-n", str(nice), *cmd]
@@ -103,7 +114,9 @@ def run_stage(args: list[str], *, nice: int = 0, stdout_path: Path | None = None
         proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
         peak = [0.0]
         stop = threading.Event()
-        sampler = threading.Thread(target=_tree_rss_sampler, args=(proc.pid, peak, stop), daemon=True)
+        over = [False]
+        sampler = threading.Thread(target=_tree_rss_sampler, args=(proc.pid, peak, stop, limit_mib, over),
+                                   daemon=True)
         sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -115,6 +128,8 @@ def run_stage(args: list[str], *, nice: int = 0, stdout_path: Path | None = None
         stdout, stderr = out_f.read(), err_f.read()
     if stdout_path is not None:
         stdout_path.write_text(stdout)
+    if over[0]:
+        stderr += f"\nkilled: the stage's processes passed {limit_mib:.0f} MiB of RSS (--max-rss-gib)"
     return Measure(wall, usage.ru_utime + usage.ru_stime, max(usage.ru_maxrss / 1024, peak[0]), proc.returncode,
                    stdout, stderr)
 
@@ -192,15 +207,22 @@ def check_report(html: Path, truth: dict[str, Any]) -> str:
     return "ok"
 
 
-def run_size(ranks: int, steps: int, work: Path, nice: int, extra: list[str]) -> Row:
+def run_size(ranks: int, steps: int, work: Path, nice: int, extra: list[str], limit_mib: float | None = None
+             ) -> Row:
     row = Row(ranks)
+
+    def run(stage: str, args: list[str], **kwargs: Any) -> Measure:
+        m = row.stages[stage] = run_stage(args, nice=nice, limit_mib=limit_mib, **kwargs)
+        print(f"  {ranks} ranks {stage}: {m.cpu_s:.1f} s CPU, {m.wall_s:.1f} s wall, {m.rss_mib:.0f} MiB, exit {m.rc}",
+              flush=True)
+        return m
+
     hosts = ranks // GPUS
-    traces, run, out = work / f"k{ranks}", work / f"run{ranks}", work / f"out{ranks}"
+    traces, run_dir, out = work / f"k{ranks}", work / f"run{ranks}", work / f"out{ranks}"
     out.mkdir(parents=True, exist_ok=True)
-    m = run_stage(["synth", "-o", str(traces), "--format", "kineto", "--hosts", str(hosts), "--gpus", str(GPUS),
-                   "--pp", str(PP), "--ep", str(EP), "--steps", str(steps),
-                   "--straggler-step", str(min(1, steps - 1)), *extra], nice=nice)
-    row.stages["synth"] = m
+    m = run("synth", ["synth", "-o", str(traces), "--format", "kineto", "--hosts", str(hosts), "--gpus", str(GPUS),
+                      "--pp", str(PP), "--ep", str(EP), "--steps", str(steps),
+                      "--straggler-step", str(min(1, steps - 1)), *extra])
     if (err := _fail(m)) is not None:
         row.checks["synth"] = err
         return row
@@ -208,19 +230,17 @@ def run_size(ranks: int, steps: int, work: Path, nice: int, extra: list[str]) ->
     row.events = expect.get("events", 0)
     truth = json.loads((traces / "truth.json").read_text())
 
-    m = row.stages["ingest"] = run_stage(["ingest", str(traces), "-o", str(run), "-q"], nice=nice)
-    row.checks["ingest"] = _fail(m) or check_ingest(run, ranks, expect)
+    m = run("ingest", ["ingest", str(traces), "-o", str(run_dir), "-q"])
+    row.checks["ingest"] = _fail(m) or check_ingest(run_dir, ranks, expect)
     if m.rc:
         return row
-    m = row.stages["analyze"] = run_stage(["analyze", str(run), "--json"], nice=nice,
-                                          stdout_path=out / "analysis.json")
+    m = run("analyze", ["analyze", str(run_dir), "--json"], stdout_path=out / "analysis.json")
     row.checks["analyze"] = _fail(m) or check_analyze(json.loads(m.stdout), truth)
     topo = f"rail-optimized:hosts={hosts},gpus={GPUS},nic_gbps=400"
-    m = row.stages["replay"] = run_stage(["replay", str(run), "--topology", topo, "--json"], nice=nice,
-                                         stdout_path=out / "replay.json")
+    m = run("replay", ["replay", str(run_dir), "--topology", topo, "--json"], stdout_path=out / "replay.json")
     row.checks["replay"] = _fail(m) or check_replay(json.loads(m.stdout))
     html = out / "report.html"
-    m = row.stages["report"] = run_stage(["report", str(run), "-o", str(html)], nice=nice)
+    m = run("report", ["report", str(run_dir), "-o", str(html)])
     row.checks["report"] = _fail(m) or check_report(html, truth)
     return row
 
@@ -277,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="Steps per run (default 2; 1 with --huge).")
     ap.add_argument("--nice", type=int, default=0, help="Run every stage under `nice -n N`.")
     ap.add_argument("--keep", type=Path, default=None, help="Keep the traces and runs in this directory.")
+    ap.add_argument("--max-rss-gib", type=float, default=None,
+                    help="Kill a stage whose processes pass this RSS (GiB; a shared machine's budget).")
     ap.add_argument("--json", type=Path, default=None, help="Also write the figures to this JSON file.")
     ap.add_argument("--synth-args", default="", help="Extra `tracekit synth` options, e.g. '--kernels 16'.")
     args = ap.parse_args(argv)
@@ -300,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for n in sizes:
             t0 = time.perf_counter()
-            rows.append(run_size(n, args.steps, work, args.nice, extra))
+            rows.append(run_size(n, args.steps, work, args.nice, extra,
+                                 args.max_rss_gib * 1024 if args.max_rss_gib else None))
             r = rows[-1]
             print(f"{n} ranks x {args.steps} steps: {r.events:,} events, "
                   + ", ".join(f"{s} {m.wall_s:.1f} s/{m.rss_mib:.0f} MiB" for s, m in r.stages.items())
