@@ -610,7 +610,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                 r = agr[j]
                 dl = c * d
                 load[r] += dl
-                if w_on:
+                if w_on and r < wd.shape[1]:
                     wd[wrow, r, 0] += dl * wfrac
                     wd[wrow, r, 1] += dl
                 if bcnt[r] > 0 or load[r] >= cap[r] * lim:
@@ -619,7 +619,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                     maxr[r] = x_new
         if ok:
             load[b] += w_left * d
-            if w_on:
+            if w_on and b < wd.shape[1]:
                 wd[wrow, b, 0] += w_left * d * wfrac
                 wd[wrow, b, 1] += w_left * d
         else:  # undo
@@ -629,7 +629,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
                     r = agr[j]
                     dl = c * d
                     load[r] -= dl
-                    if w_on:
+                    if w_on and r < wd.shape[1]:
                         wd[wrow, r, 0] -= dl * wfrac
                         wd[wrow, r, 1] -= dl
                     maxr_ok[r] = False
@@ -673,7 +673,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
             if lcnt[r] == 0:
                 dl -= load[r]
                 load[r] = 0.0
-            if w_on:
+            if w_on and r < wd.shape[1]:
                 wd[wrow, r, 0] += dl * wfrac + late
                 wd[wrow, r, 1] += dl
         rate[f] = 0.0
@@ -687,7 +687,7 @@ def _lz_event(b, now, tol, tol_b, lzf, lzi, ck, ci, lzc, gk, gi, gpos, gn, lstar
 
 @njit
 def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                   t_origin, rel_eps, merge, lazy_min=16, weight=None):
+                   t_origin, rel_eps, merge, lazy_min=16, weight=None, n_window_res=-1):
     """Event-driven fluid simulation with max-min fair sharing, exact at every arrival and finish.
     `weight` (per flow, > 0; default all 1) makes it weighted max-min: flows sharing a bottleneck
     get rates in proportion to their weights.
@@ -720,9 +720,12 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     | merge     | scalar       | float   | early finish within merge x the flow's age (0: exact)   |
     | lazy_min  | scalar       | int     | members of the smallest lazy rate class (0: none)       |
     | weight    | [flow], None | float64 | max-min weight (> 0; None: all 1)                       |
+    | n_window_res | scalar    | int     | windows for resources below it only (-1: all)           |
 
     Returns finish [flow] float64 (ns, latency included; inf: bytes but no path) and bytes
-    [resource, window] float64.
+    [resource, window] float64 (the first `n_window_res` resources when given: a rate limit's
+    private resources, appended after the topology's, need none, and there is one per limited
+    flow).
     """
     # Flows are renumbered by release time, then by the last resource of their path (the
     # destination's downlink), so that the flows active together, and the flows an incast makes
@@ -744,8 +747,10 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
         f = order[a]
         res2[indptr2[a]:indptr2[a + 1]] = res[indptr[f]:indptr[f + 1]]
     wt = np.ones(n_flows, np.float64) if weight is None else weight.astype(np.float64)[order]
+    n_wres = cap.size if n_window_res < 0 else min(n_window_res, cap.size)
     finish2, win = _simulate_sorted(indptr2, res2, nbytes[order], release[order], lat_mult[order],
-                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min, wt)
+                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min, wt,
+                                    n_wres)
     finish = np.empty(n_flows, np.float64)
     finish[order] = finish2
     return finish, win
@@ -753,8 +758,9 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                     t_origin, rel_eps, merge, lazy_min, wt):
-    """`simulate_flows` on flows numbered in release order (`wt`: their weights). Rates compare
+                     t_origin, rel_eps, merge, lazy_min, wt, n_wres):
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights; windows for the
+    first `n_wres` resources). Rates compare
     per unit weight wherever max-min compares them: the largest rate of a link (`maxr`), the
     bottleneck check, a class's fair share and a lazy class's rate are all rate / weight."""
     n_flows = nbytes.size
@@ -766,9 +772,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     # them up. Every change of a load is a change of flows' rates, so this is the bytes each flow
     # carried in each window, at O(1) per change instead of O(windows) per flow.
     n_win = max(n_windows, 0)
-    wd = np.zeros((n_win + 1, n_res, 2), np.float64)
+    wd = np.zeros((n_win + 1, n_wres, 2), np.float64)
     if n_flows == 0:
-        return finish, np.zeros((n_res, n_win), np.float64)
+        return finish, np.zeros((n_wres, n_win), np.float64)
     iw = 1.0 / wt  # rates compare per unit weight: r / w as r x iw (all 1: r itself)
     unit = True
     for f in range(n_flows):
@@ -964,7 +970,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                 if lcnt[r] == 0:
                     dl -= load[r]
                     load[r] = 0.0
-                if w_on:
+                if w_on and r < wd.shape[1]:
                     wd[wrow, r, 0] += dl * wfrac + late
                     wd[wrow, r, 1] += dl
                 if rchg[r] != event:
@@ -1160,7 +1166,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
                     for k in range(indptr[g], indptr[g + 1]):
                         r = res[k]
                         load[r] += d
-                        if w_on:
+                        if w_on and r < wd.shape[1]:
                             wd[wrow, r, 0] += d * wfrac
                             wd[wrow, r, 1] += d
                         if d > 0.0:
@@ -1374,8 +1380,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
         if lz_b >= 0:
             gn += 1
             _ih_set(gk, gi, gpos, gn, gn - 1, now + ck[lstart[lz_b]] / lzf[lz_b, 0], lz_b)
-    out = np.empty((n_res, n_win), np.float64)
-    for r in range(n_res):
+    out = np.empty((n_wres, n_win), np.float64)
+    for r in range(n_wres):
         level = wd[0, r, 1]
         for w in range(n_win):
             out[r, w] = wd[w + 1, r, 0] + level * window_ns
