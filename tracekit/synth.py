@@ -902,7 +902,7 @@ def _truth(spec: SynthSpec, layout: dict[str, Any], builder: _Builder, offset: d
         "spec": {k: v for k, v in asdict(spec).items()
                  if k not in ("schedule", "pp_chunks") or v != getattr(defaults, k)},
         "clock_offset_ns": {str(r): v for r, v in offset.items()},
-        "straggler": None if spec.straggler_rank is None else {
+        "straggler": None if spec.straggler_rank is None or not 0 <= spec.straggler_step < spec.steps else {
             "rank": spec.straggler_rank, "step": spec.straggler_step, "delay_ns": spec.straggler_delay_ns},
         "ep_hot": hot,
         "groups": [{k: g[k] for k in ("group", "desc", "ranks", "dim")} for g in layout["groups"]],

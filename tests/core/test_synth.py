@@ -43,6 +43,15 @@ def test_straggler_arrives_last_in_its_step(small):
     assert first["rank"] == s["rank"]
 
 
+def test_truth_names_a_straggler_only_when_its_step_is_in_the_run():
+    _, truth = make_run_tables(SynthSpec(hosts=2, gpus_per_host=4, steps=1, straggler_step=1))
+    assert truth["straggler"] is None
+    _, at_zero = make_run_tables(SynthSpec(hosts=2, gpus_per_host=4, steps=1, straggler_step=0))
+    assert at_zero["straggler"] == {"rank": 1, "step": 0, "delay_ns": 20_000_000}
+    _, plain = make_run_tables(SynthSpec(hosts=2, gpus_per_host=4, steps=1, straggler_step=1, straggler_rank=None))
+    assert plain["straggler"] is None
+
+
 def test_ep_skew_and_splits_balance(small):
     tables, truth = small
     coll = pl.from_arrow(tables["collectives"]).filter(pl.col("op") == "all_to_all")

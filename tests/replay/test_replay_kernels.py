@@ -370,3 +370,42 @@ def test_weighted_class_with_a_late_arrival_matches_the_twin():
     for lazy_min in (0, 1):
         fast, _ = _run(indptr, ids, nbytes, release, cap, lat, lazy_min=lazy_min, weight=weight)
         np.testing.assert_allclose(fast, slow, rtol=1e-9)
+
+
+@pytest.mark.parametrize("lazy_min", [0, 1, 16])
+def test_windows_of_the_first_resources_only_are_those_of_all(lazy_min):
+    """`n_window_res` keeps the windows of the first resources (a rate limit's private resources
+    come after the topology's and need none): the same finishes, and those rows bit for bit."""
+    n_res, n_flows = 7, 300
+    indptr, ids, nbytes, release, cap = _random_flows(5, n_flows, n_res)
+    args = [np.asarray(indptr, np.int64), ids, nbytes, release, np.ones(n_flows), cap, np.full(n_res, 3.0)]
+    exact, _ = _kernels.simulate_flows(*args, 0, 1.0, 0.0, 1e-9, 0.0)
+    window_ns = float(np.ceil(exact.max() / 50))
+    full = _kernels.simulate_flows(*args, 60, window_ns, 0.0, 1e-9, 0.0, lazy_min)
+    assert full[1].shape == (n_res, 60) and full[1].sum() > 0
+    for keep in (0, 1, 4, n_res):
+        part = _kernels.simulate_flows(*args, 60, window_ns, 0.0, 1e-9, 0.0, lazy_min, None, keep)
+        assert np.array_equal(part[0], full[0])
+        assert part[1].shape == (keep, 60) and np.array_equal(part[1], full[1][:keep])
+
+
+def test_simulate_windows_the_topology_not_the_rate_limits():
+    """A rate-limited flow crosses a private resource of its own; `simulate` returns windows for
+    the topology's resources only, equal to the rows of a simulation that windows them all."""
+    from tracekit.replay.simulate import with_rate_limits
+
+    topo = _single_switch(4)
+    n = 40
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 4, n)
+    flows = Flows.from_lists(src, (src + 1 + rng.integers(0, 3, n)) % 4, rng.uniform(1e5, 1e7, n),
+                             release=rng.uniform(0, 2e5, n), max_gbs=np.where(np.arange(n) % 3 == 0, 5.0, np.inf))
+    ip, ids = route(topo, flows)
+    weight = np.ones(n)
+    out = simulate(topo, ip, ids, flows, n_windows=30, window_ns=2e4, weight=weight)
+    ip2, ids2, cap2, lat2 = with_rate_limits(ip, ids, flows.max_gbs, topo.cap, topo.res_latency)
+    finish, win = _kernels.simulate_flows(ip2, ids2, flows.nbytes, flows.release, flows.lat_mult, cap2, lat2, 30,
+                                          2e4, 0.0, 1e-9, 0.0, 16, weight)
+    assert win.shape[0] > topo.cap.size and out.windows.shape == (topo.cap.size, 30)
+    assert np.array_equal(out.finish, finish) and np.array_equal(out.windows, win[:topo.cap.size])
+    assert out.windows.sum() > 0

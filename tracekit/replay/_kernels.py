@@ -341,7 +341,7 @@ class _S(IntEnum):
     W_FROZEN = 71   # [F] bool: S member i is frozen
     W_SPTR = 72     # [F + 1] int64: S's paths in local link ids: start
     W_SLOC = 73     # [P] int64: local link ids
-    WD = 74         # [window + 1, R, 2] float64: window integrals of the loads (see _simulate_sorted)
+    WD = 74         # [window + 1, RW, 2] float64: window integrals of the loads (see _simulate_sorted)
     AGR = 75        # [A] int64: a lazy class's links other than its own: resource
     AGC = 76        # [A] int64: members crossing it
     AGW = 77        # [A] float64: their weight
@@ -350,7 +350,8 @@ class _S(IntEnum):
 _N_SLOTS = len(_S)
 
 # per row of _S: dtype (0 float64, 1 int64, 2 bool), its dims (0: none, 1: F, 2: R, 3: P, 4: F + 1,
-# 5: R + 1, 6: R + P + 1, 7: windows + 1, 8: 2, 9: 3, 10: 4), initial value (0: 0, 1: -1, 2: nan,
+# 5: R + 1, 6: R + P + 1, 7: windows + 1, 8: 2, 9: 3, 10: 4, 11: RW, the resources with windows),
+# initial value (0: 0, 1: -1, 2: nan,
 # 3: set by _new_state's caller); rows 0-4 and AGR-AGW are the caller's arrays (dtype -1)
 _LAYOUT = np.array([
     (-1, 4, 0, 0, 3), (-1, 3, 0, 0, 3), (-1, 1, 0, 0, 3), (-1, 2, 0, 0, 3), (-1, 1, 0, 0, 3),
@@ -367,7 +368,7 @@ _LAYOUT = np.array([
     (1, 3, 0, 0, 0), (1, 3, 0, 0, 0), (0, 3, 0, 0, 0), (1, 3, 0, 0, 0), (1, 2, 0, 0, 0),
     (1, 5, 0, 0, 0), (1, 2, 0, 0, 0), (1, 3, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0),
     (0, 2, 0, 0, 0), (0, 2, 0, 0, 0), (1, 2, 0, 0, 0), (0, 6, 0, 0, 0), (1, 6, 0, 0, 0),
-    (1, 6, 0, 0, 0), (2, 1, 0, 0, 0), (1, 4, 0, 0, 0), (1, 3, 0, 0, 0), (0, 7, 2, 8, 0),
+    (1, 6, 0, 0, 0), (2, 1, 0, 0, 0), (1, 4, 0, 0, 0), (1, 3, 0, 0, 0), (0, 7, 11, 8, 0),
     (-1, 0, 0, 0, 3), (-1, 0, 0, 0, 3), (-1, 0, 0, 0, 3),
 ], np.int64)
 
@@ -443,11 +444,12 @@ def _point(tab, slot, address, n):
 
 
 @njit
-def _new_state(n_flows, n_res, n_inc, n_win):
+def _new_state(n_flows, n_res, n_inc, n_win, n_wres):
     """The state table and its three arenas (float64, int64, bool) for `_simulate_sorted`, every
     array at its `_LAYOUT` initial value; the caller points rows 0-4 and AGR-AGW at its arrays and
     sets the rows marked 3, and keeps the arenas alive while the table is used."""
-    sizes = np.array([1, n_flows, n_res, n_inc, n_flows + 1, n_res + 1, n_res + n_inc + 1, n_win + 1, 2, 3, 4])
+    sizes = np.array([1, n_flows, n_res, n_inc, n_flows + 1, n_res + 1, n_res + n_inc + 1, n_win + 1, 2, 3, 4,
+                      n_wres])
     tab = np.zeros((_N_SLOTS, 4), np.int64)
     used = np.zeros(3, np.int64)
     start = np.zeros(_N_SLOTS, np.int64)
@@ -857,7 +859,7 @@ def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
                 r = agr[j]
                 dl = c * d
                 load[r] += dl
-                if w_on:
+                if w_on and r < wd.shape[1]:
                     wd[wrow, r, 0] += dl * wfrac
                     wd[wrow, r, 1] += dl
                 if bcnt[r] > 0 or load[r] >= cap[r] * lim:
@@ -866,7 +868,7 @@ def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
                     maxr[r] = x_new
         if ok:
             load[b] += w_left * d
-            if w_on:
+            if w_on and b < wd.shape[1]:
                 wd[wrow, b, 0] += w_left * d * wfrac
                 wd[wrow, b, 1] += w_left * d
         else:  # undo
@@ -876,7 +878,7 @@ def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
                     r = agr[j]
                     dl = c * d
                     load[r] -= dl
-                    if w_on:
+                    if w_on and r < wd.shape[1]:
                         wd[wrow, r, 0] -= dl * wfrac
                         wd[wrow, r, 1] -= dl
                     maxr_ok[r] = False
@@ -920,7 +922,7 @@ def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
             if lcnt[r] == 0:
                 dl -= load[r]
                 load[r] = 0.0
-            if w_on:
+            if w_on and r < wd.shape[1]:
                 wd[wrow, r, 0] += dl * wfrac + late
                 wd[wrow, r, 1] += dl
         rate[f] = 0.0
@@ -934,7 +936,7 @@ def _lz_event(st, b, now, tol, tol_b, gn, w_on, wrow, wfrac):
 
 @njit
 def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                   t_origin, rel_eps, merge, lazy_min=16, weight=None):
+                   t_origin, rel_eps, merge, lazy_min=16, weight=None, n_window_res=-1):
     """Event-driven fluid simulation with max-min fair sharing, exact at every arrival and finish.
     `weight` (per flow, > 0; default all 1) makes it weighted max-min: flows sharing a bottleneck
     get rates in proportion to their weights.
@@ -967,9 +969,12 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
     | merge     | scalar       | float   | early finish within merge x the flow's age (0: exact)   |
     | lazy_min  | scalar       | int     | members of the smallest lazy rate class (0: none)       |
     | weight    | [flow], None | float64 | max-min weight (> 0; None: all 1)                       |
+    | n_window_res | scalar    | int     | windows for resources below it only (-1: all)           |
 
     Returns finish [flow] float64 (ns, latency included; inf: bytes but no path) and bytes
-    [resource, window] float64.
+    [resource, window] float64 (the first `n_window_res` resources when given: a rate limit's
+    private resources, appended after the topology's, need none, and there is one per limited
+    flow).
     """
     # Flows are renumbered by release time, then by the last resource of their path (the
     # destination's downlink), so that the flows active together, and the flows an incast makes
@@ -991,8 +996,10 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
         f = order[a]
         res2[indptr2[a]:indptr2[a + 1]] = res[indptr[f]:indptr[f + 1]]
     wt = np.ones(n_flows, np.float64) if weight is None else weight.astype(np.float64)[order]
+    n_wres = cap.size if n_window_res < 0 else min(n_window_res, cap.size)
     finish2, win = _simulate_sorted(indptr2, res2, nbytes[order], release[order], lat_mult[order],
-                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min, wt)
+                                    cap, res_lat, n_windows, window_ns, t_origin, rel_eps, merge, lazy_min, wt,
+                                    n_wres)
     finish = np.empty(n_flows, np.float64)
     finish[order] = finish2
     return finish, win
@@ -1000,9 +1007,9 @@ def simulate_flows(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windo
 
 @njit
 def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_windows, window_ns,
-                     t_origin, rel_eps, merge, lazy_min, wt):
-    """`simulate_flows` on flows numbered in release order (`wt`: their weights; parameters as
-    there). Rates compare per unit weight wherever max-min compares them: the largest rate of a
+                     t_origin, rel_eps, merge, lazy_min, wt, n_wres):
+    """`simulate_flows` on flows numbered in release order (`wt`: their weights; windows for the
+    first `n_wres` resources; parameters as there). Rates compare per unit weight wherever max-min compares them: the largest rate of a
     link (`maxr`), the bottleneck check, a class's fair share and a lazy class's rate are all
     rate / weight. Each event runs the phases in turn: lazy classes' finishes, finishes,
     arrivals, S0, then S solved and verified until every flow next to a change has a bottleneck,
@@ -1030,11 +1037,11 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     n_res = cap.size
     n_win = max(n_windows, 0)
     if n_flows == 0:
-        return np.full(n_flows, np.nan), np.zeros((n_res, n_win), np.float64)
+        return np.full(n_flows, np.nan), np.zeros((n_wres, n_win), np.float64)
     release = release.astype(np.float64)
     cap = cap.astype(np.float64)
     wt = wt.astype(np.float64)
-    tab, arena_f, arena_i, arena_b = _new_state(n_flows, n_res, res.size, n_win)
+    tab, arena_f, arena_i, arena_b = _new_state(n_flows, n_res, res.size, n_win, n_wres)
     st = tab.ctypes.data
     _point(tab, _S.INDPTR, indptr.ctypes.data, indptr.size)
     _point(tab, _S.RES, res.ctypes.data, res.size)
@@ -1111,7 +1118,7 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
             ag_used = _form_lazy(st, lz_b, s_n, now, ag_used)
         hn, gn = _rekey(st, s_n, lz_b, now, hn, gn, unit)
     finish = _f1(st, _S.FINISH).copy()
-    out = _window_bytes(_f3(st, _S.WD), n_res, n_win, window_ns)
+    out = _window_bytes(_f3(st, _S.WD), n_wres, n_win, window_ns)
     _keep_alive(tab, arena_f, arena_i, arena_b, agr, agc, agw, release, cap, wt)
     return finish, out
 
@@ -1295,7 +1302,7 @@ def _finish_flows(st, now, tol, tol_b, merge, event, hn, unit, w_on, wrow, wfrac
             if lcnt[r] == 0:
                 dl -= load[r]
                 load[r] = 0.0
-            if w_on:
+            if w_on and r < wd.shape[1]:
                 wd[wrow, r, 0] += dl * wfrac + late
                 wd[wrow, r, 1] += dl
             if rchg[r] != event:
@@ -1604,7 +1611,7 @@ def _apply_rates(st, s_n, event, n_chg, rel_eps, tol_b, unit, w_on, wrow, wfrac)
             for k in range(indptr[g], indptr[g + 1]):
                 r = res[k]
                 load[r] += d
-                if w_on:
+                if w_on and r < wd.shape[1]:
                     wd[wrow, r, 0] += d * wfrac
                     wd[wrow, r, 1] += d
                 if d > 0.0:

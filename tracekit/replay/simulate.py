@@ -153,8 +153,9 @@ def simulate(topology: Topology, indptr: np.ndarray, ids: np.ndarray, flows: Flo
         indptr, ids, cap, lat = with_rate_limits(indptr, ids, flows.max_gbs, cap, lat)
     finish, win = _kernels.simulate_flows(
         indptr, ids, flows.nbytes, flows.release, flows.lat_mult, cap, lat, int(n_windows),
-        float(window_ns), float(t_origin), float(rel_eps), float(merge), 16, np.asarray(weight, np.float64))
-    return SimResult(finish, win[:topology.cap.size], float(window_ns), float(t_origin))
+        float(window_ns), float(t_origin), float(rel_eps), float(merge), 16, np.asarray(weight, np.float64),
+        topology.cap.size)  # no windows for the rate limits' private resources
+    return SimResult(finish, win, float(window_ns), float(t_origin))
 
 
 def with_rate_limits(indptr: np.ndarray, ids: np.ndarray, max_gbs: np.ndarray, cap: np.ndarray,
