@@ -1011,9 +1011,9 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     """`simulate_flows` on flows numbered in release order (`wt`: their weights; windows for the
     first `n_wres` resources; parameters as there). Rates compare per unit weight wherever
     max-min compares them: the largest rate of a link (`maxr`), the bottleneck check, a class's
-    fair share and a lazy class's rate are all rate / weight. Each event runs the phases in turn: lazy classes' finishes, finishes,
-    arrivals, S0, then S solved and verified until every flow next to a change has a bottleneck,
-    a new lazy class, the completion keys. The phases' parameters besides the state table `st`:
+    fair share and a lazy class's rate are all rate / weight. Each event runs the phases in
+    turn: lazy classes' finishes, finishes, arrivals, S0, then S solved and verified until every
+    flow next to a change has a bottleneck, a new lazy class, the completion keys. The phases' parameters besides the state table `st`:
 
     | name        | meaning                                                                  |
     |-------------|--------------------------------------------------------------------------|
