@@ -1013,7 +1013,8 @@ def _simulate_sorted(indptr, res, nbytes, release, lat_mult, cap, res_lat, n_win
     max-min compares them: the largest rate of a link (`maxr`), the bottleneck check, a class's
     fair share and a lazy class's rate are all rate / weight. Each event runs the phases in
     turn: lazy classes' finishes, finishes, arrivals, S0, then S solved and verified until every
-    flow next to a change has a bottleneck, a new lazy class, the completion keys. The phases' parameters besides the state table `st`:
+    flow next to a change has a bottleneck, a new lazy class, the completion keys. The phases'
+    parameters besides the state table `st`:
 
     | name        | meaning                                                                  |
     |-------------|--------------------------------------------------------------------------|
