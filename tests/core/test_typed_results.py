@@ -406,9 +406,10 @@ MAPPINGS = {
     "tracekit/whatif/core.py:load_tables": "the prepared tables by name",
     "tracekit/workflows.py:replay_tables": "the prepared tables by name",
     "tracekit/workflows.py:whatif_tables": "the prepared tables by name",
-    # ingest.py and store.py are being reworked by another change (issue 19 item 4): left to it
-    "tracekit/ingest.py:read_rank_map": "(host, pid, device) -> rank",
-    "tracekit/ingest.py:primary_sources": "rank -> the source keys whose rows count",
+    "tracekit/ingest/plan.py:read_rank_map": "(host, pid, device) -> rank",
+    "tracekit/ingest/merge.py:primary_sources": "rank -> the source keys whose rows count",
+    "tracekit/ingest/parse.py:event_parts_by_source": "source key -> its event files",
+    "tracekit/manifest.py:Manifest.primary": "rank (as text) -> the source keys whose rows count",
     "tracekit/store.py:SourceSink.close": "the part listing for the manifest (a result: issue 19 item 4)",
     "tracekit/store.py:parquet_options": "pyarrow.parquet keyword arguments",
 }
