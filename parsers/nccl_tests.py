@@ -47,7 +47,7 @@ from tracekit.store import ParseResult, SourceSink, SourceStats
 NAME = "nccl_tests"
 # 2: sendrecv_perf rows are op sendrecv; 3: tests_version; 4: host_names; 5: nranks without device lines;
 # 6: no inferred rank count beyond MAX_WORLD_SIZE
-PARSER_VERSION = "6"
+PARSER_VERSION = "7"
 MAX_JSON_BYTES = 256 << 20
 
 #: Binary name -> op (the `microbench` vocabulary: the collectives' ops, plus `sendrecv`, nccl-tests'
@@ -587,7 +587,31 @@ def _count(stats: SourceStats, outcome: str | None) -> None:
         stats.skip(outcome)
 
 
+#: Beyond these a bandwidth (GB/s) or a time (us) measures nothing: 100 TB/s is over 50x a
+#: B200's 1.8 TB/s of NVLink, 1e12 us is over eleven days for one call.
+MAX_GBS = 1e5
+MAX_TIME_US = 1e12
+
+
+def _drop_unphysical(rows: list[dict[str, Any]], warnings: list[str]) -> None:
+    """Bandwidths and times beyond any hardware read as missing, counted in one warning (a
+    hostile or corrupt row would otherwise be stored, printed and scored as a measurement)."""
+    dropped = 0
+    for r in rows:
+        for k, v in r.items():
+            if type(v) is not float:
+                continue
+            limit = MAX_GBS if k.endswith(("_algbw", "_busbw")) else MAX_TIME_US if k.endswith("_us") else None
+            if limit is not None and abs(v) > limit:
+                r[k] = None
+                dropped += 1
+    if dropped:
+        warnings.append(f"{dropped:,} bandwidth or time value{'s' if dropped > 1 else ''} beyond any hardware "
+                        f"(over {MAX_GBS:g} GB/s or {MAX_TIME_US:g} us) read as missing")
+
+
 def _finish(where: str, sink: SourceSink, stats: SourceStats, rows: list[dict[str, Any]]) -> NcclTestsResult:
+    _drop_unphysical(rows, stats.warnings)
     sink.add("microbench", _columns(rows))
     runs = len({r["run"] for r in rows})
     return NcclTestsResult(stats=stats, runs=runs)

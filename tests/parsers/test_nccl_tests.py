@@ -335,6 +335,22 @@ def test_rank_count_beyond_the_world_size_is_no_count(tmp_path: Path) -> None:
     assert any("536,870,912 ranks, beyond 262,144" in w for w in res.stats.warnings), res.stats.warnings
 
 
+def test_bandwidths_and_times_beyond_any_hardware_read_as_missing(tmp_path: Path) -> None:
+    """A busbw of 1e30 GB/s or a time of 1e30 us (a corrupt or hostile row) was stored, printed and
+    scored as a measurement; it is read as missing, counted in one warning."""
+    text = AR_TEXT.replace("   24.00    0.04    0.06      0    23.80", "   1e30    0.04    2e30      0    23.80")
+    assert text != AR_TEXT
+    res, rows = parse(write(tmp_path, text), tmp_path)
+    r = rows[2]
+    assert (r["oop_time_us"], r["oop_algbw"], r["oop_busbw"], r["ip_time_us"]) == (None, 0.04, None, 23.8)
+    assert any(w.startswith("2 bandwidth or time values beyond any hardware") for w in res.stats.warnings), \
+        res.stats.warnings
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    _, rows = parse(write(clean, AR_TEXT), clean)
+    assert rows[2]["oop_busbw"] == 0.06
+
+
 def test_ranks_of_a_received_run_are_not_sized_by_an_absurd_count(tmp_path: Path) -> None:
     """A received run's microbench table with a rank count past MAX_WORLD_SIZE: `info` names no
     ranks from it and replay refuses the row, rather than allocating per rank."""
