@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from tracekit._limits import MAX_WORLD_SIZE, checked_int, out_of_range
+from tracekit._limits import MAX_GBS, MAX_WORLD_SIZE, RANGES, checked_int, out_of_range
 from tracekit.errors import InputError
 from tracekit.parsers._json_keys import warn_repeated_keys
 from tracekit.parsers._lines import LineSource, account, line_batches, strip_ansi, text
@@ -587,10 +587,8 @@ def _count(stats: SourceStats, outcome: str | None) -> None:
         stats.skip(outcome)
 
 
-#: Beyond these a bandwidth (GB/s) or a time (us) measures nothing: 100 TB/s is over 50x a
-#: B200's 1.8 TB/s of NVLink, 1e12 us is over eleven days for one call.
-MAX_GBS = 1e5
-MAX_TIME_US = 1e12
+#: Beyond this a time (us) measures nothing: the project's duration range (`_limits.RANGES`).
+MAX_TIME_US = RANGES["duration_ns"][1] / 1e3
 
 
 def _drop_unphysical(rows: list[dict[str, Any]], warnings: list[str]) -> None:

@@ -35,6 +35,9 @@ GZIP_MAX_RATIO = 250
 GZIP_FREE_BYTES = 64 << 20
 #: Largest world size (and rank + 1) believed; larger ones are treated as corrupt.
 MAX_WORLD_SIZE = 1 << 18
+#: Largest bandwidth believed (GB/s): 100 TB/s is over 50x a B200's 1.8 TB/s of NVLink, so a
+#: measurement above it is corrupt.
+MAX_GBS = 1e5
 #: Largest pickle output, in units of (objects + string bytes / 8), counting shared references
 #: once per reference, i.e. the size of the tree a consumer would walk.
 PICKLE_MAX_OUTPUT = 32 << 20
